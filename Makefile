@@ -1,0 +1,34 @@
+# Two commands for a new user: `make demo` and `make test`.
+PYTHON ?= python3
+VENV   := .venv
+BIN    := $(VENV)/bin
+STAMP_RUN := $(VENV)/.installed-run
+STAMP_DEV := $(VENV)/.installed-dev
+
+.PHONY: demo test bench clean
+
+$(BIN)/python:
+	$(PYTHON) -m venv $(VENV)
+	$(BIN)/python -m pip install --quiet --upgrade pip
+
+$(STAMP_RUN): pyproject.toml | $(BIN)/python
+	$(BIN)/python -m pip install --quiet -e .
+	touch $@
+
+$(STAMP_DEV): pyproject.toml | $(BIN)/python
+	$(BIN)/python -m pip install --quiet -e ".[dev]"
+	touch $@ $(STAMP_RUN)
+
+demo: $(STAMP_RUN)
+	$(BIN)/dpkit demo --out out/demo
+
+test: $(STAMP_DEV)
+	$(BIN)/python -m pytest -n 2
+
+# Peer libraries live in their own environment: their pins clash with dpkit's.
+bench: $(STAMP_RUN)
+	bash benchmarks/setup_env.sh
+	.venv-bench/bin/python benchmarks/bench_noise.py
+
+clean:
+	rm -rf $(VENV) .venv-bench out

@@ -1,0 +1,60 @@
+"""The one error hierarchy of dpkit.
+
+Every message says what was wrong, the value received and what is accepted.
+Bad input never debits a budget and never releases data.
+"""
+
+from __future__ import annotations
+
+__all__ = [
+    "DPError",
+    "InvalidParameterError",
+    "InvalidDataError",
+    "BudgetExceededError",
+    "LedgerError",
+    "AuthError",
+]
+
+
+class DPError(Exception):
+    """Base class of every error dpkit raises on purpose."""
+
+
+class InvalidParameterError(DPError, ValueError):
+    """A privacy or mechanism parameter is outside what is accepted."""
+
+    def __init__(self, name: str, value: object, accepted: str, why: str = "") -> None:
+        self.name = name
+        self.value = value
+        self.accepted = accepted
+        message = f"{name}={value!r} is not accepted: {name} must be {accepted}"
+        if why:
+            message += f". {why}"
+        super().__init__(message)
+
+
+class InvalidDataError(DPError, ValueError):
+    """The data handed to a mechanism is malformed (non-finite, wrong shape or type, empty)."""
+
+    def __init__(self, name: str, problem: str, accepted: str) -> None:
+        self.name = name
+        self.problem = problem
+        self.accepted = accepted
+        super().__init__(f"{name}: {problem}; accepted: {accepted}")
+
+
+class BudgetExceededError(DPError):
+    """A spend was refused because it would exceed the remaining budget."""
+
+    def __init__(self, requested: str, remaining: str) -> None:
+        self.requested = requested
+        self.remaining = remaining
+        super().__init__(f"privacy budget exceeded: requested {requested}, remaining {remaining}")
+
+
+class LedgerError(DPError):
+    """The persistent budget ledger could not record or read a spend."""
+
+
+class AuthError(DPError):
+    """An analyst could not be authenticated or is not allowed the request."""
