@@ -397,13 +397,13 @@ def add_ratios(rows: list[dict[str, Any]]) -> None:
 
 
 HEADERS = ["work", "library", "implementation", "values measured", "seconds for N", "M values/s",
-           "× numpy time", "dpkit speedup", "noise std"]
+           "× numpy time", "dpkit speedup", "std"]
 LEFT = {"work", "library", "implementation"}
 
 NOTES = [
     "numpy rows are insecure baselines (PCG64, floating-point inverse-CDF samplers).",
     "Gaussian: numpy and OpenDP use σ = 1; dpkit and diffprivlib calibrate σ from ε = 1, δ = 1e-6, "
-    "Δ = 1 (the noise std column shows the σ each drew); continuous samplers' time does not "
+    "Δ = 1 (the std column, the sample std of the noise, shows the σ each drew); continuous samplers' time does not "
     "depend on σ.",
     "diffprivlib GaussianDiscrete only takes (ε, δ): its private _scale is set to σ (1 or 1000); "
     "its sampler loops O(σ) times per value.",

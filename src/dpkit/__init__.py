@@ -1,6 +1,11 @@
-"""dpkit: differential privacy you can audit."""
+"""dpkit: differential privacy you can audit.
 
-from dpkit import errors, noise
+>>> import dpkit as dp
+>>> dp.Laplace(epsilon=1.0, sensitivity=1.0).scale
+1.0
+"""
+
+from dpkit import accounting, audit, errors, mechanisms, noise
 from dpkit.errors import (
     AuthError,
     BudgetExceededError,
@@ -9,12 +14,35 @@ from dpkit.errors import (
     InvalidParameterError,
     LedgerError,
 )
+from dpkit.mechanisms import (
+    BoundedMean,
+    Exponential,
+    ForcedResponse,
+    Gaussian,
+    Geometric,
+    Laplace,
+    RandomizedResponse,
+    ReportNoisyMax,
+    sensitivity,
+)
 
 __version__ = "0.1.0"
 
 __all__ = [
+    "accounting",
+    "audit",
     "errors",
+    "mechanisms",
     "noise",
+    "sensitivity",
+    "Laplace",
+    "Geometric",
+    "Gaussian",
+    "RandomizedResponse",
+    "ForcedResponse",
+    "Exponential",
+    "ReportNoisyMax",
+    "BoundedMean",
     "DPError",
     "InvalidParameterError",
     "InvalidDataError",

@@ -7,7 +7,7 @@ are independent, so X splits into independent parts at any bit position,
 
     X = Lo + 2^J · (Mid + 2^m · Top),
 
-    Lo  ∈ [0, 2^J):  P(Lo = r)  ∝ e^{−r/t}          nearly uniform (t = M·2^J, M ∈ [512, 1024]):
+    Lo  ∈ [0, 2^J):  P(Lo = r)  ∝ e^{−r/t}          nearly uniform (t = M·2^J, M ∈ [512, 1024)):
                                                       a uniform proposal, accepted w.p. e^{−r/t}
     Mid ∈ [0, 2^m):  P(Mid = v) ∝ e^{−v/M}          inversion through a 2^16-entry guide table
     Top ∈ {0, 1, …}: P(Top >= k) = e^{−k·2^m/M}     inversion, ratio <= e^{−1}: a few thresholds
@@ -16,8 +16,8 @@ Every comparison is against certified 32-bit thresholds (integers computed with 
 arithmetic); a uniform that ties a threshold, or lands inside the margin of the Lo acceptance,
 is settled exactly with more random bits. Two 64-bit words per sample on average.
 
-For t >= 1024 the scale is rounded *up* to M·2^J (at most 0.2 % more noise: the privacy
-guarantee only improves); :func:`laplace_plan` reports the scale actually used.
+The split works for any rational scale t = M·2^J (M ∈ [512, 1024) need not be an integer), so
+the scale is sampled exactly as asked.
 
 Discrete Gaussian with σ: CKS Alg. 3 — propose discrete Laplace with t >= ⌊σ⌋ + 1 and accept
 with probability exp(−(|y| − σ²/t)² / (2σ²)), decided by :func:`decide_exp_neg`.
@@ -51,7 +51,7 @@ _MIN_SCALE = Fraction(1, 2**20)
 class LaplacePlan:
     """Everything a discrete Laplace draw with one scale needs, computed once."""
 
-    scale: Fraction  # the scale actually sampled (>= the one asked for)
+    scale: Fraction  # the scale sampled, exactly
     lo_bits: int  # J
     hi_scale: Fraction  # M = scale / 2^J
     mid_bits: int  # m
@@ -71,47 +71,68 @@ class LaplacePlan:
         return exp_neg_bounds(k * (1 << self.mid_bits) / self.hi_scale, prec)
 
 
-def _floor32(bounds: tuple[int, int], prec: int) -> int:
-    """floor(v·2^32) from an enclosure of v·2^prec, or raise if the enclosure straddles."""
-    lo, hi = bounds[0] >> (prec - 32), bounds[1] >> (prec - 32)
-    if lo != hi and (bounds[1] & ((1 << (prec - 32)) - 1)) != 0:
-        raise ArithmeticError("enclosure too wide")  # never at prec = 128; kept as a guard
-    return lo
+def _floor32(lo: int, hi: int, prec: int) -> int | None:
+    """floor(v·2^32) from lo <= v·2^prec <= hi, or None if the enclosure straddles a step."""
+    a, b = lo >> (prec - 32), hi >> (prec - 32)
+    return a if a == b else None
+
+
+def _threshold(lo: int, hi: int, exact: Callable[[int], tuple[int, int]]) -> int:
+    t = _floor32(lo, hi, _PLAN_PREC)
+    while t is None:  # a value within 2^-150 of a step: recompute it alone, more precisely
+        prec = 2 * _PLAN_PREC
+        t = _floor32(*exact(prec), prec)
+    return t
+
+
+_PLAN_PREC = 192
 
 
 @lru_cache(maxsize=256)
 def laplace_plan(scale: Fraction) -> LaplacePlan:
-    """The sampling plan for a discrete Laplace with (at least) the given scale."""
+    """The sampling plan for a discrete Laplace with exactly the given (rational) scale."""
+    j = 0
     if scale >= 1024:
-        j = math.floor(math.log2(scale)) - 9
-        while scale / (1 << j) > 1024:  # guard float log2 at powers of two
+        j = max(0, math.floor(math.log2(scale)) - 9)
+        while scale / (1 << j) >= 1024:  # guard the float log2 near powers of two
             j += 1
-        while scale / (1 << j) < 512:
+        while j and scale / (1 << j) < 512:
             j -= 1
-        m_int = -(-scale.numerator // (scale.denominator << j))  # ceil(scale / 2^J)
-        hi = Fraction(m_int)
-        eff = hi * (1 << j)
-    else:
-        j, hi, eff = 0, scale, scale
-    m = max(0, math.ceil(math.log2(hi))) if hi > 1 else 0
+    hi = scale / (1 << j)
+    m = 0
     while (1 << m) < hi:
         m += 1
-    plan = LaplacePlan(eff, j, hi, m, np.zeros(0, np.uint64), np.zeros(0, np.intp), np.zeros(0, np.uint64))
-    prec = 128
-    mid = [_floor32(plan.mid_tail(v, prec), prec) for v in range(1, 1 << m)] + [0]
-    mid_arr = np.array(mid, dtype=np.uint64)
-    edges = (np.arange(1, 65537, dtype=np.uint64)) << np.uint64(16)
-    # guide[j] = #{v : T_v >= (j+1)·2^16}; thresholds decrease with v
-    guide = np.searchsorted(-mid_arr[:-1].astype(np.float64), -edges.astype(np.float64), side="right")
+    plan = LaplacePlan(scale, j, hi, m, np.zeros(0, np.uint64), np.zeros(0, np.intp), np.zeros(0, np.uint64))
+    # Powers of ρ = e^{-1/M} as certified intervals by repeated multiplication at 192 bits
+    # (each product loses at most one unit in the last place, far below the 32 bits needed).
+    p = _PLAN_PREC
+    r_lo, r_hi = exp_neg_bounds(1 / hi, p)
+    pw = [(1 << p, 1 << p)]
+    for _ in range(1 << m):
+        lo_, hi_ = pw[-1]
+        pw.append((lo_ * r_lo >> p, -((-hi_ * r_hi) >> p)))
+    q_lo, q_hi = pw[-1]  # Q = ρ^{2^m}
+    one = 1 << p
+    den = (one - q_hi, one - q_lo)
+    mid = []
+    for v in range(1, 1 << m):
+        lo_, hi_ = interval_quotient((pw[v][0] - q_hi, pw[v][1] - q_lo), den, p)
+        mid.append(_threshold(lo_, hi_, lambda prec, v=v: plan.mid_tail(v, prec)))
+    mid_arr = np.array(mid + [0], dtype=np.uint64)
+    edges = np.arange(1, 65537, dtype=np.float64) * 65536.0
+    # guide[j] = #{v : T_v >= (j+1)·2^16}; the thresholds decrease with v
+    guide = np.searchsorted(-mid_arr[:-1].astype(np.float64), -edges, side="right")
     top = []
+    t_lo, t_hi = q_lo, q_hi
     k = 1
     while True:
-        t_k = _floor32(plan.top_tail(k, prec), prec)
+        t_k = _threshold(t_lo, t_hi, lambda prec, k=k: plan.top_tail(k, prec))
         top.append(t_k)
         if t_k == 0:
             break
+        t_lo, t_hi = t_lo * q_lo >> p, -((-t_hi * q_hi) >> p)
         k += 1
-    return LaplacePlan(eff, j, hi, m, mid_arr, guide.astype(np.intp), np.array(top, dtype=np.uint64))
+    return LaplacePlan(scale, j, hi, m, mid_arr, guide.astype(np.intp), np.array(top, dtype=np.uint64))
 
 
 def _resolve_count(prefix: int, tail, start: int, src: RandomSource) -> int:
@@ -174,20 +195,30 @@ def _low_part(plan: LaplacePlan, word_a: NDArray[np.uint64], src: RandomSource) 
     mask_j = np.uint64((1 << jbits) - 1)
     mask_u = np.uint64((1 << ubits) - 1)
     inv = float(1 / plan.scale)
+    ulp = 2.0**-ubits
     out = np.empty(word_a.size, dtype=np.int64)
     todo = np.arange(word_a.size)
     words = word_a
     while todo.size:
         r = words & mask_j
         gamma_hat = r.astype(np.float64) * inv
-        ok = decide_exp_neg(
-            gamma_hat,
-            gamma_hat * 2.0**-50,
-            (words >> np.uint64(jbits)) & mask_u,
-            ubits,
-            lambda i, r=r: Fraction(int(r[i])) / plan.scale,
-            src,
-        )
+        u = ((words >> np.uint64(jbits)) & mask_u).astype(np.float64) * ulp
+        # Fast accept: e^{−γ} >= 1 − γ >= 1 − γ̂(1 + 2^−50); the float evaluation errs by less
+        # than 2^−52 absolute, so 2^−50 more slack keeps this a lower bound. About one lane in
+        # 2^9 needs the full decision.
+        ok = u + ulp <= 1.0 - gamma_hat * (1.0 + 2.0**-50) - 2.0**-50
+        rest = np.flatnonzero(~ok)
+        if rest.size:
+            r_rest = r[rest]
+            g_rest = gamma_hat[rest]
+            ok[rest] = decide_exp_neg(
+                g_rest,
+                g_rest * 2.0**-50,
+                (words[rest] >> np.uint64(jbits)) & mask_u,
+                ubits,
+                lambda i, r_rest=r_rest: Fraction(int(r_rest[i])) / plan.scale,
+                src,
+            )
         out[todo[ok]] = r[ok].astype(np.int64)
         todo = todo[~ok]
         words = src.words(todo.size)
@@ -247,9 +278,8 @@ def sample_discrete_laplace(plan: LaplacePlan, n: int, src: RandomSource) -> NDA
 def discrete_laplace(scale: float | Fraction, size: int, *, rng: RNG = None) -> NDArray[np.int64]:
     """``size`` exact draws of the discrete Laplace: P(Y = y) ∝ exp(−|y| / scale), y ∈ ℤ.
 
-    ``scale`` is taken at its exact binary value (or pass a :class:`~fractions.Fraction`). Scales
-    of 1024 and above are rounded up by less than 0.2 % to the sampler's grid —
-    ``laplace_plan(Fraction(scale)).scale`` is the scale actually used. Source: Canonne, Kamath
+    ``scale`` is taken at its exact binary value (or pass a :class:`~fractions.Fraction`) and
+    sampled exactly. Source: Canonne, Kamath
     & Steinke (2020), "The Discrete Gaussian for Differential Privacy", Alg. 2, vectorised by
     bit-splitting the geometric (see the module docstring).
 
