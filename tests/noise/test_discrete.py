@@ -91,7 +91,7 @@ def test_exact_branch_counts_thresholds_correctly() -> None:
     # branch by feeding it prefixes just below and at a threshold.
     plan = laplace_plan(Fraction(5, 2))
     src = SeededSource(np.random.default_rng(0))
-    t1 = int(plan.top_thresholds[0])
+    t1 = int(plan.top.thresholds[0])
     assert _resolve_count(t1 + 1, plan.top_tail, 1, src) == 0  # above T_1: Top = 0
     # At the tie, Top >= 1 iff the remaining bits fall below the fraction part: about half/half.
     hits = [_resolve_count(t1, plan.top_tail, 1, src) for _ in range(400)]

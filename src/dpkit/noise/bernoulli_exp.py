@@ -101,12 +101,35 @@ def decide_exp_neg(
     """
     lower, upper = exp_neg_enclosure(gamma_hat, err)
     ulp = 2.0**-bits
-    u = prefix.astype(np.float64) * ulp  # exact: prefix < 2^53
+    u = prefix.view(np.int64).astype(np.float64) * ulp  # exact: prefix < 2^53
     accept = (u + ulp) <= lower
     unsure = np.flatnonzero(~accept & (u < upper))
     for i in unsure:  # about one lane in 2^28: the exact branch
         accept[i] = lazy_less(int(prefix[i]), bits, exp_neg_bounds_fn(exact_gamma(int(i))), src)[0]
     return accept
+
+
+def decide_exp_neg_small(
+    gamma_hat: NDArray[np.float64],
+    prefix: NDArray[np.uint64],
+    bits: int,
+    exact_gamma: Callable[[int], Fraction],
+    src: RandomSource,
+) -> NDArray[np.bool_]:
+    """:func:`decide_exp_neg` for small γ, with ``gamma_hat`` within 2^−50 relative of γ.
+
+    Most lanes are accepted by e^{−γ} >= 1 − γ >= 1 − γ̂(1 + 2^−50): the float evaluation errs by
+    less than 2^−52 absolute, so 2^−50 more slack keeps it a lower bound. The rest (a share of
+    about γ) take the full decision.
+    """
+    ulp = 2.0**-bits
+    u = prefix.view(np.int64).astype(np.float64) * ulp
+    ok = u + ulp <= 1.0 - gamma_hat * (1.0 + 2.0**-50) - 2.0**-50
+    rest = np.flatnonzero(~ok)
+    if rest.size:
+        g = gamma_hat[rest]
+        ok[rest] = decide_exp_neg(g, g * 2.0**-50, prefix[rest], bits, lambda i: exact_gamma(int(rest[i])), src)
+    return ok
 
 
 def bernoulli_exp(

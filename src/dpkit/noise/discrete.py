@@ -19,8 +19,12 @@ is settled exactly with more random bits. Two 64-bit words per sample on average
 The split works for any rational scale t = M·2^J (M ∈ [512, 1024) need not be an integer), so
 the scale is sampled exactly as asked.
 
-Discrete Gaussian with σ: CKS Alg. 3 — propose discrete Laplace with t >= ⌊σ⌋ + 1 and accept
-with probability exp(−(|y| − σ²/t)² / (2σ²)), decided by :func:`decide_exp_neg`.
+Discrete Gaussian with σ on the same idea: M = |Y| = 2^J·A + Lo, where A is drawn by inversion
+from the half discrete Gaussian with σ/2^J (σ/2^J ∈ [512, 1024), or J = 0 for σ < 1024) and Lo
+is uniform; each draw is accepted with probability exp(−(M² − (2^J·A)²)/(2σ²)) >= e^{-1/64}.
+Then P(M = m) ∝ exp(−(2^J a)²/(2σ²))·exp(−(m² − (2^J a)²)/(2σ²)) = exp(−m²/(2σ²)). This is
+the rejection scheme of CKS Alg. 3 with a staircase Gaussian proposal instead of a Laplace one:
+acceptance above 0.999 instead of about 0.76.
 """
 
 from __future__ import annotations
@@ -36,15 +40,60 @@ from numpy.typing import NDArray
 
 from dpkit.errors import InvalidParameterError
 from dpkit.noise._exact import exp_neg_bounds, interval_quotient, lazy_less
-from dpkit.noise.bernoulli_exp import CHUNK, decide_exp_neg
+from dpkit.noise.bernoulli_exp import CHUNK, decide_exp_neg, decide_exp_neg_small
 from dpkit.noise.source import RNG, RandomSource, resolve_rng
 
-__all__ = ["discrete_laplace", "discrete_gaussian", "laplace_plan", "LaplacePlan"]
+__all__ = ["discrete_laplace", "discrete_gaussian", "laplace_plan", "LaplacePlan", "gaussian_plan", "GaussianPlan"]
 
 _U32 = np.uint64(32)
 _MASK32 = np.uint64(0xFFFFFFFF)
 _MAX_SCALE = Fraction(2) ** 52
 _MIN_SCALE = Fraction(1, 2**20)
+
+
+@dataclass(frozen=True)
+class InversionTable:
+    """Inversion sampling of a count K >= 0 from certified 32-bit tail thresholds.
+
+    ``thresholds[k-1] = floor(P(K >= k)·2^32)`` for k = 1, 2, … down to the first zero. A 32-bit
+    uniform R gives K = #{k : T_k > R}, exactly, unless R equals the next threshold (then more bits
+    decide, see :func:`_resolve_count`). A 2^16-bucket guide table answers with one lookup and one
+    comparison; buckets holding two or more thresholds (far tails only) use a binary search.
+    """
+
+    thresholds: NDArray[np.uint64]  # decreasing, ends with 0; padded with a final 0
+    guide: NDArray[np.int64]  # #{k : T_k >= (j+1)·2^16} for bucket j
+    crowded: NDArray[np.bool_]  # bucket j holds two or more thresholds
+    ascending: NDArray[np.uint64]
+
+    @classmethod
+    def build(cls, thresholds: list[int]) -> InversionTable:
+        t = np.array(thresholds, dtype=np.uint64)
+        edges = np.arange(1, 65537, dtype=np.uint64) << np.uint64(16)
+        asc = t[::-1].copy()
+        guide = t.size - np.searchsorted(asc, edges, side="left")  # #{T_k >= edge}
+        per_bucket = np.bincount((t >> np.uint64(16)).astype(np.int64), minlength=65536)
+        return cls(np.append(t, np.uint64(0)), guide.astype(np.int64), per_bucket >= 2, asc)
+
+    def count(self, r: NDArray[np.uint64]) -> tuple[NDArray[np.int64], NDArray[np.intp]]:
+        """K for each 32-bit uniform in ``r``, and the lanes whose R ties the next threshold."""
+        bucket = (r >> np.uint64(16)).view(np.int64)
+        c = self.guide[bucket]
+        cnt = c + (self.thresholds[c] > r)
+        crowd = np.flatnonzero(self.crowded[bucket])
+        if crowd.size:
+            cnt[crowd] = self.ascending.size - np.searchsorted(self.ascending, r[crowd], side="right")
+        ties = np.flatnonzero(self.thresholds[cnt] == r)
+        return cnt, ties
+
+
+def _counts(
+    table: InversionTable, r: NDArray[np.uint64], tail: Callable[[int, int], tuple[int, int]], src: RandomSource
+) -> NDArray[np.int64]:
+    cnt, ties = table.count(r)
+    for i in ties:  # R equals a threshold: compare the same uniform with more bits
+        cnt[i] = _resolve_count(int(r[i]), tail, int(cnt[i]) + 1, src)
+    return cnt
 
 
 @dataclass(frozen=True)
@@ -55,9 +104,8 @@ class LaplacePlan:
     lo_bits: int  # J
     hi_scale: Fraction  # M = scale / 2^J
     mid_bits: int  # m
-    mid_thresholds: NDArray[np.uint64]  # T_v = floor(P(Mid >= v)·2^32), v = 1..2^m − 1, then 0
-    mid_guide: NDArray[np.intp]  # number of T_v >= (j+1)·2^16, per top-16-bit bucket j
-    top_thresholds: NDArray[np.uint64]  # floor(Q^k·2^32), k = 1..K, last one 0
+    mid: InversionTable | None  # P(Mid >= v), v = 1..2^m − 1, then 0
+    top: InversionTable  # P(Top >= k) = Q^k down to the first zero
 
     def mid_tail(self, v: int, prec: int) -> tuple[int, int]:
         """Enclose P(Mid >= v)·2^prec = (ρ^v − ρ^{2^m}) / (1 − ρ^{2^m})·2^prec."""
@@ -102,7 +150,7 @@ def laplace_plan(scale: Fraction) -> LaplacePlan:
     m = 0
     while (1 << m) < hi:
         m += 1
-    plan = LaplacePlan(scale, j, hi, m, np.zeros(0, np.uint64), np.zeros(0, np.intp), np.zeros(0, np.uint64))
+    plan = LaplacePlan(scale, j, hi, m, None, InversionTable.build([0]))
     # Powers of ρ = e^{-1/M} as certified intervals by repeated multiplication at 192 bits
     # (each product loses at most one unit in the last place, far below the 32 bits needed).
     p = _PLAN_PREC
@@ -118,10 +166,6 @@ def laplace_plan(scale: Fraction) -> LaplacePlan:
     for v in range(1, 1 << m):
         lo_, hi_ = interval_quotient((pw[v][0] - q_hi, pw[v][1] - q_lo), den, p)
         mid.append(_threshold(lo_, hi_, lambda prec, v=v: plan.mid_tail(v, prec)))
-    mid_arr = np.array(mid + [0], dtype=np.uint64)
-    edges = np.arange(1, 65537, dtype=np.float64) * 65536.0
-    # guide[j] = #{v : T_v >= (j+1)·2^16}; the thresholds decrease with v
-    guide = np.searchsorted(-mid_arr[:-1].astype(np.float64), -edges, side="right")
     top = []
     t_lo, t_hi = q_lo, q_hi
     k = 1
@@ -132,7 +176,8 @@ def laplace_plan(scale: Fraction) -> LaplacePlan:
             break
         t_lo, t_hi = t_lo * q_lo >> p, -((-t_hi * q_hi) >> p)
         k += 1
-    return LaplacePlan(scale, j, hi, m, mid_arr, guide.astype(np.intp), np.array(top, dtype=np.uint64))
+    mid_table = InversionTable.build(mid + [0]) if m else None
+    return LaplacePlan(scale, j, hi, m, mid_table, InversionTable.build(top))
 
 
 def _resolve_count(prefix: int, tail, start: int, src: RandomSource) -> int:
@@ -145,42 +190,30 @@ def _resolve_count(prefix: int, tail, start: int, src: RandomSource) -> int:
         k += 1
 
 
-def _geometric(plan: LaplacePlan, n: int, src: RandomSource) -> tuple[NDArray[np.int64], NDArray[np.uint64]]:
-    """n draws of X (P(X = x) ∝ e^{−x/scale}) and, for each, one spare random bit (the top bit)."""
+def _geometric(
+    plan: LaplacePlan, n: int, src: RandomSource, *, untilted_low: bool = False
+) -> tuple[NDArray[np.int64], NDArray[np.uint64], NDArray[np.int64] | None]:
+    """n draws of X (P(X = x) ∝ e^{−x/scale}) and, for each, one spare random bit (the top bit).
+
+    With ``untilted_low`` the low J bits are left uniform and returned as a third array: the
+    caller must then accept each draw with an extra factor e^{−low/scale}, which lets a rejection
+    sampler built on top (the discrete Gaussian) fold both acceptance tests into one.
+    """
     word_a = src.words(n)
     word_b = src.words(n)
     spare = word_a >> np.uint64(63)
-    # Mid by inversion: count of thresholds above the uniform, via the guide table.
-    r_mid = word_b >> _U32
-    if plan.mid_bits:
-        c = plan.mid_guide[(r_mid >> np.uint64(16)).astype(np.intp)]
-        nxt = plan.mid_thresholds[c]
-        mid = c + (nxt > r_mid)
-        for i in np.flatnonzero(nxt == r_mid):
-            mid[i] = _resolve_count(int(r_mid[i]), plan.mid_tail, int(c[i]) + 1, src)
+    top = _counts(plan.top, word_b & _MASK32, plan.top_tail, src)
+    if plan.mid is not None:
+        mid = _counts(plan.mid, word_b >> _U32, plan.mid_tail, src)
     else:
-        mid = np.zeros(n, dtype=np.intp)
-    # Top by inversion over its few thresholds (P(Top >= 1) <= e^-1), following only the lanes
-    # still below the last threshold passed.
-    r_top = word_b & _MASK32
-    thresholds = plan.top_thresholds
-    below = r_top < thresholds[0]
-    top = below.astype(np.int64)
-    for i in np.flatnonzero(r_top == thresholds[0]):
-        top[i] = _resolve_count(int(r_top[i]), plan.top_tail, 1, src)
-    lanes = np.flatnonzero(below)
-    for k, t_k in enumerate(thresholds[1:], start=2):
-        if not lanes.size:
-            break
-        r = r_top[lanes]
-        for i in lanes[r == t_k]:
-            top[i] = _resolve_count(int(r_top[i]), plan.top_tail, k, src)
-        lanes = lanes[r < t_k]
-        top[lanes] = k
-    x = (top << np.int64(plan.mid_bits)) + mid.astype(np.int64)
-    if plan.lo_bits:
-        x = (x << np.int64(plan.lo_bits)) + _low_part(plan, word_a, src)
-    return x, spare
+        mid = np.zeros(n, dtype=np.int64)
+    x = (top << np.int64(plan.mid_bits)) + mid
+    if not plan.lo_bits:
+        return x, spare, (np.zeros(n, dtype=np.int64) if untilted_low else None)
+    if untilted_low:
+        low = (word_a & np.uint64((1 << plan.lo_bits) - 1)).view(np.int64)
+        return (x << np.int64(plan.lo_bits)) + low, spare, low
+    return (x << np.int64(plan.lo_bits)) + _low_part(plan, word_a, src), spare, None
 
 
 def _low_part(plan: LaplacePlan, word_a: NDArray[np.uint64], src: RandomSource) -> NDArray[np.int64]:
@@ -195,31 +228,16 @@ def _low_part(plan: LaplacePlan, word_a: NDArray[np.uint64], src: RandomSource) 
     mask_j = np.uint64((1 << jbits) - 1)
     mask_u = np.uint64((1 << ubits) - 1)
     inv = float(1 / plan.scale)
-    ulp = 2.0**-ubits
     out = np.empty(word_a.size, dtype=np.int64)
     todo = np.arange(word_a.size)
     words = word_a
     while todo.size:
-        r = words & mask_j
+        r = (words & mask_j).view(np.int64)
         gamma_hat = r.astype(np.float64) * inv
-        u = ((words >> np.uint64(jbits)) & mask_u).astype(np.float64) * ulp
-        # Fast accept: e^{−γ} >= 1 − γ >= 1 − γ̂(1 + 2^−50); the float evaluation errs by less
-        # than 2^−52 absolute, so 2^−50 more slack keeps this a lower bound. About one lane in
-        # 2^9 needs the full decision.
-        ok = u + ulp <= 1.0 - gamma_hat * (1.0 + 2.0**-50) - 2.0**-50
-        rest = np.flatnonzero(~ok)
-        if rest.size:
-            r_rest = r[rest]
-            g_rest = gamma_hat[rest]
-            ok[rest] = decide_exp_neg(
-                g_rest,
-                g_rest * 2.0**-50,
-                (words[rest] >> np.uint64(jbits)) & mask_u,
-                ubits,
-                lambda i, r_rest=r_rest: Fraction(int(r_rest[i])) / plan.scale,
-                src,
-            )
-        out[todo[ok]] = r[ok].astype(np.int64)
+        ok = decide_exp_neg_small(
+            gamma_hat, (words >> np.uint64(jbits)) & mask_u, ubits, lambda i, r=r: int(r[i]) / plan.scale, src
+        )
+        out[todo[ok]] = r[ok]
         todo = todo[~ok]
         words = src.words(todo.size)
     return out
@@ -260,7 +278,7 @@ def _fill(n: int, draw: Callable[[int], NDArray[np.int64]], rate: float) -> NDAr
 
 
 def _laplace_batch(plan: LaplacePlan, k: int, src: RandomSource) -> NDArray[np.int64]:
-    x, sign = _geometric(plan, k, src)
+    x, sign, _ = _geometric(plan, k, src)
     keep = (sign == 0) | (x != 0)  # reject (−, 0): zero would otherwise be counted twice
     return np.where(sign == 1, -x, x)[keep]
 
@@ -292,42 +310,129 @@ def discrete_laplace(scale: float | Fraction, size: int, *, rng: RNG = None) -> 
     return sample_discrete_laplace(plan, _check_size(size), resolve_rng(rng))
 
 
+@dataclass(frozen=True)
+class GaussianPlan:
+    """Everything a discrete Gaussian draw with one σ needs, computed once."""
+
+    sigma: Fraction
+    lo_bits: int  # J
+    hi_sigma: Fraction  # s = σ / 2^J
+    table: InversionTable  # P(A >= k) for the half discrete Gaussian with s
+    p_zero: float  # P(A = 0), to size batches
+
+    @property
+    def inv_two_sigma2(self) -> float:
+        return float(1 / (2 * self.sigma * self.sigma))
+
+    def tail(self, k: int, prec: int) -> tuple[int, int]:
+        sums = _half_gauss_sums(self.hi_sigma, prec + 8)
+        return _quotient_at(sums, k, prec + 8, prec)
+
+
+def _quotient_at(sums: tuple[list[int], list[int]], k: int, p: int, prec: int) -> tuple[int, int]:
+    s_lo, s_hi = sums
+    if k >= len(s_lo):
+        return 0, -((-s_hi[-1] << prec) // s_lo[0]) if s_hi[-1] else 0
+    lo, hi = interval_quotient((s_lo[k], s_hi[k]), (s_lo[0], s_hi[0]), p)
+    return lo >> (p - prec), -((-hi) >> (p - prec))
+
+
+@lru_cache(maxsize=16)
+def _half_gauss_sums(s: Fraction, p: int) -> tuple[list[int], list[int]]:
+    """Certified suffix sums S_k = Σ_{a >= k} e^{−a²/(2s²)}, scaled by 2^p, as (lo, hi) lists.
+
+    Terms follow w_{a+1} = w_a·b^{2a+1}, b = e^{−1/(2s²)}, in outward-rounded interval
+    arithmetic. Summation stops at the first N with w_N < 2^-p; the rest of the series is at most
+    w_N·(1 + 2s²/(2N+1)) (a geometric bound, as 1 − e^{−x} >= x/(1 + x)), added to every upper
+    sum. The last entry of each list is that tail bound alone (the sum from N on).
+    """
+    w = p + 24  # guard bits for the rounding of up to a few 10^4 products
+    b_lo, b_hi = exp_neg_bounds(1 / (2 * s * s), w)
+    b2_lo, b2_hi = b_lo * b_lo >> w, -((-b_hi * b_hi) >> w)
+    w_lo = w_hi = 1 << w
+    c_lo, c_hi = b_lo, b_hi  # b^{2a+1} for a = 0
+    terms: list[tuple[int, int]] = []
+    while w_hi >= (1 << 24):  # w_a >= 2^-p
+        terms.append((w_lo, w_hi))
+        w_lo, w_hi = w_lo * c_lo >> w, -((-w_hi * c_hi) >> w)
+        c_lo, c_hi = c_lo * b2_lo >> w, -((-c_hi * b2_hi) >> w)
+    n = len(terms)
+    factor = 1 + -((-2 * s * s) // (2 * n + 1))  # ceil(1 + 2s²/(2N+1))
+    rest = int(w_hi * factor)
+    sums_lo, sums_hi = [0] * (n + 1), [0] * (n + 1)
+    sums_hi[n] = rest
+    for a in range(n - 1, -1, -1):
+        sums_lo[a] = sums_lo[a + 1] + terms[a][0]
+        sums_hi[a] = sums_hi[a + 1] + terms[a][1]
+    shift = w - p
+    return [x >> shift for x in sums_lo], [-((-x) >> shift) for x in sums_hi]
+
+
+@lru_cache(maxsize=64)
+def gaussian_plan(sigma: Fraction) -> GaussianPlan:
+    j = 0
+    if sigma >= 1024:
+        j = max(0, math.floor(math.log2(sigma)) - 9)
+        while sigma / (1 << j) >= 1024:
+            j += 1
+        while j and sigma / (1 << j) < 512:
+            j -= 1
+    s = sigma / (1 << j)
+    p = _PLAN_PREC
+    sums = _half_gauss_sums(s, p)
+    plan = GaussianPlan(sigma, j, s, InversionTable.build([0]), 0.0)
+    thresholds = []
+    k = 1
+    while True:
+        lo, hi = _quotient_at(sums, k, p, p)
+        t_k = _threshold(lo, hi, lambda prec, k=k: plan.tail(k, prec))
+        thresholds.append(t_k)
+        if t_k == 0:
+            break
+        k += 1
+    p_zero = 1.0 - thresholds[0] / 2.0**32
+    return GaussianPlan(sigma, j, s, InversionTable.build(thresholds), p_zero)
+
+
+def _gaussian_batch(plan: GaussianPlan, k: int, src: RandomSource) -> NDArray[np.int64]:
+    word_a = src.words(k)
+    sign = word_a >> np.uint64(63)
+    a = _counts(plan.table, word_a & _MASK32, plan.tail, src)
+    jbits = plan.lo_bits
+    if jbits:
+        word_b = src.words(k)
+        ubits = 63 - jbits
+        prefix = (word_b >> np.uint64(jbits)) & np.uint64((1 << ubits) - 1)
+        low = (word_b & np.uint64((1 << jbits) - 1)).view(np.int64)
+        base = a << np.int64(jbits)
+        # γ = low·(2^{J+1}·a + low)/(2σ²). While a < 2^14 both factors are integers below 2^53,
+        # so γ̂ carries two roundings plus that of 1/(2σ²): within 2^−50 relative. Larger a has
+        # probability below 2^-180 (s < 1024); such a batch sends those lanes to the exact branch.
+        gamma_hat = low.astype(np.float64) * ((base << np.int64(1)) + low).astype(np.float64) * plan.inv_two_sigma2
+        two_s2 = 2 * plan.sigma * plan.sigma
+
+        def exact(i: int) -> Fraction:
+            lo_i = int(low[i])
+            return Fraction(lo_i * (2 * (int(a[i]) << jbits) + lo_i)) / two_s2
+
+        if a.max(initial=0) < (1 << 14):
+            ok = decide_exp_neg_small(gamma_hat, prefix, ubits, exact, src)
+        else:
+            err = np.where(a < (1 << 14), gamma_hat * 2.0**-50, np.inf)
+            ok = decide_exp_neg(np.where(a < (1 << 14), gamma_hat, 0.0), err, prefix, ubits, exact, src)
+        m = base + low
+    else:
+        m = a
+        ok = np.ones(k, dtype=bool)
+    ok &= (sign == 0) | (m != 0)  # reject (−, 0): zero would otherwise be counted twice
+    return np.where(sign == 1, -m, m)[ok]
+
+
 def sample_discrete_gaussian(sigma: Fraction, n: int, src: RandomSource) -> NDArray[np.int64]:
-    """CKS Alg. 3: discrete Laplace proposals, accepted with probability exactly e^{−γ},
-    γ = (|y| − σ²/t)² / (2σ²)."""
-    s2 = sigma * sigma
-    plan = laplace_plan(Fraction(math.floor(sigma) + 1))
-    t = plan.scale
-    c = float(s2 / t)
-    inv2s2 = float(1 / (2 * s2))
-    inv_s2 = float(1 / s2)
-    lap_rate = _laplace_rate(plan)
-
-    def batch(k: int) -> NDArray[np.int64]:
-        y = _fill(k, lambda j: _laplace_batch(plan, j, src), lap_rate)
-        a_abs = np.abs(y).astype(np.float64)  # exact while |y| < 2^53
-        d = a_abs - c
-        gamma_hat = d * d * inv2s2
-        # One rounding each in c, d, d² and the product by 1/(2σ²) gives
-        # |γ̂ − γ| <= 2^−52·(c + |y|)²/σ² + 2^−51·γ̂; err (one bound for the whole batch) is 8x
-        # that. A batch holding |y| >= 2^52 gets per-lane bounds, infinite for those lanes.
-        a_max = float(a_abs.max(initial=0.0))
-        err: NDArray[np.float64] | float = 2.0**-49 * ((c + a_max) ** 2 * inv_s2 + float(gamma_hat.max(initial=0.0)))
-        if a_max >= 2.0**52:
-            ca = c + a_abs
-            err = np.where(a_abs < 2.0**52, 2.0**-49 * (ca * ca * inv_s2 + gamma_hat), np.inf)
-        ok = decide_exp_neg(
-            gamma_hat,
-            err,
-            src.words(k) >> np.uint64(11),
-            53,
-            lambda i: (abs(int(y[i])) - s2 / t) ** 2 / (2 * s2),
-            src,
-        )
-        return y[ok]
-
-    # Acceptance is about 0.76 for t ≈ σ (CKS Sec. 5); ask a little more than 1/0.7.
-    return _fill(n, batch, 0.7)
+    """n exact draws of the discrete Gaussian with parameter σ (see the module docstring)."""
+    plan = gaussian_plan(sigma)
+    rate = (1.0 - plan.p_zero / 2) * (0.99 if plan.lo_bits else 1.0)
+    return _fill(n, lambda k: _gaussian_batch(plan, k, src), rate)
 
 
 def discrete_gaussian(sigma: float | Fraction, size: int, *, rng: RNG = None) -> NDArray[np.int64]:

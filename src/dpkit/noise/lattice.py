@@ -21,6 +21,7 @@ Noise of 2^53 or more (never seen at these scales) is added in exact integer ari
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 from dataclasses import dataclass
 from fractions import Fraction
 
@@ -28,13 +29,14 @@ import numpy as np
 from numpy.typing import NDArray
 
 from dpkit.errors import InvalidDataError, InvalidParameterError
+from dpkit.noise.bernoulli_exp import CHUNK
 from dpkit.noise.discrete import laplace_plan, sample_discrete_gaussian, sample_discrete_laplace
 from dpkit.noise.source import RandomSource
 
 __all__ = ["Lattice", "choose_lattice", "snap", "add_lattice_noise", "lattice_laplace", "lattice_gaussian"]
 
 _BASE_BITS = 40
-_MAX_BITS = 50
+_MAX_BITS = 45  # keeps |noise| far below 2^52, where the float fast paths stop
 _MIN_EXPONENT = -1000  # keeps g·|y| clear of subnormals
 _MAX_EXPONENT = 960
 
@@ -55,7 +57,7 @@ def choose_lattice(scale: float, size: int, *, norm: int = 1) -> Lattice:
 
     For ``size`` coordinates the rounding adds size·g (ℓ1) or √size·g (ℓ2) to the sensitivity;
     taking g smaller by that factor keeps the added noise below 2^-39 of the noise scale, up to a
-    lattice of 2^-50 of the scale.
+    lattice of 2^-45 of the scale.
     """
     if not (math.isfinite(scale) and scale > 0):
         raise InvalidParameterError("scale", scale, "a finite number > 0")
@@ -68,9 +70,13 @@ def choose_lattice(scale: float, size: int, *, norm: int = 1) -> Lattice:
 
 
 def snap(x: NDArray[np.float64], lattice: Lattice) -> NDArray[np.float64]:
-    """round(x / g) as exact integer-valued doubles (ties to even)."""
-    scaled = np.ldexp(x, -lattice.exponent)
-    if not np.all(np.isfinite(scaled)):
+    """round(x / g) as exact integer-valued doubles (ties to even).
+
+    Multiplying by 2^-k is exact for normal results; a result small enough to be subnormal is
+    below 1/2 and rounds to 0 either way.
+    """
+    scaled = x * math.ldexp(1.0, -lattice.exponent)
+    if not np.isfinite(scaled).all():
         raise InvalidDataError(
             "value", f"is too large for a noise lattice of granularity 2**{lattice.exponent}", "values below 2**1000 in magnitude"
         )
@@ -79,26 +85,33 @@ def snap(x: NDArray[np.float64], lattice: Lattice) -> NDArray[np.float64]:
 
 def add_lattice_noise(points: NDArray[np.float64], noise: NDArray[np.int64], lattice: Lattice) -> NDArray[np.float64]:
     """g·(points + noise), rounding only the exact sum (see the module docstring)."""
-    out = points + noise.astype(np.float64)
-    big = np.flatnonzero(np.abs(noise) >= 2**53)
-    for i in big:  # exact integer sum, correctly rounded once
-        out.flat[i] = float(int(points.flat[i]) + int(noise.flat[i]))
-    return np.ldexp(out, lattice.exponent)
+    out = points + noise
+    if noise.size and (noise.max() >= 2**53 or noise.min() <= -(2**53)):
+        for i in np.flatnonzero(np.abs(noise) >= 2**53):  # exact integer sum, rounded once
+            out.flat[i] = float(int(points.flat[i]) + int(noise.flat[i]))
+    out *= lattice.granularity
+    return out
+
+
+def _release(x: NDArray[np.float64], lattice: Lattice, draw: Callable[[int], NDArray[np.int64]]) -> NDArray[np.float64]:
+    flat = x.ravel()
+    out = np.empty(flat.size, dtype=np.float64)
+    for s in range(0, flat.size, CHUNK):  # cache-sized blocks
+        points = snap(flat[s : s + CHUNK], lattice)
+        out[s : s + CHUNK] = add_lattice_noise(points, draw(points.size), lattice)
+    return out.reshape(x.shape)
 
 
 def lattice_laplace(
     x: NDArray[np.float64], lattice: Lattice, lattice_scale: Fraction, src: RandomSource
 ) -> NDArray[np.float64]:
     """x snapped to the lattice plus g·DiscreteLaplace(lattice_scale), for every coordinate."""
-    points = snap(x, lattice)
-    noise = sample_discrete_laplace(laplace_plan(lattice_scale), points.size, src).reshape(points.shape)
-    return add_lattice_noise(points, noise, lattice)
+    plan = laplace_plan(lattice_scale)
+    return _release(x, lattice, lambda n: sample_discrete_laplace(plan, n, src))
 
 
 def lattice_gaussian(
     x: NDArray[np.float64], lattice: Lattice, lattice_sigma: Fraction, src: RandomSource
 ) -> NDArray[np.float64]:
     """x snapped to the lattice plus g·DiscreteGaussian(lattice_sigma), for every coordinate."""
-    points = snap(x, lattice)
-    noise = sample_discrete_gaussian(lattice_sigma, points.size, src).reshape(points.shape)
-    return add_lattice_noise(points, noise, lattice)
+    return _release(x, lattice, lambda n: sample_discrete_gaussian(lattice_sigma, n, src))
