@@ -67,8 +67,9 @@ def looped(mech: Any):
     return sample
 
 
-def audit(sampler, x0: Any, x1: Any, *, trials: int, seed: int = SEED, **kwargs: Any) -> AuditResult:
-    return estimate_epsilon(sampler, x0, x1, trials=trials, confidence=STRICT, rng=np.random.default_rng(seed), **kwargs)
+def audit(sampler, x0: Any, x1: Any, *, trials: int, **kwargs: Any) -> AuditResult:
+    rng = np.random.default_rng(SEED)
+    return estimate_epsilon(sampler, x0, x1, trials=trials, confidence=STRICT, rng=rng, **kwargs)
 
 
 # --- Laplace -------------------------------------------------------------------------------------

@@ -1,0 +1,136 @@
+"""Tests for the ``dpkit`` command line (dpkit.cli) and the demo it runs (dpkit.demo).
+
+The demo's statistical check uses the secure default randomness (no seed), so it is a real test
+of the released estimate, and is calibrated to be essentially never flaky: the survey has
+n = 10,000 students with exactly 3,000 "yes" answers, so the Warner estimate
+p̂ = 3·mean(Y) − 1 has standard deviation 3·√((2/9)/n) ≈ 0.0141 and misses the true rate by more
+than 0.1 (7.1 σ) with probability 1.6e-12 (exact, from the convolution of the two binomials); the
+two-coin estimate (σ ≈ 0.0087) misses by 0.1 with probability below 1e-30.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+from typer.testing import CliRunner
+
+import dpkit
+from dpkit import datasets
+from dpkit.cli import app
+
+runner = CliRunner()
+
+
+@pytest.mark.parametrize("args", [["--help"], ["demo", "--help"], ["version", "--help"]])
+def test_help(args: list[str]) -> None:
+    result = runner.invoke(app, args)
+    assert result.exit_code == 0, result.output
+    assert "Usage" in result.output
+
+
+def test_help_lists_only_real_commands() -> None:
+    out = runner.invoke(app, ["--help"]).output
+    assert "demo" in out and "version" in out
+    for planned in ("query", "budget", "account", "audit", "serve"):
+        assert f" {planned} " not in out
+
+
+def test_no_arguments_shows_help() -> None:
+    result = runner.invoke(app, [])
+    assert "Usage" in result.output
+
+
+def test_version() -> None:
+    result = runner.invoke(app, ["version"])
+    assert result.exit_code == 0
+    assert result.stdout.strip() == f"dpkit {dpkit.__version__}"
+
+
+def test_demo_writes_files_and_prints_the_estimate(tmp_path: Path) -> None:
+    out = tmp_path / "demo"
+    result = runner.invoke(app, ["demo", "--out", str(out), "--seed", "1"])
+    assert result.exit_code == 0, result.output
+    png = out / "laplace_vs_gaussian.png"
+    assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n" and png.stat().st_size > 10_000
+    for name in ("survey_reports.csv", "age_histogram.csv", "results.json"):
+        assert (out / name).is_file()
+        assert name in result.stdout  # the paths of the files written are printed
+    saved = json.loads((out / "results.json").read_text(encoding="utf-8"))
+    assert f"{saved['randomized_response']['warner']['estimate']:.4f}" in result.stdout
+    assert f"{saved['randomized_response']['two_coin']['estimate']:.4f}" in result.stdout
+    assert "reproducible, NOT secure" in result.stdout
+    # the released reports, not the true answers, are what the CSV holds
+    lines = (out / "survey_reports.csv").read_text(encoding="utf-8").splitlines()
+    assert lines[0] == "student,warner_report,two_coin_report" and len(lines) == 10_001
+
+
+def test_demo_seed_is_reproducible(tmp_path: Path) -> None:
+    runs = []
+    for name in ("a", "b"):
+        result = runner.invoke(app, ["demo", "--out", str(tmp_path / name), "--seed", "7", "--json"])
+        assert result.exit_code == 0, result.output
+        data = json.loads(result.stdout)
+        data.pop("files")
+        data.pop("seconds")
+        runs.append(data)
+    assert runs[0] == runs[1]
+
+
+def test_demo_json(tmp_path: Path) -> None:
+    result = runner.invoke(app, ["demo", "--out", str(tmp_path), "--json"])
+    assert result.exit_code == 0, result.output
+    data = json.loads(result.stdout)  # stdout holds exactly one JSON document
+    assert data["randomness"] == {"seed": None, "secure": True, "note": "CSPRNG (OS entropy)"}
+
+    rr = data["randomized_response"]
+    assert rr["true_rate"] == 0.3 and rr["n"] == 10_000
+    w, c = rr["warner"], rr["two_coin"]
+    assert abs(w["estimate"] - rr["true_rate"]) < 0.1  # fails w.p. 1.6e-12 (module docstring)
+    assert abs(c["estimate"] - rr["true_rate"]) < 0.1
+    assert w["estimate"] == pytest.approx(3 * w["mean_report"] - 1, abs=1e-12)  # seed 000
+    assert c["estimate"] == pytest.approx(2 * c["p_b"] - 0.5, abs=1e-12)  # seed 002
+    assert w["ci95"][0] < w["estimate"] < w["ci95"][1]
+
+    lq = data["laplace_queries"]
+    assert lq["count"]["scale"] == 2.0  # Δ = 1, ε = 0.5
+    assert lq["count"]["bound95_formula"] == pytest.approx(2.0 * 2.995732273553991)  # b·ln 20
+    assert lq["histogram"]["sensitivity"] == 2.0 and lq["histogram"]["sensitivity_add_remove"] == 1.0
+    assert lq["k_queries"]["sensitivity"] == lq["k_queries"]["k"] == 10
+    assert lq["epsilon_total"] == pytest.approx(1.5)
+
+    rows = data["laplace_vs_gaussian"]["rows"]
+    assert [r["epsilon"] for r in rows] == [0.125, 0.25, 0.5, 1.0, 2.0, 4.0]
+    for r in rows:
+        assert r["count_abs"]["laplace_formula"] < r["count_abs"]["gaussian_formula"]
+        assert r["k_queries_sq"]["gaussian_formula"] < r["k_queries_sq"]["laplace_formula"]
+        for key in ("count_abs", "histogram_sq", "k_queries_sq"):
+            for mech in ("laplace", "gaussian"):
+                # ≥ 100,000 noise values per cell: the measured mean is within 10% of the formula
+                # (more than 15 standard errors, even for squared Laplace noise)
+                assert r[key][f"{mech}_measured"] == pytest.approx(r[key][f"{mech}_formula"], rel=0.1)
+    assert Path(data["files"][0]).name == "laplace_vs_gaussian.png"
+    assert all(Path(p).is_file() for p in data["files"])
+
+
+def test_demo_reports_unwritable_out(tmp_path: Path) -> None:
+    blocker = tmp_path / "file"
+    blocker.write_text("not a directory")
+    result = runner.invoke(app, ["demo", "--out", str(blocker / "sub")])
+    assert result.exit_code == 1
+    assert "could not write" in result.output
+
+
+def test_demo_rejects_negative_seed(tmp_path: Path) -> None:
+    result = runner.invoke(app, ["demo", "--out", str(tmp_path), "--seed", "-1"])
+    assert result.exit_code != 0
+
+
+def test_datasets_are_deterministic() -> None:
+    a, b = datasets.cheating_survey(), datasets.cheating_survey()
+    assert (a.answers == b.answers).all() and a.true_rate == 0.3
+    assert int(a.answers.sum()) == 3_000
+    p, q = datasets.people(), datasets.people()
+    assert (p.age == q.age).all() and (p.income == q.income).all()
+    assert p.age.min() >= datasets.AGE_MIN and p.age.max() <= datasets.AGE_MAX
