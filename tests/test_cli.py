@@ -11,6 +11,7 @@ two-coin estimate (σ ≈ 0.0087) misses by 0.1 with probability below 1e-30.
 from __future__ import annotations
 
 import json
+import re
 from pathlib import Path
 
 import pytest
@@ -32,9 +33,9 @@ def test_help(args: list[str]) -> None:
 
 def test_help_lists_only_real_commands() -> None:
     out = runner.invoke(app, ["--help"]).output
-    assert "demo" in out and "version" in out
-    for planned in ("query", "budget", "account", "audit", "serve"):
-        assert f" {planned} " not in out
+    panel = out[out.index("Commands") :]
+    listed = set(re.findall(r"^\W*([a-z]+)\s{2,}\S", panel, flags=re.MULTILINE))
+    assert listed == {"demo", "version"}  # planned commands are not advertised before they exist
 
 
 def test_no_arguments_shows_help() -> None:

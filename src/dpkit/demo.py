@@ -35,6 +35,7 @@ from numpy.typing import NDArray
 from rich.console import Console
 from rich.progress import Progress, TaskID
 from rich.table import Table
+from rich.text import Text
 
 import dpkit as dp
 from dpkit import datasets
@@ -579,5 +580,5 @@ def render(result: dict[str, Any], console: Console) -> None:
 
     console.rule("[bold]Files written")
     for p in result["files"]:
-        console.print(f"  {p}")
+        console.print(Text("  " + p), soft_wrap=True)  # unwrapped and without markup: copyable paths
     console.print(f"done in {result['seconds']:.1f} s")

@@ -43,7 +43,7 @@ def test_discrete_laplace_matches_pmf(scale: float) -> None:
     assert p > ALPHA
 
 
-@pytest.mark.parametrize("sigma", [0.3, 1.0, 3.0, 50.0, 2000.0])
+@pytest.mark.parametrize("sigma", [0.3, 1.0, 3.0, 50.0, 2000.0, 5000.5])
 def test_discrete_gaussian_matches_pmf(sigma: float) -> None:
     y = discrete_gaussian(sigma, N, rng=np.random.default_rng(int(sigma * 100) + 7))
     support = np.arange(-int(12 * sigma) - 5, int(12 * sigma) + 6)
@@ -116,3 +116,26 @@ def test_bad_scale_is_rejected(bad: object) -> None:
 def test_bad_size_is_rejected(bad: object) -> None:
     with pytest.raises(InvalidParameterError, match="size"):
         discrete_laplace(1.0, bad)  # type: ignore[arg-type]
+
+
+def test_broken_gaussian_fails_the_same_test() -> None:
+    # Power: 2 % too much σ, or a rounded continuous normal, must fail the χ² test used above.
+    rng = np.random.default_rng(12)
+    support = np.arange(-40, 41)
+    wide = discrete_gaussian(3.0 * 1.02, N, rng=rng)
+    assert chi2_pvalue(wide, support, dgauss_pmf(3.0, support)) < ALPHA
+    rounded = np.rint(rng.normal(0, 1.0, N)).astype(np.int64)
+    assert chi2_pvalue(rounded, support, dgauss_pmf(1.0, support)) < ALPHA
+
+
+def test_inversion_table_counts_thresholds_above_the_uniform() -> None:
+    from dpkit.noise.discrete import InversionTable
+
+    # Two thresholds in one bucket (crowded), one alone, and the final zero.
+    t = [3_000_000_000, 70_000, 69_000, 5, 0]
+    table = InversionTable.build(t)
+    r = np.array([3_100_000_000, 2_999_999_999, 69_500, 68_000, 6, 4, 0, 5], dtype=np.uint64)
+    cnt, ties = table.count(r)
+    expected = [sum(x > int(v) for x in t) for v in r]
+    assert cnt.tolist() == expected
+    assert ties.tolist() == [6, 7]  # R = 0 ties the final threshold, R = 5 ties T_4
