@@ -23,7 +23,7 @@ demo: $(STAMP_RUN)
 	$(BIN)/dpkit demo --out out/demo
 
 test: $(STAMP_DEV)
-	$(BIN)/python -m pytest -n 2
+	$(BIN)/python -m pytest -n 2 --doctest-modules src tests
 
 # Peer libraries live in their own environment: their pins clash with dpkit's.
 bench: $(STAMP_RUN)

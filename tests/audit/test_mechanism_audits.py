@@ -129,27 +129,30 @@ def test_broken_geometric_double_epsilon_is_caught() -> None:
 
 # --- Gaussian --------------------------------------------------------------------------------------
 
-GAUSS_EPS, GAUSS_DELTA = 1.0, 1e-5
-
 
 @pytest.mark.slow
-def test_gaussian_is_valid() -> None:
-    mech = dp.Gaussian(epsilon=GAUSS_EPS, delta=GAUSS_DELTA, sensitivity=1.0)
+@pytest.mark.parametrize("delta", [1e-5, 1e-3])
+def test_gaussian_is_valid(delta: float) -> None:
+    mech = dp.Gaussian(epsilon=1.0, delta=delta, sensitivity=1.0)
     result = audit(vectorised(mech), 0.0, 1.0, trials=1_000_000, delta=mech.delta)
     assert result.delta == mech.delta
     assert result.epsilon_lower <= mech.epsilon  # guarantee: false failure <= 1e-6
-    # Not tight (the (ε, δ) curve's worst case sits in tails too rare to measure): over 20 seeds
-    # 0.569 ± 0.012. Far from 0, though: the audit does see the Gaussian's privacy loss.
+    # Not tight: the (ε, δ) curve's worst case sits in tails too rare to measure at STRICT
+    # confidence. Over 20 seeds: δ = 1e-5: 0.567 ± 0.037 (min 0.498); δ = 1e-3: 0.824 ± 0.026.
+    # Far from 0, though: the audit does see the Gaussian's privacy loss.
     assert result.epsilon_lower > 0.3
 
 
+@pytest.mark.slow
 def test_broken_gaussian_half_sigma_is_caught() -> None:
-    # σ/2 (calibrated for sensitivity 1/2) on a query of sensitivity 1, claiming (1, 1e-5).
-    claimed = dp.Gaussian(epsilon=GAUSS_EPS, delta=GAUSS_DELTA, sensitivity=1.0)
-    broken = dp.Gaussian(epsilon=GAUSS_EPS, delta=GAUSS_DELTA, sensitivity=0.5)
+    # σ/2 (calibrated for sensitivity 1/2) on a query of sensitivity 1, claiming (1, 1e-3).
+    # (At δ = 1e-5 the audit of σ/2 reaches only 1.34 ± 0.07 with 1M trials, too close to 1 for a
+    # test that must never flake; at δ = 1e-3 the events that show the leak are common enough.)
+    claimed = dp.Gaussian(epsilon=1.0, delta=1e-3, sensitivity=1.0)
+    broken = dp.Gaussian(epsilon=1.0, delta=1e-3, sensitivity=0.5)
     assert math.isclose(broken.sigma, claimed.sigma / 2)
-    result = audit(vectorised(broken), 0.0, 1.0, trials=400_000, delta=claimed.delta)
-    # Over 20 seeds 1.594 ± 0.028 (min 1.545): > 20 sd above the claim.
+    result = audit(vectorised(broken), 0.0, 1.0, trials=1_000_000, delta=claimed.delta)
+    # Over 20 seeds 1.957 ± 0.048 (min 1.853): ~20 sd above the claim.
     assert result.epsilon_lower > claimed.epsilon
 
 
