@@ -130,6 +130,12 @@ def test_event_equals_noise_drawn(spy_gaussian, kwargs, size):
     assert mech.sigma <= plan.sigma <= mech.sigma * (1 + 1e-6)
 
 
+@pytest.mark.parametrize("eps, delta", [(0.001, 1e-5), (0.001, 1e-4)])
+def test_small_epsilon_constructs(eps, delta):
+    mech = Gaussian(epsilon=eps, delta=delta)
+    assert gaussian_delta(eps, mech.event.noise_multiplier) <= delta
+
+
 # ------------------------------------------------------------------------------------------------
 # distribution and shapes
 # ------------------------------------------------------------------------------------------------
@@ -320,7 +326,6 @@ def test_frozen():
         mech.delta = 0.5  # type: ignore[misc]
 
 
-@pytest.mark.xfail(strict=True, reason="STYLE.md §7: constructors should be keyword-only; Gaussian(1.0, 1e-6) is accepted")
 def test_constructor_is_keyword_only():
     with pytest.raises(TypeError):
         Gaussian(1.0, 1e-6)  # type: ignore[misc]

@@ -72,7 +72,9 @@ def test_event_is_two_laplace_events_summing_to_epsilon(eps, share):
     assert sum_event.epsilon == pytest.approx(eps * share, rel=1e-15)
     assert count_event.epsilon == pytest.approx(eps * (1 - share), rel=1e-15)
     # Exact for these dyadic shares: the parts sum to ε with no rounding.
-    assert Fraction(sum_event.epsilon) + Fraction(count_event.epsilon) == Fraction(eps)
+    # The split is rounded against us: the parts never add up to more than ε, and lose < 1e-15.
+    total = Fraction(sum_event.epsilon) + Fraction(count_event.epsilon)
+    assert Fraction(eps) * (1 - Fraction(1, 10**15)) <= total <= Fraction(eps)
 
 
 @pytest.mark.parametrize("eps, share", [(1.0, 0.3), (0.7, 0.1), (3.3, 0.9)])
@@ -81,11 +83,6 @@ def test_event_parts_sum_to_epsilon_approximately(eps, share):
     assert sum(e.epsilon for e in parts) == pytest.approx(eps, rel=1e-14)
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="mean.py splits ε as ε·share and ε·(1 − share), each rounded to nearest: the parts can "
-    "sum to more than ε (STYLE.md §3: round privacy arithmetic against yourself)",
-)
 @pytest.mark.parametrize("eps, share", [(0.1, 0.1), (0.3, 0.1)])
 def test_budget_split_never_exceeds_epsilon(eps, share):
     mech = BoundedMean(epsilon=eps, lower=0.0, upper=1.0, sum_share=share)
@@ -273,7 +270,6 @@ def test_frozen():
         r.mean = 0.0  # type: ignore[misc]
 
 
-@pytest.mark.xfail(strict=True, reason="STYLE.md §7: constructors should be keyword-only; BoundedMean(1.0, 0, 1) is accepted")
 def test_constructor_is_keyword_only():
     with pytest.raises(TypeError):
         BoundedMean(1.0, 0.0, 1.0)  # type: ignore[misc]

@@ -10,8 +10,10 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass, field
+from fractions import Fraction
 
 from dpkit._validate import Neighbours
+from dpkit.accounting.rounding import log_up, to_float_up
 from dpkit.errors import InvalidParameterError
 
 __all__ = [
@@ -67,18 +69,24 @@ class LaplaceEvent(DPEvent):
     """Laplace (or discrete Laplace) noise with scale = noise_multiplier × ℓ1 sensitivity.
 
     Pure DP with ε = 1 / noise_multiplier (Dwork & Roth 2014, Thm 3.6; for the discrete Laplace on
-    a lattice that contains the sensitivity, Canonne–Kamath–Steinke 2020, Sec. 2).
+    a lattice that contains the sensitivity, Canonne–Kamath–Steinke 2020, Sec. 2). ``epsilon`` is
+    that reciprocal, rounded up. The multiplier may be an exact :class:`~fractions.Fraction`:
+    :meth:`for_epsilon` records 1/ε exactly, so ``epsilon`` gives back ε itself.
     """
 
-    noise_multiplier: float
+    noise_multiplier: float | Fraction
     neighbours: Neighbours = "add_remove"
 
     def __post_init__(self) -> None:
-        _check_positive("noise_multiplier", self.noise_multiplier)
+        _check_positive("noise_multiplier", float(self.noise_multiplier) if isinstance(self.noise_multiplier, Fraction) else self.noise_multiplier)
+
+    @classmethod
+    def for_epsilon(cls, epsilon: float, neighbours: Neighbours = "add_remove") -> LaplaceEvent:
+        return cls(noise_multiplier=1 / Fraction(epsilon), neighbours=neighbours)
 
     @property
     def epsilon(self) -> float:
-        return 1.0 / self.noise_multiplier
+        return to_float_up(1 / Fraction(self.noise_multiplier))
 
 
 @dataclass(frozen=True)
@@ -108,7 +116,9 @@ class RandomizedResponseEvent(DPEvent):
 
     @property
     def epsilon(self) -> float:
-        return math.log(self.p_truth * (self.k - 1) / (1 - self.p_truth))
+        """ln(p·(k − 1)/(1 − p)) for the exact binary value of p, rounded up."""
+        p = Fraction(self.p_truth)
+        return log_up(p * (self.k - 1) / (1 - p))
 
 
 @dataclass(frozen=True)

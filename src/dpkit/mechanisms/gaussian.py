@@ -14,7 +14,7 @@ from dpkit._validate import Neighbours
 from dpkit.accounting.analytic_gaussian import analytic_gaussian_sigma, classic_gaussian_sigma
 from dpkit.accounting.events import GaussianEvent
 from dpkit.errors import InvalidParameterError
-from dpkit.mechanisms.laplace import _as_output
+from dpkit.mechanisms.laplace import _as_output, _check_scale_range
 from dpkit.noise.lattice import Lattice, choose_lattice, lattice_gaussian
 from dpkit.noise.source import RNG, resolve_rng
 
@@ -33,7 +33,7 @@ class GaussianNoisePlan:
 
     lattice: Lattice
     lattice_sigma: Fraction  # σ / g, sampled exactly
-    sensitivity_on_lattice: float  # Δ₂/g + √size: ℓ2 distance between snapped neighbours
+    sensitivity_on_lattice: Fraction  # Δ₂/g + √size: ℓ2 distance between snapped neighbours
 
     @property
     def sigma(self) -> float:
@@ -41,10 +41,10 @@ class GaussianNoisePlan:
 
     @property
     def noise_multiplier(self) -> float:
-        return float(self.lattice_sigma) / self.sensitivity_on_lattice
+        return float(self.lattice_sigma / self.sensitivity_on_lattice)
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class Gaussian:
     """The Gaussian mechanism: (ε, δ)-DP release of a real value or vector with ℓ2 sensitivity Δ₂.
 
@@ -57,7 +57,7 @@ class Gaussian:
     otherwise.
 
     Floating-point safety: values are snapped to a lattice g = 2^k (about 2^-40 of σ, finer for
-    long vectors) and discrete Gaussian noise with σ/g is added, sampled exactly (Canonne, Kamath
+    long vectors, at most 2^-47) and discrete Gaussian noise with σ/g is added, sampled exactly (Canonne, Kamath
     & Steinke 2020). Snapping adds at most g√d to the ℓ2 sensitivity; σ is calibrated for Δ₂ + g√d
     and for δ·(1 − 2^-20), which covers the lattice's O(2^-78) difference from the continuous
     curve. The event ``GaussianEvent(σ/(Δ₂ + g√d))`` describes the noise drawn.
@@ -92,6 +92,7 @@ class Gaussian:
         else:
             raise InvalidParameterError("calibration", self.calibration, "'analytic' or 'classic'")
         object.__setattr__(self, "_unit_sigma", unit)  # σ per unit of ℓ2 sensitivity
+        _check_scale_range(self.sigma)
 
     @property
     def sigma(self) -> float:
@@ -103,12 +104,16 @@ class Gaussian:
         return GaussianEvent(noise_multiplier=self._unit_sigma, neighbours=self.neighbours)
 
     def noise_plan(self, size: int = 1) -> GaussianNoisePlan:
+        """The exact lattice and noise a release of ``size`` coordinates uses.
+
+        In exact arithmetic: the ℓ2 sensitivity on the lattice is Δ₂/g + √size (√size rounded
+        up) and σ/g is that times the calibrated multiplier, rounded up to a multiple of 2^-8
+        (which keeps the fraction small; more noise is always safe).
+        """
         lattice = choose_lattice(self.sigma, size, norm=2)
-        g = lattice.granularity
-        sens = self.sensitivity / g + math.sqrt(size)
-        sens = math.nextafter(sens, math.inf)
-        # σ/g rounded up to the nearest multiple of 2^-8 keeps the Fraction small; more noise is fine.
-        lat_sigma = Fraction(math.ceil(self._unit_sigma * sens * 256) + 1, 256)
+        root = Fraction(math.nextafter(math.sqrt(size), math.inf))  # sqrt is correctly rounded
+        sens = Fraction(self.sensitivity) / Fraction(lattice.granularity) + root
+        lat_sigma = Fraction(math.ceil(Fraction(self._unit_sigma) * sens * 256), 256)
         return GaussianNoisePlan(lattice, lat_sigma, sens)
 
     def release(self, value: ArrayLike, *, rng: RNG = None) -> Any:

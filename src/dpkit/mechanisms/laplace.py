@@ -26,6 +26,11 @@ def _as_output(noisy: NDArray[Any], original: object) -> Any:
     return noisy.reshape(()).item() if np.ndim(original) == 0 else noisy
 
 
+def _check_scale_range(scale: float) -> None:
+    if not (math.isfinite(scale) and 2.0**-900 <= scale <= 2.0**900):
+        raise InvalidParameterError("sensitivity/epsilon", scale, "a noise scale in [2**-900, 2**900]")
+
+
 def _laplace_tail_steps(lattice_scale: Fraction, beta: float) -> int:
     """Smallest m with P(|Y| >= m) <= beta for Y ~ DiscreteLaplace(t): P(|Y| >= m) = 2ρ^m / (1 + ρ)."""
     t = float(lattice_scale)
@@ -56,7 +61,7 @@ class LaplaceNoisePlan:
         return float(self.sensitivity_on_lattice / self.lattice_scale)
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class Laplace:
     """The Laplace mechanism: ε-DP release of a real value or vector with ℓ1 sensitivity Δ.
 
@@ -67,8 +72,9 @@ class Laplace:
     Floating-point safety (Mironov 2012): the value is snapped to a lattice g = 2^k chosen from
     the scale (about 2^-40 of it) and discrete Laplace noise is added on the lattice, sampled
     exactly (Canonne, Kamath & Steinke 2020). Snapping adds at most g per coordinate to the
-    sensitivity, so the lattice noise scale is (Δ/g + d)/ε for d coordinates: the noise is about
-    2^-39 larger than Δ/ε and the guarantee is exactly ε (``noise_plan(d)`` shows the numbers).
+    sensitivity, so the lattice noise scale is (Δ/g + d)/ε for d coordinates and the guarantee is
+    exactly ε. The extra noise, d·g/Δ relative, is below 2^-39 for short vectors and below
+    d/(ε·2^47) for long ones (``noise_plan(d)`` shows the numbers).
 
     Accuracy: per coordinate, P(|noise| >= t·b) = e^{-t} for the continuous Laplace; the exact
     lattice bound is :meth:`error_bound`.
@@ -90,6 +96,7 @@ class Laplace:
         object.__setattr__(self, "epsilon", v.epsilon(self.epsilon))
         object.__setattr__(self, "sensitivity", v.positive(self.sensitivity, "sensitivity"))
         v.neighbours(self.neighbours)
+        _check_scale_range(self.sensitivity / self.epsilon)
 
     @property
     def scale(self) -> float:
@@ -98,7 +105,7 @@ class Laplace:
 
     @property
     def event(self) -> LaplaceEvent:
-        return LaplaceEvent(noise_multiplier=1.0 / self.epsilon, neighbours=self.neighbours)
+        return LaplaceEvent.for_epsilon(self.epsilon, self.neighbours)
 
     def noise_plan(self, size: int = 1) -> LaplaceNoisePlan:
         """The exact lattice and noise a release of ``size`` coordinates uses."""
@@ -128,7 +135,7 @@ class Laplace:
         return _as_output(r - a, released), _as_output(r + a, released)
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class Geometric:
     """The geometric mechanism: integer counts plus discrete Laplace noise, ε-DP.
 
@@ -164,7 +171,7 @@ class Geometric:
 
     @property
     def event(self) -> LaplaceEvent:
-        return LaplaceEvent(noise_multiplier=1.0 / self.epsilon, neighbours=self.neighbours)
+        return LaplaceEvent.for_epsilon(self.epsilon, self.neighbours)
 
     def release(self, value: ArrayLike, *, rng: RNG = None) -> Any:
         x = v.finite_array(value, "value", integer=True)

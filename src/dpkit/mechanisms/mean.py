@@ -3,11 +3,13 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
+from fractions import Fraction
 
 from numpy.typing import ArrayLike
 
 from dpkit import _validate as v
 from dpkit.accounting.events import ComposedEvent, LaplaceEvent
+from dpkit.accounting.rounding import sub_down, to_float_down
 from dpkit.mechanisms import sensitivity
 from dpkit.mechanisms.laplace import Laplace
 from dpkit.noise.source import RNG, resolve_rng
@@ -24,7 +26,7 @@ class MeanRelease:
     noisy_count: float
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class BoundedMean:
     """ε-DP mean of values clipped to declared bounds, as noisy sum / noisy count.
 
@@ -57,11 +59,12 @@ class BoundedMean:
     @property
     def _sum_mech(self) -> Laplace:
         s = sensitivity.bounded_sum(self.lower, self.upper, "add_remove").l1
-        return Laplace(epsilon=self.epsilon * self.sum_share, sensitivity=s)
+        return Laplace(epsilon=to_float_down(Fraction(self.epsilon) * Fraction(self.sum_share)), sensitivity=s)
 
     @property
     def _count_mech(self) -> Laplace:
-        return Laplace(epsilon=self.epsilon * (1 - self.sum_share), sensitivity=1.0)
+        # The remainder, rounded down, so that the two parts never add up to more than ε.
+        return Laplace(epsilon=sub_down(self.epsilon, self._sum_mech.epsilon), sensitivity=1.0)
 
     @property
     def event(self) -> ComposedEvent:

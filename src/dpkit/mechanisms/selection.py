@@ -43,7 +43,7 @@ def _check_candidates(candidates: Sequence[Any] | None, n: int) -> None:
         raise InvalidDataError("candidates", f"has {len(candidates)} entries but utilities has {n}", "one candidate per utility")
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class Exponential:
     """The exponential mechanism: select candidate i with probability ∝ exp(ε·u_i / (2Δ)).
 
@@ -123,7 +123,7 @@ class Exponential:
                 return int(idx[hits[0]])
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class ReportNoisyMax:
     """Report noisy max: add noise to every score and release only the index of the largest.
 
@@ -133,7 +133,7 @@ class ReportNoisyMax:
     exponential noise with the same scale, which is the permute-and-flip mechanism (McKenna &
     Sheldon 2020; Ding et al. 2021) and never worse than the exponential mechanism.
 
-    Floating-point safety: scores are snapped to a lattice g = 2^k (about 2^-30 of the scale) and
+    Floating-point safety: scores are snapped to a lattice g = 2^k (2^-47 of the scale) and
     the noise is exact discrete noise on it; ties go to the lowest index. Snapped neighbours
     differ by at most ⌊Δ/g⌋ + 1 lattice steps per score, and the noise scale is calibrated for
     that integer sensitivity, for which the usual argument (the winner's noise must clear a
@@ -168,7 +168,7 @@ class ReportNoisyMax:
         return self.sensitivity * (1 if self.monotonic else 2) / self.epsilon
 
     def _plan(self) -> tuple[Any, Fraction]:
-        lattice = choose_lattice(self.scale, 1 << 10)  # 2^-50 of the scale: ties are negligible
+        lattice = choose_lattice(self.scale, 1 << 10)  # 2^-47 of the scale: ties are negligible
         steps = math.floor(self.sensitivity / lattice.granularity) + 1
         lattice_scale = Fraction(steps * (1 if self.monotonic else 2)) / Fraction(self.epsilon)
         return lattice, lattice_scale

@@ -9,13 +9,15 @@ exactly the one the privacy proof is about.
 Rounding moves each coordinate by at most g/2, so two neighbouring inputs whose query values
 differ by Δ (ℓ1) round to lattice points that differ by at most Δ/g + d lattice steps (d the
 number of coordinates), or Δ/g + √d in ℓ2. The mechanisms add that to the sensitivity before
-calibrating; choosing g about 2^-40 of the noise scale (less for long vectors) makes the extra
-noise negligible.
+calibrating; choosing g about 2^-40 of the noise scale (less for long vectors) keeps the extra
+noise, size·g/Δ relative, negligible: below 2^-39 up to 2^7 coordinates and below
+size/(ε·2^47) beyond.
 
 Arithmetic: x·2^-k and the rounding are exact in IEEE double; the noise, an int64 below 2^53 in
 magnitude, converts exactly; the one rounding in ``round(x/g) + Y`` is the correctly rounded sum
 of two exact numbers — a function of the exact lattice point alone — so it is post-processing.
-Noise of 2^53 or more (never seen at these scales) is added in exact integer arithmetic.
+Noise of 2^53 or more (about e^-32 per value at the largest lattice scale) is added in exact
+integer arithmetic and rounded once.
 """
 
 from __future__ import annotations
@@ -36,7 +38,7 @@ from dpkit.noise.source import RandomSource
 __all__ = ["Lattice", "choose_lattice", "snap", "add_lattice_noise", "lattice_laplace", "lattice_gaussian"]
 
 _BASE_BITS = 40
-_MAX_BITS = 45  # keeps |noise| far below 2^52, where the float fast paths stop
+_MAX_BITS = 47  # lattice scales below 2^48: inside the samplers' fast ranges
 _MIN_EXPONENT = -1000  # keeps g·|y| clear of subnormals
 _MAX_EXPONENT = 960
 
@@ -57,7 +59,7 @@ def choose_lattice(scale: float, size: int, *, norm: int = 1) -> Lattice:
 
     For ``size`` coordinates the rounding adds size·g (ℓ1) or √size·g (ℓ2) to the sensitivity;
     taking g smaller by that factor keeps the added noise below 2^-39 of the noise scale, up to a
-    lattice of 2^-45 of the scale.
+    lattice of 2^-47 of the scale (then the extra noise is at most size·2^-47·scale/Δ).
     """
     if not (math.isfinite(scale) and scale > 0):
         raise InvalidParameterError("scale", scale, "a finite number > 0")
@@ -75,7 +77,8 @@ def snap(x: NDArray[np.float64], lattice: Lattice) -> NDArray[np.float64]:
     Multiplying by 2^-k is exact for normal results; a result small enough to be subnormal is
     below 1/2 and rounds to 0 either way.
     """
-    scaled = x * math.ldexp(1.0, -lattice.exponent)
+    with np.errstate(over="ignore"):
+        scaled = x * math.ldexp(1.0, -lattice.exponent)
     if not np.isfinite(scaled).all():
         raise InvalidDataError(
             "value", f"is too large for a noise lattice of granularity 2**{lattice.exponent}", "values below 2**1000 in magnitude"
@@ -85,11 +88,21 @@ def snap(x: NDArray[np.float64], lattice: Lattice) -> NDArray[np.float64]:
 
 def add_lattice_noise(points: NDArray[np.float64], noise: NDArray[np.int64], lattice: Lattice) -> NDArray[np.float64]:
     """g·(points + noise), rounding only the exact sum (see the module docstring)."""
-    out = points + noise
     if noise.size and (noise.max() >= 2**53 or noise.min() <= -(2**53)):
-        for i in np.flatnonzero(np.abs(noise) >= 2**53):  # exact integer sum, rounded once
-            out.flat[i] = float(int(points.flat[i]) + int(noise.flat[i]))
+        return _add_exactly(points, noise) * lattice.granularity
+    out = points + noise  # both exact doubles: one correctly rounded sum
     out *= lattice.granularity
+    return out
+
+
+def _add_exactly(points: NDArray[np.float64], noise: NDArray[np.int64]) -> NDArray[np.float64]:
+    """The sum for noise of 2^53 or more (which a double cannot hold): in int64 where the points
+    fit, converted once with round-to-nearest; in Python integers beyond that."""
+    out = np.empty(points.shape, dtype=np.float64)
+    small = np.abs(points) < 2.0**62
+    out[small] = (points[small].astype(np.int64) + noise[small]).astype(np.float64)
+    for i in np.flatnonzero(~small):
+        out.flat[i] = float(int(points.flat[i]) + int(noise.flat[i]))
     return out
 
 
