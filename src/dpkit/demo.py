@@ -83,8 +83,11 @@ def _fl(a: Any) -> list[float]:
 # ------------------------------------------------------------------------------------------------
 
 
-def randomized_response_survey(survey: datasets.Survey, *, rng: RNG = None) -> dict[str, Any]:
-    """Both randomized-response designs on one survey; returns the reports' summary and estimates.
+def randomized_response_survey(
+    survey: datasets.Survey, *, rng: RNG = None
+) -> tuple[dict[str, Any], tuple[NDArray[np.int64], NDArray[np.int64]]]:
+    """Both randomized-response designs on one survey: the summary and estimates, then the two
+    arrays of released reports (Warner, two-coin).
 
     Warner (seed 000): each student reports the truth with probability 2/3 and the opposite with
     1/3, so E[Y] = 1/3 + p/3 and p̂ = 3·mean(Y) − 1; ln 2-DP per student (``replace``).
@@ -103,7 +106,7 @@ def randomized_response_survey(survey: datasets.Survey, *, rng: RNG = None) -> d
     low2, high2 = est2.confidence_interval(0.95)
     p_b = float(reports2.mean())
 
-    return {
+    summary = {
         "n": survey.n,
         "true_rate": survey.true_rate,
         "warner": {
@@ -129,8 +132,8 @@ def randomized_response_survey(survey: datasets.Survey, *, rng: RNG = None) -> d
             "std_error": _f(est2.std_error[1]),
             "ci95": [_f(low2[1]), _f(high2[1])],
         },
-        "_reports": (reports, reports2),  # for the CSV; dropped from the JSON
     }
+    return summary, (reports, reports2)
 
 
 # ------------------------------------------------------------------------------------------------
@@ -410,8 +413,7 @@ def run_demo(out_dir: str | Path = "out/demo", *, seed: int | None = None, progr
             progress.advance(task)
 
     step("randomized response survey")
-    rr = randomized_response_survey(datasets.cheating_survey(), rng=rng)
-    warner_reports, coin_reports = rr.pop("_reports")
+    rr, (warner_reports, coin_reports) = randomized_response_survey(datasets.cheating_survey(), rng=rng)
     done()
 
     step("Laplace counting queries")
