@@ -25,3 +25,16 @@ def chi2_pvalue(samples: np.ndarray, support: np.ndarray, pmf: np.ndarray, min_e
 
 def binomial_z(successes: int, n: int, p: float) -> float:
     return (successes - n * p) / np.sqrt(max(n * p * (1 - p), 1e-300))
+
+
+class CountingSource:
+    """A seeded RandomSource that counts how often randomness is asked for (for tests that
+    prove bad input draws nothing)."""
+
+    def __init__(self, seed: int) -> None:
+        self.generator = np.random.default_rng(seed)
+        self.calls = 0
+
+    def words(self, n: int) -> np.ndarray:
+        self.calls += 1
+        return self.generator.integers(0, np.iinfo(np.uint64).max, size=n, dtype=np.uint64, endpoint=True)

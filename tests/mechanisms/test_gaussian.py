@@ -21,23 +21,12 @@ from dpkit.accounting.events import GaussianEvent
 from dpkit.errors import InvalidDataError, InvalidParameterError
 from dpkit.mechanisms.gaussian import Gaussian, GaussianNoisePlan
 
-from _stats import ALPHA
+from _stats import ALPHA, CountingSource
 
 SEED = 20240612
 N = 1_000_000
 _MARGIN = 1.0 - 2.0**-20  # the mechanism calibrates for δ·(1 − 2^-20) (see gaussian.py)
 
-
-class CountingSource:
-    """A seeded RandomSource that counts how often randomness is asked for."""
-
-    def __init__(self, seed: int = SEED) -> None:
-        self.generator = np.random.default_rng(seed)
-        self.calls = 0
-
-    def words(self, n: int) -> np.ndarray:
-        self.calls += 1
-        return self.generator.integers(0, np.iinfo(np.uint64).max, size=n, dtype=np.uint64, endpoint=True)
 
 
 @pytest.fixture
@@ -298,7 +287,7 @@ BAD_VALUES = [
 
 @pytest.mark.parametrize("case, value, words", BAD_VALUES, ids=[c[0] for c in BAD_VALUES])
 def test_bad_value_raises_and_draws_nothing(spy_gaussian, case, value, words):
-    src = CountingSource()
+    src = CountingSource(SEED)
     with pytest.raises(InvalidDataError) as info:
         Gaussian(epsilon=1.0, delta=1e-6).release(value, rng=src)
     assert info.value.name == "value"

@@ -23,23 +23,12 @@ from dpkit.accounting.events import LaplaceEvent
 from dpkit.errors import InvalidDataError, InvalidParameterError
 from dpkit.mechanisms.laplace import Geometric, Laplace, LaplaceNoisePlan
 
-from _stats import ALPHA, chi2_pvalue
+from _stats import ALPHA, chi2_pvalue, CountingSource
 
 SEED = 20240611
 N = 1_000_000
 mpmath.mp.prec = 200
 
-
-class CountingSource:
-    """A seeded RandomSource that counts how often randomness is asked for."""
-
-    def __init__(self, seed: int = SEED) -> None:
-        self.generator = np.random.default_rng(seed)
-        self.calls = 0
-
-    def words(self, n: int) -> np.ndarray:
-        self.calls += 1
-        return self.generator.integers(0, np.iinfo(np.uint64).max, size=n, dtype=np.uint64, endpoint=True)
 
 
 @pytest.fixture
@@ -464,7 +453,7 @@ BAD_VALUES = [
 
 @pytest.mark.parametrize("case, value, words", BAD_VALUES, ids=[c[0] for c in BAD_VALUES])
 def test_laplace_bad_value_raises_and_draws_nothing(spy_lattice_laplace, case, value, words):
-    src = CountingSource()
+    src = CountingSource(SEED)
     with pytest.raises(InvalidDataError) as info:
         Laplace(epsilon=1.0).release(value, rng=src)
     assert info.value.name == "value"
@@ -474,7 +463,7 @@ def test_laplace_bad_value_raises_and_draws_nothing(spy_lattice_laplace, case, v
 
 
 def test_laplace_value_too_large_for_the_lattice_draws_nothing(spy_lattice_laplace):
-    src = CountingSource()
+    src = CountingSource(SEED)
     with pytest.raises(InvalidDataError) as info, np.errstate(over="ignore"):
         Laplace(epsilon=1.0).release([0.0, 1e300], rng=src)
     assert info.value.name == "value"
@@ -483,7 +472,7 @@ def test_laplace_value_too_large_for_the_lattice_draws_nothing(spy_lattice_lapla
 
 @pytest.mark.parametrize("case, value, words", BAD_VALUES, ids=[c[0] for c in BAD_VALUES])
 def test_geometric_bad_value_raises_and_draws_nothing(spy_geometric, case, value, words):
-    src = CountingSource()
+    src = CountingSource(SEED)
     with pytest.raises(InvalidDataError) as info:
         Geometric(epsilon=1.0).release(value, rng=src)
     assert info.value.name == "value"
@@ -492,7 +481,7 @@ def test_geometric_bad_value_raises_and_draws_nothing(spy_geometric, case, value
 
 @pytest.mark.parametrize("value", [[0.5], 2.5, np.array([1.0, 1.0000001]), [1e30]])
 def test_geometric_rejects_non_integer_values(spy_geometric, value):
-    src = CountingSource()
+    src = CountingSource(SEED)
     with pytest.raises(InvalidDataError) as info:
         Geometric(epsilon=1.0).release(value, rng=src)
     assert info.value.name == "value"

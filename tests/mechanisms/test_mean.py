@@ -19,19 +19,10 @@ from dpkit.errors import InvalidDataError, InvalidParameterError
 from dpkit.mechanisms.laplace import Laplace
 from dpkit.mechanisms.mean import BoundedMean, MeanRelease
 
+from _stats import CountingSource
+
 SEED = 20240614
 
-
-class CountingSource:
-    """A seeded RandomSource that counts how often randomness is asked for."""
-
-    def __init__(self, seed: int = SEED) -> None:
-        self.generator = np.random.default_rng(seed)
-        self.calls = 0
-
-    def words(self, n: int) -> np.ndarray:
-        self.calls += 1
-        return self.generator.integers(0, np.iinfo(np.uint64).max, size=n, dtype=np.uint64, endpoint=True)
 
 
 @pytest.fixture
@@ -252,7 +243,7 @@ BAD_VALUES = [
 
 @pytest.mark.parametrize("case, values, words", BAD_VALUES, ids=[c[0] for c in BAD_VALUES])
 def test_bad_values_raise_and_draw_nothing(spy_release, case, values, words):
-    src = CountingSource()
+    src = CountingSource(SEED)
     with pytest.raises(InvalidDataError) as info:
         BoundedMean(epsilon=1.0, lower=0.0, upper=1.0).release(values, rng=src)
     assert info.value.name == "values"

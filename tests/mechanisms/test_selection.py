@@ -21,21 +21,10 @@ from dpkit.accounting.events import PureDPEvent
 from dpkit.errors import InvalidDataError, InvalidParameterError
 from dpkit.mechanisms.selection import Exponential, ReportNoisyMax
 
-from _stats import ALPHA
+from _stats import ALPHA, CountingSource
 
 SEED = 20240613
 
-
-class CountingSource:
-    """A seeded RandomSource that counts how often randomness is asked for."""
-
-    def __init__(self, seed: int = SEED) -> None:
-        self.generator = np.random.default_rng(seed)
-        self.calls = 0
-
-    def words(self, n: int) -> np.ndarray:
-        self.calls += 1
-        return self.generator.integers(0, np.iinfo(np.uint64).max, size=n, dtype=np.uint64, endpoint=True)
 
 
 def softmax_reference(u, eps: float, sens: float, monotonic: bool) -> np.ndarray:
@@ -357,7 +346,7 @@ BAD_UTILITIES = [
 @pytest.mark.parametrize("kind", MECHS)
 @pytest.mark.parametrize("case, u, words", BAD_UTILITIES, ids=[c[0] for c in BAD_UTILITIES])
 def test_bad_utilities_raise_and_draw_nothing(kind, case, u, words):
-    src = CountingSource()
+    src = CountingSource(SEED)
     with pytest.raises(InvalidDataError) as info:
         MECHS[kind].release(u, rng=src)
     assert info.value.name == "utilities"
@@ -368,7 +357,7 @@ def test_bad_utilities_raise_and_draw_nothing(kind, case, u, words):
 @pytest.mark.parametrize("kind", MECHS)
 @pytest.mark.parametrize("candidates", [["a"], ["a", "b", "c", "d"], []])
 def test_candidates_length_mismatch(kind, candidates):
-    src = CountingSource()
+    src = CountingSource(SEED)
     with pytest.raises(InvalidDataError) as info:
         MECHS[kind].release([1.0, 2.0, 3.0], candidates=candidates, rng=src)
     assert info.value.name == "candidates"
@@ -378,7 +367,7 @@ def test_candidates_length_mismatch(kind, candidates):
 
 @pytest.mark.parametrize("noise", ["laplace", "exponential"])
 def test_rnm_utilities_too_large_for_the_lattice(noise):
-    src = CountingSource()
+    src = CountingSource(SEED)
     with pytest.raises(InvalidDataError) as info:
         ReportNoisyMax(epsilon=1.0, noise=noise).release([0.0, 1e20], rng=src)
     assert info.value.name == "utilities"

@@ -43,6 +43,14 @@ def _check_candidates(candidates: Sequence[Any] | None, n: int) -> None:
         raise InvalidDataError("candidates", f"has {len(candidates)} entries but utilities has {n}", "one candidate per utility")
 
 
+def _validate_selection(mech: Exponential | ReportNoisyMax) -> None:
+    object.__setattr__(mech, "epsilon", v.epsilon(mech.epsilon))
+    object.__setattr__(mech, "sensitivity", v.positive(mech.sensitivity, "sensitivity"))
+    v.neighbours(mech.neighbours)
+    if not isinstance(mech.monotonic, bool):
+        raise InvalidParameterError("monotonic", mech.monotonic, "True or False")
+
+
 @dataclass(frozen=True, kw_only=True)
 class Exponential:
     """The exponential mechanism: select candidate i with probability ∝ exp(ε·u_i / (2Δ)).
@@ -69,11 +77,7 @@ class Exponential:
     neighbours: Neighbours = "add_remove"
 
     def __post_init__(self) -> None:
-        object.__setattr__(self, "epsilon", v.epsilon(self.epsilon))
-        object.__setattr__(self, "sensitivity", v.positive(self.sensitivity, "sensitivity"))
-        v.neighbours(self.neighbours)
-        if not isinstance(self.monotonic, bool):
-            raise InvalidParameterError("monotonic", self.monotonic, "True or False")
+        _validate_selection(self)
 
     @property
     def event(self) -> PureDPEvent:
@@ -151,13 +155,9 @@ class ReportNoisyMax:
     neighbours: Neighbours = "add_remove"
 
     def __post_init__(self) -> None:
-        object.__setattr__(self, "epsilon", v.epsilon(self.epsilon))
-        object.__setattr__(self, "sensitivity", v.positive(self.sensitivity, "sensitivity"))
-        v.neighbours(self.neighbours)
+        _validate_selection(self)
         if self.noise not in ("laplace", "exponential"):
             raise InvalidParameterError("noise", self.noise, "'laplace' or 'exponential'")
-        if not isinstance(self.monotonic, bool):
-            raise InvalidParameterError("monotonic", self.monotonic, "True or False")
 
     @property
     def event(self) -> PureDPEvent:
