@@ -12,7 +12,7 @@ BIN="$VENV/bin"
 STAMP="$VENV/.installed-bench"
 
 # Pins for the peers. diffprivlib 0.6.6 fails to import with scikit-learn 1.9.x
-# (see shared/PEERS.md); its mechanisms work with scikit-learn 1.8.0.
+# ("cannot import name DOUBLE from sklearn.tree._tree"); its mechanisms work with 1.8.0.
 PEERS=(
     "opendp==0.16.0"
     "diffprivlib==0.6.6"
