@@ -17,7 +17,7 @@ import pytest
 from scipy import integrate, stats
 
 import dpkit.mechanisms.selection as selection_module
-from dpkit.accounting.events import PureDPEvent
+from dpkit.accounting.events import ExponentialEvent, PureDPEvent
 from dpkit.errors import InvalidDataError, InvalidParameterError
 from dpkit.mechanisms.selection import Exponential, ReportNoisyMax
 
@@ -151,7 +151,7 @@ def test_exponential_event_equals_acceptance_probabilities(spy_decide, monotonic
         mech.release(u, rng=np.random.default_rng(SEED + seed))
     assert spy_decide
     event = mech.event
-    assert isinstance(event, PureDPEvent) and event.epsilon == eps and event.neighbours == "add_remove"
+    assert isinstance(event, ExponentialEvent) and event.epsilon == eps and event.neighbours == "add_remove"
     factor = Fraction(event.epsilon) / (Fraction(sens) * (1 if monotonic else 2))
     allowed = {factor * (Fraction(max(u)) - Fraction(x)) for x in u}
     for gamma_hat, err, exact in spy_decide:

@@ -4,12 +4,18 @@ from dpkit.accounting.events import (
     ApproxDPEvent,
     ComposedEvent,
     DPEvent,
+    ExponentialEvent,
     GaussianEvent,
     LaplaceEvent,
     PoissonSampledEvent,
     PureDPEvent,
     RandomizedResponseEvent,
+    SampledWithoutReplacementEvent,
     SelfComposedEvent,
+    event_from_dict,
+    event_from_json,
+    event_to_dict,
+    event_to_json,
 )
 
 __all__ = [
@@ -22,4 +28,10 @@ __all__ = [
     "ComposedEvent",
     "SelfComposedEvent",
     "PoissonSampledEvent",
+    "SampledWithoutReplacementEvent",
+    "ExponentialEvent",
+    "event_to_dict",
+    "event_from_dict",
+    "event_to_json",
+    "event_from_json",
 ]

@@ -9,7 +9,8 @@ noise was calibrated and how it is accounted can be detected.
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass, field
+import json
+from dataclasses import dataclass, field, fields
 from fractions import Fraction
 
 from dpkit._validate import Neighbours
@@ -18,6 +19,12 @@ from dpkit.errors import InvalidParameterError
 
 __all__ = [
     "DPEvent",
+    "ExponentialEvent",
+    "SampledWithoutReplacementEvent",
+    "event_to_dict",
+    "event_from_dict",
+    "event_to_json",
+    "event_from_json",
     "PureDPEvent",
     "ApproxDPEvent",
     "LaplaceEvent",
@@ -42,6 +49,19 @@ def _check_positive(name: str, value: float) -> None:
 @dataclass(frozen=True)
 class PureDPEvent(DPEvent):
     """A mechanism known only to be ε-DP (e.g. the exponential mechanism)."""
+
+    epsilon: float
+    neighbours: Neighbours = "add_remove"
+
+    def __post_init__(self) -> None:
+        _check_positive("epsilon", self.epsilon)
+
+
+@dataclass(frozen=True)
+class ExponentialEvent(DPEvent):
+    """The exponential mechanism with privacy parameter ε (utilities of sensitivity Δ, scale
+    ε/(2Δ)). ε-DP, and moreover ε-bounded-range, which gives ρ = ε²/8 zCDP
+    (Cesar & Rogers 2021) — tighter than a plain PureDPEvent when composed many times."""
 
     epsilon: float
     neighbours: Neighbours = "add_remove"
@@ -127,6 +147,9 @@ class ComposedEvent(DPEvent):
 
     events: tuple[DPEvent, ...] = field(default_factory=tuple)
 
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "events", tuple(self.events))
+
 
 @dataclass(frozen=True)
 class SelfComposedEvent(DPEvent):
@@ -150,3 +173,93 @@ class PoissonSampledEvent(DPEvent):
     def __post_init__(self) -> None:
         if not (0 < self.sampling_probability <= 1):
             raise InvalidParameterError("sampling_probability", self.sampling_probability, "a number in (0, 1]")
+
+
+@dataclass(frozen=True)
+class SampledWithoutReplacementEvent(DPEvent):
+    """``event`` run on a uniformly random subset of ``sample_size`` out of ``population_size``
+    records (neighbours: replace one record — the relation sampling without replacement needs)."""
+
+    population_size: int
+    sample_size: int
+    event: DPEvent
+
+    def __post_init__(self) -> None:
+        if not isinstance(self.population_size, int) or self.population_size < 1:
+            raise InvalidParameterError("population_size", self.population_size, "an integer >= 1")
+        if not isinstance(self.sample_size, int) or not 1 <= self.sample_size <= self.population_size:
+            raise InvalidParameterError("sample_size", self.sample_size, f"an integer in [1, {self.population_size}]")
+
+
+_EVENT_TYPES: dict[str, type[DPEvent]] = {}
+
+
+def _register() -> None:
+    for cls in (
+        PureDPEvent,
+        ApproxDPEvent,
+        ExponentialEvent,
+        LaplaceEvent,
+        GaussianEvent,
+        RandomizedResponseEvent,
+        ComposedEvent,
+        SelfComposedEvent,
+        PoissonSampledEvent,
+        SampledWithoutReplacementEvent,
+    ):
+        _EVENT_TYPES[cls.__name__] = cls
+
+
+def _encode(value: object) -> object:
+    if isinstance(value, DPEvent):
+        return event_to_dict(value)
+    if isinstance(value, tuple):
+        return [_encode(v) for v in value]
+    if isinstance(value, Fraction):
+        return {"fraction": f"{value.numerator}/{value.denominator}"}
+    return value
+
+
+def _decode(value: object) -> object:
+    if isinstance(value, dict) and "type" in value:
+        return event_from_dict(value)
+    if isinstance(value, dict) and set(value) == {"fraction"}:
+        return Fraction(value["fraction"])
+    if isinstance(value, list):
+        return tuple(_decode(v) for v in value)
+    return value
+
+
+def event_to_dict(event: DPEvent) -> dict[str, object]:
+    """A JSON-ready dict: {"type": class name, field: value, …}; nested events nest."""
+    out: dict[str, object] = {"type": type(event).__name__}
+    for f in fields(event):
+        out[f.name] = _encode(getattr(event, f.name))
+    return out
+
+
+def event_from_dict(data: dict[str, object]) -> DPEvent:
+    """Inverse of :func:`event_to_dict`; unknown types raise InvalidParameterError."""
+    name = data.get("type")
+    cls = _EVENT_TYPES.get(name)  # type: ignore[arg-type]
+    if cls is None:
+        raise InvalidParameterError("type", name, f"one of {sorted(_EVENT_TYPES)}")
+    kwargs = {k: _decode(v) for k, v in data.items() if k != "type"}
+    return cls(**kwargs)
+
+
+def event_to_json(event: DPEvent) -> str:
+    return json.dumps(event_to_dict(event), sort_keys=True)
+
+
+def event_from_json(text: str) -> DPEvent:
+    try:
+        data = json.loads(text)
+    except json.JSONDecodeError as exc:
+        raise InvalidParameterError("text", text[:80], "a JSON object written by event_to_json") from exc
+    if not isinstance(data, dict):
+        raise InvalidParameterError("text", text[:80], "a JSON object written by event_to_json")
+    return event_from_dict(data)
+
+
+_register()

@@ -16,7 +16,7 @@ from numpy.typing import ArrayLike, NDArray
 
 from dpkit import _validate as v
 from dpkit._validate import Neighbours
-from dpkit.accounting.events import PureDPEvent
+from dpkit.accounting.events import ExponentialEvent, PureDPEvent
 from dpkit.errors import InvalidDataError, InvalidParameterError
 from dpkit.noise.bernoulli_exp import decide_exp_neg
 from dpkit.noise.discrete import _geometric, laplace_plan, sample_discrete_laplace
@@ -80,8 +80,8 @@ class Exponential:
         _validate_selection(self)
 
     @property
-    def event(self) -> PureDPEvent:
-        return PureDPEvent(epsilon=self.epsilon, neighbours=self.neighbours)
+    def event(self) -> ExponentialEvent:
+        return ExponentialEvent(epsilon=self.epsilon, neighbours=self.neighbours)
 
     def probabilities(self, utilities: ArrayLike) -> NDArray[np.float64]:
         """The selection probabilities (floating point, for display and tests only)."""
