@@ -7,12 +7,14 @@ check:
 * **Guarantee** — the empirical lower bound never exceeds the ε the mechanism claims (its
   ``.epsilon`` / ``.event``; for the Gaussian, the bound is computed at the mechanism's δ). Run at
   ``confidence = 1 − 1e-6``: by the Clopper–Pearson theorem and the selection/evaluation split of
-  the estimator, a correct mechanism fails one of these with probability at most 1e-6.
+  the estimator, a correct mechanism fails one of these with probability at most 1e-6 (at most
+  about 3e-5 for the whole file).
 * **Tightness** — for the mechanisms whose worst case is attained by a single output event
   (Laplace, geometric, randomized response, forced response) the bound must reach 0.7 × the claim,
   so a mechanism that silently adds too much noise, or ignores its input, is noticed too.
 * **Power** — a deliberately broken twin of each mechanism (too little noise, a wrong ε, a leaked
-  score, a factor 2 forgotten) must be *caught*: its bound exceeds the ε it claims.
+  score, a factor 2 forgotten; BoundedMean is built from Laplace and is covered by its twin) must
+  be *caught*: its bound exceeds the ε it claims.
 
 Tightness and power thresholds were set from runs over 20 seeds during development; every comment
 gives mean ± standard deviation (min) of the bound, and every threshold sits at least 8 standard
@@ -138,7 +140,7 @@ def test_gaussian_is_valid(delta: float) -> None:
     assert result.delta == mech.delta
     assert result.epsilon_lower <= mech.epsilon  # guarantee: false failure <= 1e-6
     # Not tight: the (ε, δ) curve's worst case sits in tails too rare to measure at STRICT
-    # confidence. Over 20 seeds: δ = 1e-5: 0.567 ± 0.037 (min 0.498); δ = 1e-3: 0.824 ± 0.026.
+    # confidence. Over 20 seeds: δ = 1e-5: 0.565 ± 0.023 (min 0.514); δ = 1e-3: 0.820 ± 0.017.
     # Far from 0, though: the audit does see the Gaussian's privacy loss.
     assert result.epsilon_lower > 0.3
 
@@ -152,7 +154,7 @@ def test_broken_gaussian_half_sigma_is_caught() -> None:
     broken = dp.Gaussian(epsilon=1.0, delta=1e-3, sensitivity=0.5)
     assert math.isclose(broken.sigma, claimed.sigma / 2)
     result = audit(vectorised(broken), 0.0, 1.0, trials=1_000_000, delta=claimed.delta)
-    # Over 20 seeds 1.957 ± 0.048 (min 1.853): ~20 sd above the claim.
+    # Over 20 seeds 1.927 ± 0.043 (min 1.836): > 20 sd above the claim.
     assert result.epsilon_lower > claimed.epsilon
 
 
@@ -243,6 +245,8 @@ def test_exponential_monotonic_is_valid_on_monotone_neighbours() -> None:
     mech = dp.Exponential(epsilon=1.0, sensitivity=1.0, monotonic=True)
     result = audit(looped(mech), C0, C1, trials=40_000)
     assert result.epsilon_lower <= mech.event.epsilon  # guarantee: false failure <= 1e-6
+    # Over 20 seeds 0.545 ± 0.013 (min 0.522); the exact loss here is ln(4e/(e + 3)) = 0.64.
+    assert result.epsilon_lower > 0.3
 
 
 def test_probabilities_match_the_closed_form() -> None:
@@ -285,6 +289,8 @@ def test_report_noisy_max_monotonic_is_valid_on_monotone_neighbours(noise: str) 
     mech = dp.ReportNoisyMax(epsilon=1.0, sensitivity=1.0, noise=noise, monotonic=True)
     result = audit(looped(mech), C0, C1, trials=30_000)
     assert result.epsilon_lower <= mech.event.epsilon  # guarantee: false failure <= 1e-6
+    # Over 20 seeds: laplace 0.587 ± 0.011 (min 0.562), exponential 0.721 ± 0.014 (min 0.699).
+    assert result.epsilon_lower > 0.3
 
 
 def test_release_is_the_argmax_of_the_noisy_scores() -> None:
@@ -295,7 +301,6 @@ def test_release_is_the_argmax_of_the_noisy_scores() -> None:
     for seed in range(20):
         scores = mech.noisy_scores(U1, rng=np.random.default_rng(seed))
         assert mech.release(U1, rng=np.random.default_rng(seed)) == int(np.argmax(scores))
-    assert mech._plan() == dp.ReportNoisyMax(epsilon=1.0)._plan()
 
 
 def noisy_max_value(mech: dp.ReportNoisyMax):
@@ -364,4 +369,4 @@ def test_bounded_mean_is_valid() -> None:
     assert result.epsilon_lower <= claimed  # guarantee: false failure <= 1e-6
     # Over 20 seeds 0.492 ± 0.045 (min 0.352): the sum of two Laplace variables has tails that
     # approach the full ratio e^ε only slowly.
-    assert result.epsilon_lower > 0.2
+    assert result.epsilon_lower > 0.1

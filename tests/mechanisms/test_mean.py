@@ -27,22 +27,35 @@ SEED = 20240614
 
 @pytest.fixture
 def spy_release(monkeypatch):
-    """Record the exact values handed to the lattice (the statistic before noise) and the
-    discrete Laplace scale of every draw."""
+    """Record the values each part hands to the lattice (the clipped values for the exact sum,
+    the count for the count) and the discrete Laplace scale of every draw, in release order."""
+    import dpkit.mechanisms.mean as mean_module
+
     rec: dict[str, list] = {"values": [], "scales": []}
+    real_snap = mean_module.snap
     real_lattice = laplace_module.lattice_laplace
+    real_sum_sampler = mean_module.sample_discrete_laplace
     real_sampler = lattice_module.sample_discrete_laplace
+
+    def snap_spy(x, lattice):
+        rec["values"].append(np.array(x, copy=True))
+        return real_snap(x, lattice)
 
     def lattice_spy(x, lattice, lattice_scale, src):
         rec["values"].append(np.array(x, copy=True))
         return real_lattice(x, lattice, lattice_scale, src)
 
-    def sampler_spy(plan, n, src):
-        rec["scales"].append(plan.scale)
-        return real_sampler(plan, n, src)
+    def sampler_spy(real):
+        def spy(plan, n, src):
+            rec["scales"].append(plan.scale)
+            return real(plan, n, src)
 
+        return spy
+
+    monkeypatch.setattr(mean_module, "snap", snap_spy)
     monkeypatch.setattr(laplace_module, "lattice_laplace", lattice_spy)
-    monkeypatch.setattr(lattice_module, "sample_discrete_laplace", sampler_spy)
+    monkeypatch.setattr(mean_module, "sample_discrete_laplace", sampler_spy(real_sum_sampler))
+    monkeypatch.setattr(lattice_module, "sample_discrete_laplace", sampler_spy(real_sampler))
     return rec
 
 
@@ -108,8 +121,8 @@ def test_event_equals_noise_drawn(spy_release):
 def test_values_are_clipped_before_summing(spy_release):
     mech = BoundedMean(epsilon=1.0, lower=0.0, upper=10.0)
     mech.release(np.array([-100.0, 5.0, 1e9, 3.0]), rng=np.random.default_rng(SEED))
-    sum_value, count_value = spy_release["values"]
-    assert sum_value.item() == 0.0 + 5.0 + 10.0 + 3.0
+    clipped, count_value = spy_release["values"]
+    assert clipped.tolist() == [0.0, 5.0, 10.0, 3.0]  # summed exactly after clipping
     assert count_value.item() == 4.0
 
 
@@ -264,3 +277,22 @@ def test_frozen():
 def test_constructor_is_keyword_only():
     with pytest.raises(TypeError):
         BoundedMean(1.0, 0.0, 1.0)  # type: ignore[misc]
+
+
+def test_sum_is_exact_whatever_the_float_rounding():
+    # A float sum can move by more than one record's value when a record is added (Casacuberta
+    # et al. 2022); the lattice sum cannot: adding one record at the upper bound moves it by
+    # exactly that record's lattice steps, and it matches exact rational arithmetic.
+    from dpkit.mechanisms.mean import _exact_lattice_sum
+    from dpkit.noise.lattice import Lattice
+
+    mech = BoundedMean(epsilon=1.0, lower=0.0, upper=1.0)
+    lattice = mech._sum_mech.noise_plan(1).lattice
+    data = np.random.default_rng(SEED).random(20_001)
+    a = _exact_lattice_sum(data, lattice)
+    b = _exact_lattice_sum(np.append(data, 1.0), lattice)
+    assert b - a == round(Fraction(1) / Fraction(lattice.granularity))
+    g = Fraction(lattice.granularity)
+    assert a == sum(round(Fraction(float(x)) / g) for x in data[:2000]) + _exact_lattice_sum(data[2000:], lattice)
+    big = np.full(5000, 2.0**20)  # 2^59 steps each: a plain int64 sum of 5000 would overflow
+    assert _exact_lattice_sum(big, Lattice(-39)) == 5000 * 2**59

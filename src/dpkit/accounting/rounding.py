@@ -40,5 +40,13 @@ def sub_down(a: float, b: float) -> float:
 
 
 def log_up(x: Fraction) -> float:
-    """A double >= ln(x): math.log is within one ulp, so two steps up are safe."""
-    return math.nextafter(math.nextafter(math.log(x), math.inf), math.inf)
+    """A double >= ln(x) for x > 0.
+
+    The argument is rounded up first (log is increasing), near 1 through log1p of x − 1 to keep
+    relative precision; ``math.log``/``log1p`` are within one ulp, so two steps up are safe.
+    """
+    if x < 2:
+        y = math.log1p(to_float_up(x - 1))
+    else:
+        y = math.log(to_float_up(x))
+    return math.nextafter(math.nextafter(y, math.inf), math.inf)

@@ -5,16 +5,28 @@ from __future__ import annotations
 from dataclasses import dataclass
 from fractions import Fraction
 
-from numpy.typing import ArrayLike
+import numpy as np
+from numpy.typing import ArrayLike, NDArray
 
 from dpkit import _validate as v
 from dpkit.accounting.events import ComposedEvent, LaplaceEvent
 from dpkit.accounting.rounding import sub_down, to_float_down
+from dpkit.errors import InvalidParameterError
 from dpkit.mechanisms import sensitivity
 from dpkit.mechanisms.laplace import Laplace
-from dpkit.noise.source import RNG, resolve_rng
+from dpkit.noise.discrete import laplace_plan, sample_discrete_laplace
+from dpkit.noise.lattice import Lattice, snap
+from dpkit.noise.source import RNG, RandomSource, resolve_rng
 
 __all__ = ["BoundedMean", "MeanRelease"]
+
+
+def _exact_lattice_sum(values: NDArray[np.float64], lattice: Lattice) -> int:
+    """Σ round(x/g) exactly, as a Python int: int64 halves of 32 bits cannot overflow."""
+    steps = snap(values, lattice).astype(np.int64)
+    sign = np.sign(steps)
+    mag = np.abs(steps)
+    return (int(((mag >> 32) * sign).sum()) << 32) + int(((mag & 0xFFFFFFFF) * sign).sum())
 
 
 @dataclass(frozen=True)
@@ -50,6 +62,8 @@ class BoundedMean:
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "epsilon", v.epsilon(self.epsilon))
+        if self.epsilon > 2.0**20:  # keeps every clipped value below 2^62 lattice steps (int64)
+            raise InvalidParameterError("epsilon", self.epsilon, "a number in (0, 2**20]")
         lo, hi = v.bounds(self.lower, self.upper)
         object.__setattr__(self, "lower", lo)
         object.__setattr__(self, "upper", hi)
@@ -74,10 +88,23 @@ class BoundedMean:
     def release(self, values: ArrayLike, *, rng: RNG = None) -> MeanRelease:
         x = v.finite_array(values, "values").ravel()
         src = resolve_rng(rng)
-        clipped = x.clip(self.lower, self.upper)
-        noisy_sum = float(self._sum_mech.release(float(clipped.sum()), rng=src))
+        noisy_sum = self._noisy_exact_sum(x.clip(self.lower, self.upper), src)
         noisy_count = float(self._count_mech.release(float(x.size), rng=src))
         if noisy_count < 1.0:
             noisy_count = 1.0  # post-processing: a mean over fewer than one record means nothing
         mean = min(max(noisy_sum / noisy_count, self.lower), self.upper)
         return MeanRelease(mean, noisy_sum, noisy_count)
+
+    def _noisy_exact_sum(self, clipped: NDArray[np.float64], src: RandomSource) -> float:
+        """The clipped sum, computed exactly on the sum mechanism's lattice, plus its noise.
+
+        A float sum is not sensitivity-bounded: adding one record can move numpy's rounded sum
+        by more than the record (Casacuberta et al. 2022). Instead every clipped value is snapped
+        to the lattice g (|snapped| <= max(|L|, |U|) + g/2, within the Δ/g + 1 lattice steps the
+        noise is calibrated for) and the integers are summed exactly — split into 32-bit halves
+        so int64 cannot overflow — then the noise is added in exact integer arithmetic.
+        """
+        plan = self._sum_mech.noise_plan(1)
+        total = _exact_lattice_sum(clipped, plan.lattice)
+        noise = int(sample_discrete_laplace(laplace_plan(plan.lattice_scale), 1, src)[0])
+        return float(total + noise) * plan.lattice.granularity

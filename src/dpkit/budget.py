@@ -1,0 +1,474 @@
+"""An in-memory privacy filter: a budget that refuses any spend that would exceed it.
+
+``Budget(epsilon=1.0, delta=1e-6)`` holds an (ε, δ) budget and the events spent against it. A
+spend is priced *before* it is recorded: a fresh accountant composes every event spent so far and
+then the new one, and the spend is accepted only if that accountant proves ε <= the budget at the
+budget's δ. Check and record happen in one critical section under a lock, so concurrent spends
+from many threads can never overshoot (DESIGN core idea 1; STYLE §2: validate, price, debit
+atomically, then sample).
+
+Pricing the whole history with the chosen accountant makes the budget a *privacy filter*: with an
+adaptive sequence of mechanisms, stopping as soon as the next one would exceed the budget keeps
+the whole interaction (ε, δ)-DP — for basic composition this is immediate (the ε's and δ's add);
+for RDP / zCDP filters see Feldman & Zrnic 2021 (*Individual Privacy Accounting via a Rényi
+Filter*) and Whitehouse, Ramdas, Rogers & Wu 2023 (*Fully-Adaptive Composition in DP*). PLD
+accounting over an adaptively chosen sequence is not covered by those theorems; use it with a
+sequence fixed in advance.
+
+The default accountant is basic composition with exact :class:`~fractions.Fraction` sums
+(``_SumAccountant`` below, to be replaced by :class:`dpkit.accounting.composition.BasicAccountant`).
+Pass ``accountant=dpkit.accounting.RDPAccountant`` (or ``PLDAccountant``) for Gaussian noise and
+subsampled events.
+
+Rounding (STYLE §3): accountants round ε up; ``remaining`` is rounded down; the budget itself is
+rounded down when given as an exact fraction that no double equals. Budgets compare exactly: a
+``LaplaceEvent.for_epsilon(0.01)`` costs the exact binary value of the double 0.01, which is a
+little more than 1/100, so a budget of ε = 1.0 pays for 99 of them, not 100; spend
+``LaplaceEvent(noise_multiplier=100)`` (ε exactly 1/100) to pay for exactly 100.
+
+>>> from dpkit.accounting import LaplaceEvent
+>>> budget = Budget(epsilon=1.0)
+>>> budget.spend(LaplaceEvent(noise_multiplier=4))
+>>> budget.spend(LaplaceEvent(noise_multiplier=2))
+>>> budget.spent, budget.remaining
+((0.75, 0.0), 0.25)
+>>> budget.can_spend(LaplaceEvent(noise_multiplier=2))
+False
+"""
+
+from __future__ import annotations
+
+import math
+import threading
+from collections.abc import Callable
+from fractions import Fraction
+from numbers import Real
+
+from dpkit import _validate as v
+from dpkit._validate import NEIGHBOUR_RELATIONS
+from dpkit.accounting.accountant import Accountant
+from dpkit.accounting.events import (
+    ApproxDPEvent,
+    ComposedEvent,
+    DPEvent,
+    ExponentialEvent,
+    LaplaceEvent,
+    PureDPEvent,
+    RandomizedResponseEvent,
+    SelfComposedEvent,
+)
+from dpkit.accounting.rounding import sub_down, to_float_down, to_float_up
+from dpkit.errors import BudgetExceededError, DPError, InvalidParameterError
+
+__all__ = ["Budget"]
+
+
+def _short(obj: object, limit: int = 200) -> str:
+    text = repr(obj)
+    return text if len(text) <= limit else text[: limit - 3] + "..."
+
+
+# ================================================================================================
+# TEMPORARY — basic composition with exact sums.
+#
+# ``_basic_cost`` and ``_SumAccountant`` are a stop-gap until the Budget's default becomes
+# ``dpkit.accounting.composition.BasicAccountant`` (same rules: exact sums, one neighbour
+# relation, Gaussian / subsampled events refused). ``dpkit.ledger`` prices each debit with
+# ``_basic_cost`` as well, so keep the two in step when swapping.
+# ================================================================================================
+
+_ACCOUNTANT_HINT = (
+    "basic composition has no single (ε, δ) to add up for Gaussian noise or subsampling; "
+    "pass accountant=dpkit.accounting.RDPAccountant or dpkit.accounting.PLDAccountant to the "
+    "Budget (or price the event with one of them and debit its (ε, δ))"
+)
+_SUPPORTED = (
+    "a PureDPEvent, ApproxDPEvent, LaplaceEvent, RandomizedResponseEvent or ExponentialEvent, "
+    "or a ComposedEvent / SelfComposedEvent of them"
+)
+
+
+def _exact(name: str, value: object, *, positive: bool) -> Fraction:
+    """``value`` as an exact fraction: a finite real (not bool), > 0 or >= 0."""
+    ok = isinstance(value, Real) and not isinstance(value, bool)
+    if ok:
+        try:
+            exact = Fraction(value)  # type: ignore[arg-type]
+        except (ValueError, OverflowError, TypeError):  # nan, inf, exotic reals
+            ok = False
+        else:
+            ok = exact > 0 if positive else exact >= 0
+    if not ok:
+        raise InvalidParameterError(name, value, "a finite number > 0" if positive else "a finite number >= 0")
+    return exact
+
+
+def _ln_up(ratio: Fraction) -> Fraction:
+    """An upper bound on ln(ratio) for a fraction ratio >= 1: the ratio is rounded *up* to a double
+    before the log (so the rounding of the argument cannot pull the result down), and math.log's
+    one-ulp error is covered by two steps up."""
+    if ratio == 1:
+        return Fraction(0)
+    r = to_float_up(ratio)
+    return Fraction(math.nextafter(math.nextafter(math.log(r), math.inf), math.inf))
+
+
+def _relation(event: DPEvent) -> str:
+    rel = getattr(event, "neighbours", None)
+    if rel not in NEIGHBOUR_RELATIONS:
+        raise InvalidParameterError("neighbours", rel, "'add_remove' or 'replace'")
+    return rel  # type: ignore[return-value]
+
+
+def _basic_cost(event: object, relations: set[str] | None = None) -> tuple[Fraction, Fraction]:
+    """The (ε, δ) an event costs under basic composition, as exact fractions.
+
+    ε's and δ's add (Dwork & Roth 2014, Thm 3.16); a SelfComposedEvent costs ``count`` times its
+    inner event. The neighbour relations of the leaves are added to ``relations``. Raises
+    :class:`InvalidParameterError` naming ``event`` for anything that is not a supported event.
+    """
+    if relations is None:
+        relations = set()
+    if not isinstance(event, DPEvent):
+        raise InvalidParameterError("event", _short(event), "a dpkit.accounting.DPEvent (e.g. LaplaceEvent(noise_multiplier=...))")
+    if isinstance(event, ComposedEvent):
+        eps, dlt = Fraction(0), Fraction(0)
+        if not isinstance(event.events, tuple):
+            raise InvalidParameterError("event", _short(event), "a ComposedEvent of a tuple of events")
+        for inner in event.events:
+            e, d = _basic_cost(inner, relations)
+            eps, dlt = eps + e, dlt + d
+        return eps, dlt
+    if isinstance(event, SelfComposedEvent):
+        count = v.positive_int(event.count, "count")
+        e, d = _basic_cost(event.event, relations)
+        return count * e, count * d
+    if isinstance(event, (PureDPEvent, ExponentialEvent)):
+        relations.add(_relation(event))
+        return _exact("epsilon", event.epsilon, positive=True), Fraction(0)
+    if isinstance(event, ApproxDPEvent):
+        relations.add(_relation(event))
+        eps = _exact("epsilon", event.epsilon, positive=True)
+        dlt = _exact("delta", event.delta, positive=False)
+        if dlt >= 1:
+            raise InvalidParameterError("delta", event.delta, "a number in [0, 1)")
+        return eps, dlt
+    if isinstance(event, LaplaceEvent):
+        relations.add(_relation(event))
+        return 1 / _exact("noise_multiplier", event.noise_multiplier, positive=True), Fraction(0)
+    if isinstance(event, RandomizedResponseEvent):
+        relations.add(_relation(event))
+        k = v.positive_int(event.k, "k", minimum=2)
+        p = _exact("p_truth", event.p_truth, positive=True)
+        if p >= 1:
+            raise InvalidParameterError("p_truth", event.p_truth, "a number in (0, 1)", "p_truth = 1 always tells the truth and is not differentially private")
+        # The likelihood ratio between two answers is p(k−1)/(1−p) or its inverse (p < 1/k).
+        ratio = p * (k - 1) / (1 - p)
+        return _ln_up(max(ratio, 1 / ratio)), Fraction(0)
+    raise InvalidParameterError("event", _short(event), _SUPPORTED, _ACCOUNTANT_HINT)
+
+
+def _one_relation(event: object, relations: set[str], fixed: str | None) -> str | None:
+    """The single neighbour relation of ``relations`` ∪ {fixed}; raises if they differ."""
+    wanted = relations | ({fixed} if fixed else set())
+    if len(wanted) > 1:
+        raise InvalidParameterError(
+            "event",
+            _short(event),
+            f"events whose neighbours is {fixed!r}" if fixed else "events that all share one neighbour relation",
+            (f"{fixed!r} events were already spent" if fixed else f"the event mixes {sorted(relations)}")
+            + "; a guarantee for one neighbour relation is not a guarantee for the other, so they cannot be added up",
+        )
+    return next(iter(wanted)) if wanted else None
+
+
+class _SumAccountant:
+    """TEMPORARY default accountant of :class:`Budget`: basic composition with exact sums.
+
+    Follows the :class:`~dpkit.accounting.accountant.Accountant` protocol; to be replaced by
+    ``dpkit.accounting.composition.BasicAccountant``.
+    """
+
+    def __init__(self) -> None:
+        self._epsilon = Fraction(0)
+        self._delta = Fraction(0)
+        self._neighbours: str | None = None
+
+    def supports(self, event: DPEvent) -> bool:
+        try:
+            _basic_cost(event)
+        except InvalidParameterError:
+            return False
+        return True
+
+    def compose(self, event: DPEvent, count: int = 1) -> _SumAccountant:
+        count = v.positive_int(count, "count")
+        relations: set[str] = set()
+        eps, dlt = _basic_cost(event, relations)
+        neighbours = _one_relation(event, relations, self._neighbours)
+        # Nothing below can raise: record.
+        self._neighbours = neighbours
+        self._epsilon += count * eps
+        self._delta += count * dlt
+        return self
+
+    def get_epsilon(self, delta: float) -> float:
+        delta = v.delta(delta)
+        if self._delta > Fraction(delta):
+            return math.inf
+        try:
+            return to_float_up(self._epsilon)
+        except OverflowError:
+            return math.inf
+
+    def get_delta(self, epsilon: float) -> float:
+        if not (isinstance(epsilon, Real) and not isinstance(epsilon, bool) and math.isfinite(float(epsilon)) and epsilon >= 0):
+            raise InvalidParameterError("epsilon", epsilon, "a finite number >= 0")
+        if self._epsilon > Fraction(epsilon) or self._delta >= 1:
+            return 1.0
+        return to_float_up(self._delta)
+
+
+# ================================================================================================
+# Budget
+# ================================================================================================
+
+
+def _as_budget_float(value: object) -> float:
+    """A validated budget parameter as a double, rounded down when it is an exact number (such as
+    Fraction(1, 3)) that no double equals: a budget may be understated, never overstated."""
+    return value if isinstance(value, float) else to_float_down(Fraction(value))  # type: ignore[arg-type]
+
+
+class Budget:
+    """An in-memory (ε, δ) privacy filter, safe to share between threads.
+
+    Parameters (keyword-only, frozen after construction)
+    -----------------------------------------------------
+    epsilon:
+        The total ε allowed, a finite number > 0.
+    delta:
+        The δ at which ε is measured, in [0, 1). Default 0 (pure DP).
+    accountant:
+        A zero-argument callable returning a *fresh* accountant (a class such as
+        ``dpkit.accounting.RDPAccountant``, or a ``functools.partial``). Default: basic
+        composition (ε's and δ's add, exactly), which supports pure and approximate DP events
+        but not Gaussian noise or subsampling.
+
+    Every :meth:`spend` prices the whole history plus the new event with a fresh accountant and
+    records the event only if the accountant proves ε <= ``epsilon`` at ``delta``; otherwise it
+    raises :class:`~dpkit.errors.BudgetExceededError` and records nothing. Spending can only make
+    the spent ε grow: a negative, NaN or infinite cost cannot be written as an event, and
+    :attr:`spent` never decreases even if an accountant's answer does.
+
+    >>> from dpkit.accounting import PureDPEvent
+    >>> b = Budget(epsilon=1.0)
+    >>> b.spend(PureDPEvent(0.5), count=2)
+    >>> b.remaining
+    0.0
+    >>> b.spend(PureDPEvent(0.5))
+    Traceback (most recent call last):
+    ...
+    dpkit.errors.BudgetExceededError: privacy budget exceeded: requested PureDPEvent(epsilon=0.5, neighbours='add_remove'), which would bring the total to ε=1.5 at δ=0.0 against a budget of ε=1.0, remaining ε=0.0 of ε=1.0 (δ=0.0)
+    """
+
+    __slots__ = ("_epsilon", "_delta", "_factory", "_lock", "_runs", "_n", "_spent_epsilon", "_spent_delta")
+
+    def __init__(
+        self,
+        *,
+        epsilon: float,
+        delta: float = 0.0,
+        accountant: Callable[[], Accountant] | None = None,
+    ) -> None:
+        v.epsilon(epsilon)
+        v.delta(delta)
+        object.__setattr__(self, "_epsilon", _as_budget_float(epsilon))
+        object.__setattr__(self, "_delta", _as_budget_float(delta))
+        object.__setattr__(self, "_factory", self._check_factory(accountant))
+        object.__setattr__(self, "_lock", threading.Lock())
+        # The history as runs of identical consecutive events: composing (event, k) is k
+        # adaptive repetitions of event, so pricing costs one compose per run, not per spend.
+        object.__setattr__(self, "_runs", ())
+        object.__setattr__(self, "_n", 0)
+        object.__setattr__(self, "_spent_epsilon", 0.0)
+        object.__setattr__(self, "_spent_delta", 0.0)
+
+    def __setattr__(self, name: str, value: object) -> None:
+        raise AttributeError(f"Budget is frozen: cannot set {name!r}; spend through Budget.spend")
+
+    @staticmethod
+    def _check_factory(accountant: object) -> Callable[[], Accountant]:
+        if accountant is None:
+            return _SumAccountant
+        if not isinstance(accountant, type) and isinstance(accountant, Accountant):
+            raise InvalidParameterError(
+                "accountant",
+                _short(accountant),
+                "a class or zero-argument callable that returns a fresh accountant (e.g. accountant=dpkit.accounting.RDPAccountant)",
+                "an accountant instance carries its events with it; the budget builds a fresh one for every spend",
+            )
+        if not callable(accountant):
+            raise InvalidParameterError("accountant", _short(accountant), "a class or zero-argument callable that returns a fresh accountant")
+        try:
+            probe = accountant()
+        except Exception as exc:
+            raise InvalidParameterError("accountant", _short(accountant), "a zero-argument callable that returns a fresh accountant", f"calling it raised {exc!r}") from exc
+        if not isinstance(probe, Accountant):
+            raise InvalidParameterError(
+                "accountant",
+                _short(accountant),
+                "a callable returning an object with supports, compose, get_epsilon and get_delta",
+                f"it returned {_short(probe, 80)}",
+            )
+        return accountant  # type: ignore[return-value]
+
+    # -- read-only configuration and state ----------------------------------------------------
+
+    @property
+    def epsilon(self) -> float:
+        """The total ε allowed."""
+        return self._epsilon
+
+    @property
+    def delta(self) -> float:
+        """The δ at which ε is measured."""
+        return self._delta
+
+    @property
+    def spent(self) -> tuple[float, float]:
+        """(ε, δ) spent so far: the accountant's ε at the budget's δ (rounded up), with the
+        accountant's δ at that ε, capped at the budget's δ. (0.0, 0.0) before any spend."""
+        with self._lock:
+            return self._spent_epsilon, self._spent_delta
+
+    @property
+    def remaining(self) -> float:
+        """ε left: budget ε − spent ε, rounded down, never below 0."""
+        with self._lock:
+            spent = self._spent_epsilon
+        return max(0.0, sub_down(self._epsilon, spent))
+
+    @property
+    def events(self) -> tuple[DPEvent, ...]:
+        """Every event spent, in order (``spend(e, count=k)`` with k > 1 is recorded as
+        ``SelfComposedEvent(e, k)``)."""
+        with self._lock:
+            runs = self._runs
+        return tuple(event for event, k in runs for _ in range(k))
+
+    # -- spending -------------------------------------------------------------------------------
+
+    def spend(self, event: DPEvent, *, count: int = 1) -> None:
+        """Record ``count`` adaptive repetitions of ``event``, or raise and record nothing.
+
+        Raises :class:`~dpkit.errors.InvalidParameterError` for anything that is not a
+        :class:`~dpkit.accounting.DPEvent`, a ``count`` that is not an integer >= 1, or an event
+        the accountant cannot account for; :class:`~dpkit.errors.BudgetExceededError` when the
+        accountant cannot prove the new total within the budget (including when it fails, or
+        answers with inf, NaN or a negative ε).
+        """
+        recorded = self._validate(event, count)
+        with self._lock:
+            runs = self._append(self._runs, recorded)
+            acc, eps = self._price(runs, recorded)
+            if not eps <= self._epsilon:
+                raise self._exceeded(recorded, eps)
+            spent_eps = max(self._spent_epsilon, eps)
+            spent_delta = max(self._spent_delta, self._delta_at(acc, eps))
+            # Nothing below can raise: record.
+            object.__setattr__(self, "_runs", runs)
+            object.__setattr__(self, "_n", self._n + 1)
+            object.__setattr__(self, "_spent_epsilon", spent_eps)
+            object.__setattr__(self, "_spent_delta", spent_delta)
+
+    def can_spend(self, event: DPEvent, *, count: int = 1) -> bool:
+        """Whether :meth:`spend` would accept ``event`` now (a dry run: nothing is recorded).
+
+        Invalid or unsupported events raise as in :meth:`spend`; a spend the budget would refuse
+        returns False. Another thread may spend in between, so use :meth:`spend` (and catch
+        :class:`~dpkit.errors.BudgetExceededError`) to actually pay.
+        """
+        recorded = self._validate(event, count)
+        with self._lock:
+            runs = self._append(self._runs, recorded)
+        try:
+            _, eps = self._price(runs, recorded)
+        except BudgetExceededError:
+            return False
+        return eps <= self._epsilon
+
+    # -- internals --------------------------------------------------------------------------------
+
+    @staticmethod
+    def _validate(event: object, count: object) -> DPEvent:
+        if not isinstance(event, DPEvent):
+            raise InvalidParameterError(
+                "event",
+                _short(event),
+                "a dpkit.accounting.DPEvent (e.g. LaplaceEvent(noise_multiplier=...))",
+                "a budget is spent by describing the mechanism, never by a bare number",
+            )
+        k = v.positive_int(count, "count")
+        if isinstance(event, SelfComposedEvent):
+            v.positive_int(event.count, "count")  # re-checked: frozen dataclasses can be forced
+        return event if k == 1 else SelfComposedEvent(event, k)
+
+    @staticmethod
+    def _append(runs: tuple[tuple[DPEvent, int], ...], event: DPEvent) -> tuple[tuple[DPEvent, int], ...]:
+        if runs and runs[-1][0] == event:
+            return runs[:-1] + ((runs[-1][0], runs[-1][1] + 1),)
+        return runs + ((event, 1),)
+
+    def _price(self, runs: tuple[tuple[DPEvent, int], ...], event: DPEvent) -> tuple[Accountant, float]:
+        """A fresh accountant holding the whole history, and its ε at the budget's δ.
+
+        Errors from dpkit (unsupported event, neighbour mismatch) pass through unchanged; any
+        other failure of the accountant, or an answer that is not a number >= 0, refuses the
+        spend with :class:`BudgetExceededError`."""
+        try:
+            acc = self._factory()
+            for past, k in runs:
+                if k == 1:
+                    acc.compose(past)
+                else:
+                    acc.compose(past, count=k)
+            eps = acc.get_epsilon(self._delta)
+        except DPError:
+            raise
+        except Exception as exc:
+            raise BudgetExceededError(
+                f"{_short(event)}, which the accountant could not price ({exc!r})",
+                self._remaining_text(),
+            ) from exc
+        if not (isinstance(eps, Real) and not isinstance(eps, bool) and not math.isnan(eps) and eps >= 0):
+            raise BudgetExceededError(
+                f"{_short(event)}, for which the accountant answered ε={eps!r} (not a number >= 0)",
+                self._remaining_text(),
+            )
+        return acc, float(eps)
+
+    def _delta_at(self, acc: Accountant, eps: float) -> float:
+        """The accountant's δ at ``eps``, capped at the budget's δ (the budget's δ if it fails)."""
+        try:
+            d = acc.get_delta(eps)
+        except Exception:
+            return self._delta
+        if isinstance(d, Real) and not isinstance(d, bool) and 0 <= d <= self._delta:
+            return float(d)
+        return self._delta
+
+    def _remaining_text(self) -> str:
+        remaining = max(0.0, sub_down(self._epsilon, self._spent_epsilon))
+        return f"ε={remaining!r} of ε={self._epsilon!r} (δ={self._delta!r})"
+
+    def _exceeded(self, event: DPEvent, eps: float) -> BudgetExceededError:
+        return BudgetExceededError(
+            f"{_short(event)}, which would bring the total to ε={eps!r} at δ={self._delta!r} "
+            f"against a budget of ε={self._epsilon!r}",
+            self._remaining_text(),
+        )
+
+    def __repr__(self) -> str:
+        eps, dlt = self.spent
+        return f"Budget(epsilon={self._epsilon!r}, delta={self._delta!r}, spent=({eps!r}, {dlt!r}), events={self._n})"

@@ -1,0 +1,261 @@
+"""The interface every ledger backend implements, and the records it returns.
+
+A ledger is the persistent, multi-process counterpart of :class:`dpkit.Budget`: one (ε, δ) budget
+per (dataset, analyst), and an append-only list of the spends debited against it. Each spend
+stores the *event* (as JSON, :func:`dpkit.accounting.event_to_json`), the query text, the time and
+the (ε, δ) debited for it, so that a tighter accountant can later re-evaluate what was spent
+(DESIGN core idea 2).
+
+Debits compose by basic composition: a debit is accepted only if the exact sums of the ε's and of
+the δ's debited so far, plus this one, stay within the budget (Dwork & Roth 2014, Thm 3.16).
+Amounts are stored and compared as exact fractions (text ``"numerator/denominator"``), never as
+rounded floats, and check-and-debit is one transaction, so concurrent processes can never
+overshoot. The cost of one debit is, by default, the event's basic-composition cost; a caller that
+priced the event with a tighter accountant may pass that (ε, δ) instead.
+
+A backend (SQLite now, PostgreSQL later) implements :class:`LedgerBackend`; the helpers below
+(:func:`debit_cost`, :func:`fraction_to_text`, …) keep the rules identical across backends.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from datetime import datetime
+from fractions import Fraction
+from numbers import Real
+from typing import Protocol, runtime_checkable
+
+from dpkit._validate import NEIGHBOUR_RELATIONS
+from dpkit.accounting.events import ComposedEvent, DPEvent, event_from_json, event_to_json
+from dpkit.accounting.rounding import sub_down, to_float_down, to_float_up
+from dpkit.budget import _basic_cost, _one_relation, _short
+from dpkit.errors import InvalidParameterError
+
+__all__ = [
+    "BudgetRecord",
+    "SpendRecord",
+    "LedgerBackend",
+    "debit_cost",
+    "budget_amounts",
+    "fraction_to_text",
+    "fraction_from_text",
+    "encode_event",
+    "check_name",
+]
+
+
+@dataclass(frozen=True)
+class BudgetRecord:
+    """One budget as stored: the budget (ε, δ), what has been spent, and when it was created.
+
+    Amounts are doubles rounded against ourselves: the budget rounded down (it is exact when it
+    was given as a double), the spent amounts rounded up. ``neighbours`` is the neighbour relation
+    fixed by the first debit (None before), which every later debit must share.
+    """
+
+    dataset: str
+    analyst: str
+    epsilon: float
+    delta: float
+    spent_epsilon: float
+    spent_delta: float
+    created_at: datetime
+    neighbours: str | None = None
+
+    @property
+    def remaining_epsilon(self) -> float:
+        """ε left, rounded down, never below 0."""
+        return max(0.0, sub_down(self.epsilon, self.spent_epsilon))
+
+    @property
+    def remaining_delta(self) -> float:
+        """δ left, rounded down, never below 0."""
+        return max(0.0, sub_down(self.delta, self.spent_delta))
+
+
+@dataclass(frozen=True)
+class SpendRecord:
+    """One accepted debit: the event, the query text, the (ε, δ) debited (rounded up) and when."""
+
+    id: int
+    dataset: str
+    analyst: str
+    event: DPEvent
+    query_text: str
+    epsilon_cost: float
+    delta_cost: float
+    created_at: datetime
+
+
+@runtime_checkable
+class LedgerBackend(Protocol):
+    """A persistent store of budgets and spends with an atomic check-and-debit.
+
+    Errors: :class:`~dpkit.errors.InvalidParameterError` for bad arguments (nothing written),
+    :class:`~dpkit.errors.BudgetExceededError` for a refused debit (nothing written),
+    :class:`~dpkit.errors.LedgerError` when the store cannot be read or written, a budget is
+    missing or already exists.
+    """
+
+    def create_budget(
+        self, dataset: str, analyst: str, *, epsilon: float, delta: float = 0.0, exist_ok: bool = False
+    ) -> BudgetRecord:
+        """Create the budget of ``analyst`` on ``dataset``. If it exists: with ``exist_ok`` and
+        the same (ε, δ), return it; otherwise raise LedgerError (a budget is never changed)."""
+        ...
+
+    def get_budget(self, dataset: str, analyst: str) -> BudgetRecord:
+        """The budget of ``analyst`` on ``dataset``; LedgerError if there is none."""
+        ...
+
+    def debit(
+        self,
+        dataset: str,
+        analyst: str,
+        event: DPEvent,
+        query_text: str = "",
+        *,
+        epsilon_cost: float | Fraction | None = None,
+        delta_cost: float | Fraction | None = None,
+    ) -> SpendRecord:
+        """Check and debit in one transaction: record the spend if the new totals stay within the
+        budget, else raise BudgetExceededError and write nothing. The cost is the event's
+        basic-composition cost unless both ``epsilon_cost`` and ``delta_cost`` are given."""
+        ...
+
+    def list_spends(self, dataset: str, analyst: str) -> list[SpendRecord]:
+        """Every spend of this budget, oldest first."""
+        ...
+
+    def list_budgets(self) -> list[BudgetRecord]:
+        """Every budget, ordered by (dataset, analyst)."""
+        ...
+
+    def verify(self) -> None:
+        """Check the store's integrity and that every budget's spent totals equal the exact sum
+        of its spends; raise LedgerError otherwise."""
+        ...
+
+    def close(self) -> None:
+        """Release the store's connections."""
+        ...
+
+
+# ------------------------------------------------------------------------------------------------
+# rules shared by every backend
+# ------------------------------------------------------------------------------------------------
+
+
+def check_name(name: str, value: object) -> str:
+    """A dataset or analyst name: a non-empty string without NUL characters."""
+    if not isinstance(value, str) or not value or "\x00" in value:
+        raise InvalidParameterError(name, value, "a non-empty string without NUL characters")
+    return value
+
+
+def fraction_to_text(value: Fraction) -> str:
+    """The exact storage form of an amount: ``"numerator/denominator"``."""
+    return f"{value.numerator}/{value.denominator}"
+
+
+def fraction_from_text(text: object) -> Fraction:
+    """Inverse of :func:`fraction_to_text`; raises ValueError for anything else."""
+    if not isinstance(text, str) or "/" not in text:
+        raise ValueError(f"not an exact amount: {text!r}")
+    return Fraction(text)
+
+
+def _amount(name: str, value: object, *, upper: Fraction | None = None, zero_ok: bool = True) -> Fraction:
+    ok = isinstance(value, Real) and not isinstance(value, bool)
+    if ok:
+        try:
+            exact = Fraction(value)  # type: ignore[arg-type]
+        except (ValueError, OverflowError, TypeError):
+            ok = False
+        else:
+            ok = (exact >= 0 if zero_ok else exact > 0) and (upper is None or exact < upper)
+    if not ok:
+        accepted = ("a finite number >= 0" if zero_ok else "a finite number > 0") + (f" and < {upper}" if upper is not None else "")
+        raise InvalidParameterError(name, value, accepted)
+    return exact
+
+
+def budget_amounts(epsilon: object, delta: object) -> tuple[Fraction, Fraction]:
+    """A budget's (ε, δ) as exact fractions: ε finite > 0, δ in [0, 1)."""
+    return _amount("epsilon", epsilon, zero_ok=False), _amount("delta", delta, upper=Fraction(1))
+
+
+def debit_cost(
+    event: object, epsilon_cost: object = None, delta_cost: object = None
+) -> tuple[Fraction, Fraction, str | None]:
+    """The exact (ε, δ) to debit for ``event`` and the event's neighbour relation.
+
+    With no costs given, the event's basic-composition cost (Gaussian and subsampled events raise
+    :class:`InvalidParameterError` naming ``event``: price them with RDPAccountant or
+    PLDAccountant and pass the result). With both given, those costs (finite, >= 0, δ <= 1) — the
+    caller vouches that the event is (epsilon_cost, delta_cost)-DP.
+    """
+    if not isinstance(event, DPEvent):
+        raise InvalidParameterError("event", _short(event), "a dpkit.accounting.DPEvent (e.g. LaplaceEvent(noise_multiplier=...))")
+    if (epsilon_cost is None) != (delta_cost is None):
+        raise InvalidParameterError(
+            "epsilon_cost" if epsilon_cost is None else "delta_cost",
+            None,
+            "given together with the other cost",
+            "pass both epsilon_cost and delta_cost, or neither to price the event by basic composition",
+        )
+    relations: set[str] = set()
+    if epsilon_cost is None:
+        eps, dlt = _basic_cost(event, relations)
+    else:
+        eps = _amount("epsilon_cost", epsilon_cost)
+        dlt = _amount("delta_cost", delta_cost)
+        if dlt > 1:
+            raise InvalidParameterError("delta_cost", delta_cost, "a number in [0, 1]")
+        _relations(event, relations)
+    return eps, dlt, _one_relation(event, relations, None)
+
+
+def _relations(event: object, out: set[str]) -> None:
+    """Collect the neighbour relations of the leaves of an event tree (any event type)."""
+    if isinstance(event, ComposedEvent):
+        for e in event.events:
+            _relations(e, out)
+        return
+    inner = getattr(event, "event", None)
+    if isinstance(inner, DPEvent):
+        _relations(inner, out)
+        return
+    rel = getattr(event, "neighbours", None)
+    if rel is not None:
+        if rel not in NEIGHBOUR_RELATIONS:
+            raise InvalidParameterError("neighbours", rel, "'add_remove' or 'replace'")
+        out.add(rel)
+
+
+def encode_event(event: DPEvent) -> str:
+    """The event as JSON, checked to decode back to an equal event (so what is stored can be
+    re-evaluated later exactly as it was debited)."""
+    try:
+        text = event_to_json(event)
+        same = event_from_json(text) == event
+    except (TypeError, ValueError) as exc:
+        raise InvalidParameterError("event", _short(event), "an event whose fields are plain numbers and strings", f"it cannot be stored as JSON ({exc})") from exc
+    if not same:
+        raise InvalidParameterError("event", _short(event), "an event whose fields are plain numbers and strings", "it does not survive a JSON round trip")
+    return text
+
+
+def round_up(value: Fraction) -> float:
+    try:
+        return to_float_up(value)
+    except OverflowError:
+        return math.inf
+
+
+def round_down(value: Fraction) -> float:
+    try:
+        return to_float_down(value)
+    except OverflowError:
+        return math.inf
