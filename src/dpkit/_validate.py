@@ -23,6 +23,12 @@ def _is_real(value: object) -> bool:
     return isinstance(value, Real) and not isinstance(value, bool)
 
 
+def short_repr(obj: object, limit: int = 200) -> str:
+    """repr() cut to ``limit`` characters, for error messages."""
+    text = repr(obj)
+    return text if len(text) <= limit else text[: limit - 3] + "..."
+
+
 def epsilon(value: object, name: str = "epsilon") -> float:
     """ε must be a finite real number > 0."""
     if not _is_real(value) or not math.isfinite(float(value)) or float(value) <= 0:  # type: ignore[arg-type]

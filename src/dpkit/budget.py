@@ -16,7 +16,7 @@ accounting over an adaptively chosen sequence is not covered by those theorems; 
 sequence fixed in advance.
 
 The default accountant is basic composition with exact :class:`~fractions.Fraction` sums
-(``_SumAccountant`` below, to be replaced by :class:`dpkit.accounting.composition.BasicAccountant`).
+(:class:`dpkit.accounting.composition.BasicAccountant`).
 Pass ``accountant=dpkit.accounting.RDPAccountant`` (or ``PLDAccountant``) for Gaussian noise and
 subsampled events.
 
@@ -45,188 +45,16 @@ from fractions import Fraction
 from numbers import Real
 
 from dpkit import _validate as v
-from dpkit._validate import NEIGHBOUR_RELATIONS
+from dpkit._validate import short_repr as _short
 from dpkit.accounting.accountant import Accountant
-from dpkit.accounting.events import (
-    ApproxDPEvent,
-    ComposedEvent,
-    DPEvent,
-    ExponentialEvent,
-    LaplaceEvent,
-    PureDPEvent,
-    RandomizedResponseEvent,
-    SelfComposedEvent,
-)
-from dpkit.accounting.rounding import sub_down, to_float_down, to_float_up
+from dpkit.accounting.composition import BasicAccountant
+from dpkit.accounting.events import DPEvent, SelfComposedEvent
+from dpkit.accounting.rounding import sub_down, to_float_down
 from dpkit.errors import BudgetExceededError, DPError, InvalidParameterError
 
 __all__ = ["Budget"]
 
 
-def _short(obj: object, limit: int = 200) -> str:
-    text = repr(obj)
-    return text if len(text) <= limit else text[: limit - 3] + "..."
-
-
-# ================================================================================================
-# TEMPORARY — basic composition with exact sums.
-#
-# ``_basic_cost`` and ``_SumAccountant`` are a stop-gap until the Budget's default becomes
-# ``dpkit.accounting.composition.BasicAccountant`` (same rules: exact sums, one neighbour
-# relation, Gaussian / subsampled events refused). ``dpkit.ledger`` prices each debit with
-# ``_basic_cost`` as well, so keep the two in step when swapping.
-# ================================================================================================
-
-_ACCOUNTANT_HINT = (
-    "basic composition has no single (ε, δ) to add up for Gaussian noise or subsampling; "
-    "pass accountant=dpkit.accounting.RDPAccountant or dpkit.accounting.PLDAccountant to the "
-    "Budget (or price the event with one of them and debit its (ε, δ))"
-)
-_SUPPORTED = (
-    "a PureDPEvent, ApproxDPEvent, LaplaceEvent, RandomizedResponseEvent or ExponentialEvent, "
-    "or a ComposedEvent / SelfComposedEvent of them"
-)
-
-
-def _exact(name: str, value: object, *, positive: bool) -> Fraction:
-    """``value`` as an exact fraction: a finite real (not bool), > 0 or >= 0."""
-    ok = isinstance(value, Real) and not isinstance(value, bool)
-    if ok:
-        try:
-            exact = Fraction(value)  # type: ignore[arg-type]
-        except (ValueError, OverflowError, TypeError):  # nan, inf, exotic reals
-            ok = False
-        else:
-            ok = exact > 0 if positive else exact >= 0
-    if not ok:
-        raise InvalidParameterError(name, value, "a finite number > 0" if positive else "a finite number >= 0")
-    return exact
-
-
-def _ln_up(ratio: Fraction) -> Fraction:
-    """An upper bound on ln(ratio) for a fraction ratio >= 1: the ratio is rounded *up* to a double
-    before the log (so the rounding of the argument cannot pull the result down), and math.log's
-    one-ulp error is covered by two steps up."""
-    if ratio == 1:
-        return Fraction(0)
-    r = to_float_up(ratio)
-    return Fraction(math.nextafter(math.nextafter(math.log(r), math.inf), math.inf))
-
-
-def _relation(event: DPEvent) -> str:
-    rel = getattr(event, "neighbours", None)
-    if rel not in NEIGHBOUR_RELATIONS:
-        raise InvalidParameterError("neighbours", rel, "'add_remove' or 'replace'")
-    return rel  # type: ignore[return-value]
-
-
-def _basic_cost(event: object, relations: set[str] | None = None) -> tuple[Fraction, Fraction]:
-    """The (ε, δ) an event costs under basic composition, as exact fractions.
-
-    ε's and δ's add (Dwork & Roth 2014, Thm 3.16); a SelfComposedEvent costs ``count`` times its
-    inner event. The neighbour relations of the leaves are added to ``relations``. Raises
-    :class:`InvalidParameterError` naming ``event`` for anything that is not a supported event.
-    """
-    if relations is None:
-        relations = set()
-    if not isinstance(event, DPEvent):
-        raise InvalidParameterError("event", _short(event), "a dpkit.accounting.DPEvent (e.g. LaplaceEvent(noise_multiplier=...))")
-    if isinstance(event, ComposedEvent):
-        eps, dlt = Fraction(0), Fraction(0)
-        if not isinstance(event.events, tuple):
-            raise InvalidParameterError("event", _short(event), "a ComposedEvent of a tuple of events")
-        for inner in event.events:
-            e, d = _basic_cost(inner, relations)
-            eps, dlt = eps + e, dlt + d
-        return eps, dlt
-    if isinstance(event, SelfComposedEvent):
-        count = v.positive_int(event.count, "count")
-        e, d = _basic_cost(event.event, relations)
-        return count * e, count * d
-    if isinstance(event, (PureDPEvent, ExponentialEvent)):
-        relations.add(_relation(event))
-        return _exact("epsilon", event.epsilon, positive=True), Fraction(0)
-    if isinstance(event, ApproxDPEvent):
-        relations.add(_relation(event))
-        eps = _exact("epsilon", event.epsilon, positive=True)
-        dlt = _exact("delta", event.delta, positive=False)
-        if dlt >= 1:
-            raise InvalidParameterError("delta", event.delta, "a number in [0, 1)")
-        return eps, dlt
-    if isinstance(event, LaplaceEvent):
-        relations.add(_relation(event))
-        return 1 / _exact("noise_multiplier", event.noise_multiplier, positive=True), Fraction(0)
-    if isinstance(event, RandomizedResponseEvent):
-        relations.add(_relation(event))
-        k = v.positive_int(event.k, "k", minimum=2)
-        p = _exact("p_truth", event.p_truth, positive=True)
-        if p >= 1:
-            raise InvalidParameterError("p_truth", event.p_truth, "a number in (0, 1)", "p_truth = 1 always tells the truth and is not differentially private")
-        # The likelihood ratio between two answers is p(k−1)/(1−p) or its inverse (p < 1/k).
-        ratio = p * (k - 1) / (1 - p)
-        return _ln_up(max(ratio, 1 / ratio)), Fraction(0)
-    raise InvalidParameterError("event", _short(event), _SUPPORTED, _ACCOUNTANT_HINT)
-
-
-def _one_relation(event: object, relations: set[str], fixed: str | None) -> str | None:
-    """The single neighbour relation of ``relations`` ∪ {fixed}; raises if they differ."""
-    wanted = relations | ({fixed} if fixed else set())
-    if len(wanted) > 1:
-        raise InvalidParameterError(
-            "event",
-            _short(event),
-            f"events whose neighbours is {fixed!r}" if fixed else "events that all share one neighbour relation",
-            (f"{fixed!r} events were already spent" if fixed else f"the event mixes {sorted(relations)}")
-            + "; a guarantee for one neighbour relation is not a guarantee for the other, so they cannot be added up",
-        )
-    return next(iter(wanted)) if wanted else None
-
-
-class _SumAccountant:
-    """TEMPORARY default accountant of :class:`Budget`: basic composition with exact sums.
-
-    Follows the :class:`~dpkit.accounting.accountant.Accountant` protocol; to be replaced by
-    ``dpkit.accounting.composition.BasicAccountant``.
-    """
-
-    def __init__(self) -> None:
-        self._epsilon = Fraction(0)
-        self._delta = Fraction(0)
-        self._neighbours: str | None = None
-
-    def supports(self, event: DPEvent) -> bool:
-        try:
-            _basic_cost(event)
-        except InvalidParameterError:
-            return False
-        return True
-
-    def compose(self, event: DPEvent, count: int = 1) -> _SumAccountant:
-        count = v.positive_int(count, "count")
-        relations: set[str] = set()
-        eps, dlt = _basic_cost(event, relations)
-        neighbours = _one_relation(event, relations, self._neighbours)
-        # Nothing below can raise: record.
-        self._neighbours = neighbours
-        self._epsilon += count * eps
-        self._delta += count * dlt
-        return self
-
-    def get_epsilon(self, delta: float) -> float:
-        delta = v.delta(delta)
-        if self._delta > Fraction(delta):
-            return math.inf
-        try:
-            return to_float_up(self._epsilon)
-        except OverflowError:
-            return math.inf
-
-    def get_delta(self, epsilon: float) -> float:
-        if not (isinstance(epsilon, Real) and not isinstance(epsilon, bool) and math.isfinite(float(epsilon)) and epsilon >= 0):
-            raise InvalidParameterError("epsilon", epsilon, "a finite number >= 0")
-        if self._epsilon > Fraction(epsilon) or self._delta >= 1:
-            return 1.0
-        return to_float_up(self._delta)
 
 
 # ================================================================================================
@@ -300,7 +128,7 @@ class Budget:
     @staticmethod
     def _check_factory(accountant: object) -> Callable[[], Accountant]:
         if accountant is None:
-            return _SumAccountant
+            return BasicAccountant
         if not isinstance(accountant, type) and isinstance(accountant, Accountant):
             raise InvalidParameterError(
                 "accountant",

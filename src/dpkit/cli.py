@@ -7,7 +7,7 @@ Extending: a new command is a function decorated with ``@app.command()``; a comm
 (``budget``, ``account``, ...) is its own ``typer.Typer()`` mounted with ``app.add_typer(group,
 name=...)``. Reuse the shared options below (``JsonOption``, ``SeedOption``) and
 :func:`_emit_json` / :func:`_fail` so every command behaves alike. Planned (not yet available):
-``query``, ``budget``, ``account``, ``audit``, ``serve`` (see docs/guide.md).
+``query``, ``audit``, ``serve`` (see docs/guide.md).
 """
 
 from __future__ import annotations
@@ -18,9 +18,11 @@ from typing import Annotated, Any, NoReturn
 
 import typer
 from rich.console import Console
+from rich.table import Table
 from rich.progress import BarColumn, Progress, SpinnerColumn, TextColumn, TimeElapsedColumn
 
 import dpkit
+from dpkit.accounting.events import event_to_dict
 from dpkit.errors import DPError
 
 app = typer.Typer(
@@ -98,6 +100,46 @@ def demo(
         _emit_json(result)
     else:
         demo_mod.render(result, Console())
+
+
+@app.command()
+def account(
+    mechanism: Annotated[str, typer.Option("--mechanism", help="gaussian or laplace.")] = "gaussian",
+    noise_multiplier: Annotated[float, typer.Option("--noise-multiplier", help="σ/Δ₂ (Gaussian) or b/Δ₁ (Laplace).")] = 1.0,
+    sample_rate: Annotated[float, typer.Option("--sample-rate", help="Poisson sampling rate q in (0, 1]; 1 = no sampling.")] = 1.0,
+    steps: Annotated[int, typer.Option("--steps", help="Number of repetitions (e.g. DP-SGD steps).")] = 1,
+    delta: Annotated[float, typer.Option("--delta", help="Target δ.")] = 1e-5,
+    plot: Annotated[Path | None, typer.Option("--plot", help="Save ε against steps (RDP vs PLD) as a PNG here.")] = None,
+    json_output: JsonOption = False,
+) -> None:
+    """ε of a repeated (optionally subsampled) mechanism by every accountant, with timings.
+
+    Example: dpkit account --mechanism gaussian --noise-multiplier 1.1 --sample-rate 0.004 --steps 2350 --delta 1e-5
+    """
+    from dpkit import account_report as rep
+
+    try:
+        event = rep.build_event(mechanism, noise_multiplier, sample_rate, steps)  # type: ignore[arg-type]
+        rows = rep.account(event, delta)
+        curve_path = None
+        if plot is not None:
+            curves = rep.epsilon_curve(mechanism, noise_multiplier, sample_rate, steps, delta)  # type: ignore[arg-type]
+            title = f"{mechanism}, noise multiplier {noise_multiplier}, q = {sample_rate}, δ = {delta}"
+            curve_path = str(rep.plot_epsilon_curve(curves, plot, title))
+    except DPError as exc:
+        _fail(str(exc))
+    if json_output:
+        _emit_json({"event": event_to_dict(event), "delta": delta, "results": [r.as_dict() for r in rows], "plot": curve_path})
+        return
+    table = Table(title=f"ε at δ = {delta:g} — {mechanism}, noise multiplier {noise_multiplier}, q = {sample_rate}, {steps} steps")
+    for col in ("accountant", "ε", "time (ms)", "note"):
+        table.add_column(col, justify="right" if col in ("ε", "time (ms)") else "left")
+    for r in rows:
+        table.add_row(r.accountant, "—" if r.epsilon is None else f"{r.epsilon:.6g}", f"{r.milliseconds:.2f}", r.note)
+    console = Console()
+    console.print(table)
+    if curve_path:
+        console.print(f"plot: {curve_path}")
 
 
 @app.command()

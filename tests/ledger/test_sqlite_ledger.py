@@ -299,6 +299,19 @@ def test_open_ledger_default_path_is_under_the_current_directory(tmp_path: Path,
     assert not [p for p in nested.parent.iterdir() if p.name != "l.sqlite"]  # no temporary files left
 
 
+def test_creation_without_hard_links_falls_back_to_an_exclusive_copy(tmp_path: Path, monkeypatch) -> None:
+    def no_links(*args, **kwargs):
+        raise PermissionError(1, "Operation not permitted")
+
+    monkeypatch.setattr(os, "link", no_links)
+    target = tmp_path / "fat" / "ledger.sqlite"
+    with SQLiteLedger(target) as ledger:
+        ledger.create_budget("d", "a", epsilon=1.0)
+        ledger.debit("d", "a", MILLI)
+        ledger.verify()
+    assert sorted(p.name for p in target.parent.iterdir()) == ["ledger.sqlite"]
+
+
 def test_spends_are_append_only(ledger: SQLiteLedger) -> None:
     ledger.debit("census", "alice", MILLI)
     con = sqlite3.connect(ledger.path)

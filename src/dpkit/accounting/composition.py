@@ -36,7 +36,7 @@ from dpkit.accounting.events import (
     RandomizedResponseEvent,
     SelfComposedEvent,
 )
-from dpkit.accounting.rounding import to_float_up
+from dpkit.accounting.rounding import exp_up, expm1_up, log_down, log_up, sqrt_up, to_float_up, up, up2
 from dpkit.errors import InvalidParameterError
 
 __all__ = [
@@ -48,68 +48,8 @@ __all__ = [
     "advanced_composition_simple",
     "optimal_homogeneous_composition",
     "BasicAccountant",
+    "basic_cost",
 ]
-
-
-# ------------------------------------------------------------------------------------------------
-# upward rounding of transcendental steps
-# ------------------------------------------------------------------------------------------------
-# math.exp / math.log / math.expm1 are within one ulp in the C library CPython uses, and
-# math.sqrt is correctly rounded; each helper first rounds its argument in the safe direction,
-# then steps up (or down) past the library's error.
-
-
-def _up(x: Fraction) -> float:
-    """The smallest double >= x, or +inf when x is beyond the largest double."""
-    try:
-        return to_float_up(x)
-    except OverflowError:
-        return math.inf
-
-
-def _up2(x: float) -> float:
-    return math.nextafter(math.nextafter(x, math.inf), math.inf)
-
-
-def _down2(x: float) -> float:
-    return math.nextafter(math.nextafter(x, -math.inf), -math.inf)
-
-
-def _exp_up(x: Fraction) -> float:
-    """A double >= e^x (exactly 1.0 at x = 0)."""
-    if x == 0:
-        return 1.0
-    try:
-        return _up2(math.exp(_up(x)))
-    except OverflowError:
-        return math.inf
-
-
-def _expm1_up(x: float) -> float:
-    """A double >= e^x − 1."""
-    try:
-        return _up2(math.expm1(x))
-    except OverflowError:
-        return math.inf
-
-
-def _log_up(x: Fraction) -> float:
-    """A double >= ln(x) for x > 0. The argument is rounded up *before* the log (which
-    :func:`dpkit.accounting.rounding.log_up` does not do); near 1 that is done to x − 1 and
-    log1p is used, so a small ln(x) keeps its relative precision."""
-    if x >= Fraction(1, 2):
-        return _up2(math.log1p(_up(x - 1)))
-    return _up2(math.log(_up(x)))
-
-
-def _log_down(x: float) -> float:
-    """A double <= ln(x) for a double x > 0."""
-    return _down2(math.log(x))
-
-
-def _sqrt_up(x: Fraction) -> float:
-    """A double >= √x (math.sqrt is correctly rounded, so one step suffices)."""
-    return math.nextafter(math.sqrt(_up(x)), math.inf)
 
 
 def _cap(delta: Fraction) -> float:
@@ -164,7 +104,7 @@ def basic_composition(guarantees: Sequence[tuple[float, float]]) -> tuple[float,
     pairs = _pairs(guarantees)
     eps = sum((Fraction(e) for e, _ in pairs), Fraction(0))
     dlt = sum((Fraction(d) for _, d in pairs), Fraction(0))
-    return _up(eps), _cap(dlt)
+    return up(eps), _cap(dlt)
 
 
 def parallel_composition(guarantees: Sequence[tuple[float, float]]) -> tuple[float, float]:
@@ -222,17 +162,17 @@ def group_privacy(epsilon: float, delta: float, k: int) -> tuple[float, float]:
     epsilon = v.epsilon(epsilon)
     delta = v.delta(delta)
     k = v.positive_int(k, "k")
-    eps_g = _up(k * Fraction(epsilon))
+    eps_g = up(k * Fraction(epsilon))
     if delta == 0:
         return eps_g, 0.0
     exponent = (k - 1) * Fraction(epsilon)
     if exponent <= 700:  # e^{(k−1)ε} is a finite double: multiply exactly
-        return eps_g, _cap(k * Fraction(_exp_up(exponent)) * Fraction(delta))
+        return eps_g, _cap(k * Fraction(exp_up(exponent)) * Fraction(delta))
     # Otherwise work with ln δ_g = ln k + (k−1)ε + ln δ (each term an upper bound).
-    log_bound = exponent + Fraction(_log_up(Fraction(k))) + Fraction(_log_up(Fraction(delta)))
+    log_bound = exponent + Fraction(log_up(Fraction(k))) + Fraction(log_up(Fraction(delta)))
     if log_bound >= 0:
         return eps_g, 1.0
-    return eps_g, min(_exp_up(log_bound), 1.0)
+    return eps_g, min(exp_up(log_bound), 1.0)
 
 
 def _check_k_delta_prime(epsilon: object, delta: object, k: object, delta_prime: object) -> tuple[float, float, int, float]:
@@ -246,17 +186,17 @@ def _check_k_delta_prime(epsilon: object, delta: object, k: object, delta_prime:
 
 def _drv_sqrt_term(k: int, delta_prime: float) -> float:
     """A double >= √(2k·ln(1/δ'))."""
-    log_inv = -_log_down(delta_prime)  # >= ln(1/δ') = −ln δ'
-    return _sqrt_up(2 * k * Fraction(log_inv))
+    log_inv = -log_down(delta_prime)  # >= ln(1/δ') = −ln δ'
+    return sqrt_up(2 * k * Fraction(log_inv))
 
 
 def _drv_epsilon(epsilon: float, k: int, delta_prime: float) -> float:
     """√(2k ln(1/δ'))·ε + k·ε·(e^ε − 1), rounded up."""
     root = _drv_sqrt_term(k, delta_prime)
-    growth = _expm1_up(epsilon)
+    growth = expm1_up(epsilon)
     if math.isinf(root) or math.isinf(growth):
         return math.inf
-    return _up(Fraction(root) * Fraction(epsilon) + k * Fraction(epsilon) * Fraction(growth))
+    return up(Fraction(root) * Fraction(epsilon) + k * Fraction(epsilon) * Fraction(growth))
 
 
 def advanced_composition(epsilon: float, delta: float, k: int, delta_prime: float) -> tuple[float, float]:
@@ -307,7 +247,7 @@ def advanced_composition_simple(epsilon: float, delta: float, k: int, delta_prim
     """
     epsilon, delta, k, delta_prime = _check_k_delta_prime(epsilon, delta, k, delta_prime)
     root = _drv_sqrt_term(k, delta_prime)
-    simple = _up(2 * Fraction(epsilon) * Fraction(root)) if math.isfinite(root) else math.inf
+    simple = up(2 * Fraction(epsilon) * Fraction(root)) if math.isfinite(root) else math.inf
     exact = _drv_epsilon(epsilon, k, delta_prime)
     if simple < exact:
         limit = math.log1p(math.sqrt(2.0 * -math.log(delta_prime) / k))
@@ -361,7 +301,7 @@ class _KOV:
         log_diff = gap + np.log(-np.expm1(-gap))  # ln(e^gap − 1), stable for small and large gap
         terms = self.ln_c[:i] + (k - 2 * i + ls) * eps + log_diff - k * self.ln_norm
         log_delta = float(logsumexp(terms)) + self.margin
-        return min(_up2(math.exp(log_delta)) if log_delta < 709.0 else math.inf, 1.0)
+        return min(up2(math.exp(log_delta)) if log_delta < 709.0 else math.inf, 1.0)
 
 
 def optimal_homogeneous_composition(epsilon: float, delta: float, k: int, delta_total: float) -> float:
@@ -397,7 +337,7 @@ def optimal_homogeneous_composition(epsilon: float, delta: float, k: int, delta_
     # a = 1 − (1 − δ)^k, the chance that some mechanism uses its δ; rounded up with a margin
     # covering log1p, the product and expm1 (a few ulps each, relative).
     a = -math.expm1(k * math.log1p(-delta)) if delta > 0 else 0.0
-    a_up = min(_up2(a * (1.0 + 64.0 * _ULP)), 1.0) if a > 0 else 0.0
+    a_up = min(up2(a * (1.0 + 64.0 * _ULP)), 1.0) if a > 0 else 0.0
     target = Fraction(delta_total)
 
     def total_up(b_up: float) -> Fraction:  # 1 − (1 − a)(1 − b) = a + b − ab, increasing in a, b
@@ -422,7 +362,7 @@ def optimal_homogeneous_composition(epsilon: float, delta: float, k: int, delta_
             lo = mid
         else:
             hi = mid
-    return _up((k - 2 * lo) * Fraction(epsilon))
+    return up((k - 2 * lo) * Fraction(epsilon))
 
 
 # ------------------------------------------------------------------------------------------------
@@ -441,21 +381,36 @@ def _rr_epsilon(event: RandomizedResponseEvent) -> Fraction:
             "event", event, "a RandomizedResponseEvent with 0 < p_truth < 1 and an integer k >= 2"
         )
     ratio = Fraction(p) * (int(k) - 1) / (1 - Fraction(p))
-    return Fraction(_log_up(ratio if ratio >= 1 else 1 / ratio))
+    return Fraction(log_up(ratio if ratio >= 1 else 1 / ratio))
+
+
+def _exact(name: str, value: object, *, positive: bool = True) -> Fraction:
+    """An event field as an exact fraction, re-validated: events are frozen, but a budget must
+    never grow by spending even if one was tampered with (negative, NaN or infinite values)."""
+    try:
+        exact = Fraction(value) if v._is_real(value) or isinstance(value, Fraction) else None  # type: ignore[arg-type]
+    except (ValueError, OverflowError, TypeError):
+        exact = None
+    if exact is None or exact < 0 or (positive and exact == 0):
+        raise InvalidParameterError(f"event.{name}", value, "a finite number > 0" if positive else "a finite number >= 0")
+    return exact
 
 
 def _leaf_pure(event: PureDPEvent | ExponentialEvent) -> tuple[Fraction, Fraction]:
-    return Fraction(event.epsilon), Fraction(0)
+    return _exact("epsilon", event.epsilon), Fraction(0)
 
 
 def _leaf_approx(event: ApproxDPEvent) -> tuple[Fraction, Fraction]:
-    return Fraction(event.epsilon), Fraction(event.delta)
+    delta = _exact("delta", event.delta, positive=False)
+    if delta >= 1:
+        raise InvalidParameterError("event.delta", event.delta, "a number in [0, 1)")
+    return _exact("epsilon", event.epsilon), delta
 
 
 def _leaf_laplace(event: LaplaceEvent) -> tuple[Fraction, Fraction]:
     # ε = 1/noise_multiplier exactly (event.epsilon is this value rounded up); rounding happens
     # once, on the total.
-    return 1 / Fraction(event.noise_multiplier), Fraction(0)
+    return 1 / _exact("noise_multiplier", event.noise_multiplier), Fraction(0)
 
 
 def _leaf_rr(event: RandomizedResponseEvent) -> tuple[Fraction, Fraction]:
@@ -498,6 +453,16 @@ def _cost(event: object, relations: set[str]) -> tuple[Fraction, Fraction]:
         raise _Unsupported(event)
     relations.add(v.neighbours(event.neighbours, "event.neighbours"))  # type: ignore[attr-defined]
     return leaf(event)
+
+
+def basic_cost(event: DPEvent) -> tuple[Fraction, Fraction, str | None]:
+    """(ε, δ, neighbour relation) of an event tree under basic composition, as exact fractions.
+
+    Raises :class:`~dpkit.errors.InvalidParameterError` exactly as :meth:`BasicAccountant.compose`
+    does (unsupported events, mixed neighbour relations).
+    """
+    acc = BasicAccountant().compose(event)
+    return acc._epsilon, acc._delta, acc._neighbours
 
 
 class BasicAccountant:
@@ -595,7 +560,7 @@ class BasicAccountant:
     @property
     def epsilon(self) -> float:
         """Σε so far, rounded up."""
-        return _up(self._epsilon)
+        return up(self._epsilon)
 
     @property
     def delta(self) -> float:

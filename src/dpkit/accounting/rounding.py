@@ -11,7 +11,21 @@ from __future__ import annotations
 import math
 from fractions import Fraction
 
-__all__ = ["to_float_down", "to_float_up", "reciprocal_down", "reciprocal_up", "sub_down", "log_up"]
+__all__ = [
+    "to_float_down",
+    "to_float_up",
+    "reciprocal_down",
+    "reciprocal_up",
+    "sub_down",
+    "up",
+    "up2",
+    "down2",
+    "exp_up",
+    "expm1_up",
+    "log_up",
+    "log_down",
+    "sqrt_up",
+]
 
 
 def to_float_down(x: Fraction) -> float:
@@ -39,14 +53,54 @@ def sub_down(a: float, b: float) -> float:
     return to_float_down(Fraction(a) - Fraction(b))
 
 
-def log_up(x: Fraction) -> float:
-    """A double >= ln(x) for x > 0.
+def up(x: Fraction) -> float:
+    """The smallest double >= x, or +inf beyond the largest double."""
+    try:
+        return to_float_up(x)
+    except OverflowError:
+        return math.inf
 
-    The argument is rounded up first (log is increasing), near 1 through log1p of x − 1 to keep
-    relative precision; ``math.log``/``log1p`` are within one ulp, so two steps up are safe.
-    """
-    if x < 2:
-        y = math.log1p(to_float_up(x - 1))
-    else:
-        y = math.log(to_float_up(x))
-    return math.nextafter(math.nextafter(y, math.inf), math.inf)
+
+def up2(x: float) -> float:
+    """Two steps up: past the one-ulp error of the C library's exp/log/expm1."""
+    return math.nextafter(math.nextafter(x, math.inf), math.inf)
+
+
+def down2(x: float) -> float:
+    return math.nextafter(math.nextafter(x, -math.inf), -math.inf)
+
+
+def exp_up(x: Fraction) -> float:
+    """A double >= e^x (exactly 1.0 at x = 0)."""
+    if x == 0:
+        return 1.0
+    try:
+        return up2(math.exp(up(x)))
+    except OverflowError:
+        return math.inf
+
+
+def expm1_up(x: float) -> float:
+    """A double >= e^x − 1."""
+    try:
+        return up2(math.expm1(x))
+    except OverflowError:
+        return math.inf
+
+
+def log_up(x: Fraction) -> float:
+    """A double >= ln(x) for x > 0. The argument is rounded up *before* the log; near 1 that is
+    done to x − 1 and log1p is used, so a small ln(x) keeps its relative precision."""
+    if x >= Fraction(1, 2):
+        return up2(math.log1p(up(x - 1)))
+    return up2(math.log(up(x)))
+
+
+def log_down(x: float) -> float:
+    """A double <= ln(x) for a double x > 0."""
+    return down2(math.log(x))
+
+
+def sqrt_up(x: Fraction) -> float:
+    """A double >= √x (math.sqrt is correctly rounded, so one step suffices)."""
+    return math.nextafter(math.sqrt(up(x)), math.inf)

@@ -29,7 +29,8 @@ from typing import Protocol, runtime_checkable
 from dpkit._validate import NEIGHBOUR_RELATIONS
 from dpkit.accounting.events import ComposedEvent, DPEvent, event_from_json, event_to_json
 from dpkit.accounting.rounding import sub_down, to_float_down, to_float_up
-from dpkit.budget import _basic_cost, _one_relation, _short
+from dpkit._validate import short_repr as _short
+from dpkit.accounting.composition import basic_cost
 from dpkit.errors import InvalidParameterError
 
 __all__ = [
@@ -42,6 +43,8 @@ __all__ = [
     "fraction_from_text",
     "encode_event",
     "check_name",
+    "round_up",
+    "round_down",
 ]
 
 
@@ -205,16 +208,19 @@ def debit_cost(
             "given together with the other cost",
             "pass both epsilon_cost and delta_cost, or neither to price the event by basic composition",
         )
-    relations: set[str] = set()
     if epsilon_cost is None:
-        eps, dlt = _basic_cost(event, relations)
-    else:
-        eps = _amount("epsilon_cost", epsilon_cost)
-        dlt = _amount("delta_cost", delta_cost)
-        if dlt > 1:
-            raise InvalidParameterError("delta_cost", delta_cost, "a number in [0, 1]")
-        _relations(event, relations)
-    return eps, dlt, _one_relation(event, relations, None)
+        return basic_cost(event)
+    eps = _amount("epsilon_cost", epsilon_cost)
+    dlt = _amount("delta_cost", delta_cost)
+    if dlt > 1:
+        raise InvalidParameterError("delta_cost", delta_cost, "a number in [0, 1]")
+    relations: set[str] = set()
+    _relations(event, relations)
+    if len(relations) > 1:
+        raise InvalidParameterError(
+            "event", _short(event), "events that all share one neighbour relation", f"the event mixes {sorted(relations)}"
+        )
+    return eps, dlt, next(iter(relations), None)
 
 
 def _relations(event: object, out: set[str]) -> None:
@@ -248,6 +254,7 @@ def encode_event(event: DPEvent) -> str:
 
 
 def round_up(value: Fraction) -> float:
+    """The smallest double >= value (inf beyond the largest double)."""
     try:
         return to_float_up(value)
     except OverflowError:
@@ -255,6 +262,7 @@ def round_up(value: Fraction) -> float:
 
 
 def round_down(value: Fraction) -> float:
+    """The largest double <= value (a huge value gives inf)."""
     try:
         return to_float_down(value)
     except OverflowError:

@@ -38,7 +38,7 @@ from fractions import Fraction
 from pathlib import Path
 
 from dpkit.accounting.events import DPEvent, event_from_json
-from dpkit.budget import _short
+from dpkit._validate import short_repr as _short
 from dpkit.errors import BudgetExceededError, DPError, InvalidParameterError, LedgerError
 from dpkit.ledger.base import (
     BudgetRecord,
@@ -225,8 +225,6 @@ class SQLiteLedger:
                 header = f.read(100)
         except OSError as exc:
             raise LedgerError(f"cannot read the ledger {path}: {exc.strerror or exc}") from exc
-        if not os.access(path, os.R_OK | os.W_OK):
-            raise LedgerError(f"the ledger {path} is not writable by this process; a ledger must be writable to debit it")
         advice = "refusing to use or change it; restore it from a backup or pass another path"
         if not header:
             raise LedgerError(f"{path} is an empty file, not a dpkit ledger; {advice} (delete it to start a new ledger)")
@@ -250,6 +248,8 @@ class SQLiteLedger:
             raise LedgerError(
                 f"{path} is truncated ({st.st_size} bytes; its header describes {pages} pages of {page_size} bytes); {advice}"
             )
+        if not os.access(path, os.R_OK | os.W_OK):
+            raise LedgerError(f"the ledger {path} is not writable by this process; a ledger must be writable to debit it")
 
     def _connect(self) -> sqlite3.Connection:
         uri = "file:" + urllib.parse.quote(str(self._path), safe="/") + "?mode=rw"
