@@ -222,29 +222,17 @@ def _from_atoms(h: float, losses: list[float], masses: list[float], *, inf: floa
     return _PMF(lo, probs[:size], inf, inf, 8 * _U * float(ms.sum()), top)
 
 
-def _reverse(p: _PMF, deficit: float) -> _PMF:
-    """The PMF of the reversed pair (Q, P): mass ω(ℓ)e^{−ℓ} at −ℓ; Q-mass the grid leaves
-    uncovered (``deficit``) goes to +∞; P's +∞ mass has Q-mass 0 and disappears."""
-    n = p.probs.size
-    losses = (p.lo + np.arange(n)) * 1.0
-    pos = p.probs > 0
-    lp = np.full(n, -np.inf)
-    np.log(p.probs, out=lp, where=pos)
-    return losses, lp
-
-
-def _reverse_pmf(p: _PMF, deficit: float, h: float) -> _PMF:
+def _reverse_pmf(p: _PMF, deficit: float, h: float, top: int | None) -> _PMF:
+    """The PMF of the reversed pair (Q, P): mass ω(ℓ)e^{−ℓ} at −ℓ. The Q-mass the grid leaves
+    uncovered (``deficit``) has P-mass 0, i.e. loss +∞ in the reversed pair; P's +∞ mass has
+    Q-mass 0 and disappears. ``top`` is the exact support bound when the caller knows one."""
     n = p.probs.size
     losses = (p.lo + np.arange(n)) * h
     pos = p.probs > 0
     lp = np.full(n, -np.inf)
     np.log(p.probs, out=lp, where=pos)
-    q = np.exp(np.minimum(lp - losses, 0.0))  # exact value is <= 1 (a Q-mass)
+    q = np.exp(np.minimum(lp - losses, 0.0))  # the exact value is a Q-mass, <= 1
     inf = min(1.0, _up(deficit + 8 * _U))
-    top = None
-    if p.top is not None and p.inf_mech == 0 and deficit <= 8 * _U:
-        # bounded support on both ends is only claimed for Laplace-type PMFs (see _laplace)
-        top = None
     return _PMF(-(p.lo + n - 1), q[::-1].copy(), inf, 0.0, p.err + 8 * _U, top)
 
 
@@ -493,18 +481,6 @@ def _convolve(a: _PMF, b: _PMF, tau: float) -> _PMF:
     return _PMF(lo, probs, _add_inf(inf, to_inf), inf_mech, a.err + b.err + fft_err, top)
 
 
-def _regrid(p: _PMF, factor: int) -> _PMF:
-    """The same PMF on a grid ``factor`` times coarser (connect-the-dots split of each point)."""
-    if factor == 1:
-        return p
-    idx = p.lo + np.arange(p.probs.size)
-    cell = np.floor_divide(idx, factor)
-    off = (idx - cell * factor).astype(float)
-    share = -np.expm1(-off / factor * 1.0) if False else None  # placeholder, replaced below
-    del share
-    raise NotImplementedError
-
-
 # ----------------------------------------------------------------------------- queries
 
 
@@ -521,42 +497,3 @@ def _delta_of(p: _PMF, h: float, eps: float) -> float:
     return min(1.0, _up(p.inf + fin + p.err, 4))
 
 
-def _epsilon_of(p: _PMF, h: float, delta: float) -> float | None:
-    """Smallest ε >= 0 with δ(ε) <= delta (rounded up); None when delta is at or below the
-    PMF's floor (inf + err)."""
-    budget = delta - p.inf - p.err
-    if budget <= 0:
-        return None
-    budget = _down(budget)
-    n = p.probs.size
-    i_start = min(n, max(0, -p.lo))
-    q = p.probs[i_start:]
-    if q.size == 0 or float(q.sum()) <= budget:
-        return 0.0
-    l0 = (p.lo + i_start) * h  # loss of q[0], >= 0
-    A = np.cumsum(q[::-1])[::-1]
-    Bt = lfilter([1.0], [1.0, -math.exp(-h)], q[::-1])[::-1]  # e^{ℓ_t} Σ_{s>=t} q_s e^{−ℓ_s}
-    # δ_fin(0): every loss in q is >= 0.
-    d0 = float(A[0]) - math.exp(-l0) * float(Bt[0]) if l0 > 0 else float(A[1] - math.exp(-h) * Bt[1]) if q.size > 1 else 0.0
-    if d0 <= budget:
-        return 0.0
-    D = np.empty(q.size + 1)
-    D[1:-1] = A[1:] - math.exp(-h) * Bt[1:]  # δ_fin at ε = ℓ_{t−1}, t = 1..size−1
-    D[-1] = 0.0
-    D[0] = np.inf
-    t = int(np.argmax(D <= budget))  # smallest t with δ_fin(ℓ_{t−1}) <= budget
-    j = t - 1  # segment ε ∈ [ℓ_{j−1}, ℓ_j]: losses above ε are s >= j
-    a_j, b_j = float(A[j]), float(Bt[j])
-    lj = l0 + j * h
-    if b_j <= 0 or a_j <= budget:
-        eps = lj
-    else:
-        eps = lj + math.log((a_j - budget) / b_j)
-    lower = max(0.0, lj - h) if j > 0 else 0.0
-    eps = min(max(eps, lower), lj)
-    eps = _up(eps * (1 + 64 * _U) + 64 * _U * h, 2)
-    for _ in range(60):  # re-check with the direct formula; bump if round-off says so
-        if _delta_of(p, h, eps) <= delta:
-            return eps
-        eps = eps * (1 + 1e-12) + 1e-12 * h
-    return eps
