@@ -5,7 +5,10 @@
 1.0
 """
 
-from dpkit import accounting, audit, errors, mechanisms, noise
+from dpkit import accounting, audit, errors, ledger, mechanisms, noise
+from dpkit.accounting import BasicAccountant, RDPAccountant, ZCDPAccountant
+from dpkit.budget import Budget
+from dpkit.ledger import open_ledger
 from dpkit.errors import (
     AuthError,
     BudgetExceededError,
@@ -31,6 +34,12 @@ __version__ = "0.1.0"
 __all__ = [
     "accounting",
     "audit",
+    "ledger",
+    "Budget",
+    "open_ledger",
+    "BasicAccountant",
+    "RDPAccountant",
+    "ZCDPAccountant",
     "errors",
     "mechanisms",
     "noise",

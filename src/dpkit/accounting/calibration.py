@@ -46,7 +46,7 @@ def calibrate_noise_multiplier(
     >>> from dpkit.accounting.rdp import RDPAccountant
     >>> sigma = calibrate_noise_multiplier(target_epsilon=1.0, delta=1e-5, accountant=RDPAccountant)
     >>> round(sigma, 1)
-    4.8
+    4.0
     """
     target = v.epsilon(target_epsilon, "target_epsilon")
     delta = v.delta(delta, allow_zero=False)

@@ -166,10 +166,6 @@ def _validate_orders(orders: object) -> Orders:
     return tuple(sorted(set(_order_values(orders))))
 
 
-def _check_orders_arg(orders: Sequence[float] | None) -> Orders:
-    return _validate_orders(orders)
-
-
 # --------------------------------------------------------------------------------------------
 # Per-mechanism RDP curves (pure functions of numbers; cached where expensive)
 # --------------------------------------------------------------------------------------------
@@ -196,7 +192,7 @@ def gaussian_rdp(noise_multiplier: float, orders: Sequence[float] | None = None)
     [1.0, 2.0]
     """
     sigma = v.positive(noise_multiplier, "noise_multiplier")
-    a = np.asarray(_check_orders_arg(orders))
+    a = np.asarray(_validate_orders(orders))
     return a / (2.0 * sigma * sigma)
 
 
@@ -204,7 +200,7 @@ def laplace_rdp(noise_multiplier: float, orders: Sequence[float] | None = None) 
     """RDP of the Laplace mechanism with scale b = noise_multiplier × ℓ1 sensitivity (Mironov 2017,
     Table II), exact: ε + log1p((α−1)/(2α−1)·expm1(−(2α−1)ε))/(α−1), ε = 1/b, clipped to [0, ε]."""
     b = v.positive(float(noise_multiplier), "noise_multiplier")
-    return _laplace_rdp(1.0 / b, _check_orders_arg(orders))
+    return _laplace_rdp(1.0 / b, _validate_orders(orders))
 
 
 def _laplace_rdp(eps: float, orders: Orders) -> FloatArray:
@@ -249,7 +245,7 @@ def randomized_response_rdp(p_truth: float, k: int = 2, orders: Sequence[float] 
     p = 1 (or p = 0 with k = 2) releases the answer: ∞."""
     k = v.positive_int(k, "k", minimum=2)
     p = v.probability(p_truth, "p_truth", low_open=False, high_open=False)
-    return _rr_rdp(p, k, _check_orders_arg(orders))
+    return _rr_rdp(p, k, _validate_orders(orders))
 
 
 @functools.lru_cache(maxsize=256)
@@ -269,7 +265,7 @@ def pure_dp_rdp(epsilon: float, orders: Sequence[float] | None = None) -> FloatA
     >>> bool(r[0] <= min(1.0, 2 * 1.0**2 / 2))
     True
     """
-    return _pure_rdp(v.epsilon(epsilon), _check_orders_arg(orders))
+    return _pure_rdp(v.epsilon(epsilon), _validate_orders(orders))
 
 
 @functools.lru_cache(maxsize=256)
@@ -379,7 +375,7 @@ def poisson_subsampled_gaussian_rdp(
     Mironov, Talwar & Zhang 2019; q = 1 is the Gaussian. Cached per (q, σ, orders)."""
     q = v.probability(sampling_probability, "sampling_probability", high_open=False)
     sigma = v.positive(noise_multiplier, "noise_multiplier")
-    return np.array(_poisson_gaussian_rdp_cached(q, sigma, _check_orders_arg(orders)))
+    return np.array(_poisson_gaussian_rdp_cached(q, sigma, _validate_orders(orders)))
 
 
 # -- Sampling without replacement (Wang, Balle & Kasiviswanathan 2019) ------------------------
@@ -442,7 +438,7 @@ def sampled_without_replacement_gaussian_rdp(
     if m > n:
         raise InvalidParameterError("sample_size", m, f"an integer in [1, {n}]")
     sigma = v.positive(noise_multiplier, "noise_multiplier")
-    return np.array(_swor_gaussian_rdp_cached(m / n, sigma, _check_orders_arg(orders)))
+    return np.array(_swor_gaussian_rdp_cached(m / n, sigma, _validate_orders(orders)))
 
 
 # --------------------------------------------------------------------------------------------
@@ -496,7 +492,7 @@ def _check_event(event: DPEvent, neighbours: Neighbours) -> None:
 
 def event_rdp(event: DPEvent, orders: Sequence[float] | None = None) -> FloatArray:
     """The RDP curve of ``event`` at ``orders`` (no neighbour checks; see RDPAccountant)."""
-    return _event_rdp(event, _check_orders_arg(orders))
+    return _event_rdp(event, _validate_orders(orders))
 
 
 def _event_rdp(event: DPEvent, orders: Orders) -> FloatArray:
@@ -707,7 +703,7 @@ def _log_delta_improved(a: FloatArray, r: FloatArray, eps: float) -> tuple[Float
 
 
 _EPSILON_CONVERSIONS: dict[str, EpsilonConversion] = {"improved": _eps_improved, "classic": _eps_classic}
-_DELTA_CONVERSIONS: dict[str, Callable[[FloatArray, FloatArray, float], tuple[FloatArray, FloatArray]]] = {
+_DELTA_CONVERSIONS: dict[str, DeltaConversion] = {
     "improved": _log_delta_improved,
     "classic": _log_delta_classic,
 }

@@ -42,7 +42,6 @@ from dataclasses import dataclass
 from fractions import Fraction
 
 import numpy as np
-from scipy.optimize import minimize_scalar
 
 from dpkit import _validate as v
 from dpkit._validate import Neighbours
@@ -145,15 +144,27 @@ def _improved_log_delta_up(a1: float, rho: float, eps: float) -> float:
 
 
 def _argmin_a1(f: Callable[[np.ndarray | float], np.ndarray | float]) -> float:
-    """α − 1 minimising ``f``: a grid in ln(α − 1), then bounded Brent around the best point."""
+    """α − 1 minimising ``f``: a grid in t = ln(α − 1), then golden-section search on the grid
+    cell either side of the best point (any α gives a valid bound; this only buys tightness)."""
     with np.errstate(over="ignore", invalid="ignore"):
         values = np.asarray(f(_GRID_A1), dtype=np.float64)
     values = np.where(np.isnan(values), np.inf, values)
     i = int(np.argmin(values))
-    lo, hi = _GRID_T[max(i - 1, 0)], _GRID_T[min(i + 1, _GRID_T.size - 1)]
-    res = minimize_scalar(lambda t: float(f(math.exp(t))), bounds=(lo, hi), method="bounded", options={"xatol": 1e-10})
-    t_best = float(res.x) if float(res.fun) <= float(values[i]) else float(_GRID_T[i])
-    return math.exp(t_best)
+    lo, hi = float(_GRID_T[max(i - 1, 0)]), float(_GRID_T[min(i + 1, _GRID_T.size - 1)])
+    g = (math.sqrt(5.0) - 1.0) / 2.0
+    a, b = hi - g * (hi - lo), lo + g * (hi - lo)
+    fa, fb = float(f(math.exp(a))), float(f(math.exp(b)))
+    for _ in range(80):  # the bracket shrinks to 0.5 × 0.618^80 ≈ 1e-17
+        if fa < fb:
+            hi, b, fb = b, a, fa
+            a = hi - g * (hi - lo)
+            fa = float(f(math.exp(a)))
+        else:
+            lo, a, fa = a, b, fb
+            b = lo + g * (hi - lo)
+            fb = float(f(math.exp(b)))
+    t_best, f_best = (a, fa) if fa < fb else (b, fb)
+    return math.exp(t_best) if f_best <= float(values[i]) else float(_GRID_A1[i])
 
 
 def _kl_suffices(rho: float, delta: float) -> bool:
