@@ -17,6 +17,9 @@ PEERS=(
     "opendp==0.16.0"
     "diffprivlib==0.6.6"
     "scikit-learn==1.8.0"
+    "dp-accounting==0.6.0"
+    "torch==2.13.0"
+    "opacus==1.6.0"
     "rich"
 )
 

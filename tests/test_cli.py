@@ -24,7 +24,10 @@ from dpkit.cli import app
 runner = CliRunner()
 
 
-@pytest.mark.parametrize("args", [["--help"], ["demo", "--help"], ["version", "--help"]])
+@pytest.mark.parametrize(
+    "args",
+    [["--help"], ["demo", "--help"], ["version", "--help"], ["account", "--help"], ["budget", "--help"], ["budget", "create", "--help"]],
+)
 def test_help(args: list[str]) -> None:
     result = runner.invoke(app, args)
     assert result.exit_code == 0, result.output
@@ -35,7 +38,7 @@ def test_help_lists_only_real_commands() -> None:
     out = runner.invoke(app, ["--help"]).output
     panel = out[out.index("Commands") :]
     listed = set(re.findall(r"^\W*([a-z]+)\s{2,}\S", panel, flags=re.MULTILINE))
-    assert listed == {"demo", "version"}  # planned commands are not advertised before they exist
+    assert listed == {"account", "budget", "demo", "version"}  # planned commands are not advertised before they exist
 
 
 def test_no_arguments_shows_help() -> None:
@@ -135,3 +138,37 @@ def test_datasets_are_deterministic() -> None:
     p, q = datasets.people(), datasets.people()
     assert (p.age == q.age).all() and (p.income == q.income).all()
     assert p.age.min() >= datasets.AGE_MIN and p.age.max() <= datasets.AGE_MAX
+
+
+def test_account_prints_every_accountant(tmp_path) -> None:
+    import json as _json
+
+    result = runner.invoke(
+        app,
+        ["account", "--mechanism", "gaussian", "--noise-multiplier", "1.1", "--sample-rate", "0.004",
+         "--steps", "500", "--delta", "1e-5", "--json"],
+    )
+    assert result.exit_code == 0, result.output
+    doc = _json.loads(result.stdout)
+    by_name = {r["accountant"]: r for r in doc["results"]}
+    assert by_name["rdp"]["epsilon"] is not None and by_name["rdp"]["epsilon"] > 0
+    assert by_name["basic"]["epsilon"] is None  # basic composition cannot price a Gaussian
+
+
+def test_account_rejects_a_bad_mechanism() -> None:
+    result = runner.invoke(app, ["account", "--mechanism", "cauchy"])
+    assert result.exit_code == 1
+    assert "mechanism" in result.output
+
+
+def test_budget_create_and_show(tmp_path) -> None:
+    import json as _json
+
+    ledger = str(tmp_path / "l.sqlite")
+    assert runner.invoke(app, ["budget", "create", "census", "alice", "--epsilon", "1", "--ledger", ledger]).exit_code == 0
+    shown = runner.invoke(app, ["budget", "--ledger", ledger, "--json"])
+    assert shown.exit_code == 0, shown.output
+    doc = _json.loads(shown.stdout)
+    assert doc["budgets"][0]["remaining_epsilon"] == 1.0
+    missing = runner.invoke(app, ["budget", "--ledger", str(tmp_path / "none.sqlite")])
+    assert missing.exit_code == 1 and "no ledger" in missing.output
