@@ -6,7 +6,7 @@
 """
 
 from dpkit import accounting, audit, errors, ledger, mechanisms, noise
-from dpkit.accounting import BasicAccountant, RDPAccountant, ZCDPAccountant
+from dpkit.accounting import BasicAccountant, PLDAccountant, RDPAccountant, ZCDPAccountant
 from dpkit.budget import Budget
 from dpkit.ledger import open_ledger
 from dpkit.errors import (
@@ -40,6 +40,7 @@ __all__ = [
     "BasicAccountant",
     "RDPAccountant",
     "ZCDPAccountant",
+    "PLDAccountant",
     "errors",
     "mechanisms",
     "noise",

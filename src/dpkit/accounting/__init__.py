@@ -40,6 +40,7 @@ from dpkit.accounting.events import (
     event_to_dict,
     event_to_json,
 )
+from dpkit.accounting.pld import PLDAccountant
 from dpkit.accounting.rdp import RDPAccountant
 from dpkit.accounting.zcdp import ZCDPAccountant
 
@@ -48,6 +49,7 @@ __all__ = [
     "BasicAccountant",
     "RDPAccountant",
     "ZCDPAccountant",
+    "PLDAccountant",
     "basic_composition",
     "parallel_composition",
     "post_processing",
