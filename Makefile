@@ -29,6 +29,7 @@ test: $(STAMP_DEV)
 bench: $(STAMP_RUN)
 	bash benchmarks/setup_env.sh
 	.venv-bench/bin/python benchmarks/bench_noise.py
+	.venv-bench/bin/python benchmarks/bench_accounting.py
 
 clean:
 	rm -rf $(VENV) .venv-bench out
