@@ -138,6 +138,10 @@ def account(
         table.add_row(r.accountant, "—" if r.epsilon is None else f"{r.epsilon:.6g}", f"{r.milliseconds:.2f}", r.note)
     console = Console()
     console.print(table)
+    sound = [r for r in rows if r.epsilon is not None and r.accountant in ("pld", "rdp")]
+    if sound:
+        best = min(sound, key=lambda r: r.epsilon)  # type: ignore[arg-type, return-value]
+        console.print(f"tightest sound bound: ε = {best.epsilon:.6g} ({best.accountant.upper()})")
     if curve_path:
         console.print(f"plot: {curve_path}")
 

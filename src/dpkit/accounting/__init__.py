@@ -42,6 +42,7 @@ from dpkit.accounting.events import (
 )
 from dpkit.accounting.pld import PLDAccountant
 from dpkit.accounting.rdp import RDPAccountant
+from dpkit.accounting.tight import TightEpsilon, tight_epsilon
 from dpkit.accounting.zcdp import ZCDPAccountant
 
 __all__ = [
@@ -57,6 +58,8 @@ __all__ = [
     "advanced_composition",
     "advanced_composition_simple",
     "optimal_homogeneous_composition",
+    "tight_epsilon",
+    "TightEpsilon",
     "calibrate_noise_multiplier",
     "dp_sgd_event",
     "gaussian_delta",
