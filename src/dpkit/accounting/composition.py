@@ -19,7 +19,6 @@ from __future__ import annotations
 import math
 from collections.abc import Callable, Sequence
 from fractions import Fraction
-from numbers import Integral
 
 import numpy as np
 from scipy.special import gammaln, logsumexp
@@ -36,6 +35,7 @@ from dpkit.accounting.events import (
     RandomizedResponseEvent,
     SelfComposedEvent,
 )
+from dpkit.accounting._shared import rr_epsilon
 from dpkit.accounting.rounding import exp_up, expm1_up, log_down, log_up, sqrt_up, to_float_up, up, up2
 from dpkit.errors import InvalidParameterError
 
@@ -370,20 +370,6 @@ def optimal_homogeneous_composition(epsilon: float, delta: float, k: int, delta_
 # ------------------------------------------------------------------------------------------------
 
 
-def _rr_epsilon(event: RandomizedResponseEvent) -> Fraction:
-    """|ln(p·(k − 1)/(1 − p))|, rounded up (the absolute value covers p < 1/k, where the
-    mechanism favours the lie: the likelihood ratio is then bounded by its reciprocal)."""
-    p, k = event.p_truth, event.k
-    ok_p = isinstance(p, (int, float, Fraction)) and not isinstance(p, bool) and 0 < p < 1
-    ok_k = isinstance(k, Integral) and not isinstance(k, bool) and k >= 2
-    if not (ok_p and ok_k):
-        raise InvalidParameterError(
-            "event", event, "a RandomizedResponseEvent with 0 < p_truth < 1 and an integer k >= 2"
-        )
-    ratio = Fraction(p) * (int(k) - 1) / (1 - Fraction(p))
-    return Fraction(log_up(ratio if ratio >= 1 else 1 / ratio))
-
-
 def _exact(name: str, value: object, *, positive: bool = True) -> Fraction:
     """An event field as an exact fraction, re-validated: events are frozen, but a budget must
     never grow by spending even if one was tampered with (negative, NaN or infinite values)."""
@@ -414,7 +400,7 @@ def _leaf_laplace(event: LaplaceEvent) -> tuple[Fraction, Fraction]:
 
 
 def _leaf_rr(event: RandomizedResponseEvent) -> tuple[Fraction, Fraction]:
-    return _rr_epsilon(event), Fraction(0)
+    return rr_epsilon(event), Fraction(0)
 
 
 # The dispatch table (STYLE §9): exact event type → (ε, δ) as exact fractions.

@@ -94,6 +94,7 @@ from dpkit.accounting.events import (
     SampledWithoutReplacementEvent,
     SelfComposedEvent,
 )
+from dpkit.accounting._shared import check_leaf_neighbours, rule_for
 from dpkit.errors import InvalidParameterError
 
 __all__ = [
@@ -466,24 +467,10 @@ def register_rdp(event_type: type[DPEvent], rdp: RDPFunction, check: CheckFuncti
 
 
 def _rule_for(event: DPEvent) -> _Rule:
-    for cls in type(event).__mro__:
-        rule = _RULES.get(cls)
-        if rule is not None:
-            return rule
-    supported = ", ".join(sorted(c.__name__ for c in _RULES))
-    raise InvalidParameterError("event", event, f"an event the RDP accountant supports ({supported})")
+    return rule_for(_RULES, event, "RDP")
 
 
-def _check_leaf(event: DPEvent, neighbours: Neighbours) -> None:
-    own = getattr(event, "neighbours", neighbours)
-    if own != neighbours:
-        raise InvalidParameterError(
-            "neighbours",
-            own,
-            f"{neighbours!r}, the accountant's neighbouring relation",
-            f"{type(event).__name__} was calibrated for {own!r} neighbours; accounting it under "
-            f"{neighbours!r} would misstate the guarantee. Use an accountant with neighbours={own!r}",
-        )
+_check_leaf = check_leaf_neighbours
 
 
 def _check_event(event: DPEvent, neighbours: Neighbours) -> None:

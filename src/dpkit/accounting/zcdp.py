@@ -56,7 +56,8 @@ from dpkit.accounting.events import (
     RandomizedResponseEvent,
     SelfComposedEvent,
 )
-from dpkit.accounting.rounding import log_up, to_float_up
+from dpkit.accounting._shared import check_leaf_neighbours, rr_epsilon, rule_for
+from dpkit.accounting.rounding import to_float_up
 from dpkit.errors import InvalidParameterError
 
 __all__ = [
@@ -274,30 +275,15 @@ def register_zcdp(event_type: type[DPEvent], rho: RhoFunction, check: CheckFunct
 
 
 def _rule_for(event: DPEvent) -> _Rule:
-    for cls in type(event).__mro__:
-        rule = _RULES.get(cls)
-        if rule is not None:
-            return rule
-    supported = ", ".join(sorted(c.__name__ for c in _RULES))
-    raise InvalidParameterError(
-        "event",
+    return rule_for(
+        _RULES,
         event,
-        f"an event the zCDP accountant supports ({supported})",
-        "Subsampled events need the RDPAccountant; (ε, δ) events with δ > 0 need the PLD or a "
-        "composition accountant",
+        "zCDP",
+        "Subsampled events need the RDPAccountant; (ε, δ) events with δ > 0 need the PLD or a composition accountant",
     )
 
 
-def _check_leaf(event: DPEvent, neighbours: Neighbours) -> None:
-    own = getattr(event, "neighbours", neighbours)
-    if own != neighbours:
-        raise InvalidParameterError(
-            "neighbours",
-            own,
-            f"{neighbours!r}, the accountant's neighbouring relation",
-            f"{type(event).__name__} was calibrated for {own!r} neighbours; accounting it under "
-            f"{neighbours!r} would misstate the guarantee. Use an accountant with neighbours={own!r}",
-        )
+_check_leaf = check_leaf_neighbours
 
 
 def _check_event(event: DPEvent, neighbours: Neighbours) -> None:
@@ -334,18 +320,9 @@ def _exponential_rho(event: DPEvent) -> Fraction:
     return _rho_bounded_range_exact(Fraction(event.epsilon))
 
 
-def _rr_epsilon(event: RandomizedResponseEvent) -> Fraction:
-    """|ln(p (k − 1)/(1 − p))| rounded up: the pure ε of k-ary randomized response."""
-    p = Fraction(event.p_truth)
-    ratio = p * (event.k - 1) / (1 - p)
-    if ratio == 1:
-        return Fraction(0)
-    return Fraction(log_up(max(ratio, 1 / ratio)))
-
-
 def _rr_rho(event: DPEvent) -> Fraction:
     assert isinstance(event, RandomizedResponseEvent)
-    return _rho_pure_exact(_rr_epsilon(event))
+    return _rho_pure_exact(rr_epsilon(event))
 
 
 def _check_rr(event: DPEvent, neighbours: Neighbours) -> None:

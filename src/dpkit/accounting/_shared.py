@@ -1,0 +1,54 @@
+"""Pieces every accountant needs: the neighbour-relation check, rule lookup by event type, and
+the exact ε of randomized response."""
+
+from __future__ import annotations
+
+from fractions import Fraction
+from numbers import Integral
+from typing import TypeVar
+
+from dpkit._validate import Neighbours
+from dpkit.accounting.events import DPEvent, RandomizedResponseEvent
+from dpkit.accounting.rounding import log_up
+from dpkit.errors import InvalidParameterError
+
+__all__ = ["check_leaf_neighbours", "rule_for", "rr_epsilon"]
+
+R = TypeVar("R")
+
+
+def check_leaf_neighbours(event: DPEvent, neighbours: Neighbours) -> None:
+    """Refuse an event calibrated for the other neighbour relation than the accountant's."""
+    own = getattr(event, "neighbours", neighbours)
+    if own != neighbours:
+        raise InvalidParameterError(
+            "neighbours",
+            own,
+            f"{neighbours!r}, the accountant's neighbouring relation",
+            f"{type(event).__name__} was calibrated for {own!r} neighbours; accounting it under "
+            f"{neighbours!r} would misstate the guarantee. Use an accountant with neighbours={own!r}",
+        )
+
+
+def rule_for(rules: dict[type[DPEvent], R], event: DPEvent, accountant: str, hint: str = "") -> R:
+    """The registered rule for the event's type (or its nearest registered base class)."""
+    for cls in type(event).__mro__:
+        rule = rules.get(cls)
+        if rule is not None:
+            return rule
+    supported = ", ".join(sorted(c.__name__ for c in rules))
+    raise InvalidParameterError("event", event, f"an event the {accountant} accountant supports ({supported})", hint)
+
+
+def rr_epsilon(event: RandomizedResponseEvent) -> Fraction:
+    """|ln(p·(k − 1)/(1 − p))|, rounded up (the absolute value covers p < 1/k, where the
+    mechanism favours the lie: the likelihood ratio is then bounded by its reciprocal)."""
+    p, k = event.p_truth, event.k
+    ok_p = isinstance(p, (int, float, Fraction)) and not isinstance(p, bool) and 0 < p < 1
+    ok_k = isinstance(k, Integral) and not isinstance(k, bool) and k >= 2
+    if not (ok_p and ok_k):
+        raise InvalidParameterError("event", event, "a RandomizedResponseEvent with 0 < p_truth < 1 and an integer k >= 2")
+    ratio = Fraction(p) * (int(k) - 1) / (1 - Fraction(p))
+    if ratio == 1:
+        return Fraction(0)
+    return Fraction(log_up(ratio if ratio >= 1 else 1 / ratio))
