@@ -25,7 +25,6 @@ from __future__ import annotations
 import argparse
 import datetime as _dt
 import importlib
-import importlib.metadata as _md
 import json
 import os
 import platform
@@ -38,6 +37,8 @@ from typing import Any, Callable
 
 import numpy as np
 
+import _report  # benchmarks/_report.py: shared table and version helpers
+
 REPO = Path(__file__).resolve().parent.parent
 DEFAULT_OUT = REPO / "benchmarks" / "results" / "accounting.json"
 
@@ -48,8 +49,7 @@ DELTA = 1e-5
 REFERENCE = ("dp_accounting", "PLD h=1e-5")  # the most accurate row: other ε are compared to it
 
 
-class NotAvailable(Exception):
-    """The library or the call is not installed / does not exist (yet)."""
+NotAvailable = _report.NotAvailable
 
 
 @dataclass
@@ -283,26 +283,11 @@ def print_rich(rows: list[dict[str, Any]], meta: dict[str, Any], to_stderr: bool
 
 
 def markdown(rows: list[dict[str, Any]], meta: dict[str, Any]) -> str:
-    lines = [
+    title = (
         f"DP-SGD accounting, q = 256/60000, σ = 1.1, δ = 1e-5. Python {meta['python']}, numpy {meta['numpy']}, "
-        f"{meta['cpu_count']} CPUs, {meta['date']}.",
-        "",
-        "| " + " | ".join(HEADERS) + " |",
-        "|" + "".join("---|" if h in LEFT else "--:|" for h in HEADERS),
-    ]
-    for r in rows:
-        cells = [c.replace("|", "\\|") for c in table_cells(r)]
-        lines.append("| " + " | ".join(cells) + " |")
-    lines.append("")
-    lines.extend(f"- {note}" for note in NOTES)
-    return "\n".join(lines)
-
-
-def _version(dist: str) -> str | None:
-    try:
-        return _md.version(dist)
-    except _md.PackageNotFoundError:
-        return None
+        f"{meta['cpu_count']} CPUs, {meta['date']}."
+    )
+    return _report.markdown(title, HEADERS, LEFT, (table_cells(r) for r in rows), NOTES)
 
 
 def _display_path(p: Path) -> str:
@@ -363,7 +348,7 @@ def main(argv: list[str] | None = None) -> int:
         "platform": platform.platform(),
         "machine": platform.machine(),
         "cpu_count": os.cpu_count(),
-        "versions": {d: _version(d) for d in ("dpkit", "dp-accounting", "opacus", "torch", "scipy", "numpy")},
+        "versions": {d: _report.version(d) for d in ("dpkit", "dp-accounting", "opacus", "torch", "scipy", "numpy")},
         "timer": "time.perf_counter wall clock; median of the timed runs",
         "notes": NOTES,
     }

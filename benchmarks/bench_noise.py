@@ -21,7 +21,6 @@ from __future__ import annotations
 
 import argparse
 import datetime as _dt
-import importlib.metadata as _md
 import json
 import math
 import os
@@ -35,6 +34,8 @@ from typing import Any, Callable
 
 import numpy as np
 
+import _report  # benchmarks/_report.py: shared table and version helpers
+
 REPO = Path(__file__).resolve().parent.parent
 DEFAULT_OUT = REPO / "benchmarks" / "results" / "noise.json"
 
@@ -45,8 +46,7 @@ Runner = Callable[[], Any]
 Prepare = Callable[[int], Runner]  # builds inputs for n values (untimed), returns the timed call
 
 
-class NotAvailable(Exception):
-    """The library does not provide the call (yet)."""
+NotAvailable = _report.NotAvailable
 
 
 @dataclass
@@ -477,27 +477,12 @@ def print_rich(rows: list[dict[str, Any]], meta: dict[str, Any], to_stderr: bool
 
 
 def markdown(rows: list[dict[str, Any]], meta: dict[str, Any]) -> str:
-    lines = [
+    title = (
         f"N = {meta['n']:,} values; OpenDP and diffprivlib timed on ≤ {meta['peer_n']:,} values and "
         f"extrapolated linearly. Python {meta['python']}, numpy {meta['numpy']}, "
-        f"{meta['cpu_count']} CPUs, {meta['date']}.",
-        "",
-        "| " + " | ".join(HEADERS) + " |",
-        "|" + "".join("---|" if h in LEFT else "--:|" for h in HEADERS),
-    ]
-    for r in rows:
-        cells = [c.replace("|", "\\|") for c in table_cells(r)]
-        lines.append("| " + " | ".join(cells) + " |")
-    lines.append("")
-    lines.extend(f"- {note}" for note in NOTES)
-    return "\n".join(lines)
-
-
-def _version(dist: str) -> str | None:
-    try:
-        return _md.version(dist)
-    except _md.PackageNotFoundError:
-        return None
+        f"{meta['cpu_count']} CPUs, {meta['date']}."
+    )
+    return _report.markdown(title, HEADERS, LEFT, (table_cells(r) for r in rows), NOTES)
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -541,7 +526,7 @@ def main(argv: list[str] | None = None) -> int:
         "platform": platform.platform(),
         "machine": platform.machine(),
         "cpu_count": os.cpu_count(),
-        "versions": {d: _version(d) for d in ("dpkit", "opendp", "diffprivlib", "scikit-learn")},
+        "versions": {d: _report.version(d) for d in ("dpkit", "opendp", "diffprivlib", "scikit-learn")},
         "timer": "time.perf_counter wall clock; best of `repeats` for numpy/dpkit, one run for peers",
         "work": "every row: an all-zeros input array (float64 or int64) plus noise",
         "notes": NOTES,
