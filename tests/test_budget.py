@@ -43,7 +43,7 @@ def test_over_spend_is_refused_and_records_nothing() -> None:
     with pytest.raises(BudgetExceededError) as info:
         budget.spend(LaplaceEvent(noise_multiplier=2))
     message = str(info.value)
-    assert "LaplaceEvent(noise_multiplier=2" in message  # the requested event
+    assert "LaplaceEvent(ε=0.5)" in message  # the requested event
     assert "ε=1.25" in message  # the would-be total
     assert "remaining ε=0.25" in message
     assert budget.spent == (0.75, 0.0) and budget.remaining == 0.25 and len(budget.events) == 1

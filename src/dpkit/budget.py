@@ -55,6 +55,12 @@ from dpkit.errors import BudgetExceededError, DPError, InvalidParameterError
 __all__ = ["Budget"]
 
 
+def _describe(event: DPEvent) -> str:
+    """A short name for an event in messages: its type and, where it has one, its ε."""
+    eps = getattr(event, "epsilon", None)
+    return f"{type(event).__name__}(ε={eps:.6g})" if isinstance(eps, float) else _short(event)
+
+
 
 
 # ================================================================================================
@@ -292,7 +298,7 @@ class Budget:
 
     def _exceeded(self, event: DPEvent, eps: float) -> BudgetExceededError:
         return BudgetExceededError(
-            f"{_short(event)}, which would bring the total to ε={eps!r} at δ={self._delta!r} "
+            f"{_describe(event)}, which would bring the total to ε={eps!r} at δ={self._delta!r} "
             f"against a budget of ε={self._epsilon!r}",
             self._remaining_text(),
         )
