@@ -254,32 +254,12 @@ def table_cells(r: dict[str, Any]) -> list[str]:
 
 
 def print_rich(rows: list[dict[str, Any]], meta: dict[str, Any], to_stderr: bool) -> None:
-    try:
-        from rich.console import Console  # noqa: PLC0415
-        from rich.table import Table  # noqa: PLC0415
-    except ImportError:
-        out = sys.stderr if to_stderr else sys.stdout
-        print(" | ".join(HEADERS), file=out)
-        for r in rows:
-            print(" | ".join(table_cells(r)), file=out)
-        for note in NOTES:
-            print(f"  {note}", file=out)
-        return
-    probe = Console(stderr=to_stderr)
-    console = Console(stderr=to_stderr, width=max(probe.width, 160))
-    t = Table(title=f"Accounting: DP-SGD q = 256/60000, σ = 1.1, δ = 1e-5  (Python {meta['python']}, numpy "
-                    f"{meta['numpy']}, {meta['cpu_count']} CPUs, {meta['date']})")
-    for h in HEADERS:
-        t.add_column(h, justify="left" if h in LEFT else "right", no_wrap=True)
-    prev = None
-    for r in rows:
-        if prev is not None and r["epochs"] != prev:
-            t.add_section()
-        prev = r["epochs"]
-        t.add_row(*table_cells(r), style="bold" if r["library"] == "dpkit" else None)
-    console.print(t)
-    for note in NOTES:
-        console.print(f"  • {note}", highlight=False)
+    title = (
+        f"Accounting: DP-SGD q = 256/60000, σ = 1.1, δ = 1e-5  (Python {meta['python']}, numpy "
+        f"{meta['numpy']}, {meta['cpu_count']} CPUs, {meta['date']})"
+    )
+    cells = ((table_cells(r), r["epochs"], r["library"] == "dpkit") for r in rows)
+    _report.print_table(title, HEADERS, LEFT, cells, NOTES, to_stderr=to_stderr)
 
 
 def markdown(rows: list[dict[str, Any]], meta: dict[str, Any]) -> str:
