@@ -1,14 +1,40 @@
 """Calibrated, immutable mechanisms: each has ``.release()``, ``.event`` and accuracy helpers."""
 
-from dpkit.mechanisms import sensitivity
+from dpkit.mechanisms import local_sensitivity, sensitivity
 from dpkit.mechanisms.gaussian import Gaussian, GaussianNoisePlan
 from dpkit.mechanisms.laplace import Geometric, Laplace, LaplaceNoisePlan
 from dpkit.mechanisms.mean import BoundedMean, MeanRelease
 from dpkit.mechanisms.randomized_response import ForcedResponse, FrequencyEstimate, RandomizedResponse
+from dpkit.mechanisms.ptr import PTRMean, PTRMedian, PTRResult, ProposeTestRelease
+from dpkit.mechanisms.quantiles import Median, Quantile, Quantiles
 from dpkit.mechanisms.selection import Exponential, ReportNoisyMax
+from dpkit.mechanisms.sparse_vector import (
+    AboveThreshold,
+    NumericSparse,
+    Sparse,
+    SVTMeanResult,
+    choose_clipping_bound,
+    range_queries_above_threshold,
+    svt_private_mean,
+)
 
 __all__ = [
     "sensitivity",
+    "local_sensitivity",
+    "ProposeTestRelease",
+    "PTRMean",
+    "PTRMedian",
+    "PTRResult",
+    "Quantile",
+    "Median",
+    "Quantiles",
+    "AboveThreshold",
+    "Sparse",
+    "NumericSparse",
+    "SVTMeanResult",
+    "choose_clipping_bound",
+    "svt_private_mean",
+    "range_queries_above_threshold",
     "Laplace",
     "LaplaceNoisePlan",
     "Geometric",

@@ -1,0 +1,210 @@
+"""Tests for dpkit.mechanisms.quantiles: Smith's exponential-mechanism quantiles.
+
+Gap frequencies are compared by χ² tests (α = 1e-6, fixed seeds) with Smith's exact gap
+probabilities computed independently here with mpmath at 50 digits from the gap lengths and the
+utilities −|i − q·n|. Tiny data sets are integers, so they lie on the output lattice, where the
+sampler's gap probabilities equal Smith's exactly. Many draws on the same data use the internal
+``_draw_many`` (count independent releases, each costing ε).
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import mpmath
+import numpy as np
+import pytest
+from scipy import stats
+
+from dpkit.accounting.events import ComposedEvent, ExponentialEvent
+from dpkit.audit import estimate_epsilon
+from dpkit.errors import InvalidDataError, InvalidParameterError
+from dpkit.mechanisms.quantiles import Median, Quantile, Quantiles, quantile_lattice
+
+from _stats import ALPHA, CountingSource
+
+SEED = 20240614
+STRICT = 1 - 1e-6
+ADULT = Path(__file__).resolve().parents[2] / ".." / "shared" / "data" / "adult" / "adult.data"
+
+
+def smith_probabilities(data: list[int], lower: int, upper: int, q: float, eps: float) -> np.ndarray:
+    """P[gap i] ∝ (x₍ᵢ₊₁₎ − x₍ᵢ₎)·exp(ε·(−|i − q·n|)/2), at 50 significant digits."""
+    mpmath.mp.dps = 50
+    xs = [lower, *sorted(min(max(x, lower), upper) for x in data), upper]
+    n = len(data)
+    qn = mpmath.mpf(q) * n
+    w = [(xs[i + 1] - xs[i]) * mpmath.exp(-mpmath.mpf(eps) / 2 * abs(i - qn)) for i in range(n + 1)]
+    total = mpmath.fsum(w)
+    return np.array([float(wi / total) for wi in w])
+
+
+def load_adult_ages(path: Path) -> np.ndarray:
+    """Column 0 (age) of every data row; a header or blank/odd line is skipped."""
+    with path.open(encoding="latin-1") as fh:
+        first = (line.split(",", 1)[0].strip() for line in fh)
+        return np.array([float(a) for a in first if a.isdigit()])
+
+
+def gap_index(data: list[int], lower: float, upper: float, out: np.ndarray) -> np.ndarray:
+    xs = np.sort(np.clip(np.asarray(data, dtype=float), lower, upper))
+    return np.searchsorted(xs, out, side="right")
+
+
+@pytest.mark.parametrize(
+    ("data", "lower", "upper", "q", "eps"),
+    [
+        ([2, 3, 7], 0, 10, 0.5, 1.0),
+        ([2, 3, 7], 0, 10, 0.5, 0.1),
+        ([1, 4, 4, 6, 9, 12], 0, 10, 0.3, 2.0),  # a tie (zero-length gap) and a value clipped to 10
+        ([-5, 0, 5], -8, 8, 0.9, 0.5),
+        ([20, 30], 0, 64, 0.0, 1.0),
+    ],
+)
+def test_gap_frequencies_match_smith(data, lower, upper, q, eps) -> None:
+    mech = Quantile(epsilon=eps, q=q, lower=lower, upper=upper)
+    n_draws = 200_000
+    out = mech._draw_many(data, n_draws, rng=np.random.default_rng(SEED))
+    assert out.shape == (n_draws,)
+    assert np.all((out >= lower) & (out < upper))
+    g = mech.granularity
+    assert np.all(out / g == np.round(out / g))  # on the output lattice
+    p = smith_probabilities(data, lower, upper, q, eps)
+    counts = np.bincount(gap_index(data, lower, upper, out), minlength=p.size)
+    assert counts[p == 0].sum() == 0  # zero-length gaps are never chosen
+    keep = p > 0
+    pvalue = stats.chisquare(counts[keep], p[keep] * n_draws).pvalue
+    assert pvalue > ALPHA
+    # The float helper agrees with the independent reference.
+    assert np.allclose(mech.gap_probabilities(data)[1], p, rtol=1e-12, atol=1e-15)
+
+
+def test_uniform_within_gap() -> None:
+    # Inside the chosen gap the output is uniform: position within [3, 7) in 8 equal bins.
+    mech = Median(epsilon=1.0, lower=0.0, upper=10.0)
+    out = mech._draw_many([2, 3, 7], 100_000, rng=np.random.default_rng(SEED + 1))
+    inner = out[(out >= 3) & (out < 7)]
+    counts = np.bincount(((inner - 3) / 0.5).astype(int), minlength=8)
+    assert stats.chisquare(counts).pvalue > ALPHA
+
+
+def test_median_accuracy_large_data() -> None:
+    x = np.random.default_rng(SEED).normal(45.0, 12.0, 100_001)
+    mech = Median(epsilon=1.0, lower=0.0, upper=100.0)
+    rng = np.random.default_rng(SEED + 2)
+    errors = np.abs(np.array([mech.release(x, rng=rng) for _ in range(50)]) - np.median(x))
+    assert errors.max() < 0.5  # ~ a few dozen ranks: far below 0.5 at n = 10^5
+
+
+def test_integer_ages_all_epsilons() -> None:
+    # Heavy ties (integer ages): zero-length gaps everywhere, the sampler must still be fast.
+    ages = np.random.default_rng(SEED).integers(17, 91, 30_000)
+    for eps, tol in ((1.0, 2.0), (0.01, 3.0)):
+        r = Median(epsilon=eps, lower=0.0, upper=100.0).release(ages, rng=np.random.default_rng(SEED))
+        assert abs(r - np.median(ages)) < tol
+
+
+def test_quantiles_release_and_event() -> None:
+    x = np.random.default_rng(SEED).uniform(0.0, 100.0, 20_000)
+    mech = Quantiles(epsilon=1.5, qs=[0.1, 0.5, 0.9], lower=0.0, upper=100.0)
+    r = mech.release(x, rng=np.random.default_rng(SEED))
+    assert r.shape == (3,)
+    assert np.all(np.abs(r - np.quantile(x, [0.1, 0.5, 0.9])) < 2.0)
+    ev = mech.event
+    assert isinstance(ev, ComposedEvent) and len(ev.events) == 3
+    assert all(isinstance(e, ExponentialEvent) for e in ev.events)
+    # The event's parameters are those of the samplers actually run.
+    assert [e.epsilon for e in ev.events] == [p.epsilon for p in mech.parts] == [0.5, 0.5, 0.5]
+    assert sum(e.epsilon for e in ev.events) <= 1.5
+    # ε/3 rounds down.
+    parts = Quantiles(epsilon=1.0, qs=[0.2, 0.4, 0.6], lower=0.0, upper=1.0).parts
+    assert 3 * parts[0].epsilon <= 1.0
+
+
+def test_event_matches_sampler() -> None:
+    mech = Quantile(epsilon=0.7, q=0.25, lower=-1.0, upper=1.0, neighbours="replace")
+    assert mech.event == ExponentialEvent(epsilon=0.7, neighbours="replace")
+    assert Median(epsilon=2.0, lower=0, upper=1).event == ExponentialEvent(epsilon=2.0)
+
+
+def test_lattice_is_data_independent_and_exact() -> None:
+    assert quantile_lattice(0.0, 100.0) == 2.0**-34
+    g = quantile_lattice(1e12, 1e12 + 1.0)  # large magnitude: indices stay below 2^53
+    assert 1e12 / g < 2.0**53
+    r = Quantile(epsilon=1.0, q=0.5, lower=1e12, upper=1e12 + 1.0).release([1e12 + 0.5], rng=np.random.default_rng(0))
+    assert 1e12 <= r < 1e12 + 1.0
+
+
+def _sampler(mech: Quantile):
+    def sample(data, n, rng):
+        return mech._draw_many(data, n, rng=rng)
+
+    return sample
+
+
+def test_audit_within_epsilon() -> None:
+    # Add/remove neighbours: one record added far above the data moves q·n (and every utility).
+    mech = Median(epsilon=1.0, lower=0.0, upper=10.0)
+    x0, x1 = [1, 2, 3], [1, 2, 3, 10]
+    res = estimate_epsilon(_sampler(mech), x0, x1, trials=400_000, confidence=STRICT, rng=np.random.default_rng(SEED))
+    assert res.epsilon_lower <= mech.event.epsilon
+    assert res.epsilon_lower > 0.2  # the audit has power (0.35 at this seed): the loss on this pair is substantial
+
+
+def test_broken_twin_is_caught() -> None:
+    # Sampling for ε = 4 while claiming ε = 1: the audit must see more than 1 (1.57 at this seed).
+    claimed = 1.0
+    broken = Median(epsilon=4.0, lower=0.0, upper=10.0)
+    res = estimate_epsilon(
+        _sampler(broken), [1, 2, 3], [1, 2, 3, 10], trials=400_000, confidence=STRICT, rng=np.random.default_rng(SEED)
+    )
+    assert res.epsilon_lower > claimed
+
+
+@pytest.mark.parametrize(
+    "kwargs",
+    [
+        {"epsilon": 0.0, "q": 0.5, "lower": 0, "upper": 1},
+        {"epsilon": float("nan"), "q": 0.5, "lower": 0, "upper": 1},
+        {"epsilon": 1.0, "q": -0.1, "lower": 0, "upper": 1},
+        {"epsilon": 1.0, "q": 1.1, "lower": 0, "upper": 1},
+        {"epsilon": 1.0, "q": float("nan"), "lower": 0, "upper": 1},
+        {"epsilon": 1.0, "q": 0.5, "lower": 1, "upper": 1},
+        {"epsilon": 1.0, "q": 0.5, "lower": 2, "upper": 1},
+        {"epsilon": 1.0, "q": 0.5, "lower": 0, "upper": float("inf")},
+        {"epsilon": 1.0, "q": 0.5, "lower": float("-inf"), "upper": 0},
+        {"epsilon": 1.0, "q": 0.5, "lower": 0, "upper": 1, "neighbours": "bounded"},
+    ],
+)
+def test_bad_parameters(kwargs) -> None:
+    with pytest.raises(InvalidParameterError):
+        Quantile(**kwargs)
+
+
+def test_bad_quantiles_parameters() -> None:
+    with pytest.raises(InvalidParameterError):
+        Quantiles(epsilon=1.0, qs=[], lower=0, upper=1)
+    with pytest.raises(InvalidParameterError):
+        Quantiles(epsilon=1.0, qs=[0.5, 2.0], lower=0, upper=1)
+    with pytest.raises(InvalidParameterError):
+        Quantiles(epsilon=1.0, qs="0.5", lower=0, upper=1)
+    with pytest.raises(InvalidParameterError):
+        Median(epsilon=1.0, q=0.3, lower=0, upper=1)
+
+
+@pytest.mark.parametrize("values", [[], np.array([1.0, np.nan]), [1.0, float("inf")], ["a", "b"]])
+def test_bad_data_draws_nothing(values) -> None:
+    src = CountingSource(0)
+    for mech in (Median(epsilon=1.0, lower=0, upper=1), Quantiles(epsilon=1.0, qs=[0.5], lower=0, upper=1)):
+        with pytest.raises(InvalidDataError):
+            mech.release(values, rng=src)
+    assert src.calls == 0
+
+
+def test_adult_ages_median() -> None:
+    if not ADULT.exists():
+        pytest.skip("UCI Adult data not present at <repo>/../shared/data/adult/")
+    ages = load_adult_ages(ADULT)
+    assert ages.size > 30_000
+    r = Median(epsilon=1.0, lower=0.0, upper=100.0).release(ages, rng=np.random.default_rng(SEED))
+    assert abs(r - np.median(ages)) <= 1.0
