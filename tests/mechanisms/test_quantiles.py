@@ -208,3 +208,95 @@ def test_adult_ages_median() -> None:
     assert ages.size > 30_000
     r = Median(epsilon=1.0, lower=0.0, upper=100.0).release(ages, rng=np.random.default_rng(SEED))
     assert abs(r - np.median(ages)) <= 1.0
+
+
+# --- the dyadic-envelope sampler ----------------------------------------------------------------
+
+
+def _stats_of(mech: Quantile, data, count: int, seed: int) -> tuple[np.ndarray, dict[str, int]]:
+    from dpkit.noise.source import resolve_rng
+
+    record: dict[str, int] = {}
+    out = mech._sample(mech._prepare(mech._data(data)), count, resolve_rng(np.random.default_rng(seed)), record)
+    return out, record
+
+
+def test_tiny_best_gap_needs_few_proposals() -> None:
+    # Half the data at 50, half at 50 + 1e-9: the best gap holds ~17 of 2^40 lattice points and
+    # every other gap is e^{-thousands} worse. Uniform proposals would need ~2^36 tries per output.
+    x = np.repeat([50.0, 50.0 + 1e-9], 50_000)
+    mech = Median(epsilon=1.0, lower=0.0, upper=100.0)
+    r = mech.release(x, rng=np.random.default_rng(SEED))
+    assert 50.0 <= r < 50.0 + 1e-9
+    for seed in range(20):
+        out, st = _stats_of(mech, x, 1, SEED + seed)
+        assert 50.0 <= out[0] < 50.0 + 1e-9
+        assert 1 <= st["proposals"] <= 64
+        assert st["drawn"] <= 1024
+
+
+def test_acceptance_at_least_a_quarter_on_random_data() -> None:
+    rng = np.random.default_rng(SEED + 10)
+    for _ in range(6):
+        x = rng.normal(rng.uniform(20, 80), rng.uniform(0.001, 20), int(rng.integers(1, 3000)))
+        mech = Quantile(epsilon=float(rng.uniform(0.01, 5.0)), q=float(rng.uniform()), lower=0.0, upper=100.0)
+        assert mech._prepare(mech._data(x)).accept_rate >= 0.25
+        count = 20_000
+        _, st = _stats_of(mech, x, count, int(rng.integers(2**32)))
+        assert count / st["proposals"] >= 0.25
+
+
+def test_envelope_exponent_is_certified() -> None:
+    from dpkit.mechanisms import quantiles as qm
+
+    mpmath.mp.dps = 50
+    assert mpmath.mpf(qm._LN2_UP) >= mpmath.log(2)
+    rng = np.random.default_rng(SEED + 11)
+    x = rng.normal(50.0, 5.0, 2001)
+    for eps, q in ((0.3, 0.5), (2.0, 0.1), (7.0, 0.77)):
+        mech = Quantile(epsilon=eps, q=q, lower=0.0, upper=100.0)
+        prep = mech._prepare(mech._data(x))
+        n = x.size
+        qn = mpmath.mpf(q) * n  # q is a double: exact at 50 digits
+        d_star = mpmath.mpf(prep.d_star.numerator) / prep.d_star.denominator
+        for i in prep.order:
+            gamma = mpmath.mpf(eps) / 2 * (abs(int(i) - qn) - d_star)
+            k = int(prep.k[i])
+            assert k * mpmath.log(2) <= gamma  # e^{-γ} <= 2^{-k}: the envelope is valid
+            if k < qm._ENVELOPE_CAP:
+                assert k >= int(mpmath.floor(gamma / mpmath.log(2))) - 1  # acceptance > 1/4
+
+
+def test_uniform_big_integers() -> None:
+    from dpkit.mechanisms.quantiles import _uniform_big
+    from dpkit.noise.source import resolve_rng
+
+    m = 3 * 2**70 + 5
+    r = _uniform_big(m, 60_000, resolve_rng(np.random.default_rng(SEED)))
+    assert all(0 <= v < m for v in r)
+    top = np.array([v * 6 // m for v in r])  # six equal-probability bins (up to 5/m)
+    assert stats.chisquare(np.bincount(top, minlength=6)).pvalue > ALPHA
+    low = np.array([v % 8 for v in r])
+    assert stats.chisquare(np.bincount(low, minlength=8)).pvalue > ALPHA
+
+
+def test_gap_frequencies_match_smith_wide_envelope() -> None:
+    # Utilities spread over ~20·ε: envelope exponents up to ~30, proposal totals beyond 2^63
+    # (the big-integer path), zero-length gaps from ties.
+    data = [1, 3, 3, 4, 6, 7, 9, 10, 12, 15, 15, 18, 20, 21, 22, 25, 27, 30, 31, 33, 35, 36, 38, 40, 41,
+            44, 46, 47, 49, 50, 52, 55, 56, 58, 60, 61, 63, 64, 66, 69, 70]
+    lower, upper, q, eps = 0, 72, 0.4, 2.0
+    mech = Quantile(epsilon=eps, q=q, lower=lower, upper=upper)
+    prep = mech._prepare(mech._data(data))
+    assert sum(s << (len(prep.group_size) - 1 - d) for d, s in enumerate(prep.group_size)) > 2**63
+    n_draws = 100_000
+    out = mech._draw_many(data, n_draws, rng=np.random.default_rng(SEED + 12))
+    g = mech.granularity
+    assert np.all(out / g == np.round(out / g))
+    p = smith_probabilities(data, lower, upper, q, eps)
+    counts = np.bincount(gap_index(data, lower, upper, out), minlength=p.size)
+    assert counts[p == 0].sum() == 0
+    big = p * n_draws >= 5  # pool the cells too small for χ²
+    obs = np.append(counts[big], counts[~big].sum())
+    exp = np.append(p[big], p[~big].sum()) * n_draws
+    assert stats.chisquare(obs, exp).pvalue > ALPHA
