@@ -103,7 +103,7 @@ class Budget:
     >>> b.spend(PureDPEvent(0.5))
     Traceback (most recent call last):
     ...
-    dpkit.errors.BudgetExceededError: privacy budget exceeded: requested PureDPEvent(epsilon=0.5, neighbours='add_remove'), which would bring the total to ε=1.5 at δ=0.0 against a budget of ε=1.0, remaining ε=0.0 of ε=1.0 (δ=0.0)
+    dpkit.errors.BudgetExceededError: privacy budget exceeded: requested PureDPEvent(ε=0.5), which would bring the total to ε=1.5 at δ=0.0 against a budget of ε=1.0, remaining ε=0.0 of ε=1.0 (δ=0.0)
     """
 
     __slots__ = ("_epsilon", "_delta", "_factory", "_lock", "_runs", "_n", "_spent_epsilon", "_spent_delta")

@@ -17,7 +17,7 @@ from scipy import stats
 from dpkit.accounting.analytic_gaussian import analytic_gaussian_sigma, classic_gaussian_sigma, gaussian_delta
 from dpkit.errors import InvalidParameterError
 
-mpmath.mp.dps = 60
+MP_PREC = 210  # 60 decimal digits
 
 
 def delta_scipy(eps: float, sigma: float, sens: float = 1.0) -> float:

@@ -44,7 +44,7 @@ from dpkit.accounting.events import (
 from dpkit.accounting.rounding import to_float_up
 from dpkit.errors import InvalidParameterError
 
-mpmath.mp.dps = 50
+MP_PREC = 180  # 50 decimal digits
 
 NAN, INF = float("nan"), float("inf")
 BAD_EPSILONS = [0, 0.0, -1.0, NAN, INF, True, "1", None]

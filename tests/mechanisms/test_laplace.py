@@ -27,7 +27,7 @@ from _stats import ALPHA, chi2_pvalue, CountingSource
 
 SEED = 20240611
 N = 1_000_000
-mpmath.mp.prec = 200
+MP_PREC = 200
 
 
 

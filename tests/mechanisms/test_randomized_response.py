@@ -22,7 +22,7 @@ from dpkit.errors import InvalidDataError, InvalidParameterError
 from dpkit.mechanisms.randomized_response import ForcedResponse, FrequencyEstimate, RandomizedResponse
 
 SEED = 20240607
-mpmath.mp.prec = 200
+MP_PREC = 200
 
 
 def _within_sigmas(count: int, n: int, p: float, sigmas: float = 5.0) -> bool:

@@ -12,7 +12,7 @@ from dpkit.noise._exact import exp_neg_bounds, fraction_bounds_fn, lazy_less
 from dpkit.noise.bernoulli_exp import _table, exp_neg_enclosure
 from dpkit.noise.source import SeededSource
 
-mpmath.mp.prec = 600
+MP_PREC = 600
 
 
 def _exact_exp(g: Fraction) -> mpmath.mpf:

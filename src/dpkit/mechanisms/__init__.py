@@ -7,7 +7,13 @@ from dpkit.mechanisms.mean import BoundedMean, MeanRelease
 from dpkit.mechanisms.randomized_response import ForcedResponse, FrequencyEstimate, RandomizedResponse
 from dpkit.mechanisms.ptr import PTRMean, PTRMedian, PTRResult, ProposeTestRelease
 from dpkit.mechanisms.quantiles import Median, Quantile, Quantiles
+from dpkit.mechanisms.sample_aggregate import SampleAndAggregate
 from dpkit.mechanisms.selection import Exponential, ReportNoisyMax
+from dpkit.mechanisms.smooth_sensitivity import (
+    SmoothSensitivityMedian,
+    smooth_sensitivity_median,
+    smooth_sensitivity_order_statistic,
+)
 from dpkit.mechanisms.sparse_vector import (
     AboveThreshold,
     NumericSparse,
@@ -28,6 +34,10 @@ __all__ = [
     "Quantile",
     "Median",
     "Quantiles",
+    "SampleAndAggregate",
+    "SmoothSensitivityMedian",
+    "smooth_sensitivity_median",
+    "smooth_sensitivity_order_statistic",
     "AboveThreshold",
     "Sparse",
     "NumericSparse",
