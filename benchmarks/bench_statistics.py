@@ -55,7 +55,7 @@ def datasets() -> dict[str, np.ndarray]:
     adult = load_adult_ages()
     if adult is not None:
         out["UCI Adult ages"] = adult
-    out["generated ages (people, n=30000)"] = people(n=30_000).age.astype(float)
+    out["generated ages"] = people(n=30_000).age.astype(float)
     return out
 
 
@@ -83,7 +83,8 @@ def mean_candidates(x: np.ndarray, rng: np.random.Generator) -> list[tuple[str, 
     def sample_aggregate():
         from dpkit.mechanisms.sample_aggregate import SampleAndAggregate  # noqa: PLC0415
 
-        m = SampleAndAggregate(epsilon=1.0, lower=LOWER, upper=UPPER)
+        # 100 blocks of ~300 ages, each block's mean clipped to the bounds.
+        m = SampleAndAggregate(epsilon=1.0, blocks=100, lower=LOWER, upper=UPPER, function=np.mean)
         return lambda: _value(m.release(x, rng=rng))
 
     def ptr():
