@@ -18,7 +18,7 @@ from dpkit.noise.discrete import laplace_plan, sample_discrete_laplace
 from dpkit.noise.lattice import Lattice, snap
 from dpkit.noise.source import RNG, RandomSource, resolve_rng
 
-__all__ = ["BoundedMean", "MeanRelease"]
+__all__ = ["BoundedMean", "MeanRelease", "release_exact_sum"]
 
 
 def _exact_lattice_sum(values: NDArray[np.float64], lattice: Lattice) -> int:
@@ -27,6 +27,22 @@ def _exact_lattice_sum(values: NDArray[np.float64], lattice: Lattice) -> int:
     sign = np.sign(steps)
     mag = np.abs(steps)
     return (int(((mag >> 32) * sign).sum()) << 32) + int(((mag & 0xFFFFFFFF) * sign).sum())
+
+
+def release_exact_sum(mech: Laplace, clipped: NDArray[np.float64], src: RandomSource) -> float:
+    """Σ clipped + Laplace noise of ``mech``, with the sum computed exactly on its lattice.
+
+    A float sum is not sensitivity-bounded: adding one record can move numpy's rounded sum by more
+    than the record (Casacuberta et al. 2022). Instead every clipped value is snapped to the
+    lattice g (|snapped| <= the clipping bound + g/2, within the Δ/g + 1 lattice steps the noise is
+    calibrated for) and the integers are summed exactly, then the noise is added in exact integer
+    arithmetic. ``clipped`` must already lie within bounds whose magnitude is ``mech``'s
+    sensitivity.
+    """
+    plan = mech.noise_plan(1)
+    total = _exact_lattice_sum(clipped, plan.lattice)
+    noise = int(sample_discrete_laplace(laplace_plan(plan.lattice_scale), 1, src)[0])
+    return float(total + noise) * plan.lattice.granularity
 
 
 @dataclass(frozen=True)
@@ -96,15 +112,4 @@ class BoundedMean:
         return MeanRelease(mean, noisy_sum, noisy_count)
 
     def _noisy_exact_sum(self, clipped: NDArray[np.float64], src: RandomSource) -> float:
-        """The clipped sum, computed exactly on the sum mechanism's lattice, plus its noise.
-
-        A float sum is not sensitivity-bounded: adding one record can move numpy's rounded sum
-        by more than the record (Casacuberta et al. 2022). Instead every clipped value is snapped
-        to the lattice g (|snapped| <= max(|L|, |U|) + g/2, within the Δ/g + 1 lattice steps the
-        noise is calibrated for) and the integers are summed exactly — split into 32-bit halves
-        so int64 cannot overflow — then the noise is added in exact integer arithmetic.
-        """
-        plan = self._sum_mech.noise_plan(1)
-        total = _exact_lattice_sum(clipped, plan.lattice)
-        noise = int(sample_discrete_laplace(laplace_plan(plan.lattice_scale), 1, src)[0])
-        return float(total + noise) * plan.lattice.granularity
+        return release_exact_sum(self._sum_mech, clipped, src)

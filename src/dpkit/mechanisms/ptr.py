@@ -122,7 +122,14 @@ class _PTRCore:
 
     @property
     def release_mechanism(self) -> Laplace:
-        return Laplace(epsilon=self.epsilon_release, sensitivity=self.bound, neighbours=self.neighbours)
+        # The query value is computed in floating point; its rounding error (a margin the
+        # subclass states, 0 for an exact order statistic) is added to the bound.
+        return Laplace(
+            epsilon=self.epsilon_release, sensitivity=self.bound + self._rounding_margin(), neighbours=self.neighbours
+        )
+
+    def _rounding_margin(self) -> float:
+        return 0.0
 
     @property
     def event(self) -> ApproxDPEvent:
@@ -271,6 +278,11 @@ class PTRMean(_PTRCore):
     @property
     def neighbours(self) -> Neighbours:
         return "add_remove"
+
+    def _rounding_margin(self) -> float:
+        # np.mean's pairwise sum errs by at most ~(log2 n + 2)·2^-53·max|x| relative to the exact
+        # mean (n < 2^60), on each of two neighbours: 2^-45·max(|l|, |u|) covers both.
+        return 2.0**-45 * max(abs(self.lower), abs(self.upper))
 
     def _evaluate(self, data: ArrayLike) -> tuple[float, float]:
         x = ls._clipped_sorted(data, self.lower, self.upper, allow_empty=True)

@@ -27,7 +27,7 @@ from __future__ import annotations
 
 import math
 import numbers
-from collections.abc import Callable, Iterable, Iterator, Sequence
+from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
 from fractions import Fraction
 from typing import Any, Literal
@@ -41,6 +41,7 @@ from dpkit.accounting.events import ComposedEvent, LaplaceEvent, PureDPEvent, Se
 from dpkit.accounting.rounding import to_float_down
 from dpkit.errors import InvalidDataError, InvalidParameterError
 from dpkit.mechanisms.laplace import Laplace
+from dpkit.mechanisms.mean import release_exact_sum
 from dpkit.noise.discrete import LaplacePlan, laplace_plan, sample_discrete_laplace
 from dpkit.noise.integers import _uniform_below
 from dpkit.noise.lattice import Lattice, snap
@@ -680,7 +681,7 @@ def svt_private_mean(values: ArrayLike, *, epsilon: float, max_bound: int, step:
     bound = choose_clipping_bound(x, epsilon=third, max_bound=max_bound, step=step, rng=src)
     sum_mech = Laplace(epsilon=third, sensitivity=float(bound))
     count_mech = Laplace(epsilon=third, sensitivity=1.0)
-    noisy_sum = float(sum_mech.release(float(np.clip(x, 0.0, bound).sum()), rng=src))
+    noisy_sum = release_exact_sum(sum_mech, np.clip(x, 0.0, bound), src)  # exact, not a float sum
     noisy_count = float(count_mech.release(float(x.size), rng=src))
     mean = float(np.clip(noisy_sum / max(noisy_count, 1.0), 0.0, bound))
     event = ComposedEvent((PureDPEvent(epsilon=third), sum_mech.event, count_mech.event))
