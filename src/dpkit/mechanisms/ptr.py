@@ -131,6 +131,11 @@ class _PTRCore:
     def _rounding_margin(self) -> float:
         return 0.0
 
+    def error_bound(self, beta: float = 0.05) -> float:
+        """a with P(|released − f(D)| > a) <= ``beta`` when a value is released (the Laplace
+        noise b/ε_release on the lattice; a refusal has no error to bound)."""
+        return self.release_mechanism.error_bound(beta)
+
     @property
     def event(self) -> ApproxDPEvent:
         """(ε, δ)-DP in total: ε/2 for the test, ε/2 for the release, δ for a passed test at γ = 0."""
