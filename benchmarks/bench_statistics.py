@@ -132,6 +132,12 @@ def median_candidates(x: np.ndarray, eps: float, rng: np.random.Generator):
         m = Median(epsilon=eps, lower=LOWER, upper=UPPER)
         return lambda: m.release(x)  # default CSPRNG, as a user would run it
 
+    def dpkit_candidate_median():
+        from dpkit.mechanisms.candidate_quantile import CandidateQuantile  # noqa: PLC0415
+
+        m = CandidateQuantile(epsilon=eps, q=0.5, candidates=np.arange(LOWER, UPPER + 1))
+        return lambda: m.release(x)
+
     def diffprivlib_median():
         import diffprivlib.tools as dpl  # noqa: PLC0415
 
@@ -153,6 +159,7 @@ def median_candidates(x: np.ndarray, eps: float, rng: np.random.Generator):
         return lambda: m(xs)
 
     return [("dpkit", "Median (exact, CSPRNG)", dpkit_median, False),
+            ("dpkit", "CandidateQuantile, candidates 0..100", dpkit_candidate_median, False),
             ("diffprivlib", "tools.median", diffprivlib_median, True),
             ("OpenDP", "make_private_quantile, candidates 0..100", opendp_median, True)]
 

@@ -20,6 +20,7 @@ from dpkit.errors import (
 from dpkit.mechanisms import (
     AboveThreshold,
     BoundedMean,
+    CandidateQuantile,
     Median,
     NumericSparse,
     PTRMean,
@@ -71,6 +72,7 @@ __all__ = [
     "Quantile",
     "Quantiles",
     "Median",
+    "CandidateQuantile",
     "SampleAndAggregate",
     "SmoothSensitivityMedian",
     "DPError",

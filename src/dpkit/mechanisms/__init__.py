@@ -1,6 +1,7 @@
 """Calibrated, immutable mechanisms: each has ``.release()``, ``.event`` and accuracy helpers."""
 
 from dpkit.mechanisms import local_sensitivity, sensitivity
+from dpkit.mechanisms.candidate_quantile import CandidateQuantile
 from dpkit.mechanisms.gaussian import Gaussian, GaussianNoisePlan
 from dpkit.mechanisms.laplace import Geometric, Laplace, LaplaceNoisePlan
 from dpkit.mechanisms.mean import BoundedMean, MeanRelease
@@ -32,6 +33,7 @@ __all__ = [
     "PTRMedian",
     "PTRResult",
     "Quantile",
+    "CandidateQuantile",
     "Median",
     "Quantiles",
     "SampleAndAggregate",
