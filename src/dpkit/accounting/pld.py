@@ -109,7 +109,7 @@ from dpkit.accounting.events import (
     RandomizedResponseEvent,
     SelfComposedEvent,
 )
-from dpkit.accounting.rounding import log_up, to_float_down, to_float_up
+from dpkit.accounting.rounding import down2, log_up, to_float_down, to_float_up, up2
 from dpkit.errors import InvalidParameterError
 
 __all__ = ["PLDAccountant"]
@@ -126,18 +126,6 @@ class _Coarsen(Exception):
     def __init__(self, factor: float) -> None:
         super().__init__(factor)
         self.factor = factor
-
-
-def _up(x: float, steps: int = 2) -> float:
-    for _ in range(steps):
-        x = math.nextafter(x, math.inf)
-    return x
-
-
-def _down(x: float, steps: int = 2) -> float:
-    for _ in range(steps):
-        x = math.nextafter(x, -math.inf)
-    return x
 
 
 # ----------------------------------------------------------------------------------------- PMF
@@ -170,7 +158,7 @@ def _add_inf(a: float, b: float) -> float:
     """1 − (1 − a)(1 − b), rounded up."""
     if a == 0 or b == 0:
         return a + b
-    return min(1.0, _up(a + b - a * b))
+    return min(1.0, up2(a + b - a * b))
 
 
 _Tails = Callable[[np.ndarray], tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]]
@@ -228,7 +216,7 @@ def _ctd(h: float, j0: int, j1: int, tails: _Tails, *, top: int | None) -> tuple
     # 24u anywhere; rounding in the split (3u·cell mass, moved within the cell) and in the
     # accumulation (2u) add at most 5u more.
     err = 48 * _U
-    inf = min(1.0, _up(float(TP[-1]))) if TP[-1] > 0 else 0.0
+    inf = min(1.0, up2(float(TP[-1]))) if TP[-1] > 0 else 0.0
     low_q = float(CQ[0]) - float(CP[0]) * math.exp(min(-j0 * h, 700.0))
     deficit = float(TQ[-1]) + max(0.0, low_q)
     return _PMF(j0, probs, inf, 0.0, err, top), deficit
@@ -248,7 +236,7 @@ def _from_atoms(h: float, losses: list[float], masses: list[float], *, inf: floa
         frac = to_float_up(Fraction(loss) - a * fh)
         cells.append(a)
         ms.append(m)
-        shares.append(min(m, _up(m * -math.expm1(-frac) / -math.expm1(-h), 4)) if frac > 0 else 0.0)
+        shares.append(min(m, up2(m * -math.expm1(-frac) / -math.expm1(-h), 4)) if frac > 0 else 0.0)
     if not cells:
         return _PMF(0, np.zeros(1), inf, inf, 0.0, None if inf else 0)
     lo, hi = min(cells), max(cells) + 1
@@ -272,7 +260,7 @@ def _reverse_pmf(p: _PMF, deficit: float, h: float, top: int | None) -> _PMF:
     lp = np.full(n, -np.inf)
     np.log(p.probs, out=lp, where=pos)
     q = np.exp(np.minimum(lp - losses, 0.0))  # the exact value is a Q-mass, <= 1
-    inf = min(1.0, _up(deficit * (1 + 16 * _U))) if deficit > 0 else 0.0
+    inf = min(1.0, up2(deficit * (1 + 16 * _U))) if deficit > 0 else 0.0
     # The reversed curve is δ'(ε) = 1 − e^ε + e^ε δ(−ε): an error η in δ becomes e^ε η, and
     # δ' vanishes above the reversed PMF's largest loss −lo·h.
     grow = math.exp(min(max(0.0, -p.lo * h), 700.0))
@@ -379,8 +367,8 @@ def _laplace(b: float, q: float, h: float) -> tuple[_PMF, float, int]:
         lmax, lmin = to_float_up(1 / Fraction(b)), to_float_down(-1 / Fraction(b))
     else:
         lq, l1q = math.log(q), math.log1p(-q)
-        lmax = _up(float(np.logaddexp(l1q, lq + ib)), 8)
-        lmin = _down(float(np.logaddexp(l1q, lq - ib)), 8)
+        lmax = up2(float(np.logaddexp(l1q, lq + ib)), 8)
+        lmin = down2(float(np.logaddexp(l1q, lq - ib)), 8)
     j0 = _grid_index_down(lmin, h)
     j1 = _grid_index_up(lmax, h)
     _grid_size_ok(j0, j1)
@@ -751,7 +739,7 @@ def _delta_of(p: _PMF | _Spectral, h: float, eps: float) -> float:
         losses = (p.lo + i0 + np.arange(q.size)) * h
         w = np.maximum(-np.expm1(eps - losses), 0.0)
         fin = float(q @ w) * (1 + (q.size + 8) * _U)
-    return min(1.0, _up(p.inf + fin + p.err, 4))
+    return min(1.0, up2(p.inf + fin + p.err, 4))
 
 
 def _epsilon_of(p: _PMF | _Spectral, h: float, delta: float) -> float | None:
@@ -762,7 +750,7 @@ def _epsilon_of(p: _PMF | _Spectral, h: float, delta: float) -> float | None:
         return None
     if isinstance(p, _Spectral):
         return _search_epsilon(lambda e: _delta_of(p, h, e), delta, max(h, (p.L0 + p.N) * h))
-    budget = _down(delta - p.inf - p.err)
+    budget = down2(delta - p.inf - p.err)
     n = p.probs.size
     i_start = min(n, max(0, -p.lo))
     q = p.probs[i_start:]
@@ -784,7 +772,7 @@ def _epsilon_of(p: _PMF | _Spectral, h: float, delta: float) -> float | None:
     eps = lt + math.log((a_t - budget) / b_t) if b_t > 0 and a_t > budget else lt
     left = 0.0 if t == 0 else lt - h
     eps = min(max(eps, left), lt)
-    eps = _up(eps * (1 + 64 * _U) + 64 * _U * h, 2)
+    eps = up2(eps * (1 + 64 * _U) + 64 * _U * h, 2)
     for _ in range(60):  # re-check with the direct formula; bump if round-off says so
         if _delta_of(p, h, eps) <= delta:
             return eps
@@ -794,8 +782,8 @@ def _epsilon_of(p: _PMF | _Spectral, h: float, delta: float) -> float | None:
 
 def _gaussian_delta_up(mu: float, eps: float) -> float:
     """δ(ε) of the Gaussian mechanism with μ = Δ/σ (Balle & Wang 2018, Thm 8), rounded up."""
-    d = gaussian_delta(eps, _down(1.0 / mu))
-    return min(1.0, max(_up(d * (1 + 1e-10)), 5e-324))
+    d = gaussian_delta(eps, down2(1.0 / mu))
+    return min(1.0, max(up2(d * (1 + 1e-10)), 5e-324))
 
 
 def _gaussian_epsilon_up(mu: float, delta: float) -> float:
@@ -814,7 +802,7 @@ def _gaussian_epsilon_up(mu: float, delta: float) -> float:
             hi = mid
         else:
             lo = mid
-    return _up(hi)
+    return up2(hi)
 
 
 # ---------------------------------------------------------------------------- leaves
@@ -832,7 +820,7 @@ def _leaf_pmfs(key: _Key, h: float, tau1: float) -> tuple[_PMF, _PMF | None]:
         rem, deficit = _subsampled_gaussian(key[1], key[2], h, tau1)
         return rem, _reverse_pmf(rem, deficit, h, None)
     if kind == "gauss":
-        return _gaussian(1.0 / _down(key[1]), h, tau1), None
+        return _gaussian(1.0 / down2(key[1]), h, tau1), None
     if kind == "lap":
         b, q = key[1], key[2]
         rem, deficit, j0 = _laplace(b, q, h)
@@ -842,9 +830,9 @@ def _leaf_pmfs(key: _Key, h: float, tau1: float) -> tuple[_PMF, _PMF | None]:
     if kind in ("pure", "approx"):
         eps = key[1]
         d = key[2] if kind == "approx" else 0.0
-        up = min(1.0 - d, _up((1.0 - d) * float(expit(eps)), 4))
-        low = max(0.0, _down((1.0 - d) - up, 4))
-        return _from_atoms(h, [eps, -eps], [up, low], inf=_up(d) if d else 0.0), None
+        up = min(1.0 - d, up2((1.0 - d) * float(expit(eps)), 4))
+        low = max(0.0, down2((1.0 - d) - up, 4))
+        return _from_atoms(h, [eps, -eps], [up, low], inf=up2(d) if d else 0.0), None
     if kind == "rr":
         p, k = Fraction(key[1]), key[2]
         r = (1 - p) / (k - 1)
@@ -854,9 +842,9 @@ def _leaf_pmfs(key: _Key, h: float, tau1: float) -> tuple[_PMF, _PMF | None]:
         if big == small:
             return _from_atoms(h, [0.0], [1.0]), None
         ratio = big / small
-        e_up, e_down = log_up(ratio), _down(math.log(ratio))
+        e_up, e_down = log_up(ratio), down2(math.log(ratio))
         up, mid_f = to_float_up(big), to_float_down(mid)
-        low = max(0.0, _down(1.0 - up - mid_f, 4))
+        low = max(0.0, down2(1.0 - up - mid_f, 4))
         return _from_atoms(h, [e_up, 0.0, -e_down], [up, mid_f, low]), None
     raise AssertionError(kind)  # pragma: no cover
 
@@ -1029,12 +1017,12 @@ class PLDAccountant:
                 mu2 += c / Fraction(key[1]) ** 2
             else:
                 parts.append((key, c))
-        mu = _up(math.sqrt(to_float_up(mu2))) if mu2 else 0.0
+        mu = up2(math.sqrt(to_float_up(mu2))) if mu2 else 0.0
         if not parts:
             self._cache = _Evaluation(self._h, (), mu)
             return self._cache
         if mu:
-            parts.append((("gauss", _down(1.0 / mu)), 1))
+            parts.append((("gauss", down2(1.0 / mu)), 1))
         h = self._h
         for _ in range(200):
             try:

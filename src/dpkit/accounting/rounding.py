@@ -20,6 +20,7 @@ __all__ = [
     "up",
     "up2",
     "down2",
+    "down",
     "exp_up",
     "expm1_up",
     "log_up",
@@ -61,13 +62,26 @@ def up(x: Fraction) -> float:
         return math.inf
 
 
-def up2(x: float) -> float:
-    """Two steps up: past the one-ulp error of the C library's exp/log/expm1."""
-    return math.nextafter(math.nextafter(x, math.inf), math.inf)
+def up2(x: float, steps: int = 2) -> float:
+    """``steps`` ulps up (two: past the one-ulp error of the C library's exp/log/expm1)."""
+    for _ in range(steps):
+        x = math.nextafter(x, math.inf)
+    return x
 
 
-def down2(x: float) -> float:
-    return math.nextafter(math.nextafter(x, -math.inf), -math.inf)
+def down2(x: float, steps: int = 2) -> float:
+    """``steps`` ulps down."""
+    for _ in range(steps):
+        x = math.nextafter(x, -math.inf)
+    return x
+
+
+def down(x: Fraction) -> float:
+    """The largest double <= x; +inf when x is beyond the largest double (as :func:`up`)."""
+    try:
+        return to_float_down(x)
+    except OverflowError:
+        return math.inf
 
 
 def exp_up(x: Fraction) -> float:

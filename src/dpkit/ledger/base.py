@@ -19,7 +19,6 @@ A backend (SQLite now, PostgreSQL later) implements :class:`LedgerBackend`; the 
 
 from __future__ import annotations
 
-import math
 from dataclasses import dataclass
 from datetime import datetime
 from fractions import Fraction
@@ -28,7 +27,7 @@ from typing import Protocol, runtime_checkable
 
 from dpkit._validate import NEIGHBOUR_RELATIONS
 from dpkit.accounting.events import ComposedEvent, DPEvent, event_from_json, event_to_json
-from dpkit.accounting.rounding import sub_down, to_float_down, to_float_up
+from dpkit.accounting.rounding import sub_down
 from dpkit._validate import short_repr as _short
 from dpkit.accounting.composition import basic_cost
 from dpkit.errors import InvalidParameterError
@@ -43,8 +42,6 @@ __all__ = [
     "fraction_from_text",
     "encode_event",
     "check_name",
-    "round_up",
-    "round_down",
 ]
 
 
@@ -253,17 +250,3 @@ def encode_event(event: DPEvent) -> str:
     return text
 
 
-def round_up(value: Fraction) -> float:
-    """The smallest double >= value (inf beyond the largest double)."""
-    try:
-        return to_float_up(value)
-    except OverflowError:
-        return math.inf
-
-
-def round_down(value: Fraction) -> float:
-    """The largest double <= value (a huge value gives inf)."""
-    try:
-        return to_float_down(value)
-    except OverflowError:
-        return math.inf

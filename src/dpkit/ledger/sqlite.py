@@ -40,6 +40,7 @@ from pathlib import Path
 from dpkit.accounting.events import DPEvent, event_from_json
 from dpkit._validate import short_repr as _short
 from dpkit.errors import BudgetExceededError, DPError, InvalidParameterError, LedgerError
+from dpkit.accounting.rounding import down, up
 from dpkit.ledger.base import (
     BudgetRecord,
     SpendRecord,
@@ -49,8 +50,6 @@ from dpkit.ledger.base import (
     encode_event,
     fraction_from_text,
     fraction_to_text,
-    round_down,
-    round_up,
 )
 
 __all__ = ["SQLiteLedger", "DEFAULT_LEDGER_PATH", "SCHEMA_VERSION", "APPLICATION_ID"]
@@ -371,10 +370,10 @@ class SQLiteLedger:
         return BudgetRecord(
             dataset=dataset,
             analyst=analyst,
-            epsilon=round_down(self._fraction(eps, what)),
-            delta=round_down(self._fraction(dlt, what)),
-            spent_epsilon=round_up(self._fraction(s_eps, what)),
-            spent_delta=round_up(self._fraction(s_dlt, what)),
+            epsilon=down(self._fraction(eps, what)),
+            delta=down(self._fraction(dlt, what)),
+            spent_epsilon=up(self._fraction(s_eps, what)),
+            spent_delta=up(self._fraction(s_dlt, what)),
             created_at=datetime.fromisoformat(created),
             neighbours=neighbours,
         )
@@ -392,8 +391,8 @@ class SQLiteLedger:
             analyst=analyst,
             event=event,
             query_text=query_text,
-            epsilon_cost=round_up(self._fraction(eps, what)),
-            delta_cost=round_up(self._fraction(dlt, what)),
+            epsilon_cost=up(self._fraction(eps, what)),
+            delta_cost=up(self._fraction(dlt, what)),
             created_at=datetime.fromisoformat(created),
         )
 
@@ -508,9 +507,9 @@ class SQLiteLedger:
             new_eps, new_dlt = spent_eps + eps, spent_dlt + dlt
             if new_eps > budget_eps or new_dlt > budget_dlt:
                 raise BudgetExceededError(
-                    f"ε={round_up(eps)!r}, δ={round_up(dlt)!r} for {_short(event)}",
-                    f"ε={round_down(budget_eps - spent_eps)!r}, δ={round_down(budget_dlt - spent_dlt)!r} of the budget "
-                    f"ε={round_down(budget_eps)!r}, δ={round_down(budget_dlt)!r} of {what} in {self._path}",
+                    f"ε={up(eps)!r}, δ={up(dlt)!r} for {_short(event)}",
+                    f"ε={down(budget_eps - spent_eps)!r}, δ={down(budget_dlt - spent_dlt)!r} of the budget "
+                    f"ε={down(budget_eps)!r}, δ={down(budget_dlt)!r} of {what} in {self._path}",
                 )
             spend_id = conn.execute(
                 f"INSERT INTO spends ({_SPEND_COLUMNS}) VALUES (NULL, ?, ?, ?, ?, ?, ?, ?)",
@@ -530,8 +529,8 @@ class SQLiteLedger:
             analyst=analyst,
             event=event,
             query_text=query_text,
-            epsilon_cost=round_up(eps),
-            delta_cost=round_up(dlt),
+            epsilon_cost=up(eps),
+            delta_cost=up(dlt),
             created_at=datetime.fromisoformat(created),
         )
 

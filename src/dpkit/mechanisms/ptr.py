@@ -223,7 +223,21 @@ class ProposeTestRelease(_PTRCore):
 
 
 @dataclass(frozen=True, kw_only=True)
-class PTRMedian(_PTRCore):
+class _BoundedPTR(_PTRCore):
+    """PTR on values clipped to declared bounds [lower, upper]."""
+
+    lower: float
+    upper: float
+
+    def __post_init__(self) -> None:
+        lo, hi = v.bounds(self.lower, self.upper)
+        object.__setattr__(self, "lower", lo)
+        object.__setattr__(self, "upper", hi)
+        super().__post_init__()
+
+
+@dataclass(frozen=True, kw_only=True)
+class PTRMedian(_BoundedPTR):
     """The median by propose-test-release, (ε, δ)-DP under **replace** (n is public).
 
     The median is the lower median x_m, m = ⌈n/2⌉, of the values clipped to [lower, upper];
@@ -236,15 +250,6 @@ class PTRMedian(_PTRCore):
     ApproxDPEvent(epsilon=1.0, delta=1e-06, neighbours='replace')
     """
 
-    lower: float
-    upper: float
-
-    def __post_init__(self) -> None:
-        lo, hi = v.bounds(self.lower, self.upper)
-        object.__setattr__(self, "lower", lo)
-        object.__setattr__(self, "upper", hi)
-        super().__post_init__()
-
     @property
     def neighbours(self) -> Neighbours:
         return "replace"
@@ -256,7 +261,7 @@ class PTRMedian(_PTRCore):
 
 
 @dataclass(frozen=True, kw_only=True)
-class PTRMean(_PTRCore):
+class PTRMean(_BoundedPTR):
     """The mean by propose-test-release, (ε, δ)-DP under **add/remove** (seed 004 §5.2.2).
 
     Values are clipped to [lower, upper]. LS ≤ (u − l)/n, so γ = max(0, n − (⌈(u − l)/b⌉ − 1))
@@ -270,15 +275,6 @@ class PTRMean(_PTRCore):
     >>> r.released and abs(r.value - 40.0) < 1.0
     True
     """
-
-    lower: float
-    upper: float
-
-    def __post_init__(self) -> None:
-        lo, hi = v.bounds(self.lower, self.upper)
-        object.__setattr__(self, "lower", lo)
-        object.__setattr__(self, "upper", hi)
-        super().__post_init__()
 
     @property
     def neighbours(self) -> Neighbours:

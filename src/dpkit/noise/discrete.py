@@ -38,6 +38,7 @@ from functools import lru_cache
 import numpy as np
 from numpy.typing import NDArray
 
+from dpkit._validate import positive_int
 from dpkit.errors import InvalidParameterError
 from dpkit.noise._exact import exp_neg_bounds, interval_quotient, lazy_less
 from dpkit.noise.bernoulli_exp import CHUNK, decide_exp_neg, decide_exp_neg_small
@@ -243,12 +244,6 @@ def _low_part(plan: LaplacePlan, word_a: NDArray[np.uint64], src: RandomSource) 
     return out
 
 
-def _check_size(size: object) -> int:
-    if not isinstance(size, (int, np.integer)) or isinstance(size, bool) or int(size) < 0:
-        raise InvalidParameterError("size", size, "an integer >= 0")
-    return int(size)
-
-
 def _check_scale(value: object, name: str) -> Fraction:
     if isinstance(value, bool) or not isinstance(value, (int, float, Fraction, np.floating, np.integer)):
         raise InvalidParameterError(name, value, "a finite number in [2**-20, 2**52]")
@@ -307,7 +302,7 @@ def discrete_laplace(scale: float | Fraction, size: int, *, rng: RNG = None) -> 
     True
     """
     plan = laplace_plan(_check_scale(scale, "scale"))
-    return sample_discrete_laplace(plan, _check_size(size), resolve_rng(rng))
+    return sample_discrete_laplace(plan, positive_int(size, "size", minimum=0), resolve_rng(rng))
 
 
 @dataclass(frozen=True)
@@ -448,4 +443,4 @@ def discrete_gaussian(sigma: float | Fraction, size: int, *, rng: RNG = None) ->
     True
     """
     sig = _check_scale(sigma, "sigma")
-    return sample_discrete_gaussian(sig, _check_size(size), resolve_rng(rng))
+    return sample_discrete_gaussian(sig, positive_int(size, "size", minimum=0), resolve_rng(rng))

@@ -7,6 +7,7 @@ from fractions import Fraction
 import numpy as np
 from numpy.typing import NDArray
 
+from dpkit._validate import positive_int
 from dpkit.errors import InvalidParameterError
 from dpkit.noise.source import RNG, RandomSource, resolve_rng
 
@@ -47,9 +48,7 @@ def uniform_below(d: int, size: int, *, rng: RNG = None) -> NDArray[np.int64]:
     """
     if not isinstance(d, (int, np.integer)) or isinstance(d, bool) or not 1 <= int(d) <= 2**63:
         raise InvalidParameterError("d", d, "an integer in [1, 2**63]")
-    if not isinstance(size, (int, np.integer)) or int(size) < 0:
-        raise InvalidParameterError("size", size, "an integer >= 0")
-    return _uniform_below(int(d), int(size), resolve_rng(rng)).astype(np.int64)
+    return _uniform_below(int(d), positive_int(size, "size", minimum=0), resolve_rng(rng)).astype(np.int64)
 
 
 def _as_fraction(p: object, name: str) -> Fraction:
@@ -76,10 +75,8 @@ def bernoulli(p: Fraction | float | int, size: int, *, rng: RNG = None) -> NDArr
     dtype('bool')
     """
     f = _as_fraction(p, "p")
-    if not isinstance(size, (int, np.integer)) or int(size) < 0:
-        raise InvalidParameterError("size", size, "an integer >= 0")
+    n = positive_int(size, "size", minimum=0)
     src = resolve_rng(rng)
-    n = int(size)
     if f == 0 or f == 1:
         return np.full(n, f == 1)
     if f.denominator > _TWO64:
