@@ -7,6 +7,7 @@ the parameter, the value received and what is accepted.
 from __future__ import annotations
 
 import math
+from fractions import Fraction
 from numbers import Integral, Real
 from typing import Literal
 
@@ -45,6 +46,21 @@ def delta(value: object, name: str = "delta", *, allow_zero: bool = True) -> flo
     if v < 0 or v >= 1 or (v == 0 and not allow_zero):
         raise InvalidParameterError(name, value, accepted)
     return v
+
+
+def exact_amount(name: str, value: object, *, positive: bool = False, upper: Fraction | None = None) -> Fraction:
+    """A privacy amount as an exact fraction: a finite real (not bool), >= 0 (> 0 if
+    ``positive``) and < ``upper`` when given. Budgets and costs are compared exactly."""
+    exact: Fraction | None = None
+    if _is_real(value):
+        try:
+            exact = Fraction(value)  # type: ignore[arg-type]
+        except (ValueError, OverflowError, TypeError):  # nan, inf, exotic reals
+            exact = None
+    if exact is None or exact < 0 or (positive and exact == 0) or (upper is not None and exact >= upper):
+        accepted = ("a finite number > 0" if positive else "a finite number >= 0") + (f" and < {upper}" if upper is not None else "")
+        raise InvalidParameterError(name, value, accepted)
+    return exact
 
 
 def positive(value: object, name: str) -> float:

@@ -371,15 +371,9 @@ def optimal_homogeneous_composition(epsilon: float, delta: float, k: int, delta_
 
 
 def _exact(name: str, value: object, *, positive: bool = True) -> Fraction:
-    """An event field as an exact fraction, re-validated: events are frozen, but a budget must
-    never grow by spending even if one was tampered with (negative, NaN or infinite values)."""
-    try:
-        exact = Fraction(value) if v._is_real(value) or isinstance(value, Fraction) else None  # type: ignore[arg-type]
-    except (ValueError, OverflowError, TypeError):
-        exact = None
-    if exact is None or exact < 0 or (positive and exact == 0):
-        raise InvalidParameterError(f"event.{name}", value, "a finite number > 0" if positive else "a finite number >= 0")
-    return exact
+    """An event field, re-validated: events are frozen, but a budget must never grow by spending
+    even if one was tampered with (negative, NaN or infinite values)."""
+    return v.exact_amount(f"event.{name}", value, positive=positive)
 
 
 def _leaf_pure(event: PureDPEvent | ExponentialEvent) -> tuple[Fraction, Fraction]:

@@ -22,14 +22,13 @@ from __future__ import annotations
 from dataclasses import dataclass
 from datetime import datetime
 from fractions import Fraction
-from numbers import Real
 from typing import Protocol, runtime_checkable
 
-from dpkit._validate import NEIGHBOUR_RELATIONS
-from dpkit.accounting.events import ComposedEvent, DPEvent, event_from_json, event_to_json
-from dpkit.accounting.rounding import sub_down
+from dpkit._validate import NEIGHBOUR_RELATIONS, exact_amount
 from dpkit._validate import short_repr as _short
 from dpkit.accounting.composition import basic_cost
+from dpkit.accounting.events import ComposedEvent, DPEvent, event_from_json, event_to_json
+from dpkit.accounting.rounding import sub_down
 from dpkit.errors import InvalidParameterError
 
 __all__ = [
@@ -166,24 +165,9 @@ def fraction_from_text(text: object) -> Fraction:
     return Fraction(text)
 
 
-def _amount(name: str, value: object, *, upper: Fraction | None = None, zero_ok: bool = True) -> Fraction:
-    ok = isinstance(value, Real) and not isinstance(value, bool)
-    if ok:
-        try:
-            exact = Fraction(value)  # type: ignore[arg-type]
-        except (ValueError, OverflowError, TypeError):
-            ok = False
-        else:
-            ok = (exact >= 0 if zero_ok else exact > 0) and (upper is None or exact < upper)
-    if not ok:
-        accepted = ("a finite number >= 0" if zero_ok else "a finite number > 0") + (f" and < {upper}" if upper is not None else "")
-        raise InvalidParameterError(name, value, accepted)
-    return exact
-
-
 def budget_amounts(epsilon: object, delta: object) -> tuple[Fraction, Fraction]:
     """A budget's (ε, δ) as exact fractions: ε finite > 0, δ in [0, 1)."""
-    return _amount("epsilon", epsilon, zero_ok=False), _amount("delta", delta, upper=Fraction(1))
+    return exact_amount("epsilon", epsilon, positive=True), exact_amount("delta", delta, upper=Fraction(1))
 
 
 def debit_cost(
@@ -207,8 +191,8 @@ def debit_cost(
         )
     if epsilon_cost is None:
         return basic_cost(event)
-    eps = _amount("epsilon_cost", epsilon_cost)
-    dlt = _amount("delta_cost", delta_cost)
+    eps = exact_amount("epsilon_cost", epsilon_cost)
+    dlt = exact_amount("delta_cost", delta_cost)
     if dlt > 1:
         raise InvalidParameterError("delta_cost", delta_cost, "a number in [0, 1]")
     relations: set[str] = set()
