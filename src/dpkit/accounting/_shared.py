@@ -3,18 +3,22 @@ the exact ε of randomized response."""
 
 from __future__ import annotations
 
+from collections.abc import Callable
+from dataclasses import dataclass
 from fractions import Fraction
 from numbers import Integral
-from typing import TypeVar
+from typing import Generic, TypeVar
 
 from dpkit._validate import Neighbours
 from dpkit.accounting.events import DPEvent, RandomizedResponseEvent
 from dpkit.accounting.rounding import log_up
 from dpkit.errors import InvalidParameterError
 
-__all__ = ["check_leaf_neighbours", "rule_for", "rr_epsilon"]
+__all__ = ["check_leaf_neighbours", "rule_for", "rr_epsilon", "Registry", "Rule", "CheckFunction"]
 
 R = TypeVar("R")
+F = TypeVar("F")
+CheckFunction = Callable[[DPEvent, Neighbours], None]
 
 
 def check_leaf_neighbours(event: DPEvent, neighbours: Neighbours) -> None:
@@ -52,3 +56,30 @@ def rr_epsilon(event: RandomizedResponseEvent) -> Fraction:
     if ratio == 1:
         return Fraction(0)
     return Fraction(log_up(ratio if ratio >= 1 else 1 / ratio))
+
+
+@dataclass(frozen=True)
+class Rule(Generic[F]):
+    """How an accountant handles one event type: what it computes, and the neighbour check."""
+
+    compute: F
+    check: CheckFunction
+
+
+class Registry(Generic[F]):
+    """Event type → :class:`Rule`, looked up along the event's class hierarchy (STYLE §9: a table,
+    not an if/elif ladder). Each accountant module holds one."""
+
+    def __init__(self, accountant: str, hint: str = "") -> None:
+        self.rules: dict[type[DPEvent], Rule[F]] = {}
+        self._accountant = accountant
+        self._hint = hint
+
+    def register(self, event_type: type[DPEvent], compute: F, check: CheckFunction | None = None) -> None:
+        self.rules[event_type] = Rule(compute, check or check_leaf_neighbours)
+
+    def rule_for(self, event: DPEvent) -> Rule[F]:
+        return rule_for(self.rules, event, self._accountant, self._hint)
+
+    def check(self, event: DPEvent, neighbours: Neighbours) -> None:
+        self.rule_for(event).check(event, neighbours)

@@ -5,7 +5,7 @@ where D_α(P ‖ Q) = 1/(α − 1) · ln E_Q[(P/Q)^α]. RDP composes by addition
 (seed 003: "T 次 (α, ε_t(α))-RDP 机制的组合是 (α, Σ ε_t(α))-RDP"), so the accountant keeps one
 number per order α and converts to (ε, δ) at the end, minimising over the orders.
 
-Per-event RDP curves (each in :data:`_RULES`, a table keyed by event type — no if/elif ladder):
+Per-event RDP curves (each registered in a table keyed by event type — no if/elif ladder):
 
 * ``GaussianEvent(σ)``: α / (2σ²) (Mironov 2017, Prop 7), exact.
 * ``LaplaceEvent(b)``: with ε = 1/b, for α > 1
@@ -72,7 +72,6 @@ from __future__ import annotations
 import functools
 import math
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
 from numbers import Real
 
 import numpy as np
@@ -94,7 +93,7 @@ from dpkit.accounting.events import (
     SampledWithoutReplacementEvent,
     SelfComposedEvent,
 )
-from dpkit.accounting._shared import check_leaf_neighbours, rule_for
+from dpkit.accounting._shared import CheckFunction, Registry, check_leaf_neighbours
 from dpkit.errors import InvalidParameterError
 
 __all__ = [
@@ -447,34 +446,20 @@ def sampled_without_replacement_gaussian_rdp(
 # --------------------------------------------------------------------------------------------
 
 RDPFunction = Callable[[DPEvent, Orders], FloatArray]
-CheckFunction = Callable[[DPEvent, Neighbours], None]
 
-
-@dataclass(frozen=True)
-class _Rule:
-    rdp: RDPFunction
-    check: CheckFunction
-
-
-_RULES: dict[type[DPEvent], _Rule] = {}
+_REGISTRY: Registry[RDPFunction] = Registry("RDP")
+_RULES = _REGISTRY.rules
 
 
 def register_rdp(event_type: type[DPEvent], rdp: RDPFunction, check: CheckFunction | None = None) -> None:
     """Teach the RDP accountant a new event type: ``rdp(event, orders)`` returns the RDP at each
     order; ``check(event, neighbours)`` raises InvalidParameterError when the event cannot be
     accounted under ``neighbours`` (default: the event's own ``neighbours`` field must match)."""
-    _RULES[event_type] = _Rule(rdp=rdp, check=check or _check_leaf)
-
-
-def _rule_for(event: DPEvent) -> _Rule:
-    return rule_for(_RULES, event, "RDP")
+    _REGISTRY.register(event_type, rdp, check)
 
 
 _check_leaf = check_leaf_neighbours
-
-
-def _check_event(event: DPEvent, neighbours: Neighbours) -> None:
-    _rule_for(event).check(event, neighbours)
+_check_event = _REGISTRY.check
 
 
 def event_rdp(event: DPEvent, orders: Sequence[float] | None = None) -> FloatArray:
@@ -483,7 +468,7 @@ def event_rdp(event: DPEvent, orders: Sequence[float] | None = None) -> FloatArr
 
 
 def _event_rdp(event: DPEvent, orders: Orders) -> FloatArray:
-    return _rule_for(event).rdp(event, orders)
+    return _REGISTRY.rule_for(event).compute(event, orders)
 
 
 def _check_approx(event: DPEvent, neighbours: Neighbours) -> None:

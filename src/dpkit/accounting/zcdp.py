@@ -4,7 +4,7 @@ A mechanism is ρ-zCDP (Bun & Steinke 2016, Def 1.1) if D_α(M(x) ‖ M(x')) <= 
 α > 1 and all neighbours x, x'. zCDP composes by adding ρ, and one number describes the whole
 RDP curve, so the accountant keeps the total ρ as an exact rational and rounds up only once.
 
-Per-event ρ (a table keyed by event type, :data:`_RULES`):
+Per-event ρ (registered in a table keyed by event type):
 
 * ``GaussianEvent(σ)``: ρ = 1/(2σ²) (Bun & Steinke 2016, Prop 1.6; discrete Gaussian:
   Canonne–Kamath–Steinke 2020, Thm 14).
@@ -38,7 +38,6 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable
-from dataclasses import dataclass
 from fractions import Fraction
 
 import numpy as np
@@ -56,7 +55,7 @@ from dpkit.accounting.events import (
     RandomizedResponseEvent,
     SelfComposedEvent,
 )
-from dpkit.accounting._shared import check_leaf_neighbours, rr_epsilon, rule_for
+from dpkit.accounting._shared import CheckFunction, Registry, check_leaf_neighbours, rr_epsilon
 from dpkit.accounting.rounding import to_float_up
 from dpkit.errors import InvalidParameterError
 
@@ -257,46 +256,30 @@ def zcdp_to_delta(rho: float, epsilon: float, conversion: str = "improved") -> f
 # --------------------------------------------------------------------------------------------
 
 RhoFunction = Callable[[DPEvent], Fraction]
-CheckFunction = Callable[[DPEvent, Neighbours], None]
 
-
-@dataclass(frozen=True)
-class _Rule:
-    rho: RhoFunction
-    check: CheckFunction
-
-
-_RULES: dict[type[DPEvent], _Rule] = {}
+_REGISTRY: Registry[RhoFunction] = Registry(
+    "zCDP",
+    "Subsampled events need the RDPAccountant; (ε, δ) events with δ > 0 need the PLD or a composition accountant",
+)
+_RULES = _REGISTRY.rules
 
 
 def register_zcdp(event_type: type[DPEvent], rho: RhoFunction, check: CheckFunction | None = None) -> None:
     """Teach the zCDP accountant a new event type: ``rho(event)`` returns its ρ as a Fraction."""
-    _RULES[event_type] = _Rule(rho=rho, check=check or _check_leaf)
-
-
-def _rule_for(event: DPEvent) -> _Rule:
-    return rule_for(
-        _RULES,
-        event,
-        "zCDP",
-        "Subsampled events need the RDPAccountant; (ε, δ) events with δ > 0 need the PLD or a composition accountant",
-    )
+    _REGISTRY.register(event_type, rho, check)
 
 
 _check_leaf = check_leaf_neighbours
-
-
-def _check_event(event: DPEvent, neighbours: Neighbours) -> None:
-    _rule_for(event).check(event, neighbours)
+_check_event = _REGISTRY.check
 
 
 def event_rho(event: DPEvent) -> float:
     """ρ of ``event`` (no neighbour checks), rounded up."""
-    return to_float_up(_rule_for(event).rho(event))
+    return to_float_up(_REGISTRY.rule_for(event).compute(event))
 
 
 def _rho(event: DPEvent) -> Fraction:
-    return _rule_for(event).rho(event)
+    return _REGISTRY.rule_for(event).compute(event)
 
 
 def _gaussian_rho(event: DPEvent) -> Fraction:
