@@ -83,3 +83,10 @@ class Registry(Generic[F]):
 
     def check(self, event: DPEvent, neighbours: Neighbours) -> None:
         self.rule_for(event).check(event, neighbours)
+
+    def supports(self, event: DPEvent, neighbours: Neighbours) -> bool:
+        try:
+            self.check(event, neighbours)
+        except InvalidParameterError:
+            return False
+        return True

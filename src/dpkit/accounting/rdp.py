@@ -793,11 +793,7 @@ class RDPAccountant:
         return self._neighbours
 
     def supports(self, event: DPEvent) -> bool:
-        try:
-            _check_event(event, self._neighbours)
-        except InvalidParameterError:
-            return False
-        return True
+        return _REGISTRY.supports(event, self._neighbours)
 
     def compose(self, event: DPEvent, count: int = 1) -> RDPAccountant:
         """Record ``count`` repetitions of ``event``. Everything is checked and computed before the

@@ -390,11 +390,7 @@ class ZCDPAccountant:
         return self._neighbours
 
     def supports(self, event: DPEvent) -> bool:
-        try:
-            _check_event(event, self._neighbours)
-        except InvalidParameterError:
-            return False
-        return True
+        return _REGISTRY.supports(event, self._neighbours)
 
     def compose(self, event: DPEvent, count: int = 1) -> ZCDPAccountant:
         """Record ``count`` repetitions of ``event``; a raise records nothing."""
