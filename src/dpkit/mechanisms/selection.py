@@ -185,7 +185,7 @@ class ReportNoisyMax:
         if self.noise == "laplace":
             noise = sample_discrete_laplace(plan, u.size, src)
         else:  # the geometric: P(Z = z) ∝ e^{-z/t}, z >= 0, the lattice version of Exp(t)
-            noise, _, _ = _geometric(plan, u.size, src)
+            noise, _ = _geometric(plan, u.size, src)
         return points.astype(np.int64) + noise
 
     def release(self, utilities: ArrayLike, *, candidates: Sequence[Any] | None = None, rng: RNG = None) -> Any:

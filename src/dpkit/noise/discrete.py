@@ -191,15 +191,8 @@ def _resolve_count(prefix: int, tail, start: int, src: RandomSource) -> int:
         k += 1
 
 
-def _geometric(
-    plan: LaplacePlan, n: int, src: RandomSource, *, untilted_low: bool = False
-) -> tuple[NDArray[np.int64], NDArray[np.uint64], NDArray[np.int64] | None]:
-    """n draws of X (P(X = x) ∝ e^{−x/scale}) and, for each, one spare random bit (the top bit).
-
-    With ``untilted_low`` the low J bits are left uniform and returned as a third array: the
-    caller must then accept each draw with an extra factor e^{−low/scale}, which lets a rejection
-    sampler built on top (the discrete Gaussian) fold both acceptance tests into one.
-    """
+def _geometric(plan: LaplacePlan, n: int, src: RandomSource) -> tuple[NDArray[np.int64], NDArray[np.uint64]]:
+    """n draws of X (P(X = x) ∝ e^{−x/scale}) and, for each, one spare random bit (the top bit)."""
     word_a = src.words(n)
     word_b = src.words(n)
     spare = word_a >> np.uint64(63)
@@ -210,11 +203,8 @@ def _geometric(
         mid = np.zeros(n, dtype=np.int64)
     x = (top << np.int64(plan.mid_bits)) + mid
     if not plan.lo_bits:
-        return x, spare, (np.zeros(n, dtype=np.int64) if untilted_low else None)
-    if untilted_low:
-        low = (word_a & np.uint64((1 << plan.lo_bits) - 1)).view(np.int64)
-        return (x << np.int64(plan.lo_bits)) + low, spare, low
-    return (x << np.int64(plan.lo_bits)) + _low_part(plan, word_a, src), spare, None
+        return x, spare
+    return (x << np.int64(plan.lo_bits)) + _low_part(plan, word_a, src), spare
 
 
 def _low_part(plan: LaplacePlan, word_a: NDArray[np.uint64], src: RandomSource) -> NDArray[np.int64]:
@@ -273,7 +263,7 @@ def _fill(n: int, draw: Callable[[int], NDArray[np.int64]], rate: float) -> NDAr
 
 
 def _laplace_batch(plan: LaplacePlan, k: int, src: RandomSource) -> NDArray[np.int64]:
-    x, sign, _ = _geometric(plan, k, src)
+    x, sign = _geometric(plan, k, src)
     keep = (sign == 0) | (x != 0)  # reject (−, 0): zero would otherwise be counted twice
     return np.where(sign == 1, -x, x)[keep]
 
