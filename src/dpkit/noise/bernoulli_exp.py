@@ -95,7 +95,9 @@ def decide_exp_neg(
 ) -> NDArray[np.bool_]:
     """U < e^{−γ} for each lane, exactly.
 
-    ``prefix`` holds the first ``bits`` (<= 53) binary digits of each lane's uniform U;
+    ``prefix`` holds the first ``bits`` binary digits of each lane's uniform U, as an integer
+    below 2^53 (so it converts to a double exactly); ``bits`` may exceed 53 — leading zero digits,
+    i.e. U scaled into [0, 2^(53−bits)) — as long as 2^−bits is a normal double;
     ``gamma_hat`` approximates γ within ``err``; ``exact_gamma(i)`` returns lane i's exact γ for
     the rare lanes the enclosure cannot settle.
     """
