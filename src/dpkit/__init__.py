@@ -5,7 +5,8 @@
 1.0
 """
 
-from dpkit import accounting, audit, errors, ledger, mechanisms, noise
+from dpkit import accounting, analytics, audit, errors, ledger, mechanisms, noise
+from dpkit.analytics import Session
 from dpkit.accounting import BasicAccountant, PLDAccountant, RDPAccountant, ZCDPAccountant
 from dpkit.budget import Budget
 from dpkit.ledger import open_ledger
@@ -44,6 +45,8 @@ __version__ = "0.1.0"
 
 __all__ = [
     "accounting",
+    "analytics",
+    "Session",
     "audit",
     "ledger",
     "Budget",

@@ -1,0 +1,233 @@
+"""The DuckDB engine: embedded, columnar, the default.
+
+The whole bounded aggregation is one SQL statement with quoted identifiers and bound parameters.
+Contribution bounding uses a single window over the privacy unit: rows are ordered by a keyed
+group priority (then the group key, which breaks any hash tie) and a keyed row priority, so
+``dense_rank`` numbers a unit's groups and ``row_number − rank + 1`` numbers its rows within a
+group — one sort instead of the two a textbook ``row_number() OVER (PARTITION BY unit, group)``
+followed by a per-unit window needs (about 3× faster; see BENCHMARKS.md).
+"""
+
+from __future__ import annotations
+
+import itertools
+import os
+from pathlib import Path
+from typing import Any
+
+import pandas as pd
+
+from dpkit.analytics.engines.base import ROW_SALT_MASK, ColumnKind, quote_identifier as q
+from dpkit.analytics.plan import (
+    AggregationPlan,
+    And,
+    Between,
+    Compare,
+    GroupKey,
+    InList,
+    IsNull,
+    Not,
+    Or,
+    Predicate,
+    SumSpec,
+)
+from dpkit.errors import InvalidDataError, InvalidParameterError
+
+__all__ = ["DuckDBEngine"]
+
+_counter = itertools.count()
+
+
+class _Params:
+    """Collects bound parameters; ``add`` returns the placeholder."""
+
+    def __init__(self) -> None:
+        self.values: list[Any] = []
+
+    def add(self, value: Any) -> str:
+        self.values.append(value)
+        return f"${len(self.values)}"
+
+
+def _kind(type_name: str) -> ColumnKind:
+    t = type_name.upper()
+    if t == "BOOLEAN":
+        return "boolean"
+    if any(t.startswith(p) for p in ("TINYINT", "SMALLINT", "INTEGER", "BIGINT", "HUGEINT", "UTINYINT", "USMALLINT", "UINTEGER", "UBIGINT", "UHUGEINT", "FLOAT", "DOUBLE", "REAL", "DECIMAL")):
+        return "numeric"
+    if t in ("VARCHAR", "STRING", "TEXT") or t.startswith("VARCHAR") or t.startswith("ENUM"):
+        return "string"
+    return "other"
+
+
+class DuckDBEngine:
+    """Runs aggregation plans on a DuckDB table, view, pandas DataFrame, CSV or Parquet file."""
+
+    name = "duckdb"
+
+    def __init__(self, source: Any, *, connection: Any = None, table: str | None = None) -> None:
+        import duckdb
+
+        self._con = connection if connection is not None else duckdb.connect()
+        self._view = f"__dpkit_t{os.getpid()}_{next(_counter)}"
+        if table is not None:  # an existing table or view of ``connection``
+            self._from = q(table)
+        elif isinstance(source, pd.DataFrame):
+            self._con.register(self._view, source)
+            self._from = q(self._view)
+        elif isinstance(source, (str, os.PathLike)):
+            path = Path(source)
+            if not path.exists():
+                raise InvalidParameterError("data", str(path), "an existing CSV or Parquet file")
+            reader = self._con.read_parquet if path.suffix.lower() in (".parquet", ".pq") else self._con.read_csv
+            try:
+                reader(str(path)).create_view(self._view)
+            except duckdb.Error as exc:
+                raise InvalidDataError("data", f"{path.name} could not be read ({exc})", "a CSV file with a header row, or a Parquet file") from exc
+            self._from = q(self._view)
+        elif isinstance(source, duckdb.DuckDBPyRelation):
+            self._con = duckdb.default_connection() if connection is None else connection
+            try:
+                source.create_view(self._view)
+                self._con.execute(f"SELECT * FROM {q(self._view)} LIMIT 0")
+            except duckdb.Error as exc:
+                raise InvalidParameterError(
+                    "data", "a DuckDB relation", "a relation of the default connection (duckdb.sql(...)), or Session.from_duckdb(connection, table)", str(exc)
+                ) from exc
+            self._from = q(self._view)
+        else:
+            raise InvalidParameterError("data", type(source).__name__, "a pandas DataFrame, a CSV or Parquet path, or a DuckDB relation")
+
+    # -- schema -----------------------------------------------------------------------------------
+
+    def schema(self) -> dict[str, ColumnKind]:
+        rel = self._con.sql(f"SELECT * FROM {self._from} LIMIT 0")
+        return {name: _kind(str(t)) for name, t in zip(rel.columns, rel.types)}
+
+    # -- SQL generation ---------------------------------------------------------------------------
+
+    def _predicate(self, p: Predicate, params: _Params) -> str:
+        if isinstance(p, Compare):
+            return f"({q(p.column)} {'<>' if p.op == '!=' else p.op} {params.add(p.value)})"
+        if isinstance(p, InList):
+            items = ", ".join(params.add(x) for x in p.values)
+            return f"({q(p.column)} {'NOT IN' if p.negated else 'IN'} ({items}))"
+        if isinstance(p, Between):
+            return f"({q(p.column)} {'NOT BETWEEN' if p.negated else 'BETWEEN'} {params.add(p.low)} AND {params.add(p.high)})"
+        if isinstance(p, IsNull):
+            return f"({q(p.column)} IS {'NOT NULL' if p.negated else 'NULL'})"
+        if isinstance(p, And):
+            return "(" + " AND ".join(self._predicate(x, params) for x in p.parts) + ")"
+        if isinstance(p, Or):
+            return "(" + " OR ".join(self._predicate(x, params) for x in p.parts) + ")"
+        if isinstance(p, Not):
+            return f"(NOT {self._predicate(p.part, params)})"
+        raise TypeError(f"not a predicate: {p!r}")
+
+    @staticmethod
+    def _clean(column: str) -> str:
+        x = f"CAST({q(column)} AS DOUBLE)"
+        return f"CASE WHEN isnan({x}) THEN NULL ELSE {x} END"
+
+    def _summand(self, s: SumSpec, params: _Params) -> str:
+        x = self._clean(s.column)
+        lo, hi, c = params.add(s.lower), params.add(s.upper), params.add(s.center)
+        inv, b = params.add(2.0 ** -s.grid_exp), params.add(s.bound)
+        # least/greatest skip NULLs in DuckDB (greatest(NULL, lo) = lo), so NULL must be kept explicitly
+        v = f"CASE WHEN {x} IS NOT NULL THEN least(greatest(CAST(round((least(greatest({x}, {lo}), {hi}) - {c}) * {inv}) AS BIGINT), -{b}), {b}) END"
+        if s.square:
+            v = f"(({v}) * ({v}) + {params.add(1 << s.shift >> 1)}) >> {params.add(s.shift)}"
+        return v
+
+    def _group(self, g: GroupKey, params: _Params) -> str:
+        if g.edges is None:
+            return q(g.column)
+        x = self._clean(g.column)
+        e = g.edges
+        cases = [
+            f"WHEN {x} >= {params.add(e[i])} AND {x} {'<=' if i == len(e) - 2 else '<'} {params.add(e[i + 1])} THEN {i}"
+            for i in range(len(e) - 1)
+        ]
+        return f"(CASE {' '.join(cases)} END)"
+
+    def _base(self, plan: AggregationPlan, params: _Params) -> tuple[str, list[str], list[str], list[str]]:
+        """The bounded rows as a CTE chain ending in ``r``; returns (sql, group cols, sum cols, value cols)."""
+        gcols = [f"g{i}" for i in range(len(plan.groups))]
+        scols = [s.name for s in plan.sums]
+        xcols = [f"x{i}" for i in range(len(plan.values))]
+        hcols = [f"__{s.name}" for s in plan.hash_specs()[len(plan.sums):]]
+        select = []
+        if plan.unit is not None:
+            select.append(f"{q(plan.unit)} AS __u")
+        select += [f"{self._group(g, params)} AS {c}" for g, c in zip(plan.groups, gcols)]
+        select += [f"{self._summand(s, params)} AS {s.name}" for s in plan.sums]
+        for x, c in zip(plan.values, xcols):
+            clean = self._clean(x.column)
+            select.append(f"CASE WHEN {clean} IS NOT NULL THEN least(greatest({clean}, {params.add(x.lower)}), {params.add(x.upper)}) END AS {c}")
+        select += [f"{self._summand(s, params)} AS {c}" for s, c in zip(plan.hash_specs()[len(plan.sums):], hcols)]
+        where = ["TRUE"]
+        if plan.where is not None:
+            where.append(self._predicate(plan.where, params))
+        if plan.unit is not None:
+            where.append(f"{q(plan.unit)} IS NOT NULL")
+        for g, allowed in zip(plan.groups, plan.key_filter):
+            gexpr = self._group(g, params)
+            where.append(f"{gexpr} IS NOT NULL")
+            if allowed is not None:
+                where.append(f"{gexpr} IN ({', '.join(params.add(a) for a in allowed)})")
+        base = f"base AS (SELECT {', '.join(select) or '1 AS __one'} FROM {self._from} WHERE {' AND '.join(where)})"
+        if plan.unit is None:
+            return f"WITH {base}, r AS (SELECT *, 1 AS __ri FROM base)", gcols, scols, xcols
+        salt_g, salt_r = params.add(plan.salt), params.add(plan.salt ^ ROW_SALT_MASK)
+        row_cols = ["__u", *gcols, *scols, *hcols]
+        if plan.portable:
+            gh = f"md5(concat_ws('|', {salt_g}, {', '.join(['__u', *gcols])}))"
+            rh = f"md5(concat_ws('|', {salt_r}, {', '.join(row_cols)}))"
+        else:
+            gh = f"hash({', '.join(['__u', *gcols])}, {salt_g})"
+            rh = f"hash({', '.join(row_cols)}, {salt_r})"
+        gorder = ", ".join(["__gh", *gcols])
+        window = (
+            f"w AS (SELECT *, {gh} AS __gh, {rh} AS __rh FROM base), "
+            f"r AS (SELECT *, row_number() OVER (PARTITION BY __u ORDER BY {gorder}, __rh) "
+            f"- rank() OVER (PARTITION BY __u ORDER BY {gorder}) + 1 AS __ri, "
+            f"dense_rank() OVER (PARTITION BY __u ORDER BY {gorder}) AS __gi FROM w "
+            f"QUALIFY __gi <= {params.add(plan.max_groups)} AND __ri <= {params.add(plan.max_rows)})"
+        )
+        return f"WITH {base}, {window}", gcols, scols, xcols
+
+    def aggregate_sql(self, plan: AggregationPlan) -> tuple[str, list[Any]]:
+        """The statement and parameters :meth:`aggregate` runs (for inspection and benchmarks)."""
+        params = _Params()
+        ctes, gcols, scols, _ = self._base(plan, params)
+        aggs = ["count(*) AS rows", "count(*) FILTER (WHERE __ri = 1) AS units"]
+        for s in scols:
+            aggs += [f"CAST(coalesce(sum({s}), 0) AS BIGINT) AS {s}", f"count({s}) AS {s}_n"]
+        group = f" GROUP BY {', '.join(gcols)}" if gcols else ""
+        return f"{ctes} SELECT {', '.join([*gcols, *aggs])} FROM r{group}", params.values
+
+    def aggregate(self, plan: AggregationPlan) -> pd.DataFrame:
+        sql, params = self.aggregate_sql(plan)
+        frame = self._run(sql, params)
+        for c in frame.columns:
+            if c == "rows" or c == "units" or c in {s.name for s in plan.sums} or c.endswith("_n"):
+                frame[c] = frame[c].astype("int64")
+        return frame
+
+    def values(self, plan: AggregationPlan) -> pd.DataFrame:
+        params = _Params()
+        ctes, gcols, _, xcols = self._base(plan, params)
+        frame = self._run(f"{ctes} SELECT {', '.join([*gcols, *xcols]) or '1 AS __one'} FROM r", params.values)
+        for c in xcols:
+            frame[c] = frame[c].astype("float64")
+        return frame
+
+    def _run(self, sql: str, params: list[Any]) -> pd.DataFrame:
+        import duckdb
+
+        try:
+            return self._con.execute(sql, params).df()
+        except duckdb.ConversionException as exc:
+            raise InvalidDataError("data", f"an aggregate could not be computed exactly ({exc})", "columns whose types match the query and sums within ±2**63 grid steps") from exc
+        except duckdb.Error as exc:
+            raise InvalidDataError("data", f"the engine refused the query ({exc})", "columns whose types match the query") from exc

@@ -1,0 +1,214 @@
+"""The logical plan of one private aggregation: what an engine computes before any noise.
+
+A plan says which rows to keep (``where``, public keys), how to bound each privacy unit's
+contribution (at most ``max_groups`` groups per unit and ``max_rows`` rows per unit per group,
+chosen by a keyed pseudo-random priority that depends only on the unit's own rows), and which
+exact integer aggregates to return per group. Engines (DuckDB, Spark) run the same plan and must
+return the same numbers for the same salt (with ``portable=True`` the priorities themselves are
+computed identically on every engine; see ``tests/analytics/test_engine_parity.py``).
+
+Every numeric aggregate goes through one clipping and quantisation path (:class:`SumSpec`): a
+value x is clipped to the declared [lower, upper], centred, divided by a power-of-two grid and
+rounded to an integer v with |v| <= bound. Sums of these integers are exact in every engine, so
+the sensitivity of a sum is exactly what the bounds say — no floating-point summation error
+can inflate it (Casacuberta, Shoemate, Vadhan & Wagaman 2022, "Widespread underestimation of
+sensitivity in differentially private libraries").
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from typing import Literal, Union
+
+__all__ = [
+    "Compare",
+    "InList",
+    "Between",
+    "IsNull",
+    "And",
+    "Or",
+    "Not",
+    "Predicate",
+    "GroupKey",
+    "SumSpec",
+    "ValueSpec",
+    "AggregationPlan",
+    "quantize_spec",
+    "GRID_STEPS",
+]
+
+Literal_ = Union[str, int, float, bool]
+CompareOp = Literal["=", "!=", "<", "<=", ">", ">="]
+
+
+# ---- row filters: a small predicate language that every engine compiles with quoted identifiers
+# ---- and bound parameters (never by splicing text) ------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Compare:
+    column: str
+    op: CompareOp
+    value: Literal_
+
+
+@dataclass(frozen=True)
+class InList:
+    column: str
+    values: tuple[Literal_, ...]
+    negated: bool = False
+
+
+@dataclass(frozen=True)
+class Between:
+    column: str
+    low: Literal_
+    high: Literal_
+    negated: bool = False
+
+
+@dataclass(frozen=True)
+class IsNull:
+    column: str
+    negated: bool = False
+
+
+@dataclass(frozen=True)
+class And:
+    parts: tuple[Predicate, ...]
+
+
+@dataclass(frozen=True)
+class Or:
+    parts: tuple[Predicate, ...]
+
+
+@dataclass(frozen=True)
+class Not:
+    part: Predicate
+
+
+Predicate = Union[Compare, InList, Between, IsNull, And, Or, Not]
+
+
+def predicate_columns(p: Predicate | None) -> set[str]:
+    """Every column a predicate reads."""
+    if p is None:
+        return set()
+    if isinstance(p, (And, Or)):
+        return set().union(*(predicate_columns(q) for q in p.parts))
+    if isinstance(p, Not):
+        return predicate_columns(p.part)
+    return {p.column}
+
+
+# ---- group keys and aggregates ---------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class GroupKey:
+    """A group-by key: a column as is, or the index of the bin of a numeric column (bins are
+    [edges[i], edges[i+1]), the last one closed; values outside every bin are dropped)."""
+
+    column: str
+    edges: tuple[float, ...] | None = None
+
+
+#: Quantisation steps per half-range: values are rounded to 1/2**24 of the half-range.
+GRID_STEPS = 2**24
+
+
+@dataclass(frozen=True)
+class SumSpec:
+    """An exact integer sum over the bounded rows, and the count of its non-null values.
+
+    Each value x (NULL and NaN skipped) becomes v = clamp(round((clip(x, lower, upper) − center)
+    · 2**-grid_exp), −bound, bound); with ``square`` the summand is round(v² / 2**shift) instead
+    (in [0, bound² / 2**shift]). Both are integers, so the engine's sum is exact.
+    """
+
+    name: str
+    column: str
+    lower: float
+    upper: float
+    center: float
+    grid_exp: int
+    bound: int
+    square: bool = False
+    shift: int = 0
+
+    @property
+    def grid(self) -> float:
+        return math.ldexp(1.0, self.grid_exp)
+
+    @property
+    def max_summand(self) -> int:
+        """The largest |summand| one row can contribute."""
+        return ((self.bound * self.bound + (1 << self.shift >> 1)) >> self.shift) if self.square else self.bound
+
+    @property
+    def unit(self) -> float:
+        """The value of one integer step of the summand."""
+        return self.grid * self.grid * 2.0**self.shift if self.square else self.grid
+
+
+def quantize_spec(name: str, column: str, lower: float, upper: float, *, centered: bool, square: bool = False) -> SumSpec:
+    """The spec for a sum of clipped values (``centered``: of x − (lower+upper)/2), or of their
+    squares, on a power-of-two grid with about 2**24 steps per half-range."""
+    center = (lower + upper) / 2 if centered else 0.0
+    half = max(upper - center, center - lower)
+    grid_exp = math.ceil(math.log2(half / GRID_STEPS))
+    while math.ldexp(half, -grid_exp) > GRID_STEPS:  # guard the float log2
+        grid_exp += 1
+    bound = math.ceil(math.ldexp(half, -grid_exp))
+    shift = max(0, 2 * bound.bit_length() - 24) if square else 0
+    return SumSpec(name, column, lower, upper, center, grid_exp, bound, square, shift)
+
+
+@dataclass(frozen=True)
+class ValueSpec:
+    """The clipped values of a column, per kept row (for quantiles, computed in dpkit)."""
+
+    column: str
+    lower: float
+    upper: float
+
+
+@dataclass(frozen=True)
+class AggregationPlan:
+    """Everything an engine needs for the pre-noise aggregates of one query.
+
+    Output (one row per group key present after bounding; one row in all when ``groups`` is
+    empty): the group key columns ``g0, g1, ...``, ``rows`` (kept rows), ``units`` (distinct units
+    among them), and for each :class:`SumSpec` ``<name>`` (exact integer sum) and ``<name>_n``
+    (non-null count).
+    """
+
+    unit: str | None
+    where: Predicate | None
+    groups: tuple[GroupKey, ...]
+    key_filter: tuple[tuple[Literal_, ...] | None, ...]  # per group column: allowed values (public keys) or None
+    max_groups: int
+    max_rows: int
+    sums: tuple[SumSpec, ...]
+    values: tuple[ValueSpec, ...]  # clipped values fetched by Engine.values (quantiles)
+    salt: int  # keys the row and group priorities; drawn from the session's randomness
+    portable: bool = False  # md5 priorities, identical on every engine (slower)
+
+    @property
+    def bounded(self) -> bool:
+        """Whether contribution bounding runs (a unit column is set)."""
+        return self.unit is not None
+
+    def hash_specs(self) -> tuple[SumSpec, ...]:
+        """The integer columns a row's priority is hashed from: the sums' summands and a
+        quantisation of each value column (identical in every engine)."""
+        extra = tuple(quantize_spec(f"h{i}", x.column, x.lower, x.upper, centered=True) for i, x in enumerate(self.values))
+        return self.sums + extra
+
+    def columns_read(self) -> set[str]:
+        cols = predicate_columns(self.where) | {g.column for g in self.groups} | {s.column for s in self.sums} | {x.column for x in self.values}
+        if self.unit is not None:
+            cols.add(self.unit)
+        return cols

@@ -1,0 +1,127 @@
+"""What a private query returns: noisy values with their accuracy and their privacy cost."""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+import pandas as pd
+
+from dpkit.accounting.events import DPEvent, event_to_dict
+
+__all__ = ["AggregateInfo", "QueryResult"]
+
+
+@dataclass(frozen=True)
+class AggregateInfo:
+    """One released aggregate: its name, the mechanism, the (ε, δ) it was given and its noise.
+
+    ``scale`` is the noise scale in the value's units (Laplace b or Gaussian σ) for counts and
+    sums, and for the sum inside a mean/variance; NaN for quantiles (exponential mechanism).
+    ``sensitivity`` is the ℓ1 (Laplace) or ℓ2 (Gaussian) sensitivity of that noisy quantity,
+    from the declared bounds and the contribution bounds.
+    """
+
+    name: str
+    kind: str
+    column: str | None
+    epsilon: float
+    delta: float
+    mechanism: str
+    scale: float
+    sensitivity: float
+    event: DPEvent
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "name": self.name,
+            "kind": self.kind,
+            "column": self.column,
+            "epsilon": self.epsilon,
+            "delta": self.delta,
+            "mechanism": self.mechanism,
+            "scale": None if math.isnan(self.scale) else self.scale,
+            "sensitivity": None if math.isnan(self.sensitivity) else self.sensitivity,
+        }
+
+
+@dataclass(frozen=True)
+class QueryResult:
+    """The released table and everything needed to read it honestly.
+
+    ``table`` holds one row per released group (one row in all without a group-by): the group
+    columns, then for each aggregate ``<name>``, ``<name>_low`` and ``<name>_high`` — a
+    ``confidence`` interval around the *bounded* statistic (after clipping and contribution
+    bounding), from the noise distribution; quantiles have no interval (NaN).
+    """
+
+    table: pd.DataFrame
+    aggregates: tuple[AggregateInfo, ...]
+    groups: tuple[str, ...]
+    epsilon: float
+    delta: float
+    event: DPEvent
+    confidence: float
+    keys: str  # "none" (no group-by), "public" or the private key-selection strategy
+    remaining_epsilon: float | None = None
+    notes: tuple[str, ...] = field(default=())
+
+    def _only(self) -> AggregateInfo:
+        if len(self.aggregates) != 1:
+            raise AttributeError("this result holds several aggregates: read result.table (or result[name])")
+        return self.aggregates[0]
+
+    def _column(self, name: str) -> Any:
+        col = self.table[name]
+        if not self.groups:
+            return float(col.iloc[0]) if len(col) else math.nan
+        index = pd.MultiIndex.from_frame(self.table[list(self.groups)]) if len(self.groups) > 1 else pd.Index(self.table[self.groups[0]])
+        return pd.Series(col.to_numpy(), index=index, name=name)
+
+    @property
+    def value(self) -> Any:
+        """The released value: a float without a group-by, else a Series indexed by the keys."""
+        return self._column(self._only().name)
+
+    @property
+    def ci(self) -> tuple[Any, Any]:
+        """(low, high) of the confidence interval, shaped like :attr:`value`."""
+        name = self._only().name
+        return self._column(f"{name}_low"), self._column(f"{name}_high")
+
+    @property
+    def scale(self) -> float:
+        """The noise scale of the single aggregate (see :class:`AggregateInfo`)."""
+        return self._only().scale
+
+    def __getitem__(self, name: str) -> Any:
+        """The released values of the aggregate ``name``."""
+        if name not in {a.name for a in self.aggregates}:
+            raise KeyError(f"no aggregate named {name!r}; have {[a.name for a in self.aggregates]}")
+        return self._column(name)
+
+    def to_dict(self) -> dict[str, Any]:
+        """A JSON-ready description (NaN becomes None)."""
+        records = []
+        for row in self.table.to_dict(orient="records"):
+            records.append({k: (None if isinstance(x, float) and math.isnan(x) else (x.item() if isinstance(x, np.generic) else x)) for k, x in row.items()})
+        return {
+            "rows": records,
+            "groups": list(self.groups),
+            "aggregates": [a.to_dict() for a in self.aggregates],
+            "epsilon": self.epsilon,
+            "delta": self.delta,
+            "confidence": self.confidence,
+            "keys": self.keys,
+            "remaining_epsilon": self.remaining_epsilon,
+            "event": event_to_dict(self.event),
+            "notes": list(self.notes),
+        }
+
+    def __repr__(self) -> str:
+        return (
+            f"QueryResult(ε={self.epsilon:.6g}, δ={self.delta:.3g}, keys={self.keys!r}, "
+            f"confidence={self.confidence})\n{self.table.to_string(index=False)}"
+        )
