@@ -21,6 +21,7 @@ $(STAMP_DEV): pyproject.toml | $(BIN)/python
 
 demo: $(STAMP_RUN)
 	$(BIN)/dpkit demo --out out/demo
+	bash examples/census_queries.sh out/demo
 
 test: $(STAMP_DEV)
 	$(BIN)/python -m pytest -n 2 --doctest-modules src tests

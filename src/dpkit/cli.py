@@ -7,7 +7,7 @@ Extending: a new command is a function decorated with ``@app.command()``; a comm
 (``budget``, ``account``, ...) is its own ``typer.Typer()`` mounted with ``app.add_typer(group,
 name=...)``. Reuse the shared options below (``JsonOption``, ``SeedOption``) and
 :func:`_emit_json` / :func:`_fail` so every command behaves alike. Planned (not yet available):
-``query``, ``audit``, ``serve`` (see docs/guide.md).
+``audit``, ``serve`` (see docs/guide.md).
 """
 
 from __future__ import annotations
@@ -237,6 +237,119 @@ def budget_create(
     except DPError as exc:
         _fail(str(exc))
     typer.echo(f"created budget ε={record.epsilon:g}, δ={record.delta:g} for {dataset}/{analyst} in {ledger}")
+
+
+@app.command()
+def query(
+    data: Annotated[Path, typer.Argument(help="A CSV or Parquet file.")],
+    sql: Annotated[str, typer.Argument(help='SQL of the private subset, e.g. "SELECT sex, COUNT(*), AVG(age) FROM adult GROUP BY sex".')],
+    epsilon: Annotated[float, typer.Option("--epsilon", help="ε for the whole query, split equally across its aggregates.")],
+    delta: Annotated[float, typer.Option("--delta", help="δ (private key selection, Gaussian noise).")] = 0.0,
+    unit: Annotated[str | None, typer.Option("--unit", help="The privacy-unit column (default: the metadata's, else each row).")] = None,
+    metadata: Annotated[Path | None, typer.Option("--metadata", help="JSON with column bounds and public categories.")] = None,
+    ledger: LedgerOption = Path(".dpkit/ledger.sqlite"),
+    analyst: Annotated[str, typer.Option("--analyst", help="Whose budget pays (a budget for (table, analyst) must exist).")] = "analyst",
+    table: Annotated[str | None, typer.Option("--table", help="The table's name in SQL (default: the file's stem).")] = None,
+    max_groups: Annotated[int | None, typer.Option("--max-groups", help="Groups per privacy unit (default: metadata's, else 1).")] = None,
+    max_rows: Annotated[int | None, typer.Option("--max-rows", help="Rows per privacy unit per group (default: metadata's, else 1).")] = None,
+    noise: Annotated[str, typer.Option("--noise", help="laplace or gaussian.")] = "laplace",
+    confidence: Annotated[float, typer.Option("--confidence", help="Confidence level of the intervals.")] = 0.95,
+    seed: SeedOption = None,
+    json_output: JsonOption = False,
+) -> None:
+    """Run one private SQL query on a file and pay for it from the ledger.
+
+    Example: dpkit budget create adult alice --epsilon 3 && \
+    dpkit query adult.csv "SELECT sex, COUNT(*), AVG(age) FROM adult WHERE age > 30 GROUP BY sex" --epsilon 1 --metadata adult.json --analyst alice
+    """
+    import numpy as np
+
+    from dpkit.analytics import Session
+
+    name = table or data.stem
+    if not data.exists():
+        _fail(f"no such file: {str(data)!r}")
+    if not ledger.exists():
+        _fail(f"no ledger at {str(ledger)!r}: create a budget first (dpkit budget create {name} {analyst} --epsilon E --ledger {ledger})")
+    err = Console(stderr=True)
+    try:
+        with err.status(f"scanning {data.name} …", spinner="dots") if not json_output else _nullcontext():
+            session = Session(
+                data, privacy_unit=unit, ledger=ledger, dataset=name, analyst=analyst, metadata=metadata,
+                max_groups=max_groups, max_rows=max_rows, table=name,
+                rng=None if seed is None else np.random.default_rng(seed),
+            )
+            result = session.sql(sql, epsilon=epsilon, delta=delta, noise=noise, confidence=confidence)  # type: ignore[arg-type]
+            record = session._ledger.get_budget(name, analyst)
+    except DPError as exc:
+        _fail(str(exc))
+    if json_output:
+        out = result.to_dict()
+        out["budget"] = {"dataset": name, "analyst": analyst, "epsilon": record.epsilon, "delta": record.delta,
+                         "spent_epsilon": record.spent_epsilon, "spent_delta": record.spent_delta,
+                         "remaining_epsilon": record.remaining_epsilon, "remaining_delta": record.remaining_delta}
+        _emit_json(out)
+        return
+    console = Console()
+    pct = f"{confidence * 100:g}%"
+    tbl = Table(title=f"{sql}", caption=f"ε={result.epsilon:g}, δ={result.delta:g} · {pct} intervals · keys: {result.keys}")
+    for g in result.groups:
+        tbl.add_column(g)
+    for a in result.aggregates:
+        tbl.add_column(a.name, justify="right")
+        tbl.add_column(f"{pct} CI", justify="right")
+    for _, row in result.table.iterrows():
+        cells = [str(row[g]) for g in result.groups]
+        for a in result.aggregates:
+            lo, hi = row[f"{a.name}_low"], row[f"{a.name}_high"]
+            cells += [_fmt(row[a.name]), "—" if lo != lo else f"[{_fmt(lo)}, {_fmt(hi)}]"]
+        tbl.add_row(*cells)
+    console.print(tbl)
+    for a in result.aggregates:
+        scale = "" if a.scale != a.scale else f", noise scale {_fmt(a.scale)}"
+        console.print(f"  {a.name}: {a.mechanism}, ε={a.epsilon:.4g}{', δ=%.3g' % a.delta if a.delta else ''}{scale}")
+    for note in result.notes:
+        console.print(f"  {note}")
+    console.print(
+        f"budget {name}/{analyst}: spent ε={record.spent_epsilon:.6g} of {record.epsilon:g}, "
+        f"remaining ε={record.remaining_epsilon:.6g}, δ={record.remaining_delta:.3g}"
+    )
+
+
+def _fmt(x: float) -> str:
+    return f"{x:,.0f}" if abs(x) >= 1000 else f"{x:.4g}"
+
+
+class _nullcontext:
+    def __enter__(self) -> None:
+        return None
+
+    def __exit__(self, *exc: object) -> None:
+        return None
+
+
+@app.command("generate")
+def generate(
+    kind: Annotated[str, typer.Argument(help="census: the census-like example table.")],
+    out: Annotated[Path, typer.Argument(help="Where to write the CSV.")],
+    people: Annotated[int, typer.Option("--people", help="Number of people (each has 1–3 rows).")] = 20_000,
+    metadata: Annotated[Path | None, typer.Option("--metadata", help="Also write the curator's metadata JSON here.")] = None,
+) -> None:
+    """Write bundled example data (generated, not real people) and, optionally, its metadata."""
+    from dpkit import datasets
+
+    if kind != "census":
+        _fail(f"unknown data set {kind!r}: accepted: census")
+    try:
+        frame = datasets.census(people=people)
+    except DPError as exc:
+        _fail(str(exc))
+    out.parent.mkdir(parents=True, exist_ok=True)
+    frame.to_csv(out, index=False)
+    if metadata is not None:
+        metadata.parent.mkdir(parents=True, exist_ok=True)
+        metadata.write_text(json.dumps(datasets.CENSUS_METADATA, indent=2) + "\n", encoding="utf-8")
+    typer.echo(f"wrote {len(frame)} rows ({people} people) to {out}" + (f" and metadata to {metadata}" if metadata else ""))
 
 
 @app.command()

@@ -10,6 +10,8 @@ never used to protect anything. Privacy noise always comes from the mechanisms' 
   known exactly and estimates can be checked against it.
 * :func:`people` — a table of ages and yearly incomes for counting and histogram queries
   (seed 004 §3.3).
+* :func:`census` — a census-like table in the shape of UCI Adult, with several rows (jobs) per
+  person, for private analytics with a user-level privacy unit (``make demo``).
 
 >>> s = cheating_survey(n=1000, true_rate=0.3)
 >>> s.n, int(s.answers.sum()), s.true_rate
@@ -29,7 +31,7 @@ from numpy.typing import NDArray
 from dpkit import _validate as v
 from dpkit.errors import InvalidParameterError
 
-__all__ = ["Survey", "People", "cheating_survey", "people", "AGE_MIN", "AGE_MAX", "DEFAULT_SEED"]
+__all__ = ["Survey", "People", "cheating_survey", "people", "census", "CENSUS_METADATA", "AGE_MIN", "AGE_MAX", "DEFAULT_SEED"]
 
 #: The seed the demo and the examples use for their example data.
 DEFAULT_SEED = 20240607
@@ -99,3 +101,71 @@ def people(n: int = 5_000, *, seed: int = DEFAULT_SEED) -> People:
     median = 28_000.0 + 900.0 * np.minimum(age - AGE_MIN, 32)
     income = median * np.exp(rng.normal(0.0, 0.55, size=n))
     return People(age=_frozen(age), income=_frozen(np.round(income, 2)))
+
+
+_EDUCATION = ("Preschool", "Primary", "Lower-secondary", "HS-grad", "Some-college", "Bachelors", "Masters", "Doctorate")
+_EDU_WEIGHT = (0.01, 0.05, 0.09, 0.32, 0.23, 0.19, 0.09, 0.02)
+_MARITAL = ("Never-married", "Married", "Divorced", "Separated", "Widowed")
+_SECTOR = ("Private", "Public", "Self-employed", "Non-profit")
+
+#: The curator's metadata for :func:`census` (bounds and public category lists), as the JSON
+#: ``dpkit query --metadata`` reads.
+CENSUS_METADATA: dict = {
+    "privacy_unit": "person_id",
+    "max_groups": 2,
+    "max_rows": 2,
+    "columns": {
+        "age": {"type": "numeric", "lower": AGE_MIN, "upper": AGE_MAX},
+        "hours_per_week": {"type": "numeric", "lower": 1, "upper": 80},
+        "income": {"type": "numeric", "lower": 0, "upper": 250_000},
+        "sex": {"type": "categorical", "categories": ["Female", "Male"]},
+        "education": {"type": "categorical", "categories": list(_EDUCATION)},
+        "marital_status": {"type": "categorical", "categories": list(_MARITAL)},
+        "sector": {"type": "categorical", "categories": list(_SECTOR)},
+    },
+}
+
+
+def census(people: int = 20_000, *, seed: int = DEFAULT_SEED):  # type: ignore[no-untyped-def]
+    """A census-like pandas DataFrame: one row per (person, job), 1–3 jobs per person.
+
+    Columns: ``person_id`` (the privacy unit), ``age``, ``sex``, ``education``,
+    ``marital_status`` (per person), ``sector``, ``hours_per_week`` and yearly ``income`` (per
+    job). Ages follow a working-age hump on [18, 90]; education shifts income up; hours and
+    incomes are drawn per job, so a person's rows differ. Generated, not sampled from anyone.
+
+    >>> t = census(people=1000)
+    >>> t["person_id"].nunique(), bool(t.groupby("person_id").size().max() <= 3)
+    (1000, True)
+    """
+    import pandas as pd
+
+    n = v.positive_int(people, "people")
+    rng = np.random.default_rng(_seed(seed))
+    ages = np.arange(AGE_MIN, AGE_MAX + 1)
+    weight = np.exp(-(((ages - 40.0) / 17.0) ** 2))
+    age = rng.choice(ages, size=n, p=weight / weight.sum())
+    sex = rng.choice(np.array(["Female", "Male"]), size=n, p=[0.48, 0.52])
+    edu_idx = rng.choice(len(_EDUCATION), size=n, p=np.array(_EDU_WEIGHT) / sum(_EDU_WEIGHT))
+    married_p = np.clip((age - 18) / 40.0, 0.05, 0.65)
+    u = rng.random(n)
+    marital = np.where(u < married_p, 1, np.where(age < 30, 0, rng.choice([0, 2, 3, 4], size=n, p=[0.4, 0.35, 0.1, 0.15])))
+    jobs = rng.choice([1, 2, 3], size=n, p=[0.7, 0.22, 0.08])
+    pid = np.repeat(np.arange(1, n + 1), jobs)
+    m = pid.size
+    person = pid - 1
+    hours = np.clip(np.round(rng.normal(40.0 / np.sqrt(jobs[person]), 9.0)), 1, 80)
+    base = 18_000.0 + 6_000.0 * edu_idx[person] + 700.0 * np.minimum(age[person] - AGE_MIN, 30)
+    income = np.round(base * (hours / 40.0) * np.exp(rng.normal(0.0, 0.45, size=m)), 0)
+    return pd.DataFrame(
+        {
+            "person_id": pid,
+            "age": age[person],
+            "sex": sex[person],
+            "education": np.array(_EDUCATION)[edu_idx[person]],
+            "marital_status": np.array(_MARITAL)[marital[person]],
+            "sector": rng.choice(np.array(_SECTOR), size=m, p=[0.7, 0.15, 0.1, 0.05]),
+            "hours_per_week": hours.astype(np.int64),
+            "income": income,
+        }
+    )

@@ -890,6 +890,7 @@ class _Runner:
         n_lo, n_hi = n.values - n.halfwidth, n.values + n.halfwidth
         ok = n_lo >= 1.0
         n_lo_c = np.where(ok, n_lo, 1.0)
+        n_hi = np.maximum(n_hi, 1.0)  # only read where ok (then n_hi >= n_lo >= 1)
         s_hat, s_lo, s_hi = s.values * unit, (s.values - s.halfwidth) * unit, (s.values + s.halfwidth) * unit
         e1 = s_hat / n_hat
         e1_lo = np.minimum(s_lo / n_lo_c, s_lo / n_hi)
