@@ -26,7 +26,7 @@ runner = CliRunner()
 
 @pytest.mark.parametrize(
     "args",
-    [["--help"], ["demo", "--help"], ["version", "--help"], ["account", "--help"], ["budget", "--help"], ["budget", "create", "--help"]],
+    [["--help"], ["demo", "--help"], ["version", "--help"], ["account", "--help"], ["budget", "--help"], ["budget", "create", "--help"], ["query", "--help"], ["generate", "--help"]],
 )
 def test_help(args: list[str]) -> None:
     result = runner.invoke(app, args)
@@ -38,7 +38,7 @@ def test_help_lists_only_real_commands() -> None:
     out = runner.invoke(app, ["--help"]).output
     panel = out[out.index("Commands") :]
     listed = set(re.findall(r"^\W*([a-z]+)\s{2,}\S", panel, flags=re.MULTILINE))
-    assert listed == {"account", "budget", "demo", "version"}  # planned commands are not advertised before they exist
+    assert listed == {"account", "budget", "demo", "generate", "query", "version"}  # planned commands are not advertised before they exist
 
 
 def test_no_arguments_shows_help() -> None:
@@ -172,3 +172,52 @@ def test_budget_create_and_show(tmp_path) -> None:
     assert doc["budgets"][0]["remaining_epsilon"] == 1.0
     missing = runner.invoke(app, ["budget", "--ledger", str(tmp_path / "none.sqlite")])
     assert missing.exit_code == 1 and "no ledger" in missing.output
+
+
+# ---- dpkit generate / dpkit query ------------------------------------------------------------------
+
+
+def _census(tmp_path: Path) -> tuple[Path, Path, Path]:
+    data, meta, ledger = tmp_path / "census.csv", tmp_path / "census.json", tmp_path / "ledger.sqlite"
+    result = runner.invoke(app, ["generate", "census", str(data), "--people", "2000", "--metadata", str(meta)])
+    assert result.exit_code == 0, result.output
+    result = runner.invoke(app, ["budget", "create", "census", "ann", "--epsilon", "1", "--delta", "1e-6", "--ledger", str(ledger)])
+    assert result.exit_code == 0, result.output
+    return data, meta, ledger
+
+
+def test_query_prints_a_table_and_spends_from_the_ledger(tmp_path: Path) -> None:
+    data, meta, ledger = _census(tmp_path)
+    args = ["query", str(data), "SELECT sex, COUNT(*), AVG(age) FROM census WHERE age > 30 GROUP BY sex",
+            "--epsilon", "0.5", "--metadata", str(meta), "--ledger", str(ledger), "--analyst", "ann", "--seed", "3"]
+    result = runner.invoke(app, args)
+    assert result.exit_code == 0, result.output
+    assert "Female" in result.output and "95% CI" in result.output and "remaining ε=0.5" in result.output
+    js = runner.invoke(app, [*args, "--json"])
+    doc = json.loads(js.stdout)
+    assert doc["epsilon"] == 0.5 and doc["budget"]["remaining_epsilon"] == 0.0 and len(doc["rows"]) == 2
+    refused = runner.invoke(app, args)  # the budget is spent
+    assert refused.exit_code == 1 and "budget exceeded" in " ".join(refused.output.split())
+    assert len(dpkit.open_ledger(ledger).list_spends("census", "ann")) == 2
+
+
+def test_query_errors_are_clear(tmp_path: Path) -> None:
+    data, meta, ledger = _census(tmp_path)
+    base = ["--epsilon", "0.5", "--metadata", str(meta), "--ledger", str(ledger), "--analyst", "ann"]
+    cases = [
+        (["query", str(data), "SELECT * FROM census", *base], "read rows"),
+        (["query", str(data), "SELECT COUNT(*) FROM adult", *base], "table"),
+        (["query", str(tmp_path / "missing.csv"), "SELECT COUNT(*) FROM missing", *base], "no such file"),
+        (["query", str(data), "SELECT COUNT(*) FROM census", "--epsilon", "0.5", "--ledger", str(tmp_path / "none.sqlite")], "create a budget"),
+        (["query", str(data), "SELECT COUNT(*) FROM census", *base[:-1], "bob"], "bob"),
+        (["query", str(data), "SELECT AVG(person_id) FROM census", *base], "declared bounds"),
+    ]
+    for args, match in cases:
+        result = runner.invoke(app, args)
+        assert result.exit_code != 0 and match in " ".join(result.output.split()), (args, result.output)
+    assert dpkit.open_ledger(ledger).get_budget("census", "ann").spent_epsilon == 0
+
+
+def test_generate_rejects_unknown_data_sets(tmp_path: Path) -> None:
+    result = runner.invoke(app, ["generate", "moon", str(tmp_path / "x.csv")])
+    assert result.exit_code == 1 and "census" in result.output

@@ -199,8 +199,10 @@ def _aggregate(session: Session, node: exp.Expression, alias: str | None) -> A.A
         return A.Std(col(node.this), **kw)
     if isinstance(node, exp.Median):
         return A.Quantile(col(node.this), 0.5, **kw)
-    if isinstance(node, (exp.PercentileCont, exp.Quantile, exp.ApproxQuantile)) and node.args.get("expression") is not None:
-        return A.Quantile(col(node.this), _quantile_level(node.expression), **kw)
+    if isinstance(node, (exp.PercentileCont, exp.Quantile, exp.ApproxQuantile)):
+        level = node.args.get("expression") or node.args.get("quantile")
+        if level is not None and isinstance(node.this, exp.Column):
+            return A.Quantile(col(node.this), _quantile_level(level), **kw)
     if isinstance(node, exp.WithinGroup) and isinstance(node.this, exp.PercentileCont):
         order = node.expression
         if not isinstance(order, exp.Order) or len(order.expressions) != 1:

@@ -213,7 +213,7 @@ class SparkEngine:
         if plan.portable:
             # md5(concat_ws('|', salt, ...)) with every item as text, exactly as DuckDB builds it
             # (concat_ws skips NULLs in both engines; integers, strings and booleans print alike)
-            gh = F.md5(F.concat_ws("|", F.lit(str(salt_g + 1)), *[F.col(c).cast("string") for c in group_cols]))
+            gh = F.md5(F.concat_ws("|", F.lit(str(salt_g)), *[F.col(c).cast("string") for c in group_cols]))
             rh = F.md5(F.concat_ws("|", F.lit(str(salt_r)), *[F.col(c).cast("string") for c in row_cols]))
         else:
             gh = F.xxhash64(*[F.col(c) for c in group_cols], F.lit(salt_g).cast("long"))

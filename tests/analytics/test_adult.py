@@ -1,0 +1,31 @@
+"""The issue's example queries on the UCI Adult data (skipped when the data is not present)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+import pytest
+
+import dpkit as dp
+from dpkit.analytics import Categorical, Metadata, Numeric
+
+ADULT = Path(__file__).resolve().parents[3] / "shared" / "data" / "adult" / "adult.data"
+pytestmark = pytest.mark.skipif(not ADULT.exists(), reason="the UCI Adult data is not available")
+
+META = Metadata(columns={"age": Numeric(17, 90), "sex": Categorical(("Female", "Male")), "hours-per-week": Numeric(1, 99)})
+
+
+def test_issue_sql_on_adult() -> None:
+    df = pd.read_csv(ADULT, skipinitialspace=True)
+    s = dp.Session.from_csv(ADULT, table="adult", budget=dp.Budget(epsilon=10.0, delta=1e-5), metadata=META,
+                            rng=np.random.default_rng(5))
+    r = s.sql("SELECT sex, COUNT(*), AVG(age) FROM adult WHERE age > 30 GROUP BY sex", epsilon=1.0)
+    truth = df[df.age > 30].groupby("sex")["age"].agg(["size", "mean"])
+    t = r.table.set_index("sex")
+    for sex in ("Female", "Male"):
+        assert abs(t.loc[sex, "count"] - truth.loc[sex, "size"]) < 30  # Laplace scale 2: P(|noise| ≥ 30) ≈ 3e-7
+        assert t.loc[sex, "mean_age_low"] <= truth.loc[sex, "mean"] <= t.loc[sex, "mean_age_high"] or abs(t.loc[sex, "mean_age"] - truth.loc[sex, "mean"]) < 1
+    edu = s.group_by("education").count(epsilon=1.0, delta=1e-6)
+    assert set(edu.table["education"]) == set(df["education"].unique())  # every level has >= 51 people

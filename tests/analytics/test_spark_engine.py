@@ -1,0 +1,271 @@
+"""The Spark engine returns exactly what the DuckDB engine returns for the same portable plan, and
+its own (xxhash) contribution bounding keeps the bounds."""
+
+from __future__ import annotations
+
+import numpy as np
+import pandas as pd
+import pytest
+
+pytest.importorskip("pyspark")
+
+from pyspark.sql import functions as F  # noqa: E402
+from pyspark.sql import types as T  # noqa: E402
+
+from dpkit.analytics.engines.duckdb import DuckDBEngine  # noqa: E402
+from dpkit.analytics.engines.spark import SparkEngine, _exact_int64, spark_session  # noqa: E402
+from dpkit.analytics.plan import (  # noqa: E402
+    AggregationPlan,
+    And,
+    Between,
+    Compare,
+    GroupKey,
+    InList,
+    IsNull,
+    Not,
+    Or,
+    ValueSpec,
+    quantize_spec,
+)
+from dpkit.errors import InvalidDataError, InvalidParameterError  # noqa: E402
+
+pytestmark = pytest.mark.filterwarnings("ignore:PySpark does not yet fully support pandas:FutureWarning")
+
+N, N_UNITS = 800, 40
+SALT = 3141592653589793238  # < 2**62, like a session's salt
+WEIRD = 'amount (usd).`x`"'  # a column name with a dot, a space, a backtick and a double quote
+
+
+def _frame() -> pd.DataFrame:
+    rng = np.random.default_rng(20240611)
+    u = pd.array(rng.integers(0, N_UNITS, N), dtype="Int64")
+    u[rng.random(N) < 0.03] = pd.NA  # rows without a privacy unit are dropped
+    s = np.array(["a", "b", "c", "d"], dtype=object)[rng.integers(0, 4, N)]
+    s[rng.random(N) < 0.05] = None
+    x = rng.uniform(-3.0, 12.0, N)
+    x[rng.random(N) < 0.05] = np.nan  # NULL in both engines (pandas NaN is read as NULL)
+    # values exactly halfway between grid points: both engines must round half away from zero
+    k = np.array([-3, -2, -1, 0, 1, 2, 1000])
+    x[: len(k)] = 5.0 + (k + 0.5) * 2.0**-21  # the grid of the centred [0, 10] sum
+    x[len(k) : 2 * len(k)] = (k + 0.5) * 2.0**-20  # the grid of the uncentred [-4, 10] sum
+    x[2 * len(k) : 3 * len(k)] = -(k + 0.5) * 2.0**-20
+    w = rng.normal(5.0, 4.0, N)
+    return pd.DataFrame(
+        {
+            "id": np.arange(N, dtype="int64"),
+            "u": u,
+            "name": np.char.add("p", rng.integers(0, 25, N).astype(str)).astype(object),
+            "s": s,
+            "t": rng.integers(0, 3, N).astype("int64"),
+            "b": rng.random(N) < 0.4,
+            "x": x,
+            "w": w,
+            "w_nan": rng.random(N) < 0.06,  # where w becomes a real NaN (not NULL) in both engines
+            WEIRD: rng.exponential(4.0, N),
+        }
+    )
+
+
+@pytest.fixture(scope="module")
+def spark():
+    # the process-wide cached session; not stopped here so later modules reuse the running JVM
+    import os
+    sp = spark_session()
+    for kv in filter(None, os.environ.get("XCONF", "").split(",")):
+        k, v = kv.split("=")
+        sp.conf.set(k, v)
+    return sp
+
+
+@pytest.fixture(scope="module")
+def engines(spark):
+    import duckdb
+
+    pdf = _frame()
+    con = duckdb.connect()
+    con.register("src", pdf)
+    con.execute("CREATE TABLE t AS SELECT * EXCLUDE (w_nan) REPLACE (CASE WHEN w_nan THEN 'NaN'::DOUBLE ELSE w END AS w) FROM src")
+    con.execute("CREATE TABLE t_empty AS SELECT * FROM t WHERE false")
+    sdf = spark.createDataFrame(pdf)
+    sdf = sdf.withColumn("w", F.when(F.col("w_nan"), F.lit(float("nan"))).otherwise(F.col("w"))).drop("w_nan").cache()
+    assert sdf.where(F.isnan("w")).count() == int(pdf["w_nan"].sum()) > 0
+    return {
+        "duckdb": DuckDBEngine(None, connection=con, table="t"),
+        "spark": SparkEngine(sdf),
+        "duckdb_empty": DuckDBEngine(None, connection=con, table="t_empty"),
+        "spark_empty": SparkEngine(sdf.where(F.lit(False))),
+        "n_units": int(pdf["u"].nunique()),
+    }
+
+
+CX = quantize_spec("cx", "x", 0.0, 10.0, centered=True)
+UX = quantize_spec("ux", "x", -4.0, 10.0, centered=False)
+SQ = quantize_spec("sq", "x", -4.0, 10.0, centered=False, square=True)
+SW = quantize_spec("sw", "w", -5.0, 15.0, centered=True)
+SZ = quantize_spec("sz", WEIRD, 0.0, 20.0, centered=True)
+ALL_SUMS = (CX, UX, SQ, SW, SZ)
+
+
+def _plan(unit="u", where=None, groups=(), key_filter=None, max_groups=1, max_rows=1, sums=(), values=(), portable=True):
+    groups = tuple(GroupKey(g) if isinstance(g, str) else g for g in groups)
+    key_filter = tuple(key_filter) if key_filter is not None else (None,) * len(groups)
+    return AggregationPlan(unit, where, groups, key_filter, max_groups, max_rows, tuple(sums), tuple(values), SALT, portable)
+
+
+WHERE = Or(
+    (
+        And(
+            (
+                Or((InList("s", ("a", "c")), Not(Between("x", 2.0, 8.0)))),
+                IsNull("x", negated=True),
+                InList("t", (1,), negated=True),
+                Not(Compare("b", "=", True)),
+            )
+        ),
+        And((Compare(WEIRD, ">=", 9.5), IsNull("s"))),
+        Between("w", -1.0, 0.0, negated=False),
+    )
+)
+
+AGG_PLANS = {
+    "ungrouped": _plan(max_rows=3, sums=ALL_SUMS),
+    "by_string": _plan(groups=("s",), max_groups=2, max_rows=2, sums=(CX, SQ)),
+    "two_keys": _plan(groups=("s", "t"), max_groups=3, max_rows=2, sums=(UX, SW)),
+    "bins": _plan(groups=(GroupKey("x", (0.0, 2.0, 5.0, 10.0)),), max_groups=2, max_rows=4, sums=(SZ, CX)),
+    "bins_and_bool": _plan(groups=(GroupKey("w", (-5.0, 0.0, 5.0, 10.0, 15.0)), "b"), max_groups=2, max_rows=3, sums=(SW,)),
+    "key_filter": _plan(groups=("s", GroupKey("x", (0.0, 2.0, 5.0, 10.0))), key_filter=(("a", "b", "zz"), (0, 2)), max_groups=2, max_rows=3, sums=(CX, UX)),
+    "where": _plan(where=WHERE, groups=("t",), max_groups=2, max_rows=2, sums=ALL_SUMS),
+    "unit_none": _plan(unit=None, groups=("s",), sums=ALL_SUMS),
+    "unit_none_ungrouped": _plan(unit=None, sums=ALL_SUMS),
+    "per_row": _plan(unit=None, groups=("id",), sums=(CX, UX, SQ, SW, SZ)),  # every summand, row by row
+    "string_unit": _plan(unit="name", groups=("t",), max_groups=2, max_rows=5, sums=(CX, SQ)),
+    "loose": _plan(groups=("s",), max_groups=100, max_rows=100, sums=(UX,)),
+    "no_sums": _plan(groups=("t",), max_groups=1, max_rows=2),
+    "empty_where": _plan(where=Compare("t", ">", 99), max_rows=2, sums=ALL_SUMS),
+    "empty_where_grouped": _plan(where=Compare("t", ">", 99), groups=("s",), sums=(CX,)),
+}
+
+VALUE_PLANS = {
+    "ungrouped": _plan(max_rows=3, values=(ValueSpec("x", 0.0, 10.0), ValueSpec("w", -5.0, 15.0))),
+    "grouped_with_sum": _plan(groups=("s",), max_groups=2, max_rows=3, sums=(CX,), values=(ValueSpec("x", 1.0, 9.0),)),
+    "bins_weird": _plan(groups=(GroupKey("x", (0.0, 5.0, 10.0)),), max_groups=1, max_rows=2, values=(ValueSpec(WEIRD, 0.0, 8.0),)),
+    "where_two_keys": _plan(where=WHERE, groups=("s", "t"), max_groups=2, max_rows=2, values=(ValueSpec("w", 0.0, 10.0),)),
+    "unit_none": _plan(unit=None, groups=("b",), values=(ValueSpec("x", 0.0, 10.0),)),
+    "only_rows": _plan(max_rows=2, sums=(CX,)),  # neither group keys nor values: one __one column
+}
+
+
+def _sorted(frame: pd.DataFrame, keys: list[str]) -> pd.DataFrame:
+    if keys and len(frame):
+        frame = frame.sort_values(keys, kind="mergesort", na_position="first")
+    return frame.reset_index(drop=True)
+
+
+def _assert_same(spark_frame: pd.DataFrame, duck_frame: pd.DataFrame, keys: list[str]) -> None:
+    a, b = _sorted(spark_frame, keys), _sorted(duck_frame, keys)
+    assert list(a.columns) == list(b.columns)
+    if len(a) == 0 and len(b) == 0:
+        # DuckDB types an empty string column as object, non-empty as str; Spark always as str
+        for c in a.columns:
+            if not c.startswith("g"):
+                assert a[c].dtype == b[c].dtype, c
+        return
+    pd.testing.assert_frame_equal(a, b, check_dtype=True, check_exact=True)
+
+
+@pytest.mark.parametrize("name", list(AGG_PLANS))
+def test_aggregate_matches_duckdb(engines, name):
+    plan = AGG_PLANS[name]
+    got = engines["spark"].aggregate(plan)
+    want = engines["duckdb"].aggregate(plan)
+    for c in ["rows", "units", *(s.name for s in plan.sums), *(f"{s.name}_n" for s in plan.sums)]:
+        assert got[c].dtype == np.int64, c
+    _assert_same(got, want, [f"g{i}" for i in range(len(plan.groups))])
+    if name.startswith("empty_where") and not plan.groups:
+        assert len(got) == 1 and (got.to_numpy() == 0).all()
+    elif not name.startswith("empty"):
+        assert got["rows"].sum() > 0
+
+
+def test_bounds_bind_and_nulls_are_skipped(engines):
+    """The parity above is not vacuous: bounding drops rows, NULL/NaN values are not counted."""
+    got = engines["spark"].aggregate(AGG_PLANS["ungrouped"])
+    free = engines["spark"].aggregate(_plan(unit=None, sums=ALL_SUMS))
+    assert got["rows"][0] < free["rows"][0]
+    assert free["cx_n"][0] < free["rows"][0] and free["sw_n"][0] < free["rows"][0]  # NULL x, NaN w
+    assert free["sz_n"][0] == free["rows"][0]
+
+
+@pytest.mark.parametrize("name", list(VALUE_PLANS))
+def test_values_match_duckdb(engines, name):
+    plan = VALUE_PLANS[name]
+    got = engines["spark"].values(plan)
+    want = engines["duckdb"].values(plan)
+    for i in range(len(plan.values)):
+        assert got[f"x{i}"].dtype == np.float64
+    assert len(got) > 0
+    _assert_same(got, want, list(got.columns))
+
+
+@pytest.mark.parametrize("plan", [AGG_PLANS["ungrouped"], AGG_PLANS["two_keys"], AGG_PLANS["bins"], AGG_PLANS["unit_none_ungrouped"]], ids=["ungrouped", "two_keys", "bins", "unit_none"])
+def test_empty_table_matches_duckdb(engines, plan):
+    got = engines["spark_empty"].aggregate(plan)
+    _assert_same(got, engines["duckdb_empty"].aggregate(plan), [f"g{i}" for i in range(len(plan.groups))])
+    assert len(got) == (0 if plan.groups else 1)
+    vplan = VALUE_PLANS["grouped_with_sum"]
+    _assert_same(engines["spark_empty"].values(vplan), engines["duckdb_empty"].values(vplan), ["g0", "x0"])
+
+
+@pytest.mark.parametrize("groups", [(), ("s",), ("s", "t"), (GroupKey("x", (0.0, 5.0, 10.0)), "b")], ids=["ungrouped", "one_key", "two_keys", "bins_bool"])
+def test_fast_priorities_keep_the_bounds(engines, groups):
+    max_groups, max_rows = 2, 3
+    plan = _plan(groups=groups, max_groups=max_groups, max_rows=max_rows, sums=(CX,), values=(ValueSpec("w", 0.0, 10.0),), portable=False)
+    got = engines["spark"].aggregate(plan)
+    assert (got["rows"] <= got["units"] * max_rows).all()
+    assert got["units"].sum() <= engines["n_units"] * (1 if not groups else max_groups)
+    assert got["rows"].sum() <= engines["n_units"] * max_groups * max_rows
+    free = engines["spark"].aggregate(_plan(groups=groups, max_groups=10**6, max_rows=10**6, sums=(CX,), portable=False))
+    assert got["rows"].sum() < free["rows"].sum()  # the bounds bind
+    assert len(engines["spark"].values(plan)) == got["rows"].sum()
+
+
+def test_schema_kinds(spark):
+    schema = T.StructType(
+        [
+            T.StructField("i8", T.ByteType()),
+            T.StructField("i16", T.ShortType()),
+            T.StructField("i32", T.IntegerType()),
+            T.StructField("i64", T.LongType()),
+            T.StructField("f32", T.FloatType()),
+            T.StructField("f64", T.DoubleType()),
+            T.StructField("dec", T.DecimalType(10, 2)),
+            T.StructField("str", T.StringType()),
+            T.StructField("flag", T.BooleanType()),
+            T.StructField("day", T.DateType()),
+            T.StructField("ts", T.TimestampType()),
+            T.StructField("raw", T.BinaryType()),
+            T.StructField("arr", T.ArrayType(T.IntegerType())),
+            T.StructField("a.b", T.DoubleType()),
+        ]
+    )
+    kinds = SparkEngine(spark.createDataFrame([], schema)).schema()
+    assert kinds == {
+        "i8": "numeric", "i16": "numeric", "i32": "numeric", "i64": "numeric", "f32": "numeric", "f64": "numeric", "dec": "numeric",
+        "str": "string", "flag": "boolean", "day": "other", "ts": "other", "raw": "other", "arr": "other", "a.b": "numeric",
+    }  # fmt: skip
+    assert SparkEngine.name == "spark"
+
+
+def test_rejects_what_it_cannot_run(engines):
+    with pytest.raises(InvalidParameterError):
+        SparkEngine(pd.DataFrame({"x": [1.0]}))
+    with pytest.raises(InvalidDataError):
+        engines["spark"].aggregate(_plan(sums=(quantize_spec("m", "missing", 0.0, 1.0, centered=False),)))
+    assert _exact_int64("s", [None, 2**63 - 1, -(2**63)]).tolist() == [0, 2**63 - 1, -(2**63)]
+    with pytest.raises(InvalidDataError, match="outside int64"):
+        _exact_int64("s", [2**63])
+
+
+def test_session_is_cached(spark):
+    assert spark_session() is spark
+    assert spark.conf.get("spark.sql.shuffle.partitions") == "4"
