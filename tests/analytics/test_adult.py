@@ -19,7 +19,8 @@ META = Metadata(columns={"age": Numeric(17, 90), "sex": Categorical(("Female", "
 
 def test_issue_sql_on_adult() -> None:
     df = pd.read_csv(ADULT, skipinitialspace=True)
-    s = dp.Session.from_csv(ADULT, table="adult", budget=dp.Budget(epsilon=10.0, delta=1e-5), metadata=META,
+    # the file separates fields with ", ": read it with pandas, which strips the spaces
+    s = dp.Session(df, table="adult", budget=dp.Budget(epsilon=10.0, delta=1e-5), metadata=META,
                             rng=np.random.default_rng(5))
     r = s.sql("SELECT sex, COUNT(*), AVG(age) FROM adult WHERE age > 30 GROUP BY sex", epsilon=1.0)
     truth = df[df.age > 30].groupby("sex")["age"].agg(["size", "mean"])
