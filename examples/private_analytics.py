@@ -36,13 +36,15 @@ print("\nrows and mean income by sex (age > 30), ε = 0.5 — user level, 2 rows
 print(r.table.round(1).to_string(index=False))
 print("true (unbounded) values:\n" + truth.round(1).to_string())
 
-# 3. the unit matters: distinct people vs rows
+# 3. the unit matters: a person's rows (up to 2 kept) vs a single row
+user_rows = session.count(epsilon=0.25)
 people = session.count_units(epsilon=0.25)
-print(f"\npeople: {people.value:.0f} ± {(people.ci[1] - people.value):.0f} (true {df.person_id.nunique()})")
 rows_meta = Metadata(columns=meta.columns)  # the same columns, no privacy unit: each row is a unit
 row_level = dp.Session(df, budget=dp.Budget(epsilon=1.0), metadata=rows_meta, rng=rng).count(epsilon=0.25)
-print(f"rows, if each row were the unit: {row_level.value:.0f} ± {(row_level.ci[1] - row_level.value):.0f} (true {len(df)}) "
-      "— narrower, but it protects one job, not one person")
+print(f"\nrows, user level (≤ 2 per person): {user_rows.value:.0f} ± {(user_rows.ci[1] - user_rows.value):.0f}")
+print(f"rows, row level: {row_level.value:.0f} ± {(row_level.ci[1] - row_level.value):.0f} (true {len(df)}) "
+      "— narrower and unbiased, but it protects one job, not one person")
+print(f"people: {people.value:.0f} ± {(people.ci[1] - people.value):.0f} (true {df.person_id.nunique()})")
 
 # 4. keys that are not public: selected privately (costs δ and a share of ε)
 sectors = session.group_by("sector").count_units(epsilon=0.5, delta=1e-7)
