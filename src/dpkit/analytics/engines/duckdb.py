@@ -129,8 +129,8 @@ class DuckDBEngine:
         x = f"CAST({q(column)} AS DOUBLE)"
         return f"CASE WHEN isnan({x}) THEN NULL ELSE {x} END"
 
-    def _summand(self, s: SumSpec, params: _Params) -> str:
-        x = self._clean(s.column)
+    def _summand(self, s: SumSpec, x: str, params: _Params) -> str:
+        """The integer summand of ``s`` from ``x``, the column already cleaned (NaN → NULL)."""
         lo, hi, c = params.add(s.lower), params.add(s.upper), params.add(s.center)
         inv, b = params.add(2.0 ** -s.grid_exp), params.add(s.bound)
         # least/greatest skip NULLs in DuckDB (greatest(NULL, lo) = lo), so NULL must be kept explicitly
@@ -156,15 +156,18 @@ class DuckDBEngine:
         scols = [s.name for s in plan.sums]
         xcols = [f"x{i}" for i in range(len(plan.values))]
         hcols = [f"__{s.name}" for s in plan.hash_specs()[len(plan.sums):]]
-        select = []
-        if plan.unit is not None:
-            select.append(f"{q(plan.unit)} AS __u")
-        select += [f"{self._group(g, params)} AS {c}" for g, c in zip(plan.groups, gcols)]
-        select += [f"{self._summand(s, params)} AS {s.name}" for s in plan.sums]
+        # ``src`` casts and cleans each numeric column once; ``base`` derives the summands from it.
+        numeric = list(dict.fromkeys([s.column for s in plan.hash_specs()] + [x.column for x in plan.values]))
+        clean = {c: f"__c{i}" for i, c in enumerate(numeric)}
+        inner = [f"{q(plan.unit)} AS __u"] if plan.unit is not None else []
+        inner += [f"{self._group(g, params)} AS {c}" for g, c in zip(plan.groups, gcols)]
+        inner += [f"{self._clean(c)} AS {alias}" for c, alias in clean.items()]
+        select = (["__u"] if plan.unit is not None else []) + gcols
+        select += [f"{self._summand(s, clean[s.column], params)} AS {s.name}" for s in plan.sums]
         for x, c in zip(plan.values, xcols):
-            clean = self._clean(x.column)
-            select.append(f"CASE WHEN {clean} IS NOT NULL THEN least(greatest({clean}, {params.add(x.lower)}), {params.add(x.upper)}) END AS {c}")
-        select += [f"{self._summand(s, params)} AS {c}" for s, c in zip(plan.hash_specs()[len(plan.sums):], hcols)]
+            xc = clean[x.column]
+            select.append(f"CASE WHEN {xc} IS NOT NULL THEN least(greatest({xc}, {params.add(x.lower)}), {params.add(x.upper)}) END AS {c}")
+        select += [f"{self._summand(s, clean[s.column], params)} AS {c}" for s, c in zip(plan.hash_specs()[len(plan.sums):], hcols)]
         where = ["TRUE"]
         if plan.where is not None:
             where.append(self._predicate(plan.where, params))
@@ -175,7 +178,8 @@ class DuckDBEngine:
             where.append(f"{gexpr} IS NOT NULL")
             if allowed is not None:
                 where.append(f"{gexpr} IN ({', '.join(params.add(a) for a in allowed)})")
-        base = f"base AS (SELECT {', '.join(select) or '1 AS __one'} FROM {self._from} WHERE {' AND '.join(where)})"
+        src = f"src AS (SELECT {', '.join(inner) or '1 AS __one'} FROM {self._from} WHERE {' AND '.join(where)})"
+        base = f"{src}, base AS (SELECT {', '.join(select) or '1 AS __one'} FROM src)"
         if plan.unit is None:
             return f"WITH {base}, r AS (SELECT *, 1 AS __ri FROM base)", gcols, scols, xcols
         salt_g, salt_r = params.add(plan.salt), params.add(plan.salt ^ ROW_SALT_MASK)
