@@ -31,6 +31,8 @@ bench: $(STAMP_RUN)
 	bash benchmarks/setup_env.sh
 	.venv-bench/bin/python benchmarks/bench_noise.py
 	.venv-bench/bin/python benchmarks/bench_accounting.py
+	.venv-bench/bin/python benchmarks/bench_groupby.py
+	.venv-bench/bin/python benchmarks/bench_analytics_utility.py
 
 clean:
 	rm -rf $(VENV) .venv-bench out

@@ -5,7 +5,8 @@ Contribution bounding uses a single window over the privacy unit: rows are order
 group priority (then the group key, which breaks any hash tie) and a keyed row priority, so
 ``dense_rank`` numbers a unit's groups and ``row_number − rank + 1`` numbers its rows within a
 group — one sort instead of the two a textbook ``row_number() OVER (PARTITION BY unit, group)``
-followed by a per-unit window needs (about 3× faster; see BENCHMARKS.md).
+followed by a per-unit window needs (2× faster and 3.5× less memory on 10,000,000 rows; see
+BENCHMARKS.md).
 """
 
 from __future__ import annotations
