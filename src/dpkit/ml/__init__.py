@@ -1,0 +1,1 @@
+"""Private machine learning with scikit-learn-style estimators (fit, predict, score)."""

@@ -1,0 +1,1 @@
+"""DP-SGD for PyTorch (optional extra: ``pip install 'dpkit[torch]'``)."""
