@@ -5,7 +5,7 @@
 1.0
 """
 
-from dpkit import accounting, analytics, audit, errors, ledger, mechanisms, noise
+from dpkit import accounting, analytics, audit, errors, ledger, mechanisms, ml, noise
 from dpkit.analytics import Session
 from dpkit.accounting import BasicAccountant, PLDAccountant, RDPAccountant, ZCDPAccountant
 from dpkit.budget import Budget
@@ -46,6 +46,7 @@ __version__ = "0.1.0"
 __all__ = [
     "accounting",
     "analytics",
+    "ml",
     "Session",
     "audit",
     "ledger",
