@@ -2,8 +2,12 @@
 
 * :class:`KMeans` — DP Lloyd's algorithm: the textbook's Laplace version and a Gaussian/zCDP
   default with private initialisation.
+* :class:`LogisticRegression`, :class:`LinearRegression` — noisy (mini-batch) gradient descent
+  with clipping, Poisson subsampling and RDP/PLD accounting (notes 004 ch. 8).
 """
 
 from dpkit.ml.kmeans import KMeans
+from dpkit.ml.linear import LinearRegression
+from dpkit.ml.logistic import LogisticRegression
 
-__all__ = ["KMeans"]
+__all__ = ["KMeans", "LogisticRegression", "LinearRegression"]
