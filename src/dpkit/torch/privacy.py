@@ -1,0 +1,650 @@
+"""DP-SGD for PyTorch: ``make_private`` and the private optimizer it returns.
+
+One step (Abadi et al. 2016; seed 003 "DP-SGD 完整算法流程"):
+
+1. the data loader draws a batch with the sampler whose parameters the accountant prices
+   (Poisson with rate q = b/N by default; :mod:`dpkit.torch.sampling`);
+2. forward and ``loss.backward()``; dpkit records per-example activations and output gradients
+   (:mod:`dpkit.torch.per_example`);
+3. ``optimizer.step()``: every example's whole gradient is clipped to ℓ2 norm C and the clipped
+   gradients are summed (sensitivity C under add/remove, 2C under replace);
+4. the step is paid for *before* any noise is drawn: the target ε (a step count fixed when the
+   noise was calibrated) and the ``budget``, if any, must both allow it, else
+   :class:`~dpkit.errors.BudgetExceededError` and nothing is released;
+5. Gaussian noise with standard deviation σ·C is added to the sum (exact lattice noise by
+   default, :mod:`dpkit.torch.noise`), the result is divided by the *expected* batch size
+   (q·N: the actual size of a Poisson batch is private), and only then the wrapped optimizer
+   steps.
+
+Guarantee: after T steps the released parameters are (ε, δ)-DP with ε =
+``optimizer.get_epsilon(δ)``: the accountant composes T copies of the sampler's step event
+(``PoissonSampledEvent(q, GaussianEvent(σ))`` — Mironov, Talwar & Zhang 2019 for RDP; the PLD
+accountant's dominating pairs otherwise) — for add/remove neighbours with Poisson sampling, for
+replace-one neighbours with fixed-size sampling. Calibration from a target ε is re-checked with
+the same accountant (Opacus #346).
+"""
+
+from __future__ import annotations
+
+import math
+import time
+import warnings
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from functools import partial
+from typing import Any, NamedTuple
+
+import torch
+from torch import nn
+from torch.utils.data import DataLoader, IterableDataset
+from torch.utils._pytree import tree_map
+
+from dpkit import _validate as v
+from dpkit.accounting.accountant import Accountant
+from dpkit.accounting.calibration import calibrate_noise_multiplier
+from dpkit.accounting.events import DPEvent, SelfComposedEvent
+from dpkit.accounting.pld import PLDAccountant
+from dpkit.accounting.rdp import RDPAccountant
+from dpkit.budget import Budget
+from dpkit.errors import BudgetExceededError, DPError, InvalidDataError, InvalidParameterError
+from dpkit.noise.source import RandomSource, resolve_rng
+from dpkit.torch.noise import ContinuousNoise, LatticeNoise, make_noise
+from dpkit.torch.per_example import PerExampleEngine
+from dpkit.torch.sampling import PoissonBatchSampler, UniformBatchSampler
+from dpkit.torch.validation import check_module
+
+__all__ = ["make_private", "DPOptimizer", "PrivateTraining", "TrainingReport"]
+
+_ACCOUNTANTS: dict[str, type] = {"rdp": RDPAccountant, "pld": PLDAccountant}
+# With lattice noise, ε is computed at δ·(1 − 2^-20): the discrete Gaussian at σ/g ≈ 2^40 differs
+# from the continuous one by O(2^-78) in δ per step (CKS 2020, Sec. 4; as dpkit.mechanisms.gaussian
+# and dpkit.torch.federated do), which that share covers for any realistic number of steps.
+LATTICE_DELTA_SHARE = 2.0**-20
+
+
+def _accounting_delta(delta: float, noise_kind: str) -> float:
+    return delta * (1.0 - LATTICE_DELTA_SHARE) if noise_kind == "lattice" else delta
+
+
+# ------------------------------------------------------------------------------------------------
+# The private optimizer
+# ------------------------------------------------------------------------------------------------
+
+
+class DPOptimizer(torch.optim.Optimizer):
+    """Wraps a torch optimizer: ``step()`` clips per example, pays, adds noise, then steps.
+
+    Built by :func:`make_private`; not meant to be constructed by hand. ``param_groups``,
+    ``state`` and ``defaults`` are the wrapped optimizer's, so learning-rate schedulers work.
+    """
+
+    def __init__(
+        self,
+        optimizer: torch.optim.Optimizer,
+        *,
+        engine: PerExampleEngine,
+        sampler: PoissonBatchSampler | UniformBatchSampler,
+        noise_multiplier: float,
+        max_grad_norm: float,
+        target_delta: float,
+        accountant: str,
+        accountant_factory: Callable[[], Accountant],
+        noise: LatticeNoise | ContinuousNoise,
+        source: RandomSource,
+        target_epsilon: float | None,
+        max_steps: int | None,
+        budget: Budget | None,
+        epochs: int,
+        check_batches: bool,
+    ) -> None:  # no super().__init__: the wrapped optimizer owns the parameter groups
+        self.original_optimizer = optimizer
+        self.engine = engine
+        self.sampler = sampler
+        self.noise_multiplier = noise_multiplier
+        self.max_grad_norm = max_grad_norm
+        self.target_delta = target_delta
+        self.target_epsilon = target_epsilon
+        self.accountant = accountant
+        self._factory = accountant_factory
+        self.noise = noise
+        self._src = source
+        self.max_steps = max_steps
+        self.budget = budget
+        self.epochs = epochs
+        self.steps = 0
+        self.step_event: DPEvent = sampler.step_event(noise_multiplier)
+        self._check_batches = check_batches
+        self._eps_cache: dict[tuple[int, float], float] = {}
+
+    # -- what the wrapped optimizer owns --------------------------------------------------------
+
+    @property  # type: ignore[override]
+    def param_groups(self) -> list[dict[str, Any]]:
+        return self.original_optimizer.param_groups
+
+    @param_groups.setter
+    def param_groups(self, value: list[dict[str, Any]]) -> None:
+        self.original_optimizer.param_groups = value
+
+    @property  # type: ignore[override]
+    def state(self) -> Any:
+        return self.original_optimizer.state
+
+    @state.setter
+    def state(self, value: Any) -> None:
+        self.original_optimizer.state = value
+
+    @property  # type: ignore[override]
+    def defaults(self) -> dict[str, Any]:
+        return self.original_optimizer.defaults
+
+    @defaults.setter
+    def defaults(self, value: dict[str, Any]) -> None:
+        self.original_optimizer.defaults = value
+
+    def add_param_group(self, param_group: dict[str, Any]) -> None:
+        raise DPError("dpkit.torch: parameters cannot be added to a private optimizer; call make_private again")
+
+    def state_dict(self) -> dict[str, Any]:
+        out = dict(self.original_optimizer.state_dict())
+        out["dpkit"] = {"steps": self.steps, "step_event": repr(self.step_event)}
+        return out
+
+    def load_state_dict(self, state_dict: dict[str, Any]) -> None:
+        """Load the wrapped optimizer's state; the step count only ever grows (an older
+        checkpoint cannot make the accountant forget steps already taken)."""
+        state = dict(state_dict)
+        saved = state.pop("dpkit", None)
+        self.original_optimizer.load_state_dict(state)
+        if saved is not None:
+            self.steps = max(self.steps, int(saved.get("steps", 0)))
+
+    def __repr__(self) -> str:
+        return (
+            f"DPOptimizer({type(self.original_optimizer).__name__}, noise_multiplier={self.noise_multiplier:.6g}, "
+            f"max_grad_norm={self.max_grad_norm!r}, sample_rate={self.sampler.sample_rate:.6g}, steps={self.steps}, "
+            f"noise={self.noise.kind!r}, accountant={self.accountant!r})"
+        )
+
+    # -- privacy ------------------------------------------------------------------------------
+
+    @property
+    def expected_batch_size(self) -> float:
+        """q·N for Poisson sampling, b for fixed-size batches: the divisor of the noisy sum."""
+        return self.sampler.expected_batch_size
+
+    @property
+    def sample_rate(self) -> float:
+        return self.sampler.sample_rate
+
+    @property
+    def noise_std(self) -> float:
+        """Standard deviation of the noise added to each coordinate of the clipped *sum*
+        (σ·C; the lattice adds about 2^-40 relative, never less)."""
+        return self.noise.std
+
+    @property
+    def event(self) -> DPEvent | None:
+        """Everything released so far, as one event (None before the first step)."""
+        return SelfComposedEvent(self.step_event, self.steps) if self.steps else None
+
+    def get_epsilon(self, delta: float | None = None) -> float:
+        """ε after the steps taken so far, at ``delta`` (default: the target δ). With lattice
+        noise the accountant is asked at δ·(1 − 2^-20) (see ``LATTICE_DELTA_SHARE``)."""
+        d = self.target_delta if delta is None else v.delta(delta, allow_zero=False)
+        return self._epsilon_after(self.steps, d)
+
+    @property
+    def epsilon(self) -> float:
+        """ε spent so far at the target δ."""
+        return self.get_epsilon()
+
+    def _epsilon_after(self, steps: int, delta: float) -> float:
+        if steps == 0:
+            return 0.0
+        key = (steps, delta)
+        if key not in self._eps_cache:
+            if len(self._eps_cache) > 64:
+                self._eps_cache.clear()
+            acc = self._factory().compose(self.step_event, count=steps)
+            self._eps_cache[key] = acc.get_epsilon(_accounting_delta(delta, self.noise.kind))
+        return self._eps_cache[key]
+
+    def _charge(self) -> None:
+        """Pay for the next step, or raise BudgetExceededError having paid nothing."""
+        nxt = self.steps + 1
+        if self.max_steps is not None and nxt > self.max_steps:
+            eps_next = self._epsilon_after(nxt, self.target_delta)
+            raise BudgetExceededError(
+                f"DP-SGD step {nxt} (noise multiplier σ={self.noise_multiplier:.6g}, sample rate q={self.sample_rate:.6g}), "
+                f"which would bring ε to {eps_next:.6g} at δ={self.target_delta:g} against the target ε={self.target_epsilon!r}",
+                f"ε={max(0.0, self.target_epsilon - self.epsilon):.6g} (target ε={self.target_epsilon!r}: {self.max_steps} steps "  # type: ignore[operator]
+                f"allowed, {self.steps} taken); stop training here, or call make_private again with a larger "
+                "target_epsilon or more epochs (which calibrates more noise)",
+            )
+        if self.budget is not None:
+            self.budget.spend(self.step_event)
+        self.steps = nxt
+
+    # -- the step -----------------------------------------------------------------------------
+
+    def zero_grad(self, set_to_none: bool = True) -> None:
+        self.engine.clear()
+        for p in self.engine.params:
+            p.grad = None
+        self.original_optimizer.zero_grad(set_to_none=set_to_none)
+
+    def _check_batch(self, batch: int | None) -> None:
+        last = self.sampler.last_batch_size
+        if batch is None:
+            if last == 0:  # an empty Poisson batch the loop did not run the model on
+                return
+            raise DPError(
+                "dpkit.torch: optimizer.step() was called without a forward and backward pass since the last "
+                "step; run the model on the batch and call loss.backward() first"
+            )
+        if self._check_batches and last is not None and batch != last:
+            raise InvalidDataError(
+                "batch",
+                f"the model's layers saw {batch} examples but the private data loader's last batch had {last}",
+                "one optimizer step per batch of the private data loader, with the examples on the first "
+                "dimension of every layer's input (batch_first=True)",
+            )
+
+    def private_gradient(self) -> list[torch.Tensor]:
+        """Clip, pay, add noise: the noisy average gradient per parameter (not yet applied).
+
+        :meth:`step` calls this and then the wrapped optimizer; call it directly to inspect the
+        released gradient. Counts as a step for the accountant.
+        """
+        engine = self.engine
+        sums, batch, _ = engine.clipped_sum(self.max_grad_norm, self.noise.dtype)
+        self._check_batch(batch)
+        self._charge()  # the debit comes before any noise is drawn
+        flat = torch.cat([s.reshape(-1) for s in sums]) if sums else torch.zeros(0, dtype=self.noise.dtype)
+        noisy = self.noise.release(flat, self._src).div_(self.expected_batch_size)
+        out, offset = [], 0
+        for p in engine.params:
+            n = p.numel()
+            out.append(noisy[offset : offset + n].view(p.shape).to(dtype=p.dtype, device=p.device))
+            offset += n
+        return out
+
+    def step(self, closure: Callable[[], Any] | None = None) -> Any:  # type: ignore[override]
+        loss = None
+        if closure is not None:
+            with torch.enable_grad():
+                loss = closure()
+        for p, g in zip(self.engine.params, self.private_gradient()):
+            p.grad = g
+        self.original_optimizer.step()
+        return loss
+
+
+# ------------------------------------------------------------------------------------------------
+# The data loader
+# ------------------------------------------------------------------------------------------------
+
+
+class _EmptySafeCollate:
+    """The loader's collate function, plus empty batches (Poisson batches may be empty): a batch
+    of no examples is the collated first example cut to length 0 (shapes and dtypes only)."""
+
+    def __init__(self, collate: Callable[[list[Any]], Any], dataset: Any) -> None:
+        self.collate = collate
+        self.dataset = dataset
+
+    def __call__(self, batch: list[Any]) -> Any:
+        if len(batch) == 0:
+            sample = self.collate([self.dataset[0]])
+            return tree_map(lambda t: t[:0] if isinstance(t, torch.Tensor) else t, sample)
+        return self.collate(batch)
+
+
+def _private_loader(data_loader: DataLoader, sampler: PoissonBatchSampler | UniformBatchSampler) -> DataLoader:
+    dl = data_loader
+    kwargs: dict[str, Any] = {
+        "batch_sampler": sampler,
+        "num_workers": dl.num_workers,
+        "collate_fn": _EmptySafeCollate(dl.collate_fn, dl.dataset),
+        "pin_memory": dl.pin_memory,
+        "timeout": dl.timeout,
+        "worker_init_fn": dl.worker_init_fn,
+        "multiprocessing_context": dl.multiprocessing_context,
+    }
+    if dl.num_workers > 0:
+        kwargs["prefetch_factor"] = dl.prefetch_factor
+        kwargs["persistent_workers"] = dl.persistent_workers
+    return DataLoader(dl.dataset, **kwargs)
+
+
+# ------------------------------------------------------------------------------------------------
+# make_private
+# ------------------------------------------------------------------------------------------------
+
+
+@dataclass
+class TrainingReport:
+    """What :meth:`PrivateTraining.train` did."""
+
+    epochs_completed: int = 0
+    steps: int = 0
+    epsilon: float = 0.0
+    delta: float = 0.0
+    losses: list[float] = field(default_factory=list)  # mean training loss per epoch
+    epsilons: list[float] = field(default_factory=list)  # ε at the end of each epoch
+    stopped: str | None = None  # why training stopped early (the BudgetExceededError message)
+
+
+class PrivateTraining(NamedTuple):
+    """What :func:`make_private` returns: unpack it as ``model, optimizer, loader = ...``.
+
+    The module is the one passed in (hooked; its parameters are marked requires_grad=False
+    while private — dpkit computes their gradients itself); the optimizer is a
+    :class:`DPOptimizer`; the data loader draws batches with the private sampler.
+    """
+
+    module: nn.Module
+    optimizer: DPOptimizer
+    data_loader: DataLoader
+
+    def get_epsilon(self, delta: float | None = None) -> float:
+        return self.optimizer.get_epsilon(delta)
+
+    @property
+    def epsilon(self) -> float:
+        return self.optimizer.epsilon
+
+    @property
+    def noise_multiplier(self) -> float:
+        return self.optimizer.noise_multiplier
+
+    def detach(self) -> nn.Module:
+        """Remove dpkit's hooks and restore requires_grad on the module's parameters."""
+        self.optimizer.engine.detach()
+        return self.module
+
+    def train(
+        self,
+        loss_fn: Callable[[Any, Any], torch.Tensor],
+        *,
+        epochs: int | None = None,
+        progress: bool = True,
+        on_step: Callable[[int, float, float], None] | None = None,
+    ) -> TrainingReport:
+        """Train for ``epochs`` (default: the epochs given to make_private) with a rich progress
+        bar showing the running ε; stops cleanly when the next step would exceed the target ε
+        or the budget (the reason is in ``report.stopped``).
+
+        Each batch must be a tuple ``(*inputs, target)``: the loss is
+        ``loss_fn(module(*inputs), target)``. ``on_step(step, loss, epsilon)`` is called after
+        every step (ε is computed only when on_step is given or the bar refreshes).
+        """
+        module, opt, loader = self
+        n_epochs = opt.epochs if epochs is None else v.positive_int(epochs, "epochs")
+        report = TrainingReport(delta=opt.target_delta)
+        bar = _Bar(enabled=progress, total=n_epochs * len(loader), opt=opt)
+        module.train()
+        with bar:
+            for _epoch in range(n_epochs):
+                total, count = 0.0, 0
+                try:
+                    for batch in loader:
+                        if not isinstance(batch, (tuple, list)) or len(batch) < 2:
+                            raise InvalidDataError(
+                                "batch", f"got {type(batch).__name__}", "a tuple (*inputs, target); write your own loop for other shapes"
+                            )
+                        opt.zero_grad()
+                        out = module(*batch[:-1])
+                        loss = loss_fn(out, batch[-1])
+                        loss.backward()
+                        opt.step()
+                        lv = float(loss.detach()) if len(batch[-1]) else 0.0
+                        if math.isfinite(lv) and len(batch[-1]):
+                            total, count = total + lv, count + 1
+                        if on_step is not None:
+                            on_step(opt.steps, lv, opt.epsilon)
+                        bar.advance(lv)
+                except BudgetExceededError as exc:
+                    report.stopped = str(exc)
+                    bar.note(f"[bold red]stopped:[/] {exc}")
+                    break
+                report.epochs_completed += 1
+                report.losses.append(total / count if count else math.nan)
+                report.epsilons.append(opt.epsilon)
+        report.steps = opt.steps
+        report.epsilon = opt.epsilon
+        return report
+
+
+class _Bar:
+    """A rich progress bar with the running ε (refreshed at most every 0.25 s)."""
+
+    def __init__(self, *, enabled: bool, total: int, opt: DPOptimizer) -> None:
+        self.enabled = enabled
+        self.opt = opt
+        self.total = total
+        self._progress: Any = None
+        self._task: Any = None
+        self._last = 0.0
+
+    def __enter__(self) -> _Bar:
+        if self.enabled:
+            from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn, TimeRemainingColumn
+
+            self._progress = Progress(
+                TextColumn("DP-SGD"),
+                BarColumn(),
+                MofNCompleteColumn(),
+                TextColumn("ε={task.fields[eps]:.3f} (δ={task.fields[delta]:g})"),
+                TextColumn("loss={task.fields[loss]:.4f}"),
+                TimeElapsedColumn(),
+                TimeRemainingColumn(),
+            )
+            self._progress.__enter__()
+            self._task = self._progress.add_task("train", total=self.total, eps=self.opt.epsilon, delta=self.opt.target_delta, loss=math.nan)
+        return self
+
+    def advance(self, loss: float) -> None:
+        if self._progress is None:
+            return
+        now = time.monotonic()
+        fields: dict[str, Any] = {"loss": loss}
+        if now - self._last > 0.25:
+            fields["eps"] = self.opt.epsilon
+            self._last = now
+        self._progress.update(self._task, advance=1, **fields)
+
+    def note(self, text: str) -> None:
+        if self._progress is not None:
+            self._progress.console.print(text)
+
+    def __exit__(self, *exc: object) -> None:
+        if self._progress is not None:
+            self._progress.update(self._task, eps=self.opt.epsilon)
+            self._progress.__exit__(None, None, None)
+
+
+def _accountant_factory(name: object, neighbours: str) -> Callable[[], Accountant]:
+    if name not in _ACCOUNTANTS:
+        raise InvalidParameterError("accountant", name, "'rdp' (Rényi DP, Mironov 2017) or 'pld' (privacy loss distributions: tighter, slower)")
+    return partial(_ACCOUNTANTS[name], neighbours=neighbours)  # type: ignore[index]
+
+
+def _max_steps(target: float, delta: float, factory: Callable[[], Accountant], step: DPEvent, planned: int) -> int:
+    """The largest step count whose ε is <= target (>= planned, which calibration guarantees)."""
+
+    def ok(t: int) -> bool:
+        return factory().compose(step, count=t).get_epsilon(delta) <= target
+
+    if not ok(planned):  # pragma: no cover - calibration re-checks this
+        raise DPError("noise calibration missed its target on re-check")
+    lo, hi = planned, 2 * planned
+    while ok(hi):
+        lo, hi = hi, 2 * hi
+        if hi > 2**40:
+            return lo
+    while hi - lo > 1:
+        mid = (lo + hi) // 2
+        lo, hi = (mid, hi) if ok(mid) else (lo, mid)
+    return lo
+
+
+def make_private(
+    module: nn.Module,
+    optimizer: torch.optim.Optimizer,
+    data_loader: DataLoader,
+    *,
+    target_delta: float,
+    epochs: int,
+    max_grad_norm: float,
+    target_epsilon: float | None = None,
+    noise_multiplier: float | None = None,
+    accountant: str = "rdp",
+    poisson_sampling: bool = True,
+    rng: object = None,
+    budget: Budget | None = None,
+    loss_reduction: str = "mean",
+    grad_mode: str = "fast",
+    noise: str = "lattice",
+) -> PrivateTraining:
+    """Make ``module`` / ``optimizer`` / ``data_loader`` train with DP-SGD.
+
+    Give exactly one of ``target_epsilon`` (σ is calibrated so that ``epochs`` epochs cost at
+    most that ε at ``target_delta``, and training is stopped before a step would exceed it) or
+    ``noise_multiplier`` (σ given; ε is reported). ``budget`` (a :class:`dpkit.Budget` whose
+    accountant prices Gaussian and subsampled events, e.g. ``accountant=RDPAccountant``) is
+    charged one step event before every step, and refuses the step when it would overspend.
+
+    - ``max_grad_norm`` C: each example's whole gradient is clipped to ℓ2 norm C.
+    - ``poisson_sampling=True``: each record joins each batch with probability q = b/N (b the
+      loader's batch size, N the dataset size), accounted as Poisson subsampling under
+      add/remove neighbours. ``False``: independent uniform batches of exactly b records,
+      accounted as sampling without replacement under replace-one neighbours (RDP only).
+    - ``accountant``: ``"rdp"`` or ``"pld"``.
+    - ``rng``: None (the CSPRNG, default) or a seeded ``numpy.random.Generator`` (tests only)
+      for both the sampler and the noise.
+    - ``loss_reduction``: how the loss combines a batch, ``"mean"`` (default) or ``"sum"``.
+    - ``grad_mode``: ``"fast"`` (ghost clipping / book-keeping for Linear, Conv1d/2d,
+      Embedding; torch.func elsewhere) or ``"vmap"`` (torch.func for every layer).
+    - ``noise``: ``"lattice"`` (exact, floating-point safe; default) or ``"continuous"``
+      (faster, not floating-point safe) — see :mod:`dpkit.torch.noise`.
+
+    Returns a :class:`PrivateTraining` ``(module, optimizer, data_loader)``.
+
+    >>> import torch, numpy as np
+    >>> from torch.utils.data import DataLoader, TensorDataset
+    >>> data = TensorDataset(torch.randn(100, 3), torch.randint(0, 2, (100,)))
+    >>> model = torch.nn.Linear(3, 2)
+    >>> private = make_private(model, torch.optim.SGD(model.parameters(), lr=0.1), DataLoader(data, batch_size=10),
+    ...                        target_epsilon=1.0, target_delta=1e-3, epochs=2, max_grad_norm=1.0)
+    >>> model, optimizer, loader = private
+    >>> round(optimizer.noise_multiplier, 2), optimizer.sample_rate, len(loader)
+    (1.71, 0.1, 10)
+    """
+    # -- validate everything before touching anything -------------------------------------------
+    check_module(module)
+    if not isinstance(optimizer, torch.optim.Optimizer) or isinstance(optimizer, DPOptimizer):
+        raise InvalidParameterError("optimizer", type(optimizer).__name__, "a torch.optim.Optimizer over the module's parameters (not already private)")
+    module_params = {id(p) for p in module.parameters()}
+    foreign = [p for g in optimizer.param_groups for p in g["params"] if id(p) not in module_params]
+    if foreign:
+        raise InvalidParameterError(
+            "optimizer", f"{len(foreign)} parameter(s) not in module", "an optimizer over the module's own parameters",
+            "their gradients would not be clipped or noised",
+        )
+    if not isinstance(data_loader, DataLoader):
+        raise InvalidParameterError("data_loader", type(data_loader).__name__, "a torch.utils.data.DataLoader")
+    dataset = data_loader.dataset
+    if isinstance(dataset, IterableDataset) or not hasattr(dataset, "__len__") or not hasattr(dataset, "__getitem__"):
+        raise InvalidDataError("data_loader.dataset", f"is a {type(dataset).__name__}", "a map-style dataset with __len__ and __getitem__ (the sampler draws indices)")
+    population = len(dataset)
+    if population < 1:
+        raise InvalidDataError("data_loader.dataset", "is empty", "at least one record")
+    batch_size = data_loader.batch_size
+    if batch_size is None:
+        raise InvalidParameterError("data_loader.batch_size", None, "an integer (dpkit replaces the loader's sampler with its own and needs the batch size)")
+    if batch_size > population:
+        raise InvalidParameterError("data_loader.batch_size", batch_size, f"at most the dataset size {population}")
+    delta = v.delta(target_delta, "target_delta", allow_zero=False)
+    n_epochs = v.positive_int(epochs, "epochs")
+    clip = v.positive(max_grad_norm, "max_grad_norm")
+    if (target_epsilon is None) == (noise_multiplier is None):
+        raise InvalidParameterError(
+            "target_epsilon/noise_multiplier",
+            (target_epsilon, noise_multiplier),
+            "exactly one of them: target_epsilon (σ is calibrated to it) or noise_multiplier (σ given, ε reported)",
+        )
+    target = v.epsilon(target_epsilon, "target_epsilon") if target_epsilon is not None else None
+    sigma_given = v.positive(noise_multiplier, "noise_multiplier") if noise_multiplier is not None else None
+    if not isinstance(poisson_sampling, bool):
+        raise InvalidParameterError("poisson_sampling", poisson_sampling, "True or False")
+    if budget is not None and not isinstance(budget, Budget):
+        raise InvalidParameterError("budget", type(budget).__name__, "None or a dpkit.Budget")
+    if noise not in ("lattice", "continuous"):
+        make_noise(noise, noise_multiplier=1.0, max_grad_norm=1.0, size=1, max_batch=1)  # raises
+    src = resolve_rng(rng)
+    if delta >= 1.0 / population:
+        warnings.warn(
+            f"target_delta={delta!r} is not below 1/N = 1/{population}: a δ this large allows mechanisms that "
+            "publish a few records outright; the usual choice is δ << 1/N",
+            stacklevel=2,
+        )
+
+    # -- sampler and accounting -------------------------------------------------------------------
+    steps_per_epoch = max(1, len(data_loader))
+    if poisson_sampling:
+        sampler: PoissonBatchSampler | UniformBatchSampler = PoissonBatchSampler(
+            population=population, batch_size=batch_size, steps_per_epoch=steps_per_epoch, rng=src
+        )
+    else:
+        sampler = UniformBatchSampler(population=population, batch_size=batch_size, steps_per_epoch=steps_per_epoch, rng=src)
+    factory = _accountant_factory(accountant, sampler.neighbours)
+    probe_event = sampler.step_event(1.0)
+    if not factory().supports(probe_event):
+        raise InvalidParameterError(
+            "accountant", accountant, "an accountant that supports this sampling ('rdp' for poisson_sampling=False)",
+            f"{type(probe_event).__name__} is not supported by accountant={accountant!r}",
+        )
+    planned = n_epochs * steps_per_epoch
+    max_steps = None
+    acc_delta = _accounting_delta(delta, noise)
+    if target is not None:
+        sigma = calibrate_noise_multiplier(
+            target_epsilon=target,
+            delta=acc_delta,
+            accountant=factory,
+            event_for=lambda s: SelfComposedEvent(sampler.step_event(s), planned),
+        )
+        max_steps = _max_steps(target, acc_delta, factory, sampler.step_event(sigma), planned)
+    else:
+        sigma = sigma_given  # type: ignore[assignment]
+    step_event = sampler.step_event(sigma)
+    if budget is not None:
+        budget.can_spend(step_event)  # raises now if the budget's accountant cannot price DP-SGD steps
+
+    # -- attach -----------------------------------------------------------------------------------
+    engine = PerExampleEngine(module, mode=grad_mode, loss_reduction=loss_reduction)
+    size = sum(p.numel() for p in engine.params)
+    plan = make_noise(noise, noise_multiplier=sigma, max_grad_norm=clip, size=size, max_batch=population + 1,
+                      wide=any(p.dtype == torch.float64 for p in engine.params))
+    engine.attach()
+    loader = _private_loader(data_loader, sampler)
+    private_opt = DPOptimizer(
+        optimizer,
+        engine=engine,
+        sampler=sampler,
+        noise_multiplier=sigma,
+        max_grad_norm=clip,
+        target_delta=delta,
+        accountant=accountant,
+        accountant_factory=factory,
+        noise=plan,
+        source=src,
+        target_epsilon=target,
+        max_steps=max_steps,
+        budget=budget,
+        epochs=n_epochs,
+        check_batches=data_loader.num_workers == 0,
+    )
+    return PrivateTraining(module, private_opt, loader)
