@@ -33,6 +33,9 @@ bench: $(STAMP_RUN)
 	.venv-bench/bin/python benchmarks/bench_accounting.py
 	.venv-bench/bin/python benchmarks/bench_groupby.py
 	.venv-bench/bin/python benchmarks/bench_analytics_utility.py
+	.venv-bench/bin/python benchmarks/bench_kmeans.py
+	.venv-bench/bin/python benchmarks/bench_logistic.py
+	.venv-bench/bin/python benchmarks/bench_dpsgd.py
 
 clean:
 	rm -rf $(VENV) .venv-bench out

@@ -43,6 +43,16 @@ from dpkit.mechanisms import (
 
 __version__ = "0.1.0"
 
+
+def __getattr__(name: str) -> object:
+    # dpkit.torch needs the optional torch extra: import it only when asked for (dp.torch.make_private).
+    if name == "torch":
+        import importlib
+
+        return importlib.import_module("dpkit.torch")
+    raise AttributeError(f"module 'dpkit' has no attribute {name!r}")
+
+
 __all__ = [
     "accounting",
     "analytics",

@@ -26,9 +26,9 @@ Both paths compute the same numbers up to float rounding (the tests compare them
 one-example-at-a-time oracle at 1e-5).
 
 The clip factor is c_i = min(1, C·(1 − m)/‖ĝ_i‖): each piece's squared norm is reduced in its
-own precision (float32: up to 4,093 values; longer ones in float64) and summed in float64, and
+own precision (float32: up to 2,045 values; longer ones in float64) and summed in float64, and
 m = max(2⁻²⁰, 1.01·η) where η bounds the relative rounding error of the computed squared norm
-(γ_n for a reduction of n terms, Higham 2002, Thm 3.1; η <= 2⁻¹² by construction). For one
+(twice γ_n for a reduction of n terms, Higham 2002, Thm 3.1; η <= 2⁻¹² by construction). For one
 position per example (dense layers) and for materialised gradients this keeps ‖c_i g_i‖ <= C for
 the computed g_i.
 The Gram matrices of multi-position layers (ghost branch) are float32 products, and the
@@ -214,16 +214,18 @@ _ROUNDOFF = {torch.float64: 2.0**-53, torch.float32: 2.0**-24, torch.float16: 2.
 
 
 def _gamma(n: int, u: float) -> float:
-    """γ_n = n·u/(1 − n·u): the relative error bound of a sum of n non-negative rounded terms in
-    any order (Higham 2002, Thm 3.1/Lemma 3.1), with 3 more roundings (square, sqrt, square)."""
-    k = (n + 3) * u
+    """γ_k = k·u/(1 − k·u) with k = 2(n + 3): a bound on the relative error of a norm² of n
+    terms however the reduction is ordered or scaled (a sum of n non-negative rounded terms is
+    within γ_n, Higham 2002, Thm 3.1; doubled to cover a scaled two-pass norm, plus the square,
+    square root and final square)."""
+    k = 2 * (n + 3) * u
     return k / (1 - k) if k < 0.5 else math.inf
 
 
 def _sumsq(x: torch.Tensor) -> tuple[torch.Tensor, float]:
     """Per-example squared ℓ2 norms (first dim = example) as float64, with a bound η on their
     relative rounding error. Computed in the tensor's own precision when η <= 2^-12 (float32:
-    up to 4,093 values per example), else in float64."""
+    up to 2,045 values per example), else in float64."""
     flat = x.reshape(x.shape[0], -1)
     n = flat.shape[1]
     eta = _gamma(n, _ROUNDOFF.get(flat.dtype, 2.0**-8))
