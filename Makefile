@@ -31,6 +31,7 @@ bench: $(STAMP_RUN)
 	bash benchmarks/setup_env.sh
 	.venv-bench/bin/python benchmarks/bench_noise.py
 	.venv-bench/bin/python benchmarks/bench_accounting.py
+	.venv-bench/bin/python benchmarks/bench_statistics.py
 	.venv-bench/bin/python benchmarks/bench_groupby.py
 	.venv-bench/bin/python benchmarks/bench_analytics_utility.py
 	.venv-bench/bin/python benchmarks/bench_kmeans.py
