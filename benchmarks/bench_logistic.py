@@ -40,7 +40,6 @@ import argparse
 import datetime as _dt
 import functools
 import json
-import math
 import os
 import platform
 import sys
@@ -52,6 +51,7 @@ from typing import Any, Callable
 import numpy as np
 
 import _report
+from dpkit.datasets import ADULT_DATA_NORM, adult_features
 
 REPO = Path(__file__).resolve().parent.parent
 DEFAULT_OUT = REPO / "benchmarks" / "results" / "logistic.json"
@@ -59,28 +59,7 @@ ADULT = REPO / ".." / "shared" / "data" / "adult"
 EPSILONS = (0.5, 1.0, 4.0)
 DELTA = 1e-5
 
-NUMERIC = {
-    "age": (17, 90),
-    "fnlwgt": (0, 1_500_000),
-    "education-num": (1, 16),
-    "capital-gain": (0, 99_999),
-    "capital-loss": (0, 4_356),
-    "hours-per-week": (1, 99),
-}
-CATEGORICAL = {
-    "workclass": "Private, Self-emp-not-inc, Self-emp-inc, Federal-gov, Local-gov, State-gov, Without-pay, Never-worked",
-    "marital-status": "Married-civ-spouse, Divorced, Never-married, Separated, Widowed, Married-spouse-absent, Married-AF-spouse",
-    "occupation": "Tech-support, Craft-repair, Other-service, Sales, Exec-managerial, Prof-specialty, Handlers-cleaners, "
-    "Machine-op-inspct, Adm-clerical, Farming-fishing, Transport-moving, Priv-house-serv, Protective-serv, Armed-Forces",
-    "relationship": "Wife, Own-child, Husband, Not-in-family, Other-relative, Unmarried",
-    "race": "White, Asian-Pac-Islander, Amer-Indian-Eskimo, Other, Black",
-    "sex": "Female, Male",
-    "native-country": "United-States, Cambodia, England, Puerto-Rico, Canada, Germany, Outlying-US(Guam-USVI-etc), India, "
-    "Japan, Greece, South, China, Cuba, Iran, Honduras, Philippines, Italy, Poland, Jamaica, Vietnam, Mexico, Portugal, "
-    "Ireland, France, Dominican-Republic, Laos, Ecuador, Taiwan, Haiti, Columbia, Hungary, Guatemala, Nicaragua, Scotland, "
-    "Thailand, Yugoslavia, El-Salvador, Trinadad&Tobago, Peru, Hong, Holand-Netherlands",
-}
-DATA_NORM = math.sqrt(len(NUMERIC) + len(CATEGORICAL))
+DATA_NORM = ADULT_DATA_NORM  # each one-hot group adds at most 1 to ‖x‖²
 
 # dpkit's grid (per ε, chosen on the validation split). "n public" marks batch_size, which sets
 # q = B/n from the row count, as Opacus and diffprivlib do.
@@ -99,28 +78,7 @@ DIFFPRIVLIB_GRID: dict[str, dict[str, Any]] = {"default (C=1)": {}, "C=0.01": {"
 # ----------------------------------------------------------------------------- data
 
 
-def encode(path: Path) -> tuple[np.ndarray, np.ndarray]:
-    lines = path.read_text(encoding="latin-1").splitlines()
-    header = [h.strip() for h in lines[0].split(",")]
-    rows = [[c.strip() for c in line.split(",")] for line in lines[1:] if line.count(",") == len(header) - 1]
-    col = {name: i for i, name in enumerate(header)}
-    blocks = []
-    for name, (lo, hi) in NUMERIC.items():
-        values = np.array([float(r[col[name]]) for r in rows])
-        blocks.append(np.clip((values - lo) / (hi - lo), 0.0, 1.0)[:, None])
-    for name, cats in CATEGORICAL.items():
-        index = {c: i for i, c in enumerate(cats.split(", "))}
-        onehot = np.zeros((len(rows), len(index)))
-        for i, r in enumerate(rows):
-            j = index.get(r[col[name]])
-            if j is not None:
-                onehot[i, j] = 1.0
-        blocks.append(onehot)
-    y = np.array([r[col["Y"]].rstrip(".") == ">50K" for r in rows], dtype=int)
-    return np.hstack(blocks), y
-
-
-# ----------------------------------------------------------------------------- models
+encode = adult_features  # the public-schema encoding of dpkit.datasets, as in the example
 
 
 def _diffprivlib_shim() -> None:

@@ -18,7 +18,6 @@ Run:  .venv/bin/python examples/dp_logistic_regression.py [--seed N]
 """
 
 import argparse
-import math
 import time
 import warnings
 from pathlib import Path
@@ -26,63 +25,23 @@ from pathlib import Path
 import numpy as np
 
 import dpkit as dp
+from dpkit.datasets import ADULT_CATEGORICAL, ADULT_DATA_NORM, ADULT_NUMERIC, adult_features
 from dpkit.accounting import RDPAccountant
 from dpkit.ml.logistic import LogisticRegression
 
 ADULT = Path(__file__).resolve().parent.parent / ".." / "shared" / "data" / "adult"
 
 # The public schema (adult.names). Numeric ranges are the census domain, declared, not measured.
-NUMERIC = {
-    "age": (17, 90),
-    "fnlwgt": (0, 1_500_000),
-    "education-num": (1, 16),
-    "capital-gain": (0, 99_999),
-    "capital-loss": (0, 4_356),
-    "hours-per-week": (1, 99),
-}
-CATEGORICAL = {
-    "workclass": "Private, Self-emp-not-inc, Self-emp-inc, Federal-gov, Local-gov, State-gov, Without-pay, Never-worked",
-    "marital-status": "Married-civ-spouse, Divorced, Never-married, Separated, Widowed, Married-spouse-absent, Married-AF-spouse",
-    "occupation": "Tech-support, Craft-repair, Other-service, Sales, Exec-managerial, Prof-specialty, Handlers-cleaners, "
-    "Machine-op-inspct, Adm-clerical, Farming-fishing, Transport-moving, Priv-house-serv, Protective-serv, Armed-Forces",
-    "relationship": "Wife, Own-child, Husband, Not-in-family, Other-relative, Unmarried",
-    "race": "White, Asian-Pac-Islander, Amer-Indian-Eskimo, Other, Black",
-    "sex": "Female, Male",
-    "native-country": "United-States, Cambodia, England, Puerto-Rico, Canada, Germany, Outlying-US(Guam-USVI-etc), India, "
-    "Japan, Greece, South, China, Cuba, Iran, Honduras, Philippines, Italy, Poland, Jamaica, Vietnam, Mexico, Portugal, "
-    "Ireland, France, Dominican-Republic, Laos, Ecuador, Taiwan, Haiti, Columbia, Hungary, Guatemala, Nicaragua, Scotland, "
-    "Thailand, Yugoslavia, El-Salvador, Trinadad&Tobago, Peru, Hong, Holand-Netherlands",
-}
-DATA_NORM = math.sqrt(len(NUMERIC) + len(CATEGORICAL))  # each one-hot group adds at most 1 to ‖x‖²
+DATA_NORM = ADULT_DATA_NORM  # each one-hot group adds at most 1 to ‖x‖²
 
 
-def encode(path: Path) -> tuple[np.ndarray, np.ndarray]:
-    """Rows of the comma-separated file (header line first) as features and 0/1 labels (>50K)."""
-    lines = path.read_text(encoding="latin-1").splitlines()
-    header = [h.strip() for h in lines[0].split(",")]
-    rows = [[c.strip() for c in line.split(",")] for line in lines[1:] if line.count(",") == len(header) - 1]
-    col = {name: i for i, name in enumerate(header)}
-    blocks = []
-    for name, (lo, hi) in NUMERIC.items():
-        values = np.array([float(r[col[name]]) for r in rows])
-        blocks.append(np.clip((values - lo) / (hi - lo), 0.0, 1.0)[:, None])
-    for name, cats in CATEGORICAL.items():
-        index = {c: i for i, c in enumerate(cats.split(", "))}
-        onehot = np.zeros((len(rows), len(index)))
-        for i, r in enumerate(rows):
-            j = index.get(r[col[name]])  # '?' (missing) and unknown values: all zeros
-            if j is not None:
-                onehot[i, j] = 1.0
-        blocks.append(onehot)
-    y = np.array([r[col["Y"]].rstrip(".") == ">50K" for r in rows], dtype=int)
-    return np.hstack(blocks), y
-
+encode = adult_features  # the public-schema encoding (dpkit.datasets), shared with the benchmark
 
 def generated(seed: int = 20240607) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
     """An Adult-shaped stand-in: 6 numeric columns in [0, 1] and 7 one-hot groups, labels from a
     fixed logistic model (about 24 % positives), 32,561 train and 16,281 test rows."""
     rng = np.random.default_rng(seed)
-    sizes = [len(c.split(", ")) for c in CATEGORICAL.values()]
+    sizes = [len(c) for c in ADULT_CATEGORICAL.values()]
     w_num = rng.normal(0.0, 2.0, size=6)
     w_cat = [rng.normal(0.0, 1.0, size=k) for k in sizes]
 
@@ -110,7 +69,7 @@ else:
     source = "GENERATED stand-in data: UCI Adult was not found at ../shared/data/adult/"
 print(f"data: {source}")
 print(f"      {X_train.shape[0]:,} train / {X_test.shape[0]:,} test rows, {X_train.shape[1]} features, "
-      f"declared data_norm = √{len(NUMERIC) + len(CATEGORICAL)} = {DATA_NORM:.3f}")
+      f"declared data_norm = √{len(ADULT_NUMERIC) + len(ADULT_CATEGORICAL)} = {DATA_NORM:.3f}")
 
 with warnings.catch_warnings():  # scikit-learn's reference model, not private
     warnings.simplefilter("ignore")

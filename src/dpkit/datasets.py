@@ -169,3 +169,58 @@ def census(people: int = 20_000, *, seed: int = DEFAULT_SEED):  # type: ignore[n
             "income": income,
         }
     )
+
+
+# ---- UCI Adult: the public schema, for encoding the file where it is available ------------------
+
+#: Numeric columns of UCI Adult with their census domains (from ``adult.names``: declared, not measured).
+ADULT_NUMERIC: dict[str, tuple[float, float]] = {
+    "age": (17, 90),
+    "fnlwgt": (0, 1_500_000),
+    "education-num": (1, 16),
+    "capital-gain": (0, 99_999),
+    "capital-loss": (0, 4_356),
+    "hours-per-week": (1, 99),
+}
+#: Categorical columns of UCI Adult with their public category lists (``adult.names``).
+ADULT_CATEGORICAL: dict[str, tuple[str, ...]] = {
+    name: tuple(c.strip() for c in cats.split(","))
+    for name, cats in {
+        "workclass": "Private, Self-emp-not-inc, Self-emp-inc, Federal-gov, Local-gov, State-gov, Without-pay, Never-worked",
+        "marital-status": "Married-civ-spouse, Divorced, Never-married, Separated, Widowed, Married-spouse-absent, Married-AF-spouse",
+        "occupation": "Tech-support, Craft-repair, Other-service, Sales, Exec-managerial, Prof-specialty, Handlers-cleaners, "
+        "Machine-op-inspct, Adm-clerical, Farming-fishing, Transport-moving, Priv-house-serv, Protective-serv, Armed-Forces",
+        "relationship": "Wife, Own-child, Husband, Not-in-family, Other-relative, Unmarried",
+        "race": "White, Asian-Pac-Islander, Amer-Indian-Eskimo, Other, Black",
+        "sex": "Female, Male",
+        "native-country": "United-States, Cambodia, England, Puerto-Rico, Canada, Germany, Outlying-US(Guam-USVI-etc), India, "
+        "Japan, Greece, South, China, Cuba, Iran, Honduras, Philippines, Italy, Poland, Jamaica, Vietnam, Mexico, Portugal, "
+        "Ireland, France, Dominican-Republic, Laos, Ecuador, Taiwan, Haiti, Columbia, Hungary, Guatemala, Nicaragua, Scotland, "
+        "Thailand, Yugoslavia, El-Salvador, Trinadad&Tobago, Peru, Hong, Holand-Netherlands",
+    }.items()
+}
+#: ‖x‖₂ bound of :func:`adult_features` rows: each numeric column is in [0, 1] and each one-hot
+#: group adds at most 1 to ‖x‖².
+ADULT_DATA_NORM = float(np.sqrt(len(ADULT_NUMERIC) + len(ADULT_CATEGORICAL)))
+
+
+def adult_features(path) -> tuple[NDArray[np.float64], NDArray[np.int64]]:  # type: ignore[no-untyped-def]
+    """Features and 0/1 labels (income > 50K) from a UCI Adult file (``adult.data`` or
+    ``adult.test``, header line first), encoded from the public schema only: numeric columns
+    scaled by their declared domains and clipped to [0, 1], categoricals one-hot over their
+    declared lists (missing '?' and unknown values: all zeros). Rows have ‖x‖₂ <= ADULT_DATA_NORM."""
+    import pandas as pd
+
+    frame = pd.read_csv(path, skipinitialspace=True, dtype=str, encoding="latin-1", on_bad_lines="skip")
+    blocks = []
+    for name, (lo, hi) in ADULT_NUMERIC.items():
+        values = pd.to_numeric(frame[name], errors="coerce").fillna(lo).to_numpy(dtype=np.float64)
+        blocks.append(np.clip((values - lo) / (hi - lo), 0.0, 1.0)[:, None])
+    for name, cats in ADULT_CATEGORICAL.items():
+        codes = pd.Categorical(frame[name].str.strip(), categories=list(cats)).codes  # -1: missing/unknown
+        onehot = np.zeros((len(frame), len(cats)))
+        rows = np.flatnonzero(codes >= 0)
+        onehot[rows, codes[rows]] = 1.0
+        blocks.append(onehot)
+    y = (frame["Y"].str.strip().str.rstrip(".") == ">50K").to_numpy(dtype=np.int64)
+    return np.hstack(blocks), y
