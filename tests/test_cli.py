@@ -26,7 +26,7 @@ runner = CliRunner()
 
 @pytest.mark.parametrize(
     "args",
-    [["--help"], ["demo", "--help"], ["version", "--help"], ["account", "--help"], ["budget", "--help"], ["budget", "create", "--help"], ["query", "--help"], ["generate", "--help"]],
+    [["--help"], ["demo", "--help"], ["version", "--help"], ["account", "--help"], ["budget", "--help"], ["budget", "create", "--help"], ["query", "--help"], ["generate", "--help"], ["anonymity", "check", "--help"]],
 )
 def test_help(args: list[str]) -> None:
     result = runner.invoke(app, args)
@@ -38,7 +38,7 @@ def test_help_lists_only_real_commands() -> None:
     out = runner.invoke(app, ["--help"]).output
     panel = out[out.index("Commands") :]
     listed = set(re.findall(r"^\W*([a-z]+)\s{2,}\S", panel, flags=re.MULTILINE))
-    assert listed == {"account", "budget", "demo", "generate", "query", "version"}  # planned commands are not advertised before they exist
+    assert listed == {"account", "anonymity", "budget", "demo", "generate", "query", "version"}  # planned commands are not advertised before they exist
 
 
 def test_no_arguments_shows_help() -> None:
@@ -221,3 +221,21 @@ def test_query_errors_are_clear(tmp_path: Path) -> None:
 def test_generate_rejects_unknown_data_sets(tmp_path: Path) -> None:
     result = runner.invoke(app, ["generate", "moon", str(tmp_path / "x.csv")])
     assert result.exit_code == 1 and "census" in result.output
+
+
+def test_anonymity_check_and_generalise(tmp_path: Path) -> None:
+    import pandas as pd
+
+    rows = [(25 + i % 30, "F" if i % 2 else "M", f"1{i % 7:04d}", "flu" if i % 3 else "cold") for i in range(300)]
+    data = tmp_path / "patients.csv"
+    pd.DataFrame(rows, columns=["age", "sex", "zip", "diagnosis"]).to_csv(data, index=False)
+    out = tmp_path / "released.csv"
+    result = runner.invoke(app, ["anonymity", "check", str(data), "--quasi", "age,sex,zip", "--k", "5",
+                                 "--sensitive", "diagnosis", "--generalise", str(out), "--json"])
+    assert result.exit_code == 0, result.output
+    doc = json.loads(result.stdout)
+    assert doc["k"] < 5 and doc["rows_below_target"] > 0 and doc["generalised"]["k_achieved"] >= 5
+    released = pd.read_csv(out)
+    assert released.groupby(["age", "sex", "zip"]).size().min() >= 5
+    bad = runner.invoke(app, ["anonymity", "check", str(data), "--quasi", "nope"])
+    assert bad.exit_code == 1 and "nope" in bad.output
