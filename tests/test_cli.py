@@ -26,7 +26,7 @@ runner = CliRunner()
 
 @pytest.mark.parametrize(
     "args",
-    [["--help"], ["demo", "--help"], ["version", "--help"], ["account", "--help"], ["budget", "--help"], ["budget", "create", "--help"], ["query", "--help"], ["generate", "--help"], ["anonymity", "check", "--help"]],
+    [["--help"], ["demo", "--help"], ["version", "--help"], ["account", "--help"], ["budget", "--help"], ["budget", "create", "--help"], ["query", "--help"], ["generate", "--help"], ["anonymity", "check", "--help"], ["attack", "reconstruction", "--help"]],
 )
 def test_help(args: list[str]) -> None:
     result = runner.invoke(app, args)
@@ -38,7 +38,7 @@ def test_help_lists_only_real_commands() -> None:
     out = runner.invoke(app, ["--help"]).output
     panel = out[out.index("Commands") :]
     listed = set(re.findall(r"^\W*([a-z]+)\s{2,}\S", panel, flags=re.MULTILINE))
-    assert listed == {"account", "anonymity", "budget", "demo", "generate", "query", "version"}  # planned commands are not advertised before they exist
+    assert listed == {"account", "anonymity", "attack", "budget", "demo", "generate", "query", "version"}  # planned commands are not advertised before they exist
 
 
 def test_no_arguments_shows_help() -> None:
@@ -239,3 +239,15 @@ def test_anonymity_check_and_generalise(tmp_path: Path) -> None:
     assert released.groupby(["age", "sex", "zip"]).size().min() >= 5
     bad = runner.invoke(app, ["anonymity", "check", str(data), "--quasi", "nope"])
     assert bad.exit_code == 1 and "nope" in bad.output
+
+
+def test_attack_reconstruction_succeeds_on_the_naive_curator_and_fails_on_dpkit(tmp_path: Path) -> None:
+    plot = tmp_path / "rec.png"
+    result = runner.invoke(app, ["attack", "reconstruction", "--n", "100", "--noise", "1", "--seed", "4", "--plot", str(plot), "--json"])
+    assert result.exit_code == 0, result.output
+    doc = json.loads(result.stdout)
+    assert doc["naive"]["blatantly_non_private"] and doc["naive"]["recovered_fraction"] > 0.95
+    assert doc["dpkit"]["recovered_fraction"] < 0.7 and doc["dpkit"]["spent"] <= 1.0  # fixed seed; ~guessing
+    assert plot.exists() and plot.stat().st_size > 0
+    bad = runner.invoke(app, ["attack", "reconstruction", "--n", "0"])
+    assert bad.exit_code == 1 and "n=0" in bad.output

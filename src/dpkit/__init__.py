@@ -5,7 +5,7 @@
 1.0
 """
 
-from dpkit import accounting, analytics, audit, errors, ledger, mechanisms, ml, noise
+from dpkit import accounting, analytics, anonymity, attacks, audit, errors, ledger, mechanisms, ml, noise
 from dpkit.analytics import Session
 from dpkit.accounting import BasicAccountant, PLDAccountant, RDPAccountant, ZCDPAccountant
 from dpkit.budget import Budget
@@ -56,6 +56,8 @@ def __getattr__(name: str) -> object:
 __all__ = [
     "accounting",
     "analytics",
+    "anonymity",
+    "attacks",
     "ml",
     "Session",
     "audit",
