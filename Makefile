@@ -37,6 +37,7 @@ bench: $(STAMP_RUN)
 	.venv-bench/bin/python benchmarks/bench_kmeans.py
 	.venv-bench/bin/python benchmarks/bench_logistic.py
 	.venv-bench/bin/python benchmarks/bench_dpsgd.py
+	.venv-bench/bin/python benchmarks/bench_reconstruction.py
 
 clean:
 	rm -rf $(VENV) .venv-bench out
