@@ -12,6 +12,7 @@ name=...)``. Reuse the shared options below (``JsonOption``, ``SeedOption``) and
 
 from __future__ import annotations
 
+import contextlib
 import json
 from pathlib import Path
 from typing import Annotated, Any, NoReturn
@@ -273,7 +274,7 @@ def query(
         _fail(f"no ledger at {str(ledger)!r}: create a budget first (dpkit budget create {name} {analyst} --epsilon E --ledger {ledger})")
     err = Console(stderr=True)
     try:
-        with err.status(f"scanning {data.name} …", spinner="dots") if not json_output else _nullcontext():
+        with err.status(f"scanning {data.name} …", spinner="dots") if not json_output else contextlib.nullcontext():
             session = Session(
                 data, privacy_unit=unit, ledger=ledger, dataset=name, analyst=analyst, metadata=metadata,
                 max_groups=max_groups, max_rows=max_rows, table=name,
@@ -318,14 +319,6 @@ def query(
 
 def _fmt(x: float) -> str:
     return f"{x:,.0f}" if abs(x) >= 1000 else f"{x:.4g}"
-
-
-class _nullcontext:
-    def __enter__(self) -> None:
-        return None
-
-    def __exit__(self, *exc: object) -> None:
-        return None
 
 
 @app.command("generate")

@@ -92,17 +92,6 @@ class Not:
 Predicate = Union[Compare, InList, Between, IsNull, And, Or, Not]
 
 
-def predicate_columns(p: Predicate | None) -> set[str]:
-    """Every column a predicate reads."""
-    if p is None:
-        return set()
-    if isinstance(p, (And, Or)):
-        return set().union(*(predicate_columns(q) for q in p.parts))
-    if isinstance(p, Not):
-        return predicate_columns(p.part)
-    return {p.column}
-
-
 # ---- group keys and aggregates ---------------------------------------------------------------------
 
 
@@ -196,19 +185,8 @@ class AggregationPlan:
     salt: int  # keys the row and group priorities; drawn from the session's randomness
     portable: bool = False  # md5 priorities, identical on every engine (slower)
 
-    @property
-    def bounded(self) -> bool:
-        """Whether contribution bounding runs (a unit column is set)."""
-        return self.unit is not None
-
     def hash_specs(self) -> tuple[SumSpec, ...]:
         """The integer columns a row's priority is hashed from: the sums' summands and a
         quantisation of each value column (identical in every engine)."""
         extra = tuple(quantize_spec(f"h{i}", x.column, x.lower, x.upper, centered=True) for i, x in enumerate(self.values))
         return self.sums + extra
-
-    def columns_read(self) -> set[str]:
-        cols = predicate_columns(self.where) | {g.column for g in self.groups} | {s.column for s in self.sums} | {x.column for x in self.values}
-        if self.unit is not None:
-            cols.add(self.unit)
-        return cols

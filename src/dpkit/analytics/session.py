@@ -48,7 +48,7 @@ import itertools
 import math
 import os
 from collections.abc import Sequence
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any, Literal
 
@@ -737,7 +737,6 @@ class _Runner:
         plan, uses = self._plan(int(uniform_below(2**62, 1, rng=src)[0]))
         frame = self._keyed(self.s._engine.aggregate(plan))
         vals = self.s._engine.values(plan) if plan.values else None
-        n_groups = len(frame)
         G = plan.max_groups if self.s._unit is not None else 1
         R = plan.max_rows if self.s._unit is not None else 1
         twice = 2 if self.s._neighbours == "replace" else 1

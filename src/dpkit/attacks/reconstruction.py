@@ -54,7 +54,7 @@ from numpy.typing import ArrayLike, NDArray
 from scipy.optimize import linprog
 
 from dpkit.budget import Budget
-from dpkit.errors import BudgetExceededError, InvalidDataError, InvalidParameterError
+from dpkit.errors import InvalidDataError, InvalidParameterError
 from dpkit.mechanisms.laplace import Laplace
 from dpkit.noise.source import RNG, resolve_rng
 

@@ -18,7 +18,7 @@ from dpkit.mechanisms.laplace import _as_output, _check_scale_range
 from dpkit.noise.lattice import Lattice, choose_lattice, lattice_gaussian
 from dpkit.noise.source import RNG, resolve_rng
 
-__all__ = ["Gaussian", "GaussianNoisePlan"]
+__all__ = ["Gaussian", "GaussianNoisePlan", "gaussian_noise_plan"]
 
 # The lattice discrete Gaussian's privacy curve differs from the continuous one's by O(g²/σ²)
 # (the sum over the lattice of a function with one kink, CKS 2020 Sec. 4): below 2^-78 here.
@@ -42,6 +42,18 @@ class GaussianNoisePlan:
     @property
     def noise_multiplier(self) -> float:
         return float(self.lattice_sigma / self.sensitivity_on_lattice)
+
+
+def gaussian_noise_plan(noise_multiplier: float, sensitivity: float, size: int) -> GaussianNoisePlan:
+    """The lattice and exact σ/g for ``size`` coordinates of ℓ2 sensitivity ``sensitivity`` at a
+    given noise multiplier: the ℓ2 sensitivity on the lattice is Δ₂/g + √size (√size rounded up),
+    and σ/g is that times the multiplier, rounded up to a multiple of 2^-8 (more noise is always
+    safe), so the multiplier actually drawn is at least ``noise_multiplier``."""
+    lattice = choose_lattice(noise_multiplier * sensitivity, size, norm=2)
+    root = Fraction(math.nextafter(math.sqrt(size), math.inf))  # sqrt is correctly rounded
+    sens = Fraction(sensitivity) / Fraction(lattice.granularity) + root
+    lat_sigma = Fraction(math.ceil(Fraction(noise_multiplier) * sens * 256), 256)
+    return GaussianNoisePlan(lattice, lat_sigma, sens)
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -110,11 +122,7 @@ class Gaussian:
         up) and σ/g is that times the calibrated multiplier, rounded up to a multiple of 2^-8
         (which keeps the fraction small; more noise is always safe).
         """
-        lattice = choose_lattice(self.sigma, size, norm=2)
-        root = Fraction(math.nextafter(math.sqrt(size), math.inf))  # sqrt is correctly rounded
-        sens = Fraction(self.sensitivity) / Fraction(lattice.granularity) + root
-        lat_sigma = Fraction(math.ceil(Fraction(self._unit_sigma) * sens * 256), 256)
-        return GaussianNoisePlan(lattice, lat_sigma, sens)
+        return gaussian_noise_plan(self._unit_sigma, self.sensitivity, size)
 
     def release(self, value: ArrayLike, *, rng: RNG = None) -> Any:
         """Return value + Gaussian noise (same shape; a float for a scalar input)."""

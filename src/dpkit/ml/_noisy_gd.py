@@ -74,7 +74,6 @@ import math
 import warnings
 from collections.abc import Callable
 from dataclasses import dataclass
-from fractions import Fraction
 from numbers import Real
 from typing import Any
 
@@ -88,10 +87,10 @@ from dpkit.accounting.events import ComposedEvent, DPEvent, GaussianEvent, Poiss
 from dpkit.accounting.pld import PLDAccountant
 from dpkit.accounting.rdp import RDPAccountant
 from dpkit.errors import DPError, InvalidDataError, InvalidParameterError
-from dpkit.mechanisms.gaussian import GaussianNoisePlan
+from dpkit.mechanisms.gaussian import GaussianNoisePlan, gaussian_noise_plan
 from dpkit.noise.discrete import sample_discrete_gaussian
 from dpkit.noise.integers import bernoulli
-from dpkit.noise.lattice import add_lattice_noise, choose_lattice, snap
+from dpkit.noise.lattice import add_lattice_noise, snap
 from dpkit.noise.source import RandomSource, resolve_rng
 
 __all__ = [
@@ -217,18 +216,6 @@ def clipped_gradient_sum(
 # ------------------------------------------------------------------------------------------------
 # Noise plans and events
 # ------------------------------------------------------------------------------------------------
-
-
-def gaussian_noise_plan(noise_multiplier: float, sensitivity: float, size: int) -> GaussianNoisePlan:
-    """The lattice and exact σ/g for ``size`` coordinates of ℓ2 sensitivity ``sensitivity``: the
-    arithmetic of :meth:`dpkit.Gaussian.noise_plan` for a given multiplier. The multiplier
-    actually drawn, ``plan.noise_multiplier`` (σ/g over the on-lattice sensitivity Δ/g + √size),
-    is at least ``noise_multiplier`` (and above it by less than 2^-30 relative)."""
-    lattice = choose_lattice(noise_multiplier * sensitivity, size, norm=2)
-    root = Fraction(math.nextafter(math.sqrt(size), math.inf))  # sqrt is correctly rounded
-    sens = Fraction(sensitivity) / Fraction(lattice.granularity) + root
-    lat_sigma = Fraction(math.ceil(Fraction(noise_multiplier) * sens * 256), 256)
-    return GaussianNoisePlan(lattice, lat_sigma, sens)
 
 
 def count_noise_multiplier(noise_multiplier: float, sample_rate: float, steps: int) -> float:

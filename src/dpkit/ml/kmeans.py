@@ -31,10 +31,10 @@ from dpkit.accounting.events import ComposedEvent, DPEvent, GaussianEvent, SelfC
 from dpkit.accounting.zcdp import ZCDPAccountant
 from dpkit.budget import Budget
 from dpkit.errors import DPError, InvalidDataError, InvalidParameterError
-from dpkit.mechanisms.gaussian import GaussianNoisePlan
+from dpkit.mechanisms.gaussian import GaussianNoisePlan, gaussian_noise_plan
 from dpkit.mechanisms.laplace import Laplace, LaplaceNoisePlan
 from dpkit.noise.discrete import laplace_plan, sample_discrete_gaussian, sample_discrete_laplace
-from dpkit.noise.lattice import Lattice, choose_lattice, lattice_gaussian
+from dpkit.noise.lattice import Lattice, lattice_gaussian
 from dpkit.noise.source import RandomSource, resolve_rng
 
 __all__ = ["KMeans"]
@@ -209,11 +209,7 @@ class _GaussianNoise:
         return GaussianEvent(noise_multiplier=self.noise_multiplier, neighbours=self.neighbours)
 
     def noise_plan(self, size: int = 1) -> GaussianNoisePlan:
-        lattice = choose_lattice(self.sigma, size, norm=2)
-        root = Fraction(math.nextafter(math.sqrt(size), math.inf))
-        sens = Fraction(self.sensitivity) / Fraction(lattice.granularity) + root
-        lat_sigma = Fraction(math.ceil(Fraction(self.noise_multiplier) * sens * 256), 256)
-        return GaussianNoisePlan(lattice, lat_sigma, sens)
+        return gaussian_noise_plan(self.noise_multiplier, self.sensitivity, size)
 
     def release(self, value: ArrayLike, *, rng: object = None) -> NDArray[np.float64]:
         x = v.finite_array(value, "value")
