@@ -13,12 +13,13 @@
 
 from dpkit.analytics.aggregates import Aggregate, Count, CountUnits, Mean, Quantile, Std, Sum, Variance
 from dpkit.analytics.metadata import Categorical, Metadata, Numeric
-from dpkit.analytics.results import AggregateInfo, QueryResult
+from dpkit.analytics.results import AggregateInfo, QueryCost, QueryResult
 from dpkit.analytics.session import Query, Session
 
 __all__ = [
     "Session",
     "Query",
+    "QueryCost",
     "QueryResult",
     "AggregateInfo",
     "Metadata",

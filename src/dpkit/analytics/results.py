@@ -11,7 +11,7 @@ import pandas as pd
 
 from dpkit.accounting.events import DPEvent, event_to_dict
 
-__all__ = ["AggregateInfo", "QueryResult"]
+__all__ = ["AggregateInfo", "QueryCost", "QueryResult"]
 
 
 @dataclass(frozen=True)
@@ -48,6 +48,19 @@ class AggregateInfo:
 
 
 @dataclass(frozen=True)
+class QueryCost:
+    """What a query would debit: its (ε, δ) and the composed event, priced before any data is read."""
+
+    epsilon: float
+    delta: float
+    event: DPEvent
+    text: str
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"epsilon": self.epsilon, "delta": self.delta, "event": event_to_dict(self.event), "query": self.text}
+
+
+@dataclass(frozen=True)
 class QueryResult:
     """The released table and everything needed to read it honestly.
 
@@ -67,6 +80,7 @@ class QueryResult:
     keys: str  # "none" (no group-by), "public" or the private key-selection strategy
     remaining_epsilon: float | None = None
     notes: tuple[str, ...] = field(default=())
+    spend_id: int | None = None  # the ledger spend that paid for this result (None: in-memory budget)
 
     def _only(self) -> AggregateInfo:
         if len(self.aggregates) != 1:
@@ -118,6 +132,7 @@ class QueryResult:
             "remaining_epsilon": self.remaining_epsilon,
             "event": event_to_dict(self.event),
             "notes": list(self.notes),
+            "spend_id": self.spend_id,
         }
 
     def __repr__(self) -> str:

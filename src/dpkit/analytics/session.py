@@ -79,7 +79,7 @@ from dpkit.analytics.plan import (
     ValueSpec,
     quantize_spec,
 )
-from dpkit.analytics.results import AggregateInfo, QueryResult
+from dpkit.analytics.results import AggregateInfo, QueryCost, QueryResult
 from dpkit.budget import Budget
 from dpkit.errors import DPError, InvalidDataError, InvalidParameterError, LedgerError
 from dpkit.ledger.base import LedgerBackend
@@ -307,18 +307,19 @@ class Session:
         rec = self._ledger.get_budget(self._dataset, self._analyst)
         return rec.spent_epsilon, rec.spent_delta
 
-    def _pay(self, event: DPEvent, epsilon: float, delta: float, text: str) -> None:
-        """Debit the query's event (raises BudgetExceededError and records nothing if refused)."""
+    def _pay(self, event: DPEvent, epsilon: float, delta: float, text: str) -> int | None:
+        """Debit the query's event (raises BudgetExceededError and records nothing if refused);
+        the ledger's spend id, or None for an in-memory budget."""
         if self._budget is not None:
             self._budget.spend(event)
-            return
+            return None
         try:
             basic_cost(event)
             costs: dict[str, float] = {}
         except DPError:
             # No basic-composition price (Gaussian noise): the query was calibrated to (ε, δ).
             costs = {"epsilon_cost": epsilon, "delta_cost": delta}
-        self._ledger.debit(self._dataset, self._analyst, event, text, **costs)
+        return self._ledger.debit(self._dataset, self._analyst, event, text, **costs).id
 
     # -- queries -----------------------------------------------------------------------------------
 
@@ -369,6 +370,14 @@ class Session:
 
         query, aggs = compile_sql(self, text)
         return query.aggregate(aggs, epsilon=epsilon, delta=delta, _text=text, **kwargs)
+
+    def sql_cost(self, text: str, *, epsilon: float, delta: float = 0.0, **kwargs: Any) -> QueryCost:
+        """What :meth:`sql` with the same arguments would debit, without reading the data or
+        spending anything (the query is parsed and validated just the same)."""
+        from dpkit.analytics.sql import compile_sql
+
+        query, aggs = compile_sql(self, text)
+        return query.cost(aggs, epsilon=epsilon, delta=delta, _text=text, **kwargs)
 
     def __repr__(self) -> str:
         unit = self._unit or "each row"
@@ -580,10 +589,41 @@ class Query:
         key selection and to Gaussian-noise aggregates; an unused δ is not spent."""
         return _Runner(self, aggregates, epsilon, delta, noise, confidence, key_selection, split, rng, _text).run()
 
+    def cost(
+        self,
+        aggregates: Sequence[A.Aggregate],
+        *,
+        epsilon: float,
+        delta: float = 0.0,
+        noise: Noise = "laplace",
+        confidence: float = 0.95,
+        key_selection: str = "truncated_geometric",
+        split: Sequence[float] | None = None,
+        _text: str | None = None,
+    ) -> QueryCost:
+        """What :meth:`aggregate` with the same arguments would debit — validated the same way,
+        computed without reading the data, drawing noise or spending anything."""
+        return _Runner(self, aggregates, epsilon, delta, noise, confidence, key_selection, split, None, _text).cost()
+
 
 # ================================================================================================
 # Execution
 # ================================================================================================
+
+
+@dataclass(frozen=True)
+class _Priced:
+    """A query's mechanisms and composed event, built before any data is read or noise drawn."""
+
+    event: DPEvent
+    delta: float
+    pending: list[tuple[int, str, Any]]
+    deltas: dict[Any, float]
+    sel_eps: float
+    sel_delta: float
+    fan_out: int
+    G: int
+    R: int
 
 
 class _Runner:
@@ -732,20 +772,15 @@ class _Runner:
 
     # -- running -------------------------------------------------------------------------------
 
-    def run(self) -> QueryResult:
-        src = resolve_rng(self.rng)
-        plan, uses = self._plan(int(uniform_below(2**62, 1, rng=src)[0]))
-        frame = self._keyed(self.s._engine.aggregate(plan))
-        vals = self.s._engine.values(plan) if plan.values else None
+    def price(self, plan: AggregationPlan, uses: dict[int, dict[str, Any]]) -> _Priced:
+        """Build every mechanism and the query's composed event — no data, no randomness."""
         G = plan.max_groups if self.s._unit is not None else 1
         R = plan.max_rows if self.s._unit is not None else 1
         twice = 2 if self.s._neighbours == "replace" else 1
         fan_out = G * twice if self.q.groups else 1
         deltas = self._delta_shares()
-        # Build every mechanism (no randomness yet), then pay, then sample.
         pending: list[tuple[int, str, Any]] = []
         events: list[DPEvent] = []
-        beta = 1.0 - self.confidence
         sel_eps = self.epsilon * self.split[-1] if self.private else 0.0
         sel_delta = deltas.get("selection", 0.0)
         if self.private:
@@ -787,8 +822,25 @@ class _Runner:
             pending.append((i, "noisy", mechs))
         event: DPEvent = events[0] if len(events) == 1 else ComposedEvent(tuple(events))
         total_delta = sel_delta + sum(d for k, d in deltas.items() if k != "selection")
+        return _Priced(event, total_delta, pending, deltas, sel_eps, sel_delta, fan_out, G, R)
+
+    def cost(self) -> QueryCost:
+        """What the query would debit, computed without touching the data."""
+        plan, uses = self._plan(0)
+        p = self.price(plan, uses)
+        return QueryCost(epsilon=self.epsilon, delta=p.delta, event=p.event, text=self.text)
+
+    def run(self) -> QueryResult:
+        src = resolve_rng(self.rng)
+        plan, uses = self._plan(int(uniform_below(2**62, 1, rng=src)[0]))
+        frame = self._keyed(self.s._engine.aggregate(plan))
+        vals = self.s._engine.values(plan) if plan.values else None
+        p = self.price(plan, uses)
+        event, total_delta, pending, deltas = p.event, p.delta, p.pending, p.deltas
+        sel_eps, sel_delta, fan_out, G, R = p.sel_eps, p.sel_delta, p.fan_out, p.G, p.R
+        beta = 1.0 - self.confidence
         # ---- pay (nothing below runs if the debit is refused) ----
-        self.s._pay(event, self.epsilon, total_delta, self.text)
+        spend_id = self.s._pay(event, self.epsilon, total_delta, self.text)
         # ---- sample ----
         keys_mode = "none"
         if self.private:
@@ -840,6 +892,7 @@ class _Runner:
             confidence=self.confidence,
             keys=keys_mode,
             remaining_epsilon=remaining,
+            spend_id=spend_id,
             notes=tuple(notes),
         )
 

@@ -1,0 +1,604 @@
+"""The trusted curator, without HTTP: principals and keys, datasets, grants, queries, audit.
+
+:class:`Service` is what ``dpkit serve`` exposes over HTTP and ``dpkit admin`` drives from the
+command line. It owns one ledger (the budgets and spends, :mod:`dpkit.ledger`) and the service
+tables beside it (:mod:`dpkit.server.store`), both in the database named by one URL.
+
+The rules it enforces (seed 004 ch. 1–2: a trusted curator answers analysts' queries, and only
+a budgeted, noised interface stops reconstruction):
+
+* **Roles.** A *curator* registers datasets, creates analysts and grants budgets; an *analyst*
+  queries the datasets they were granted and sees only their own budgets and history. Nobody
+  sees rows: the only way data leaves is a noised, paid-for query.
+* **Pay before release.** A query is validated and priced without touching the data; refused
+  early if the budget obviously cannot pay; then aggregated, debited atomically in the ledger
+  (the arbiter under concurrency) and only then noised (:class:`dpkit.analytics.Session`).
+* **Everything is logged** in the hash-chained audit log (:mod:`dpkit.server.audit`): the HTTP
+  layer appends one entry per request before its answer leaves the service, and the command
+  line one per administrative action.
+
+>>> import tempfile, pathlib, pandas as pd
+>>> d = pathlib.Path(tempfile.mkdtemp())
+>>> pd.DataFrame({"age": [30, 40, 50] * 100}).to_csv(d / "people.csv", index=False)
+>>> svc = Service(f"sqlite:///{d / 'ledger.sqlite'}")
+>>> _ = svc.register_dataset("people", d / "people.csv", {"columns": {"age": {"type": "numeric", "lower": 0, "upper": 100}}})
+>>> alice, key = svc.create_principal("alice", "analyst")
+>>> _ = svc.grant("alice", "people", epsilon=1.0)
+>>> who = svc.authenticate(key)
+>>> answer = svc.query(who, "people", QueryRequest(epsilon=0.5, sql="SELECT COUNT(*) FROM people"))
+>>> answer["budget"]["remaining_epsilon"]
+0.5
+>>> _ = svc.audit(actor="alice", action="query", status=200, outcome="ok", dataset="people", epsilon=0.5)
+>>> svc.verify_log().entries
+1
+>>> svc.close()
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import re
+import threading
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from fractions import Fraction
+from pathlib import Path
+from typing import Any, Literal
+
+from dpkit import _validate as v
+from dpkit.analytics import aggregates as A
+from dpkit.analytics.metadata import Metadata
+from dpkit.analytics.results import QueryCost
+from dpkit.analytics.session import Query, Session
+from dpkit.budget import Budget
+from dpkit.errors import AuthError, BudgetExceededError, DPError, InvalidDataError, InvalidParameterError, LedgerError
+from dpkit.ledger.base import BudgetRecord, LedgerBackend, fraction_to_text
+from dpkit.noise.source import RNG
+from dpkit.server.audit import GENESIS, AuditEntry, ChainReport, verify_chain
+from dpkit.server.keys import key_hash, key_id, looks_like_key, new_key
+from dpkit.server.store import ServiceStore, normalise_url, now, open_store, sqlite_path
+
+__all__ = ["Service", "Principal", "DatasetInfo", "QueryRequest", "QuerySpec", "NotFoundError", "Role"]
+
+Role = Literal["curator", "analyst"]
+_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]{0,62}")
+_PRINCIPAL = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.@-]{0,63}")
+_DETAIL_LIMIT = 4096  # characters of query text kept in the audit log per request
+_AGGREGATES: dict[str, type] = {
+    "count": A.Count,
+    "count_units": A.CountUnits,
+    "sum": A.Sum,
+    "mean": A.Mean,
+    "variance": A.Variance,
+    "std": A.Std,
+    "quantile": A.Quantile,
+}
+
+
+class NotFoundError(DPError, LookupError):
+    """A dataset, principal or key that does not exist (or that the caller may not see)."""
+
+
+@dataclass(frozen=True)
+class Principal:
+    """An authenticated caller: a curator or an analyst, and the id of the key they used."""
+
+    name: str
+    role: Role
+    key_id: str | None = None
+
+
+@dataclass(frozen=True)
+class DatasetInfo:
+    """A registered dataset: where its rows are, its curator-declared metadata, its neighbours."""
+
+    name: str
+    source: str
+    metadata: Metadata
+    neighbours: str
+    created_at: str
+
+    def public(self) -> dict[str, Any]:
+        """What an analyst may see: the schema the curator declared, never the source or rows."""
+        return {"name": self.name, "neighbours": self.neighbours, **self.metadata.to_dict()}
+
+
+@dataclass(frozen=True)
+class QuerySpec:
+    """A query without SQL: ``aggregates`` like ``[{"kind": "mean", "column": "age"}]``,
+    optional ``where`` (a predicate of the SQL subset), ``group_by``, ``bins``, ``keys`` and
+    contribution bounds."""
+
+    aggregates: tuple[dict[str, Any], ...]
+    where: str | None = None
+    group_by: tuple[str, ...] = ()
+    bins: dict[str, tuple[float, ...]] | None = None
+    keys: tuple[tuple[Any, ...], ...] | None = None
+    max_groups: int | None = None
+    max_rows: int | None = None
+
+
+@dataclass(frozen=True)
+class QueryRequest:
+    """One query: SQL of the analytics subset *or* a :class:`QuerySpec`, and what to spend."""
+
+    epsilon: float
+    delta: float = 0.0
+    sql: str | None = None
+    spec: QuerySpec | None = None
+    noise: str = "laplace"
+    confidence: float = 0.95
+    key_selection: str = "truncated_geometric"
+    split: tuple[float, ...] | None = None
+
+    def text(self) -> str:
+        if self.sql is not None:
+            return self.sql
+        assert self.spec is not None
+        return json.dumps(_spec_dict(self.spec), sort_keys=True, default=str)
+
+
+def _spec_dict(spec: QuerySpec) -> dict[str, Any]:
+    out: dict[str, Any] = {"aggregates": list(spec.aggregates)}
+    for name in ("where", "group_by", "bins", "keys", "max_groups", "max_rows"):
+        value = getattr(spec, name)
+        if value not in (None, ()):
+            out[name] = value
+    return out
+
+
+def _check_name(kind: str, value: object, pattern: re.Pattern[str], accepted: str) -> str:
+    if not isinstance(value, str) or not pattern.fullmatch(value):
+        raise InvalidParameterError(kind, value, accepted)
+    return value
+
+
+def check_dataset_name(value: object) -> str:
+    return _check_name("dataset", value, _NAME, "a name of letters, digits and '_' (1–63 characters, not starting with a digit)")
+
+
+def check_principal_name(value: object) -> str:
+    return _check_name("name", value, _PRINCIPAL, "a name of letters, digits and '_.@-' (1–64 characters)")
+
+
+@dataclass
+class _Loaded:
+    connection: Any
+    lock: threading.Lock = field(default_factory=threading.Lock)
+
+
+class Service:
+    """The curator service over one ledger URL (``sqlite:///PATH`` or ``postgresql://...``).
+
+    ``rng`` is for tests and teaching only (a seeded generator makes answers reproducible; it
+    is not thread-safe): by default every answer's noise comes from the OS CSPRNG.
+    """
+
+    def __init__(self, ledger: str | os.PathLike[str] = "sqlite:///.dpkit/ledger.sqlite", *, timeout: float = 30.0, rng: RNG = None) -> None:
+        url = normalise_url(ledger)
+        self.url = url
+        self._ledger: LedgerBackend = _open_ledger(url, timeout)
+        try:
+            self._store: ServiceStore = open_store(url, timeout=timeout)
+        except BaseException:
+            self._ledger.close()
+            raise
+        self._rng = rng
+        self._data: dict[str, _Loaded] = {}
+        self._data_lock = threading.Lock()
+
+    @property
+    def ledger(self) -> LedgerBackend:
+        return self._ledger
+
+    def close(self) -> None:
+        self._store.close()
+        self._ledger.close()
+        with self._data_lock:
+            for loaded in self._data.values():
+                loaded.connection.close()
+            self._data.clear()
+
+    def __enter__(self) -> Service:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    # -- principals and keys ---------------------------------------------------------------------
+
+    def create_principal(self, name: str, role: Role) -> tuple[Principal, str]:
+        """Create a curator or analyst and its first key; the key is returned once and only its
+        hash is stored."""
+        check_principal_name(name)
+        if role not in ("curator", "analyst"):
+            raise InvalidParameterError("role", role, "'curator' or 'analyst'")
+        key = new_key()
+        with self._store.transaction(write=True) as tx:
+            if tx.run("SELECT 1 FROM principals WHERE name = ?", (name,)):
+                raise InvalidParameterError("name", name, "a name not already taken", "principals are never renamed or reused")
+            tx.run("INSERT INTO principals (name, role, created_at) VALUES (?, ?, ?)", (name, role, now()))
+            tx.run("INSERT INTO api_keys (key_id, key_hash, principal, created_at) VALUES (?, ?, ?, ?)", (key_id(key), key_hash(key), name, now()))
+        return Principal(name, role, key_id(key)), key
+
+    def issue_key(self, name: str) -> str:
+        """A new key for an existing principal (older keys stay valid until revoked)."""
+        check_principal_name(name)
+        key = new_key()
+        with self._store.transaction(write=True) as tx:
+            if not tx.run("SELECT 1 FROM principals WHERE name = ?", (name,)):
+                raise NotFoundError(f"there is no principal named {name!r}")
+            tx.run("INSERT INTO api_keys (key_id, key_hash, principal, created_at) VALUES (?, ?, ?, ?)", (key_id(key), key_hash(key), name, now()))
+        return key
+
+    def revoke(self, target: str) -> list[str]:
+        """Revoke one key (by its id) or every key of a principal (by name); the revoked ids."""
+        if not isinstance(target, str) or not target:
+            raise InvalidParameterError("key", target, "a key id or a principal name")
+        stamp = now()
+        with self._store.transaction(write=True) as tx:
+            rows = tx.run("SELECT key_id FROM api_keys WHERE (key_id = ? OR principal = ?) AND revoked_at IS NULL", (target, target))
+            ids = [r[0] for r in rows]
+            if not ids and not tx.run("SELECT 1 FROM api_keys WHERE key_id = ? OR principal = ?", (target, target)):
+                raise NotFoundError(f"there is no key with id {target!r} and no principal named {target!r}")
+            for kid in ids:
+                tx.run("UPDATE api_keys SET revoked_at = ? WHERE key_id = ?", (stamp, kid))
+        return ids
+
+    def authenticate(self, key: object) -> Principal:
+        """The principal holding ``key``; :class:`~dpkit.errors.AuthError` for a missing,
+        malformed, unknown or revoked key (the message does not say which)."""
+        if not isinstance(key, str) or not looks_like_key(key):
+            raise AuthError("a valid API key is required (Authorization: Bearer dpk_...)")
+        with self._store.transaction() as tx:
+            rows = tx.run(
+                "SELECT p.name, p.role, k.key_id FROM api_keys k JOIN principals p ON p.name = k.principal "
+                "WHERE k.key_hash = ? AND k.revoked_at IS NULL",
+                (key_hash(key),),
+            )
+        if not rows:
+            raise AuthError("a valid API key is required (this key is unknown or revoked)")
+        name, role, kid = rows[0]
+        return Principal(name, role, kid)
+
+    def principals(self) -> list[dict[str, Any]]:
+        """Every principal with its keys' ids and states (never the keys)."""
+        with self._store.transaction() as tx:
+            people = tx.run("SELECT name, role, created_at FROM principals ORDER BY name")
+            keys = tx.run("SELECT principal, key_id, created_at, revoked_at FROM api_keys ORDER BY created_at")
+        out = {n: {"name": n, "role": r, "created_at": c, "keys": []} for n, r, c in people}
+        for p, kid, c, rev in keys:
+            out[p]["keys"].append({"id": kid, "created_at": c, "revoked_at": rev})
+        return list(out.values())
+
+    # -- datasets and grants ---------------------------------------------------------------------
+
+    def register_dataset(
+        self,
+        name: str,
+        source: str | os.PathLike[str],
+        metadata: Metadata | dict[str, Any] | str | os.PathLike[str],
+        *,
+        neighbours: str = "add_remove",
+    ) -> DatasetInfo:
+        """Register a CSV or Parquet file under ``name`` with the curator's metadata (bounds,
+        categories, privacy unit). The file is opened once to check the metadata against its
+        schema; nothing is computed from its values."""
+        check_dataset_name(name)
+        path = Path(os.fspath(source)).expanduser().absolute() if isinstance(source, (str, os.PathLike)) and source else None
+        if path is None or not path.is_file() or path.suffix.lower() not in (".csv", ".parquet", ".pq"):
+            raise InvalidParameterError("source", str(source), "an existing .csv or .parquet file")
+        meta = Session._check_metadata(str(metadata) if isinstance(metadata, os.PathLike) else metadata)
+        v.neighbours(neighbours)
+        info = DatasetInfo(name, str(path), meta, neighbours, now())
+        conn = self._load(info)
+        try:
+            # Validates the metadata against the schema: nothing is released, nothing is paid.
+            Session.from_duckdb(conn.cursor(), name, metadata=meta, neighbours=neighbours, budget=Budget(epsilon=1.0))  # type: ignore[arg-type]
+        finally:
+            conn.close()
+        with self._store.transaction(write=True) as tx:
+            if tx.run("SELECT 1 FROM datasets WHERE name = ?", (name,)):
+                raise InvalidParameterError("dataset", name, "a name not already registered", "a registered dataset is never replaced (its budgets refer to it)")
+            tx.run(
+                "INSERT INTO datasets (name, source, metadata, neighbours, created_at) VALUES (?, ?, ?, ?, ?)",
+                (name, info.source, json.dumps(meta.to_dict(), sort_keys=True), neighbours, info.created_at),
+            )
+        return info
+
+    def datasets(self) -> list[DatasetInfo]:
+        with self._store.transaction() as tx:
+            rows = tx.run("SELECT name, source, metadata, neighbours, created_at FROM datasets ORDER BY name")
+        return [DatasetInfo(n, s, Metadata.from_dict(json.loads(m)), nb, c) for n, s, m, nb, c in rows]
+
+    def dataset(self, name: object, principal: Principal | None = None) -> DatasetInfo:
+        """The dataset ``name``; for an analyst, only one they were granted (else NotFoundError —
+        the same answer as for a dataset that does not exist)."""
+        if not isinstance(name, str) or not _NAME.fullmatch(name):
+            raise NotFoundError(f"there is no dataset named {name!r}")
+        with self._store.transaction() as tx:
+            rows = tx.run("SELECT name, source, metadata, neighbours, created_at FROM datasets WHERE name = ?", (name,))
+        if not rows or (principal is not None and principal.role == "analyst" and not self._granted(principal.name, name)):
+            raise NotFoundError(f"there is no dataset named {name!r} that you may query")
+        n, s, m, nb, c = rows[0]
+        return DatasetInfo(n, s, Metadata.from_dict(json.loads(m)), nb, c)
+
+    def _granted(self, analyst: str, dataset: str) -> bool:
+        try:
+            self._ledger.get_budget(dataset, analyst)
+        except LedgerError:
+            return False
+        return True
+
+    def grant(self, analyst: str, dataset: str, *, epsilon: float, delta: float = 0.0) -> BudgetRecord:
+        """Give ``analyst`` an (ε, δ) budget on ``dataset`` (budgets are never changed later)."""
+        check_principal_name(analyst)
+        self.dataset(dataset)
+        with self._store.transaction() as tx:
+            rows = tx.run("SELECT role FROM principals WHERE name = ?", (analyst,))
+        if not rows:
+            raise NotFoundError(f"there is no analyst named {analyst!r}")
+        if rows[0][0] != "analyst":
+            raise InvalidParameterError("analyst", analyst, "an analyst (curators do not query)")
+        return self._ledger.create_budget(dataset, analyst, epsilon=epsilon, delta=delta)
+
+    def budgets(self, principal: Principal | None = None) -> list[BudgetRecord]:
+        """Every budget (curator, or the command line), or the analyst's own."""
+        records = self._ledger.list_budgets()
+        if principal is not None and principal.role == "analyst":
+            records = [r for r in records if r.analyst == principal.name]
+        return records
+
+    def spending(self) -> list[dict[str, Any]]:
+        """Each budget's spends over time (for the curator's chart): cumulative ε after each."""
+        out = []
+        for b in self._ledger.list_budgets():
+            total = 0.0
+            points = []
+            for s in self._ledger.list_spends(b.dataset, b.analyst):
+                total += s.epsilon_cost
+                points.append({"at": s.created_at.isoformat(), "epsilon": total})
+            out.append({"dataset": b.dataset, "analyst": b.analyst, "budget_epsilon": b.epsilon, "points": points})
+        return out
+
+    # -- queries -----------------------------------------------------------------------------------
+
+    def _load(self, info: DatasetInfo) -> Any:
+        import duckdb
+
+        conn = duckdb.connect()
+        try:
+            reader = conn.read_parquet if info.source.lower().endswith((".parquet", ".pq")) else conn.read_csv
+            reader(info.source).create(info.name)
+        except duckdb.Error as exc:
+            conn.close()
+            raise InvalidDataError("source", f"{Path(info.source).name} could not be read ({exc})", "a CSV file with a header row, or a Parquet file") from exc
+        return conn
+
+    def _cursor(self, info: DatasetInfo) -> Any:
+        with self._data_lock:
+            loaded = self._data.get(info.name)
+            if loaded is None:
+                loaded = self._data[info.name] = _Loaded(self._load(info))
+        with loaded.lock:  # cursors are created one at a time; each is then used by one thread
+            return loaded.connection.cursor()
+
+    def _session(self, principal: Principal, dataset: str) -> tuple[Session, DatasetInfo]:
+        if principal.role != "analyst":
+            raise AuthError("only analysts run queries")
+        info = self.dataset(dataset, principal)
+        cursor = self._cursor(info)
+        session = Session.from_duckdb(
+            cursor, info.name, metadata=info.metadata, neighbours=info.neighbours,  # type: ignore[arg-type]
+            ledger=self._ledger, dataset=info.name, analyst=principal.name, rng=self._rng,
+        )
+        return session, info
+
+    @staticmethod
+    def _compile(session: Session, request: QueryRequest) -> tuple[Query, list[A.Aggregate]]:
+        from dpkit.analytics.sql import compile_sql, parse_predicate
+
+        if (request.sql is None) == (request.spec is None):
+            raise InvalidParameterError("query", None, "exactly one of 'sql' and 'query' (a JSON query spec)")
+        if request.sql is not None:
+            if not isinstance(request.sql, str) or not request.sql.strip():
+                raise InvalidParameterError("sql", request.sql, "a SELECT of the analytics SQL subset")
+            return compile_sql(session, request.sql)
+        spec = request.spec
+        assert spec is not None
+        q = session.query()
+        if spec.where is not None:
+            q = q.where(parse_predicate(spec.where))
+        if spec.group_by:
+            q = q.group_by(*spec.group_by, keys=spec.keys, bins=spec.bins)
+        elif spec.keys is not None or spec.bins is not None:
+            raise InvalidParameterError("keys", spec.keys if spec.keys is not None else spec.bins, "keys and bins only with group_by")
+        if spec.max_groups is not None or spec.max_rows is not None:
+            q = q.bound(max_groups=spec.max_groups, max_rows=spec.max_rows)
+        aggs: list[A.Aggregate] = []
+        for i, item in enumerate(spec.aggregates):
+            kind = item.get("kind")
+            if kind not in _AGGREGATES:
+                raise InvalidParameterError(f"aggregates[{i}].kind", kind, ", ".join(map(repr, _AGGREGATES)))
+            extra = set(item) - {"kind", "column", "q", "name"}
+            if extra:
+                raise InvalidParameterError(f"aggregates[{i}]", sorted(extra)[0], "only the fields kind, column, q and name")
+            name = item.get("name")
+            if kind in ("count", "count_units"):
+                if "column" in item or "q" in item:
+                    raise InvalidParameterError(f"aggregates[{i}]", kind, f"{kind} without column or q")
+                aggs.append(_AGGREGATES[kind](name))
+            elif kind == "quantile":
+                aggs.append(A.Quantile(item.get("column"), item.get("q"), name=name))  # type: ignore[arg-type]
+            else:
+                if "q" in item:
+                    raise InvalidParameterError(f"aggregates[{i}].q", item["q"], f"no q for {kind}")
+                aggs.append(_AGGREGATES[kind](item.get("column"), name=name))
+        return q, aggs
+
+    @staticmethod
+    def _options(request: QueryRequest) -> dict[str, Any]:
+        out: dict[str, Any] = {"epsilon": request.epsilon, "delta": request.delta, "noise": request.noise, "confidence": request.confidence, "key_selection": request.key_selection}
+        if request.split is not None:
+            out["split"] = request.split
+        return out
+
+    def cost(self, principal: Principal, dataset: str, request: QueryRequest) -> QueryCost:
+        """What ``request`` would debit — validated exactly like :meth:`query`, without reading
+        the data or spending."""
+        session, _ = self._session(principal, dataset)
+        q, aggs = self._compile(session, request)
+        return q.cost(aggs, _text=_clip(request.text()), **self._options(request))
+
+    def query(self, principal: Principal, dataset: str, request: QueryRequest) -> dict[str, Any]:
+        """Answer ``request`` for an analyst: validate and price, refuse early if the budget
+        cannot pay, aggregate, debit atomically, noise; the answer with its cost and the
+        remaining budget. Raises BudgetExceededError (nothing released, nothing debited)."""
+        session, info = self._session(principal, dataset)
+        q, aggs = self._compile(session, request)
+        options = self._options(request)
+        text = _clip(request.text())
+        cost = q.cost(aggs, _text=text, **options)
+        before = self._ledger.get_budget(info.name, principal.name)
+        # An early refusal spares the engine a query that cannot be paid for. The slack keeps it
+        # from refusing what the exact ledger would accept (remaining amounts are rounded
+        # down); the atomic debit inside Query.aggregate stays the one that decides.
+        if cost.epsilon > before.remaining_epsilon * (1 + 1e-9) + 1e-300 or cost.delta > before.remaining_delta * (1 + 1e-9) + 1e-300:
+            raise BudgetExceededError(
+                f"ε={cost.epsilon!r}, δ={cost.delta!r} for {text[:80]!r}",
+                f"ε={before.remaining_epsilon!r}, δ={before.remaining_delta!r} of the budget of analyst {principal.name!r} on dataset {info.name!r}",
+            )
+        result = q.aggregate(aggs, _text=text, **options)
+        after = self._ledger.get_budget(info.name, principal.name)
+        answer = result.to_dict()
+        answer.pop("remaining_epsilon", None)
+        answer["dataset"] = info.name
+        answer["cost"] = {"epsilon": cost.epsilon, "delta": cost.delta}
+        answer["budget"] = budget_dict(after)
+        return answer
+
+    # -- audit -------------------------------------------------------------------------------------
+
+    def audit(
+        self,
+        *,
+        actor: str | None,
+        action: str,
+        status: int,
+        outcome: str,
+        dataset: str | None = None,
+        epsilon: float | None = None,
+        delta: float | None = None,
+        detail: dict[str, Any] | None = None,
+    ) -> AuditEntry:
+        """Append one entry to the hash chain (serialised by the database's write lock)."""
+        fields = {
+            "at": now(),
+            "actor": actor,
+            "action": action,
+            "dataset": dataset,
+            "status": int(status),
+            "outcome": outcome,
+            "epsilon": None if epsilon is None else fraction_to_text(Fraction(epsilon)),
+            "delta": None if delta is None else fraction_to_text(Fraction(delta)),
+            "detail": _jsonable(detail or {}),
+        }
+        with self._store.transaction(audit=True) as tx:
+            last = tx.run("SELECT seq, hash FROM audit_log ORDER BY seq DESC LIMIT 1")
+            seq, prev = (int(last[0][0]) + 1, last[0][1]) if last else (1, GENESIS)
+            entry = AuditEntry.new(seq, prev, **fields)
+            tx.run(
+                "INSERT INTO audit_log (seq, at, actor, action, dataset, status, outcome, epsilon, delta, detail, prev_hash, hash) "
+                "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+                (entry.seq, entry.at, entry.actor, entry.action, entry.dataset, entry.status, entry.outcome, entry.epsilon, entry.delta,
+                 json.dumps(entry.detail, sort_keys=True), entry.prev_hash, entry.hash),
+            )
+        return entry
+
+    def audit_entries(self, *, actor: str | None = None, actions: Sequence[str] | None = None, after: int = 0, limit: int = 1000) -> list[AuditEntry]:
+        """Entries in order (``actor``: only theirs; ``after``: sequence numbers above it)."""
+        sql = "SELECT seq, at, actor, action, dataset, status, outcome, epsilon, delta, detail, prev_hash, hash FROM audit_log WHERE seq > ?"
+        params: list[Any] = [int(after)]
+        if actor is not None:
+            sql += " AND actor = ?"
+            params.append(actor)
+        if actions:
+            sql += " AND action IN (" + ", ".join("?" for _ in actions) + ")"
+            params.extend(actions)
+        sql += " ORDER BY seq LIMIT ?"
+        params.append(int(limit))
+        with self._store.transaction() as tx:
+            rows = tx.run(sql, tuple(params))
+        return [_entry(r) for r in rows]
+
+    def verify_log(self, *, head: str | None = None) -> ChainReport:
+        """Verify the whole audit chain (see :func:`dpkit.server.audit.verify_chain`) and the
+        ledger's own consistency; raise LedgerError on the first problem."""
+        self._ledger.verify()
+        with self._store.transaction() as tx:
+            rows = tx.run("SELECT seq, at, actor, action, dataset, status, outcome, epsilon, delta, detail, prev_hash, hash FROM audit_log ORDER BY seq")
+        return verify_chain((_entry(r) for r in rows), head=head)
+
+    def unlogged_spends(self) -> list[int]:
+        """Ledger spends with no audit entry: debits made just before the service stopped
+        (crashed between paying and answering — no answer was sent for them)."""
+        logged: set[int] = set()
+        for e in self.audit_entries(actions=["query"], limit=2**62):
+            sid = e.detail.get("spend_id")
+            if isinstance(sid, int):
+                logged.add(sid)
+        missing = []
+        for b in self._ledger.list_budgets():
+            missing += [s.id for s in self._ledger.list_spends(b.dataset, b.analyst) if s.id not in logged]
+        return sorted(missing)
+
+
+def budget_dict(b: BudgetRecord) -> dict[str, Any]:
+    return {
+        "dataset": b.dataset,
+        "analyst": b.analyst,
+        "epsilon": b.epsilon,
+        "delta": b.delta,
+        "spent_epsilon": b.spent_epsilon,
+        "spent_delta": b.spent_delta,
+        "remaining_epsilon": b.remaining_epsilon,
+        "remaining_delta": b.remaining_delta,
+    }
+
+
+def _clip(text: str) -> str:
+    return text if len(text) <= _DETAIL_LIMIT else text[:_DETAIL_LIMIT] + "…"
+
+
+def _jsonable(value: Any) -> Any:
+    """A JSON-safe copy: non-finite floats and unknown objects become strings."""
+    if isinstance(value, dict):
+        return {str(k): _jsonable(x) for k, x in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [_jsonable(x) for x in value]
+    if isinstance(value, float) and not math.isfinite(value):
+        return repr(value)
+    if value is None or isinstance(value, (str, int, float, bool)):
+        return value
+    return str(value)
+
+
+def _entry(row: tuple[Any, ...]) -> AuditEntry:
+    seq, at, actor, action, dataset, status, outcome, eps, dlt, detail, prev, h = row
+    try:
+        parsed = json.loads(detail)
+    except (TypeError, ValueError):
+        parsed = {"unreadable": str(detail)}
+    return AuditEntry(int(seq), at, actor, action, dataset, int(status), outcome, eps, dlt, parsed, prev, h)
+
+
+def _open_ledger(url: str, timeout: float) -> LedgerBackend:
+    if url.startswith("sqlite:///"):
+        from dpkit.ledger.sqlite import SQLiteLedger
+
+        return SQLiteLedger(sqlite_path(url), timeout=timeout)
+    from dpkit.ledger import postgres
+
+    return postgres.PostgresLedger(url, timeout=timeout)
