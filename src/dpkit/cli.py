@@ -6,8 +6,8 @@ Commands stay thin: they parse options, call library code and print either rich 
 Extending: a new command is a function decorated with ``@app.command()``; a command group
 (``budget``, ``account``, ...) is its own ``typer.Typer()`` mounted with ``app.add_typer(group,
 name=...)``. Reuse the shared options below (``JsonOption``, ``SeedOption``) and
-:func:`_emit_json` / :func:`_fail` so every command behaves alike. Planned (not yet available):
-``audit``, ``serve`` (see docs/guide.md).
+:func:`_emit_json` / :func:`_fail` so every command behaves alike. The curator service's
+``serve`` and ``admin`` live in :mod:`dpkit.server.cli`.
 """
 
 from __future__ import annotations
@@ -470,6 +470,14 @@ def attack_reconstruction(
                   f"— {'blatantly non-private' if private.blatantly_non_private else 'about guessing'}")
     if curve:
         console.print(f"plot: {curve['path']}")
+
+
+# ---- the curator service ---------------------------------------------------------------------------
+
+from dpkit.server.cli import admin_app, serve  # noqa: E402  (kept beside the service's code)
+
+app.command("serve")(serve)
+app.add_typer(admin_app, name="admin")
 
 
 @app.command()

@@ -174,7 +174,7 @@ class _Postgres:
             try:
                 conn = self._psycopg.connect(self.url, autocommit=True, connect_timeout=max(1, int(self._timeout)))
             except self._psycopg.Error as exc:
-                raise LedgerError(f"cannot connect to the service database {_masked(self.url)}: {exc}") from exc
+                raise LedgerError(f"cannot connect to the service database {masked_url(self.url)}: {exc}") from exc
             self._local.conn, self._local.pid = conn, os.getpid()
             with self._lock:
                 self._all.append(conn)
@@ -190,7 +190,7 @@ class _Postgres:
                     rows.run("SELECT pg_advisory_xact_lock(?)", (_AUDIT_LOCK,))
                 yield rows
         except self._psycopg.Error as exc:
-            raise LedgerError(f"service database {_masked(self.url)}: {exc}") from exc
+            raise LedgerError(f"service database {masked_url(self.url)}: {exc}") from exc
 
     def close(self) -> None:
         with self._lock:
@@ -208,7 +208,7 @@ def _claim(tx: _Rows) -> None:
         raise LedgerError(f"the service tables have version {rows[0][1]!r}; this dpkit reads version {_SCHEMA_VERSION}")
 
 
-def _masked(url: str) -> str:
+def masked_url(url: str) -> str:
     parts = urllib.parse.urlsplit(url)
     if parts.password is None:
         return url
