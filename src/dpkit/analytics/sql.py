@@ -227,13 +227,15 @@ def compile_sql(session: Session, text: str) -> tuple[Query, list[A.Aggregate]]:
         if value in (None, [], False):
             continue
         if key not in _ALLOWED_ARGS:
-            raise _reject(f"{key.upper()} is not accepted", tree)
+            raise _reject(f"{key.upper().rstrip('_').removesuffix('S') if key in ('joins', 'with_', 'laterals') else key.upper()} is not accepted", tree)
     source = tree.args.get("from") or tree.args.get("from_")
     if source is None:
         raise _reject("FROM <table> is required", tree)
     if source.args.get("expressions"):
         raise _reject("one table only", source)
     table = source.this
+    if isinstance(table, exp.Table) and not table.name:
+        raise _reject("FROM takes the session's table name only (no table functions such as read_csv)", source)
     if not isinstance(table, exp.Table) or table.args.get("db") or table.args.get("catalog") or table.args.get("joins") or table.alias:
         raise _reject("FROM takes the session's table name only (no subqueries, joins or aliases)", source)
     if table.name != session.table and table.name.lower() != session.table.lower():

@@ -6,6 +6,7 @@ from dpkit.attacks.linkage import LinkageResult, linkage_attack
 from dpkit.attacks.reconstruction import (
     DPCurator,
     IdentifierCondition,
+    Curator,
     NaiveCurator,
     ReconstructionResult,
     StickyCurator,
@@ -18,6 +19,7 @@ from dpkit.attacks.reconstruction import (
 __all__ = [
     "LinkageResult",
     "linkage_attack",
+    "Curator",
     "NaiveCurator",
     "StickyCurator",
     "DPCurator",

@@ -61,6 +61,7 @@ from dpkit.noise.source import RNG, resolve_rng
 __all__ = [
     "BNP_THRESHOLD",
     "MAX_EXHAUSTIVE_N",
+    "Curator",
     "NaiveCurator",
     "StickyCurator",
     "DPCurator",
@@ -145,8 +146,10 @@ def _as_masks(subsets: ArrayLike, n: int) -> NDArray[np.bool_]:
 # ------------------------------------------------------------------------------------------------
 
 
-class _Curator:
-    """Shared bookkeeping: the secret bits and the number of queries answered."""
+class Curator:
+    """A subset-sum interface to attack: the secret bits (for scoring only) and the queries
+    answered. Subclass it and implement :meth:`query_many` to point the attacks at another
+    interface — e.g. an HTTP service, as dpkit's own server tests do."""
 
     noise_bound: float  # the promised bound E on |answer − truth| (inf for DP noise)
 
@@ -171,7 +174,7 @@ class _Curator:
         raise NotImplementedError
 
 
-class NaiveCurator(_Curator):
+class NaiveCurator(Curator):
     """Answers each subset-sum query with fresh uniform noise in [−noise, noise] (error ≤ noise).
 
     Repeating a query gives a fresh answer, so averaging repeats alone defeats it; the attacks
@@ -214,7 +217,7 @@ class IdentifierCondition:
         return (self.mult * ids + self.offset) % self.modulus != 0
 
 
-class StickyCurator(_Curator):
+class StickyCurator(Curator):
     """Diffix-style "sticky" noise: bounded noise that is a deterministic function of the query.
 
     The noise of a query is uniform in [−noise, noise], derived with keyed BLAKE2b from the
@@ -277,7 +280,7 @@ def split_epsilon(total_epsilon: float, queries: int) -> float:
     return eps
 
 
-class DPCurator(_Curator):
+class DPCurator(Curator):
     """Answers through dpkit's Laplace mechanism (sensitivity 1, ε per query) under a budget.
 
     A subset-sum query changes by at most 1 when one person is added or removed, so each answer
@@ -340,7 +343,7 @@ class ReconstructionResult:
         return None if self.guarantee is None else self.hamming_errors <= self.guarantee
 
 
-def _score(attack: str, curator: _Curator, c: NDArray[Any], queries: int, t0: float, guarantee: float | None = None) -> ReconstructionResult:
+def _score(attack: str, curator: Curator, c: NDArray[Any], queries: int, t0: float, guarantee: float | None = None) -> ReconstructionResult:
     c = np.asarray(c, dtype=np.int64)
     errors = int(np.sum(c != curator.secret))
     frac = (curator.n - errors) / curator.n
@@ -357,8 +360,8 @@ def _score(attack: str, curator: _Curator, c: NDArray[Any], queries: int, t0: fl
     )
 
 
-def _check_curator(curator: object, n: int) -> _Curator:
-    if not isinstance(curator, _Curator):
+def _check_curator(curator: object, n: int) -> Curator:
+    if not isinstance(curator, Curator):
         raise InvalidParameterError("curator", curator, "a NaiveCurator, StickyCurator or DPCurator")
     if curator.n != n:
         raise InvalidParameterError("n", n, f"the curator's n = {curator.n}")
@@ -375,7 +378,7 @@ def _all_subsets(n: int) -> NDArray[np.int8]:
 # ------------------------------------------------------------------------------------------------
 
 
-def exhaustive_attack(curator: _Curator, n: int, *, error_bound: float | None = None, block: int = 256) -> ReconstructionResult:
+def exhaustive_attack(curator: Curator, n: int, *, error_bound: float | None = None, block: int = 256) -> ReconstructionResult:
     """Theorem 1.1: ask all 2^n subset sums, return a candidate consistent with all within E.
 
     ``error_bound`` is E, by default the curator's promised ``noise_bound``. Any consistent
@@ -441,7 +444,7 @@ def _solve(Q: NDArray[np.float64], r: NDArray[np.float64], method: str) -> NDArr
 
 
 def dinur_nissim_attack(
-    curator: _Curator,
+    curator: Curator,
     n: int,
     *,
     queries: int | None = None,

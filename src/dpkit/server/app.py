@@ -410,13 +410,15 @@ def create_app(config: ServerConfig | Service | str | None = None, *, rng: RNG =
         return {"budgets": [budget_dict(b) for b in service.budgets(who)]}
 
     @app.get("/v1/history")
-    def history(request: Request, analyst_name: str | None = None, after: int = 0, limit: int = 200, who: Principal = Depends(principal)) -> dict[str, Any]:
+    def history(
+        request: Request, analyst_name: str | None = None, after: int = 0, limit: int = 200, newest: bool = False, who: Principal = Depends(principal)
+    ) -> dict[str, Any]:
         _note(request, action="history")
         if who.role == "analyst":
             if analyst_name not in (None, who.name):
                 raise _Problem(403, "forbidden", "analysts see only their own history")
             analyst_name = who.name
-        entries = service.audit_entries(actor=analyst_name, actions=["query", "cost"], after=max(0, after), limit=min(max(1, limit), 1000))
+        entries = service.audit_entries(actor=analyst_name, actions=["query", "cost"], after=max(0, after), limit=min(max(1, limit), 1000), newest=newest)
         return {"entries": [_history_item(e.to_dict()) for e in entries]}
 
     # -- analysts ----------------------------------------------------------------------------------
@@ -486,14 +488,20 @@ def create_app(config: ServerConfig | Service | str | None = None, *, rng: RNG =
         return {"series": service.spending()}
 
     @app.get("/v1/audit")
-    def audit(request: Request, after: int = 0, limit: int = 200, who: Principal = Depends(curator)) -> dict[str, Any]:
+    def audit(request: Request, after: int = 0, limit: int = 200, newest: bool = False, who: Principal = Depends(curator)) -> dict[str, Any]:
         _note(request, action="read_audit")
-        return {"entries": [e.to_dict() for e in service.audit_entries(after=max(0, after), limit=min(max(1, limit), 1000))]}
+        entries = service.audit_entries(after=max(0, after), limit=min(max(1, limit), 1000), newest=newest)
+        return {"entries": [e.to_dict() for e in entries]}
 
     @app.get("/v1/audit/verify")
     def audit_verify(request: Request, head: str | None = None, who: Principal = Depends(curator)) -> dict[str, Any]:
         _note(request, action="verify_log")
-        report = service.verify_log(head=head)
+        try:
+            report = service.verify_log(head=head)
+        except LedgerError as exc:
+            # A failed verification is the answer, not a server error: say which entry broke.
+            _note(request, outcome=f"verification failed: {exc}")
+            return {"ok": False, "error": str(exc)}
         return {"ok": True, "entries": report.entries, "head": report.head, "unlogged_spends": service.unlogged_spends()}
 
     # -- the dashboard (static: it holds no data; everything it shows comes from /v1 with a key) --
@@ -530,10 +538,10 @@ def _asset(name: str) -> str:
 
 
 def _own_budget(service: Service, who: Principal, dataset: str) -> dict[str, Any] | None:
-    for b in service.budgets(who):
-        if b.dataset == dataset:
-            return budget_dict(b)
-    return None
+    try:
+        return budget_dict(service.ledger.get_budget(dataset, who.name))
+    except (LedgerError, InvalidParameterError):
+        return None
 
 
 def _history_item(entry: dict[str, Any]) -> dict[str, Any]:

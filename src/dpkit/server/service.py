@@ -134,9 +134,12 @@ class QueryRequest:
     split: tuple[float, ...] | None = None
 
     def text(self) -> str:
-        if self.sql is not None:
+        """The query as the ledger and the audit log record it ("" before validation when the
+        request has neither SQL nor a spec)."""
+        if isinstance(self.sql, str):
             return self.sql
-        assert self.spec is not None
+        if self.spec is None:
+            return ""
         return json.dumps(_spec_dict(self.spec), sort_keys=True, default=str)
 
 
@@ -342,6 +345,11 @@ class Service:
             raise NotFoundError(f"there is no analyst named {analyst!r}")
         if rows[0][0] != "analyst":
             raise InvalidParameterError("analyst", analyst, "an analyst (curators do not query)")
+        if self._granted(analyst, dataset):
+            raise InvalidParameterError(
+                "analyst", analyst, f"an analyst without a budget on {dataset!r}",
+                "a granted budget is never changed or replaced: every answer already released was paid from it",
+            )
         return self._ledger.create_budget(dataset, analyst, epsilon=epsilon, delta=delta)
 
     def budgets(self, principal: Principal | None = None) -> list[BudgetRecord]:
@@ -517,8 +525,11 @@ class Service:
             )
         return entry
 
-    def audit_entries(self, *, actor: str | None = None, actions: Sequence[str] | None = None, after: int = 0, limit: int = 1000) -> list[AuditEntry]:
-        """Entries in order (``actor``: only theirs; ``after``: sequence numbers above it)."""
+    def audit_entries(
+        self, *, actor: str | None = None, actions: Sequence[str] | None = None, after: int = 0, limit: int = 1000, newest: bool = False
+    ) -> list[AuditEntry]:
+        """Entries in order (``actor``: only theirs; ``after``: sequence numbers above it;
+        ``newest``: the latest ``limit`` entries, newest first)."""
         sql = "SELECT seq, at, actor, action, dataset, status, outcome, epsilon, delta, detail, prev_hash, hash FROM audit_log WHERE seq > ?"
         params: list[Any] = [int(after)]
         if actor is not None:
@@ -527,7 +538,7 @@ class Service:
         if actions:
             sql += " AND action IN (" + ", ".join("?" for _ in actions) + ")"
             params.extend(actions)
-        sql += " ORDER BY seq LIMIT ?"
+        sql += " ORDER BY seq DESC LIMIT ?" if newest else " ORDER BY seq LIMIT ?"
         params.append(int(limit))
         with self._store.transaction() as tx:
             rows = tx.run(sql, tuple(params))

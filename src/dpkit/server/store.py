@@ -107,6 +107,7 @@ class _SQLite:
         self._local = threading.local()
         self._all: list[sqlite3.Connection] = []
         self._lock = threading.Lock()
+        self._write_lock = threading.Lock()
         with self.transaction(write=True) as tx:
             for statement in _TABLES:
                 tx.run(statement)
@@ -129,9 +130,19 @@ class _SQLite:
 
     @contextlib.contextmanager
     def transaction(self, *, write: bool = False, audit: bool = False) -> Iterator[_Rows]:
+        if write or audit:
+            # Writers of this process queue on a lock: left to SQLite's busy handler, which
+            # sleeps with growing back-off, dozens of threads appending to the audit log at once
+            # would wait milliseconds each for a lock held for a fraction of one.
+            with self._write_lock:
+                yield from self._transaction(write=True)
+        else:
+            yield from self._transaction(write=False)
+
+    def _transaction(self, *, write: bool) -> Iterator[_Rows]:
         conn = self._conn()
         try:
-            conn.execute("BEGIN IMMEDIATE" if write or audit else "BEGIN")
+            conn.execute("BEGIN IMMEDIATE" if write else "BEGIN")
             try:
                 yield _Rows(conn, rewrite=False)
                 conn.execute("COMMIT")

@@ -1,0 +1,97 @@
+"""Concurrent queries against one budget: exactly as many succeed as the budget admits.
+
+1,000 requests hit the HTTP API at once (one event loop, 1,000 connections); the analyst's budget
+admits exactly k of them (k drawn per repetition from a seeded generator; ε per query is 1/8 so
+the sums are exact). Repeated 20 times on SQLite and on PostgreSQL. The check is deterministic —
+any overshoot or lost debit fails it — so its false-failure rate is 0.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from fractions import Fraction
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+import pytest
+
+pytest.importorskip("fastapi")
+
+from _live_server import dpkit_serve  # noqa: E402
+from dpkit.server import Service  # noqa: E402
+
+REQUESTS = 1000
+REPEATS = int(__import__("os").environ.get("RACE_REPEATS", 20))
+COST = 0.125
+
+
+async def _post(host: str, port: int, path: str, body: bytes, key: str) -> int:
+    """One request on its own connection (raw HTTP/1.1: a thousand of them at once is cheap)."""
+    reader, writer = await asyncio.open_connection(host, port)
+    head = (
+        f"POST {path} HTTP/1.1\r\nHost: {host}\r\nAuthorization: Bearer {key}\r\n"
+        f"Content-Type: application/json\r\nContent-Length: {len(body)}\r\nConnection: close\r\n\r\n"
+    )
+    writer.write(head.encode() + body)
+    await writer.drain()
+    status_line = await reader.readline()
+    await reader.read()  # drain until the server closes
+    writer.close()
+    return int(status_line.split()[1])
+
+
+async def _fire(base: str, key: str, n: int) -> list[int]:
+    host, port = base.removeprefix("http://").split(":")
+    body = json.dumps({"epsilon": COST, "sql": "SELECT COUNT(*) FROM people"}).encode()
+    return list(await asyncio.gather(*(_post(host, int(port), "/v1/datasets/people/query", body, key) for _ in range(n))))
+
+
+def _race(service: Service, base: str, rng: np.random.Generator, rep: int) -> None:
+    k = int(rng.integers(1, 40))
+    name = f"racer{rep}"
+    _, key = service.create_principal(name, "analyst")
+    service.grant(name, "people", epsilon=k * COST)
+    statuses = asyncio.run(_fire(base, key, REQUESTS))
+    assert statuses.count(200) == k, f"repetition {rep}: {statuses.count(200)} answered, budget admits {k}"
+    assert statuses.count(409) == REQUESTS - k, sorted(set(statuses))
+    spends = service.ledger.list_spends("people", name)
+    assert len(spends) == k
+    assert sum(Fraction(s.epsilon_cost) for s in spends) == k * Fraction(COST)
+    assert service.ledger.get_budget("people", name).remaining_epsilon == 0.0
+
+
+def _setup(tmp_path: Path, url: str) -> Service:
+    rng = np.random.default_rng(1)
+    pd.DataFrame({"age": rng.integers(18, 90, 200)}).to_csv(tmp_path / "people.csv", index=False)
+    service = Service(url)
+    service.register_dataset("people", tmp_path / "people.csv", {"columns": {"age": {"type": "numeric", "lower": 0, "upper": 100}}})
+    return service
+
+
+def _run(service: Service) -> None:
+    rng = np.random.default_rng(2026)
+    with dpkit_serve(service.url, "--rate", "1e9", "--burst", "1000000000") as base:
+        for rep in range(REPEATS):
+            _race(service, base, rng, rep)
+    service.verify_log()
+    assert service.unlogged_spends() == []
+
+
+@pytest.mark.slow
+def test_race_sqlite(tmp_path: Path) -> None:
+    service = _setup(tmp_path, f"sqlite:///{tmp_path / 'ledger.sqlite'}")
+    try:
+        _run(service)
+    finally:
+        service.close()
+
+
+@pytest.mark.slow
+def test_race_postgres(tmp_path: Path, pg_url: str) -> None:
+    service = _setup(tmp_path, pg_url)
+    try:
+        _run(service)
+    finally:
+        service.close()
