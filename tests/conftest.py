@@ -13,3 +13,9 @@ def _mpmath_precision(request: pytest.FixtureRequest):
     inherit each other's settings."""
     with mpmath.workprec(getattr(request.module, "MP_PREC", 200)):
         yield
+
+
+# ``pg_url``: a fresh PostgreSQL schema per test (skips when no server can be started).
+import _postgres  # noqa: E402
+
+pg_url = _postgres.pg_url

@@ -24,7 +24,6 @@ from typing import Any
 
 import pytest
 
-import _postgres
 import dpkit.ledger.postgres as postgres_ledger
 from _postgres import fresh_schema_url, postgres_url, with_search_path
 from dpkit.accounting import (
@@ -41,7 +40,7 @@ from dpkit.errors import BudgetExceededError, InvalidParameterError, LedgerError
 from dpkit.ledger import BudgetRecord, LedgerBackend, PostgresLedger, SpendRecord, SQLiteLedger, open_ledger
 from dpkit.ledger.postgres import mask_url
 
-pg_url = _postgres.pg_url  # the fixture: a fresh schema per test
+
 
 MILLI = LaplaceEvent(noise_multiplier=1000)  # ε = 1/1000 exactly
 UNIT = LaplaceEvent(noise_multiplier=1024)  # ε = 1/1024: k of them fill the budget k / 1024, a double exactly

@@ -12,7 +12,7 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from dpkit.errors import AuthError, BudgetExceededError, InvalidDataError, InvalidParameterError, LedgerError
+from dpkit.errors import AuthError, BudgetExceededError, InvalidDataError, InvalidParameterError
 from dpkit.server import NotFoundError, Principal, QueryRequest, QuerySpec, Service
 from dpkit.server.keys import key_id, looks_like_key
 from server._api import COUNT_SQL, PEOPLE_METADATA, World, make_world

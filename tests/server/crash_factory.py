@@ -1,0 +1,109 @@
+"""Forks curator servers that kill themselves (SIGKILL) at a chosen point of a query.
+
+Run as a child of the crash test; one command per line on stdin:
+
+* ``start POINT URL`` — bind a loopback socket, fork a server over the ledger ``URL`` that dies
+  at ``POINT``; answers ``port N``;
+* ``reap`` — SIGKILL the server if it is still alive, wait for it; answers ``exit STATUS``.
+
+Forking from this process (which imports everything once and runs no threads) makes a trial
+cost milliseconds instead of an interpreter start. Points, in the order a query passes them:
+
+``in_debit``       inside the ledger's debit transaction, after the spend row, before COMMIT
+``after_debit``    the debit committed, no noise drawn yet
+``after_noise``    noise drawn, the answer not yet serialised
+``after_audit``    the answer's audit entry committed, not one byte of the response sent
+``none``           no crash: the test kills the server after reading the answer
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import socket
+import sys
+
+import uvicorn
+
+import dpkit.ledger.sqlite as sqlite_ledger
+from dpkit.analytics.results import QueryResult
+from dpkit.analytics.session import Session
+from dpkit.server import Service, create_app
+
+POINTS = ("in_debit", "after_debit", "after_noise", "after_audit", "none")
+
+
+def _die() -> None:
+    os.kill(os.getpid(), signal.SIGKILL)
+
+
+def _arm(point: str, url: str) -> None:
+    if point == "in_debit":
+        if url.startswith("sqlite"):
+            sqlite_ledger._after_insert_hook = _die
+        else:
+            import dpkit.ledger.postgres as postgres_ledger
+
+            postgres_ledger._after_insert_hook = _die
+    elif point == "after_debit":
+        pay = Session._pay
+
+        def pay_then_die(self: Session, *args: object, **kwargs: object) -> int | None:
+            pay(self, *args, **kwargs)  # type: ignore[arg-type]
+            _die()
+            return None
+
+        Session._pay = pay_then_die  # type: ignore[method-assign]
+    elif point == "after_noise":
+
+        def die_before_serialising(self: QueryResult) -> dict[str, object]:
+            _die()
+            return {}
+
+        QueryResult.to_dict = die_before_serialising  # type: ignore[method-assign]
+    elif point == "after_audit":
+        audit = Service.audit
+
+        def audit_then_die(self: Service, **kwargs: object):  # type: ignore[no-untyped-def]
+            entry = audit(self, **kwargs)  # type: ignore[arg-type]
+            if kwargs.get("action") == "query" and kwargs.get("status") == 200:
+                _die()
+            return entry
+
+        Service.audit = audit_then_die  # type: ignore[method-assign]
+
+
+def _serve(point: str, url: str, sock: socket.socket) -> None:
+    _arm(point, url)
+    app = create_app(Service(url), rate=1e9, burst=10**9)
+    uvicorn.Server(uvicorn.Config(app, log_level="critical", lifespan="off")).run(sockets=[sock])
+
+
+def main() -> None:
+    child = 0
+    for line in sys.stdin:
+        cmd = line.split()
+        if cmd[0] == "start":
+            point, url = cmd[1], cmd[2]
+            sock = socket.socket()
+            sock.bind(("127.0.0.1", 0))
+            sock.listen(16)
+            child = os.fork()
+            if child == 0:
+                try:
+                    _serve(point, url, sock)
+                finally:
+                    os._exit(3)
+            print("port", sock.getsockname()[1], flush=True)
+            sock.close()
+        elif cmd[0] == "reap":
+            try:
+                os.kill(child, signal.SIGKILL)
+            except ProcessLookupError:
+                pass
+            _, status = os.waitpid(child, 0)
+            print("exit", os.waitstatus_to_exitcode(status), flush=True)
+
+
+if __name__ == "__main__":
+    main()
