@@ -23,8 +23,12 @@ demo: $(STAMP_RUN)
 	$(BIN)/dpkit demo --out out/demo
 	bash examples/census_queries.sh out/demo
 
+# The service's tests need a PostgreSQL server and a headless Chromium: the scripts install
+# (Debian packages, as root) and start them; without them those tests skip and say why.
 test: $(STAMP_DEV)
-	$(BIN)/python -m pytest -n 2 --doctest-modules src tests
+	@pg=$$(bash scripts/postgres.sh start) || echo "make test: PostgreSQL could not be started; its tests will be skipped" >&2; \
+	chromium=$$(bash scripts/chromium.sh) || echo "make test: no Chromium; the dashboard test will be skipped" >&2; \
+	DPKIT_TEST_POSTGRES_URL="$$pg" DPKIT_CHROMIUM="$$chromium" $(BIN)/python -m pytest -n 2 --doctest-modules src tests
 
 # Peer libraries live in their own environment: their pins clash with dpkit's.
 bench: $(STAMP_RUN)
@@ -38,6 +42,7 @@ bench: $(STAMP_RUN)
 	.venv-bench/bin/python benchmarks/bench_logistic.py
 	.venv-bench/bin/python benchmarks/bench_dpsgd.py
 	.venv-bench/bin/python benchmarks/bench_reconstruction.py
+	.venv-bench/bin/python benchmarks/bench_server.py
 
 clean:
 	rm -rf $(VENV) .venv-bench out

@@ -151,22 +151,29 @@ budget_app = typer.Typer(help="Show or create privacy budgets in a ledger.", no_
 app.add_typer(budget_app, name="budget")
 
 LedgerOption = Annotated[
-    Path, typer.Option("--ledger", help="The ledger file (SQLite).")
+    str, typer.Option("--ledger", envvar="DPKIT_LEDGER", help="The ledger: a SQLite file path, sqlite:///PATH or postgresql://USER@HOST/DB.")
 ]
 
 
-def _open_existing(path: Path):  # type: ignore[no-untyped-def]
+def _ledger_missing(ledger: str) -> bool:
+    """True for a SQLite ledger whose file does not exist (a server ledger always 'exists')."""
+    if ledger.lower().startswith(("postgresql://", "postgres://")):
+        return False
+    return not Path(ledger.removeprefix("sqlite:///")).exists()
+
+
+def _open_existing(ledger: str):  # type: ignore[no-untyped-def]
     from dpkit.ledger import open_ledger
 
-    if not path.exists():
-        _fail(f"no ledger at {str(path)!r} (create a budget first: dpkit budget create ...)")
-    return open_ledger(path)
+    if _ledger_missing(ledger):
+        _fail(f"no ledger at {ledger!r} (create a budget first: dpkit budget create ...)")
+    return open_ledger(ledger)
 
 
 @budget_app.callback(invoke_without_command=True)
 def budget_show(
     ctx: typer.Context,
-    ledger: LedgerOption = Path(".dpkit/ledger.sqlite"),
+    ledger: LedgerOption = ".dpkit/ledger.sqlite",
     dataset: Annotated[str | None, typer.Option("--dataset", help="Show the spends of this dataset's budget.")] = None,
     analyst: Annotated[str | None, typer.Option("--analyst", help="… for this analyst.")] = None,
     json_output: JsonOption = False,
@@ -227,7 +234,7 @@ def budget_create(
     analyst: Annotated[str, typer.Argument(help="Analyst name.")],
     epsilon: Annotated[float, typer.Option("--epsilon", help="The budget's ε.")],
     delta: Annotated[float, typer.Option("--delta", help="The budget's δ.")] = 0.0,
-    ledger: LedgerOption = Path(".dpkit/ledger.sqlite"),
+    ledger: LedgerOption = ".dpkit/ledger.sqlite",
 ) -> None:
     """Create a budget for (dataset, analyst); the ledger file is created on first use."""
     from dpkit.ledger import open_ledger
@@ -248,7 +255,7 @@ def query(
     delta: Annotated[float, typer.Option("--delta", help="δ (private key selection, Gaussian noise).")] = 0.0,
     unit: Annotated[str | None, typer.Option("--unit", help="The privacy-unit column (default: the metadata's, else each row).")] = None,
     metadata: Annotated[Path | None, typer.Option("--metadata", help="JSON with column bounds and public categories.")] = None,
-    ledger: LedgerOption = Path(".dpkit/ledger.sqlite"),
+    ledger: LedgerOption = ".dpkit/ledger.sqlite",
     analyst: Annotated[str, typer.Option("--analyst", help="Whose budget pays (a budget for (table, analyst) must exist).")] = "analyst",
     table: Annotated[str | None, typer.Option("--table", help="The table's name in SQL (default: the file's stem).")] = None,
     max_groups: Annotated[int | None, typer.Option("--max-groups", help="Groups per privacy unit (default: metadata's, else 1).")] = None,
@@ -270,8 +277,8 @@ def query(
     name = table or data.stem
     if not data.exists():
         _fail(f"no such file: {str(data)!r}")
-    if not ledger.exists():
-        _fail(f"no ledger at {str(ledger)!r}: create a budget first (dpkit budget create {name} {analyst} --epsilon E --ledger {ledger})")
+    if _ledger_missing(ledger):
+        _fail(f"no ledger at {ledger!r}: create a budget first (dpkit budget create {name} {analyst} --epsilon E --ledger {ledger})")
     err = Console(stderr=True)
     try:
         with err.status(f"scanning {data.name} …", spinner="dots") if not json_output else contextlib.nullcontext():

@@ -140,6 +140,12 @@ class LedgerBackend(Protocol):
         """Release the store's connections."""
         ...
 
+    def __enter__(self) -> LedgerBackend:
+        """``with open_ledger(...) as ledger:`` closes it at the end of the block."""
+        ...
+
+    def __exit__(self, *exc: object) -> None: ...
+
 
 # ------------------------------------------------------------------------------------------------
 # rules shared by every backend
