@@ -12,7 +12,7 @@ $(BIN)/python:
 	$(BIN)/python -m pip install --quiet --upgrade pip
 
 $(STAMP_RUN): pyproject.toml | $(BIN)/python
-	$(BIN)/python -m pip install --quiet -e .
+	$(BIN)/python -m pip install --quiet -e ".[server]"
 	touch $@
 
 $(STAMP_DEV): pyproject.toml | $(BIN)/python
@@ -22,6 +22,7 @@ $(STAMP_DEV): pyproject.toml | $(BIN)/python
 demo: $(STAMP_RUN)
 	$(BIN)/dpkit demo --out out/demo
 	bash examples/census_queries.sh out/demo
+	$(BIN)/python examples/curator_service.py out/demo
 
 # The service's tests need a PostgreSQL server and a headless Chromium: the scripts install
 # (Debian packages, as root) and start them; without them those tests skip and say why.

@@ -1,0 +1,102 @@
+"""The trusted curator as a service (seed 004 ch. 1–2): analysts ask, the curator answers with noise
+and stops them when their budget is spent.
+
+A scripted session against a local ``dpkit serve`` (started here on a free loopback port):
+
+1. the curator (``dpkit admin``) registers the census example table, creates an analyst and grants
+   her ε = 1 on it;
+2. the analyst previews a query's cost, runs queries over HTTP and watches her budget go down;
+3. a query her budget cannot pay for is refused with 409 — nothing is released or debited;
+4. the curator verifies the hash-chained audit log.
+
+Run: ``python examples/curator_service.py [OUT_DIR]`` (``make demo`` runs it). Needs the
+``server`` extra (``pip install 'dpkit[server]'``).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import socket
+import subprocess
+import sys
+import time
+import urllib.error
+import urllib.request
+from pathlib import Path
+
+
+def dpkit(*args: str) -> str:
+    """Run the dpkit command line; its output."""
+    out = subprocess.run([sys.executable, "-m", "dpkit.cli", *args], check=True, capture_output=True, text=True)
+    return out.stdout
+
+
+def call(base: str, key: str, method: str, path: str, body: dict | None = None) -> tuple[int, dict]:
+    data = None if body is None else json.dumps(body).encode()
+    request = urllib.request.Request(base + path, data=data, method=method, headers={"Authorization": f"Bearer {key}", "Content-Type": "application/json"})
+    try:
+        with urllib.request.urlopen(request, timeout=60) as response:
+            return response.status, json.loads(response.read())
+    except urllib.error.HTTPError as err:
+        return err.code, json.loads(err.read())
+
+
+def main(out: Path) -> None:
+    out.mkdir(parents=True, exist_ok=True)
+    ledger = f"sqlite:///{(out / 'service.sqlite').absolute()}"
+    for leftover in out.glob("service.sqlite*"):
+        leftover.unlink()
+
+    # 1. The curator's side, from the shell.
+    dpkit("generate", "census", str(out / "census.csv"), "--people", "5000", "--metadata", str(out / "census.json"))
+    curator_key = json.loads(dpkit("admin", "create-curator", "carol", "--ledger", ledger, "--json"))["key"]
+    alice_key = json.loads(dpkit("admin", "create-analyst", "alice", "--ledger", ledger, "--json"))["key"]
+    print(dpkit("admin", "register-dataset", "census", str(out / "census.csv"), "--metadata", str(out / "census.json"), "--ledger", ledger).strip())
+    print(dpkit("admin", "grant", "alice", "census", "--epsilon", "1", "--ledger", ledger).strip())
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    server = subprocess.Popen([sys.executable, "-m", "dpkit.cli", "serve", "--ledger", ledger, "--port", str(port)], stderr=subprocess.DEVNULL)
+    base = f"http://127.0.0.1:{port}"
+    try:
+        for _ in range(600):
+            try:
+                urllib.request.urlopen(base + "/v1/me", timeout=1)
+            except urllib.error.HTTPError:
+                break  # 401: the server is up
+            except OSError:
+                time.sleep(0.05)
+        print(f"\ndpkit serve is listening on {base} (dashboard at {base}/)")
+
+        # 2. The analyst's side, over HTTP.
+        status, me = call(base, "dpk_not-a-real-key-000000000000000000000000000", "GET", "/v1/me")
+        print(f"without a valid key: {status} {me['error']['code']}")
+        sql = "SELECT sex, COUNT(*) AS jobs, AVG(income) FROM census GROUP BY sex"
+        status, cost = call(base, alice_key, "POST", "/v1/datasets/census/query/cost", {"epsilon": 0.5, "sql": sql})
+        print(f"\npreview: {sql!r} would cost ε = {cost['cost']['epsilon']}; remaining ε = {cost['budget']['remaining_epsilon']}")
+        for epsilon, text in ((0.5, sql), (0.25, "SELECT COUNT(*) FROM census WHERE age > 60"), (0.25, "SELECT MEDIAN(hours_per_week) FROM census")):
+            status, answer = call(base, alice_key, "POST", "/v1/datasets/census/query", {"epsilon": epsilon, "sql": text})
+            print(f"\n{status} {text}")
+            for row in answer["rows"]:
+                print("   ", {k: (round(v, 1) if isinstance(v, float) else v) for k, v in row.items()})
+            print(f"    cost ε = {answer['cost']['epsilon']}, remaining ε = {answer['budget']['remaining_epsilon']}")
+
+        # 3. The budget is spent: refused before any noise is drawn.
+        status, refusal = call(base, alice_key, "POST", "/v1/datasets/census/query", {"epsilon": 0.1, "sql": "SELECT COUNT(*) FROM census"})
+        print(f"\n{status} {refusal['error']['code']}: {refusal['error']['message']}")
+        assert status == 409
+
+        # 4. The curator checks the audit log.
+        status, report = call(base, curator_key, "GET", "/v1/audit/verify")
+        print(f"\naudit log: ok={report['ok']}, {report['entries']} entries, head {report['head'][:16]}…")
+    finally:
+        server.terminate()
+        server.wait(timeout=30)
+    print(dpkit("admin", "verify-log", "--ledger", ledger).strip())
+
+
+if __name__ == "__main__":
+    os.environ.setdefault("PYTHONUNBUFFERED", "1")
+    main(Path(sys.argv[1] if len(sys.argv) > 1 else "out/demo"))
