@@ -207,36 +207,13 @@
     }
   }
 
-  /**
-   * Keep the newest `keep` entries of an endpoint that lists entries oldest first (/v1/audit,
-   * /v1/history): read on from the last sequence number seen; when more than a page behind,
-   * find the newest sequence number by galloping and bisection (a few one-entry probes) and read
-   * from just before it.
-   */
+  /** Load the newest `keep` entries of /v1/audit or /v1/history (the API returns them newest
+   * first with `newest=true`); `store.entries` keeps them oldest first for the tables. */
   async function loadTail(base, listKey, store, keep) {
     const sep = base.includes("?") ? "&" : "?";
-    const page = async (after, limit) => {
-      const data = await api(`${base}${sep}after=${Math.max(0, Math.floor(after))}&limit=${limit}`);
-      return Array.isArray(data[listKey]) ? data[listKey] : [];
-    };
-    let got = await page(store.cursor, PAGE);
-    if (got.length >= PAGE) {
-      let lo = got[got.length - 1].seq - 1; // some entry has seq > lo
-      let step = PAGE;
-      for (let i = 0; i < 48 && (await page(lo + step, 1)).length; i += 1) {
-        lo += step;
-        step *= 2;
-      }
-      let hi = lo + step; // no entry had seq > hi
-      while (hi - lo > 1) {
-        const mid = Math.floor((lo + hi) / 2);
-        if ((await page(mid, 1)).length) lo = mid;
-        else hi = mid;
-      }
-      store.entries = [];
-      got = await page(Math.max(store.cursor, lo + 1 - keep), PAGE);
-    }
-    store.entries = store.entries.concat(got).slice(-keep);
+    const data = await api(`${base}${sep}newest=true&limit=${Math.min(keep, PAGE)}`);
+    const got = Array.isArray(data[listKey]) ? data[listKey] : [];
+    store.entries = got.slice().reverse();
     if (store.entries.length) store.cursor = store.entries[store.entries.length - 1].seq;
   }
 
