@@ -191,6 +191,7 @@ class Service:
         self._rng = rng
         self._data: dict[str, _Loaded] = {}
         self._data_lock = threading.Lock()
+        self._batcher: _GroupCommit | None = None
 
     @property
     def ledger(self) -> LedgerBackend:
@@ -273,7 +274,8 @@ class Service:
             keys = tx.run("SELECT principal, key_id, created_at, revoked_at FROM api_keys ORDER BY created_at")
         out = {n: {"name": n, "role": r, "created_at": c, "keys": []} for n, r, c in people}
         for p, kid, c, rev in keys:
-            out[p]["keys"].append({"id": kid, "created_at": c, "revoked_at": rev})
+            if p in out:  # (a principal created between the two reads shows next time)
+                out[p]["keys"].append({"id": kid, "created_at": c, "revoked_at": rev})
         return list(out.values())
 
     # -- datasets and grants ---------------------------------------------------------------------
@@ -501,7 +503,11 @@ class Service:
         delta: float | None = None,
         detail: dict[str, Any] | None = None,
     ) -> AuditEntry:
-        """Append one entry to the hash chain (serialised by the database's write lock)."""
+        """Append one entry to the hash chain and return it once it is committed.
+
+        Concurrent appends are group-committed: the first caller writes every entry waiting at
+        that moment in one transaction (one fsync) while the others wait for it, so the chain's
+        write lock is taken once per batch instead of once per request."""
         fields = {
             "at": now(),
             "actor": actor,
@@ -513,17 +519,31 @@ class Service:
             "delta": None if delta is None else fraction_to_text(Fraction(delta)),
             "detail": _jsonable(detail or {}),
         }
+        return self._group_commit().append(fields)
+
+    def _group_commit(self) -> _GroupCommit:
+        if self._batcher is None or self._batcher.pid != os.getpid():
+            self._batcher = _GroupCommit(self._append_batch)  # (a forked child gets its own)
+        return self._batcher
+
+    def _append_batch(self, batch: list[dict[str, Any]]) -> list[AuditEntry]:
+        """Chain and insert entries in one transaction under the database's write lock."""
+        entries = []
         with self._store.transaction(audit=True) as tx:
             last = tx.run("SELECT seq, hash FROM audit_log ORDER BY seq DESC LIMIT 1")
-            seq, prev = (int(last[0][0]) + 1, last[0][1]) if last else (1, GENESIS)
-            entry = AuditEntry.new(seq, prev, **fields)
-            tx.run(
-                "INSERT INTO audit_log (seq, at, actor, action, dataset, status, outcome, epsilon, delta, detail, prev_hash, hash) "
-                "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
-                (entry.seq, entry.at, entry.actor, entry.action, entry.dataset, entry.status, entry.outcome, entry.epsilon, entry.delta,
-                 json.dumps(entry.detail, sort_keys=True), entry.prev_hash, entry.hash),
-            )
-        return entry
+            seq, prev = (int(last[0][0]), last[0][1]) if last else (0, GENESIS)
+            for fields in batch:
+                seq += 1
+                entry = AuditEntry.new(seq, prev, **fields)
+                tx.run(
+                    "INSERT INTO audit_log (seq, at, actor, action, dataset, status, outcome, epsilon, delta, detail, prev_hash, hash) "
+                    "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+                    (entry.seq, entry.at, entry.actor, entry.action, entry.dataset, entry.status, entry.outcome, entry.epsilon, entry.delta,
+                     json.dumps(entry.detail, sort_keys=True), entry.prev_hash, entry.hash),
+                )
+                prev = entry.hash
+                entries.append(entry)
+        return entries
 
     def audit_entries(
         self, *, actor: str | None = None, actions: Sequence[str] | None = None, after: int = 0, limit: int = 1000, newest: bool = False
@@ -564,6 +584,58 @@ class Service:
         for b in self._ledger.list_budgets():
             missing += [s.id for s in self._ledger.list_spends(b.dataset, b.analyst) if s.id not in logged]
         return sorted(missing)
+
+
+class _Slot:
+    __slots__ = ("fields", "entry", "error", "done")
+
+    def __init__(self, fields: dict[str, Any]) -> None:
+        self.fields = fields
+        self.entry: AuditEntry | None = None
+        self.error: BaseException | None = None
+        self.done = False
+
+
+class _GroupCommit:
+    """Leader/follower batching of audit appends within one process: a caller that finds no
+    write in progress takes every pending entry and writes them in one transaction; callers
+    arriving meanwhile wait and are written by the next leader. Each caller returns only after
+    its own entry is committed (or raises the batch's error)."""
+
+    def __init__(self, write: Any) -> None:
+        self.pid = os.getpid()
+        self._write = write
+        self._cond = threading.Condition()
+        self._pending: list[_Slot] = []
+        self._writing = False
+
+    def append(self, fields: dict[str, Any]) -> AuditEntry:
+        slot = _Slot(fields)
+        with self._cond:
+            self._pending.append(slot)
+            while self._writing and not slot.done:
+                self._cond.wait()
+            if not slot.done:
+                batch, self._pending = self._pending, []
+                self._writing = True
+        if not slot.done:
+            try:
+                entries = self._write([s.fields for s in batch])
+                for s, e in zip(batch, entries):
+                    s.entry = e
+            except BaseException as exc:
+                for s in batch:
+                    s.error = exc
+            finally:
+                with self._cond:
+                    for s in batch:
+                        s.done = True
+                    self._writing = False
+                    self._cond.notify_all()
+        if slot.error is not None:
+            raise slot.error
+        assert slot.entry is not None
+        return slot.entry
 
 
 def budget_dict(b: BudgetRecord) -> dict[str, Any]:

@@ -195,6 +195,12 @@ class _Postgres:
     def transaction(self, *, write: bool = False, audit: bool = False) -> Iterator[_Rows]:
         conn = self._conn()
         try:
+            if not (write or audit):
+                # Reads run in autocommit, statement by statement: every read here is one
+                # statement (or tolerates separate snapshots), and BEGIN/COMMIT would double the
+                # round trips of every request.
+                yield _Rows(conn, rewrite=True)
+                return
             with conn.transaction():
                 rows = _Rows(conn, rewrite=True)
                 if audit:
