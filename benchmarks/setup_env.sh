@@ -16,6 +16,8 @@ STAMP="$VENV/.installed-bench"
 # ("cannot import name DOUBLE from sklearn.tree._tree"); its mechanisms work with 1.8.0.
 # opendp[polars] pins polars==1.36.1 (its context API is a polars plugin built for that version),
 # which is also the polars of the group-by benchmark. pipeline-dp 0.3.1 brings python-dp 1.1.x.
+# dpkit is installed with its [server] extra (FastAPI, uvicorn, psycopg) and httpx is added for the
+# HTTP benchmark of the curator service (bench_server.py).
 # Tumult Analytics (tmlt.analytics 0.21) is NOT installed: it pins pandas<2 and numpy 1.26 and
 # pyspark<3.6, which would downgrade dpkit's own pandas.
 PEERS=(
@@ -31,6 +33,7 @@ PEERS=(
     "pandas"
     "psutil"
     "pyspark>=3.5"
+    "httpx>=0.27"
 )
 
 if [ ! -x "$BIN/python" ]; then
@@ -46,11 +49,12 @@ if [ -f "$STAMP" ] && [ "$STAMP" -nt pyproject.toml ] && [ "$STAMP" -nt "benchma
 fi
 
 echo "installing dpkit (editable) and peers into $VENV"
-"$BIN/python" -m pip install --quiet -e . "${PEERS[@]}"
+"$BIN/python" -m pip install --quiet -e ".[server]" "${PEERS[@]}"
 "$BIN/python" - <<'PY'
 import importlib, importlib.metadata as md
 for name, dist in (("dpkit","dpkit"), ("opendp","opendp"), ("diffprivlib","diffprivlib"), ("sklearn","scikit-learn"), ("rich","rich"), ("numpy","numpy"),
-                   ("pipeline_dp","pipeline-dp"), ("duckdb","duckdb"), ("pandas","pandas"), ("polars","polars"), ("pyspark","pyspark")):
+                   ("pipeline_dp","pipeline-dp"), ("duckdb","duckdb"), ("pandas","pandas"), ("polars","polars"), ("pyspark","pyspark"),
+                   ("fastapi","fastapi"), ("uvicorn","uvicorn"), ("httpx","httpx"), ("psycopg","psycopg")):
     importlib.import_module(name)
     print(f"  {dist:14s} {md.version(dist)}")
 PY

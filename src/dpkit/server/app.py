@@ -342,7 +342,8 @@ def create_app(config: ServerConfig | Service | str | None = None, *, rng: RNG =
         cfg = ServerConfig(**{**cfg.__dict__, **overrides})
     limiter = _RateLimiter(cfg.rate, cfg.burst)
 
-    app = FastAPI(title="dpkit curator", version="1", docs_url="/docs", redoc_url=None, openapi_url="/openapi.json")
+    # No /docs: Swagger UI loads scripts from a CDN. The OpenAPI schema (no data) stays public.
+    app = FastAPI(title="dpkit curator", version="1", docs_url=None, redoc_url=None, openapi_url="/openapi.json")
     app.state.service = service
     app.state.config = cfg
     if owned:

@@ -325,17 +325,19 @@ class Service:
             raise NotFoundError(f"there is no dataset named {name!r}")
         with self._store.transaction() as tx:
             rows = tx.run("SELECT name, source, metadata, neighbours, created_at FROM datasets WHERE name = ?", (name,))
-        if not rows or (principal is not None and principal.role == "analyst" and not self._granted(principal.name, name)):
+        if not rows or (principal is not None and principal.role == "analyst" and self._grant(principal.name, name) is None):
             raise NotFoundError(f"there is no dataset named {name!r} that you may query")
         n, s, m, nb, c = rows[0]
         return DatasetInfo(n, s, Metadata.from_dict(json.loads(m)), nb, c)
 
-    def _granted(self, analyst: str, dataset: str) -> bool:
+    def _grant(self, analyst: str, dataset: str) -> BudgetRecord | None:
         try:
-            self._ledger.get_budget(dataset, analyst)
+            return self._ledger.get_budget(dataset, analyst)
         except LedgerError:
-            return False
-        return True
+            return None
+
+    def _granted(self, analyst: str, dataset: str) -> bool:
+        return self._grant(analyst, dataset) is not None
 
     def grant(self, analyst: str, dataset: str, *, epsilon: float, delta: float = 0.0) -> BudgetRecord:
         """Give ``analyst`` an (ε, δ) budget on ``dataset`` (budgets are never changed later)."""
@@ -395,16 +397,21 @@ class Service:
         with loaded.lock:  # cursors are created one at a time; each is then used by one thread
             return loaded.connection.cursor()
 
-    def _session(self, principal: Principal, dataset: str) -> tuple[Session, DatasetInfo]:
+    def _session(self, principal: Principal, dataset: str) -> tuple[Session, DatasetInfo, BudgetRecord]:
+        """A session for the analyst on a dataset they were granted, and their budget as it
+        stood (404 — NotFoundError — for a dataset that does not exist or was not granted)."""
         if principal.role != "analyst":
             raise AuthError("only analysts run queries")
-        info = self.dataset(dataset, principal)
+        info = self.dataset(dataset)
+        budget = self._grant(principal.name, info.name)
+        if budget is None:
+            raise NotFoundError(f"there is no dataset named {dataset!r} that you may query")
         cursor = self._cursor(info)
         session = Session.from_duckdb(
             cursor, info.name, metadata=info.metadata, neighbours=info.neighbours,  # type: ignore[arg-type]
             ledger=self._ledger, dataset=info.name, analyst=principal.name, rng=self._rng,
         )
-        return session, info
+        return session, info, budget
 
     @staticmethod
     def _compile(session: Session, request: QueryRequest) -> tuple[Query, list[A.Aggregate]]:
@@ -458,7 +465,7 @@ class Service:
     def cost(self, principal: Principal, dataset: str, request: QueryRequest) -> QueryCost:
         """What ``request`` would debit — validated exactly like :meth:`query`, without reading
         the data or spending."""
-        session, _ = self._session(principal, dataset)
+        session, _, _ = self._session(principal, dataset)
         q, aggs = self._compile(session, request)
         return q.cost(aggs, _text=_clip(request.text()), **self._options(request))
 
@@ -466,12 +473,11 @@ class Service:
         """Answer ``request`` for an analyst: validate and price, refuse early if the budget
         cannot pay, aggregate, debit atomically, noise; the answer with its cost and the
         remaining budget. Raises BudgetExceededError (nothing released, nothing debited)."""
-        session, info = self._session(principal, dataset)
+        session, info, before = self._session(principal, dataset)
         q, aggs = self._compile(session, request)
         options = self._options(request)
         text = _clip(request.text())
         cost = q.cost(aggs, _text=text, **options)
-        before = self._ledger.get_budget(info.name, principal.name)
         # An early refusal spares the engine a query that cannot be paid for. The slack keeps it
         # from refusing what the exact ledger would accept (remaining amounts are rounded
         # down); the atomic debit inside Query.aggregate stays the one that decides.
