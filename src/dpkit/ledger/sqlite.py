@@ -306,6 +306,13 @@ class SQLiteLedger:
             self._pid = os.getpid()
         return self._conn
 
+    @property
+    def process_lock(self) -> threading.Lock:
+        """The lock this object holds around each of its transactions. Code writing other tables
+        of the same file from this process (the curator service's audit log) takes it too, so
+        writers queue in order instead of sleeping in SQLite's busy handler."""
+        return self._locked()
+
     def _locked(self) -> threading.Lock:
         if os.getpid() != self._pid:
             # A lock copied by fork() may have been held by a thread that does not exist here.

@@ -184,7 +184,8 @@ class Service:
         self.url = url
         self._ledger: LedgerBackend = _open_ledger(url, timeout)
         try:
-            self._store: ServiceStore = open_store(url, timeout=timeout)
+            shared = getattr(self._ledger, "process_lock", None)
+            self._store: ServiceStore = open_store(url, timeout=timeout, lock=(lambda: self._ledger.process_lock) if shared is not None else None)  # type: ignore[attr-defined]
         except BaseException:
             self._ledger.close()
             raise

@@ -13,7 +13,7 @@ import os
 import sqlite3
 import threading
 import urllib.parse
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any, Protocol
@@ -100,8 +100,9 @@ class _Rows:
 
 
 class _SQLite:
-    def __init__(self, path: Path, url: str, timeout: float) -> None:
+    def __init__(self, path: Path, url: str, timeout: float, lock: Callable[[], threading.Lock] | None = None) -> None:
         self.url = url
+        self._shared_lock = lock
         self._path = path
         self._timeout = timeout
         self._local = threading.local()
@@ -131,10 +132,10 @@ class _SQLite:
     @contextlib.contextmanager
     def transaction(self, *, write: bool = False, audit: bool = False) -> Iterator[_Rows]:
         if write or audit:
-            # Writers of this process queue on a lock: left to SQLite's busy handler, which
-            # sleeps with growing back-off, dozens of threads appending to the audit log at once
-            # would wait milliseconds each for a lock held for a fraction of one.
-            with self._write_lock:
+            # Writers of this process queue on a lock — the ledger's own, when it shares the
+            # file: left to SQLite's busy handler, which sleeps with growing back-off, threads
+            # writing at once would wait milliseconds each for a lock held for a fraction of one.
+            with self._shared_lock() if self._shared_lock is not None else self._write_lock:
                 yield from self._transaction(write=True)
         else:
             yield from self._transaction(write=False)
@@ -256,10 +257,11 @@ def normalise_url(value: object) -> str:
     return "sqlite:///" + str(Path(value).expanduser().absolute())
 
 
-def open_store(url: str, *, timeout: float = 30.0) -> ServiceStore:
-    """Open (creating the tables if needed) the service tables at a ledger URL."""
+def open_store(url: str, *, timeout: float = 30.0, lock: Callable[[], threading.Lock] | None = None) -> ServiceStore:
+    """Open (creating the tables if needed) the service tables at a ledger URL. On SQLite,
+    ``lock`` returns the lock that this process's writers of the file share (the ledger's)."""
     url = normalise_url(url)
     if url.startswith("sqlite:///"):
         path = sqlite_path(url)
-        return _SQLite(path, url, timeout)
+        return _SQLite(path, url, timeout, lock)
     return _Postgres(url, timeout)
