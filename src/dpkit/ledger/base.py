@@ -28,8 +28,8 @@ from dpkit._validate import NEIGHBOUR_RELATIONS, exact_amount
 from dpkit._validate import short_repr as _short
 from dpkit.accounting.composition import basic_cost
 from dpkit.accounting.events import ComposedEvent, DPEvent, event_from_json, event_to_json
-from dpkit.accounting.rounding import sub_down
-from dpkit.errors import InvalidParameterError
+from dpkit.accounting.rounding import down, sub_down, up
+from dpkit.errors import DPError, InvalidParameterError, LedgerError
 
 __all__ = [
     "BudgetRecord",
@@ -41,6 +41,9 @@ __all__ = [
     "fraction_from_text",
     "encode_event",
     "check_name",
+    "decode_amount",
+    "budget_from_row",
+    "spend_from_row",
 ]
 
 
@@ -240,3 +243,57 @@ def encode_event(event: DPEvent) -> str:
     return text
 
 
+
+
+# ------------------------------------------------------------------------------------------------
+# decoding stored rows (identical for every backend; ``where`` names the store in messages)
+# ------------------------------------------------------------------------------------------------
+
+
+def decode_amount(text: object, where: object, what: str) -> Fraction:
+    """A stored exact amount; LedgerError naming the store and the record if it is corrupt."""
+    try:
+        return fraction_from_text(text)
+    except (ValueError, ZeroDivisionError) as exc:
+        raise LedgerError(f"{where} holds a corrupt amount for {what}: {text!r}") from exc
+
+
+def _time(value: object) -> datetime:
+    return value if isinstance(value, datetime) else datetime.fromisoformat(str(value))
+
+
+def budget_from_row(row: tuple, where: object) -> BudgetRecord:  # type: ignore[type-arg]
+    """A BudgetRecord from (dataset, analyst, ε, δ, spent ε, spent δ, created_at, neighbours):
+    the budget rounded down, the spent amounts up."""
+    dataset, analyst, eps, dlt, s_eps, s_dlt, created, neighbours = row
+    what = f"analyst {analyst!r} on dataset {dataset!r}"
+    return BudgetRecord(
+        dataset=dataset,
+        analyst=analyst,
+        epsilon=down(decode_amount(eps, where, what)),
+        delta=down(decode_amount(dlt, where, what)),
+        spent_epsilon=up(decode_amount(s_eps, where, what)),
+        spent_delta=up(decode_amount(s_dlt, where, what)),
+        created_at=_time(created),
+        neighbours=neighbours,
+    )
+
+
+def spend_from_row(row: tuple, where: object) -> SpendRecord:  # type: ignore[type-arg]
+    """A SpendRecord from (id, dataset, analyst, event JSON, query text, ε, δ, created_at)."""
+    spend_id, dataset, analyst, event_json, query_text, eps, dlt, created = row
+    try:
+        event = event_from_json(event_json)
+    except (DPError, TypeError, ValueError) as exc:
+        raise LedgerError(f"{where} holds a corrupt event in spend {spend_id}: {_short(event_json)}") from exc
+    what = f"spend {spend_id}"
+    return SpendRecord(
+        id=spend_id,
+        dataset=dataset,
+        analyst=analyst,
+        event=event,
+        query_text=query_text,
+        epsilon_cost=up(decode_amount(eps, where, what)),
+        delta_cost=up(decode_amount(dlt, where, what)),
+        created_at=_time(created),
+    )

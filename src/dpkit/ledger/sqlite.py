@@ -37,18 +37,20 @@ from datetime import datetime, timezone
 from fractions import Fraction
 from pathlib import Path
 
-from dpkit.accounting.events import DPEvent, event_from_json
+from dpkit.accounting.events import DPEvent
 from dpkit._validate import short_repr as _short
-from dpkit.errors import BudgetExceededError, DPError, InvalidParameterError, LedgerError
+from dpkit.errors import BudgetExceededError, InvalidParameterError, LedgerError
 from dpkit.accounting.rounding import down, up
 from dpkit.ledger.base import (
     BudgetRecord,
     SpendRecord,
     budget_amounts,
+    budget_from_row,
     check_name,
     debit_cost,
+    decode_amount,
     encode_event,
-    fraction_from_text,
+    spend_from_row,
     fraction_to_text,
 )
 
@@ -366,42 +368,13 @@ class SQLiteLedger:
     # -- decoding -----------------------------------------------------------------------------------
 
     def _fraction(self, text: object, what: str) -> Fraction:
-        try:
-            return fraction_from_text(text)
-        except (ValueError, ZeroDivisionError) as exc:
-            raise LedgerError(f"{self._path} holds a corrupt amount for {what}: {text!r}") from exc
+        return decode_amount(text, self._path, what)
 
     def _budget(self, row: tuple) -> BudgetRecord:  # type: ignore[type-arg]
-        dataset, analyst, eps, dlt, s_eps, s_dlt, created, neighbours = row
-        what = f"analyst {analyst!r} on dataset {dataset!r}"
-        return BudgetRecord(
-            dataset=dataset,
-            analyst=analyst,
-            epsilon=down(self._fraction(eps, what)),
-            delta=down(self._fraction(dlt, what)),
-            spent_epsilon=up(self._fraction(s_eps, what)),
-            spent_delta=up(self._fraction(s_dlt, what)),
-            created_at=datetime.fromisoformat(created),
-            neighbours=neighbours,
-        )
+        return budget_from_row(row, self._path)
 
     def _spend(self, row: tuple) -> SpendRecord:  # type: ignore[type-arg]
-        spend_id, dataset, analyst, event_json, query_text, eps, dlt, created = row
-        try:
-            event = event_from_json(event_json)
-        except (DPError, TypeError, ValueError) as exc:
-            raise LedgerError(f"{self._path} holds a corrupt event in spend {spend_id}: {_short(event_json)}") from exc
-        what = f"spend {spend_id}"
-        return SpendRecord(
-            id=spend_id,
-            dataset=dataset,
-            analyst=analyst,
-            event=event,
-            query_text=query_text,
-            epsilon_cost=up(self._fraction(eps, what)),
-            delta_cost=up(self._fraction(dlt, what)),
-            created_at=datetime.fromisoformat(created),
-        )
+        return spend_from_row(row, self._path)
 
     def _missing(self, dataset: str, analyst: str) -> LedgerError:
         return LedgerError(
