@@ -408,3 +408,26 @@ def test_long_query_text_is_clipped_in_the_log(world: World) -> None:
     svc.query(who(world, "alice"), "people", QueryRequest(epsilon=0.1, sql=sql))
     text = svc.ledger.list_spends("people", "alice")[0].query_text
     assert len(text) <= 4097 and text.endswith("…")
+
+
+def test_a_table_of_a_duckdb_file_is_a_source(tmp_path: Path) -> None:
+    import duckdb
+
+    db = tmp_path / "warehouse.duckdb"
+    with duckdb.connect(str(db)) as con:
+        con.execute("CREATE SCHEMA hr")
+        con.execute("CREATE TABLE hr.staff AS SELECT range % 60 + 20 AS age FROM range(500)")
+    meta = {"columns": {"age": {"type": "numeric", "lower": 0, "upper": 100}}}
+    with Service(f"sqlite:///{tmp_path / 'ledger.sqlite'}", rng=np.random.default_rng(5)) as svc:
+        info = svc.register_dataset("staff", db, meta, table="hr.staff")
+        assert (info.table, svc.dataset("staff").table) == ("hr.staff", "hr.staff")
+        _, key = svc.create_principal("ann", "analyst")
+        svc.grant("ann", "staff", epsilon=1.0)
+        answer = svc.query(svc.authenticate(key), "staff", QueryRequest(epsilon=0.5, sql="SELECT COUNT(*) FROM staff"))
+        assert abs(answer["rows"][0]["count"] - 500) < 60  # Laplace scale 2: |noise| > 60 has probability e^-30
+        for bad_table, source in ((None, db), ("hr.staff", tmp_path / "x.csv"), ("x; DROP TABLE t", db)):
+            (tmp_path / "x.csv").write_text("age\n1\n")
+            with pytest.raises(InvalidParameterError, match="table"):
+                svc.register_dataset("other", source, meta, table=bad_table)
+        with pytest.raises(InvalidDataError, match="could not be read"):
+            svc.register_dataset("missing", db, meta, table="hr.nope")

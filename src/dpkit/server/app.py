@@ -299,6 +299,7 @@ class DatasetBody(_Body):
     source: str
     metadata: dict[str, Any]
     neighbours: Literal["add_remove", "replace"] = "add_remove"
+    table: str | None = None
 
 
 class AnalystBody(_Body):
@@ -451,7 +452,7 @@ def create_app(config: ServerConfig | Service | str | None = None, *, rng: RNG =
     @app.post("/v1/datasets", status_code=201)
     def register_dataset(body: DatasetBody, request: Request, who: Principal = Depends(curator)) -> dict[str, Any]:
         _note(request, action="register_dataset", dataset=body.name[:100])
-        info = service.register_dataset(body.name, body.source, body.metadata, neighbours=body.neighbours)
+        info = service.register_dataset(body.name, body.source, body.metadata, neighbours=body.neighbours, table=body.table)
         return {**info.public(), "source": info.source, "created_at": info.created_at}
 
     @app.get("/v1/analysts")

@@ -103,13 +103,17 @@ def revoke(target: Annotated[str, typer.Argument(help="A key id, or a principal'
 @admin_app.command("register-dataset")
 def register_dataset(
     name: str,
-    source: Annotated[Path, typer.Argument(help="A CSV or Parquet file.")],
+    source: Annotated[Path, typer.Argument(help="A CSV, Parquet or DuckDB database (.duckdb) file.")],
     metadata: Annotated[Path, typer.Option("--metadata", help="The curator's metadata JSON: privacy_unit, max_groups, max_rows, columns with bounds/categories.")],
     neighbours: Annotated[str, typer.Option("--neighbours", help="add_remove or replace.")] = "add_remove",
+    table: Annotated[str | None, typer.Option("--table", help="The table to serve, with a .duckdb source.")] = None,
     ledger: LedgerOption = _DEFAULT,
 ) -> None:
     """Register a dataset analysts can be granted budgets on."""
-    info = _run(ledger, "register_dataset", lambda s: s.register_dataset(name, source, metadata, neighbours=neighbours), dataset=name, source=str(source))
+    info = _run(
+        ledger, "register_dataset", lambda s: s.register_dataset(name, source, metadata, neighbours=neighbours, table=table),
+        dataset=name, source=str(source), table=table,
+    )
     typer.echo(f"registered dataset {info.name!r} ({len(info.metadata.columns)} declared columns, neighbours={info.neighbours})")
 
 

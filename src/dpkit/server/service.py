@@ -49,6 +49,7 @@ from typing import Any, Literal
 
 from dpkit import _validate as v
 from dpkit.analytics import aggregates as A
+from dpkit.analytics.engines.base import quote_identifier
 from dpkit.analytics.metadata import Metadata
 from dpkit.analytics.results import QueryCost
 from dpkit.analytics.session import Query, Session
@@ -65,6 +66,9 @@ __all__ = ["Service", "Principal", "DatasetInfo", "QueryRequest", "QuerySpec", "
 Role = Literal["curator", "analyst"]
 _NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]{0,62}")
 _PRINCIPAL = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.@-]{0,63}")
+_TABLE = re.compile(r"[A-Za-z_][A-Za-z0-9_]{0,62}(\.[A-Za-z_][A-Za-z0-9_]{0,62})?")
+_SOURCES = (".csv", ".parquet", ".pq", ".duckdb")
+_DATASET_COLUMNS = "name, source, metadata, neighbours, created_at, source_table"
 _DETAIL_LIMIT = 4096  # characters of query text kept in the audit log per request
 _AGGREGATES: dict[str, type] = {
     "count": A.Count,
@@ -99,6 +103,7 @@ class DatasetInfo:
     metadata: Metadata
     neighbours: str
     created_at: str
+    table: str | None = None  # the table inside a DuckDB database file; None for CSV / Parquet
 
     def public(self) -> dict[str, Any]:
         """What an analyst may see: the schema the curator declared, never the source or rows."""
@@ -288,17 +293,23 @@ class Service:
         metadata: Metadata | dict[str, Any] | str | os.PathLike[str],
         *,
         neighbours: str = "add_remove",
+        table: str | None = None,
     ) -> DatasetInfo:
-        """Register a CSV or Parquet file under ``name`` with the curator's metadata (bounds,
-        categories, privacy unit). The file is opened once to check the metadata against its
-        schema; nothing is computed from its values."""
+        """Register a CSV or Parquet file, or a ``table`` of a DuckDB database file (.duckdb),
+        under ``name`` with the curator's metadata (bounds, categories, privacy unit). The data is
+        opened once to check the metadata against its schema; nothing is computed from its
+        values. Analysts write ``FROM <name>`` whatever the source."""
         check_dataset_name(name)
         path = Path(os.fspath(source)).expanduser().absolute() if isinstance(source, (str, os.PathLike)) and source else None
-        if path is None or not path.is_file() or path.suffix.lower() not in (".csv", ".parquet", ".pq"):
-            raise InvalidParameterError("source", str(source), "an existing .csv or .parquet file")
+        if path is None or not path.is_file() or path.suffix.lower() not in _SOURCES:
+            raise InvalidParameterError("source", str(source), "an existing .csv, .parquet or .duckdb file")
+        if (path.suffix.lower() == ".duckdb") != (table is not None):
+            raise InvalidParameterError("table", table, "a table name with a .duckdb source, and no table otherwise")
+        if table is not None and not _TABLE.fullmatch(table):
+            raise InvalidParameterError("table", table, "a table name ('people' or 'schema.people')")
         meta = Session._check_metadata(str(metadata) if isinstance(metadata, os.PathLike) else metadata)
         v.neighbours(neighbours)
-        info = DatasetInfo(name, str(path), meta, neighbours, now())
+        info = DatasetInfo(name, str(path), meta, neighbours, now(), table)
         conn = self._load(info)
         try:
             # Validates the metadata against the schema: nothing is released, nothing is paid.
@@ -309,15 +320,15 @@ class Service:
             if tx.run("SELECT 1 FROM datasets WHERE name = ?", (name,)):
                 raise InvalidParameterError("dataset", name, "a name not already registered", "a registered dataset is never replaced (its budgets refer to it)")
             tx.run(
-                "INSERT INTO datasets (name, source, metadata, neighbours, created_at) VALUES (?, ?, ?, ?, ?)",
-                (name, info.source, json.dumps(meta.to_dict(), sort_keys=True), neighbours, info.created_at),
+                f"INSERT INTO datasets ({_DATASET_COLUMNS}) VALUES (?, ?, ?, ?, ?, ?)",
+                (name, info.source, json.dumps(meta.to_dict(), sort_keys=True), neighbours, info.created_at, table),
             )
         return info
 
     def datasets(self) -> list[DatasetInfo]:
         with self._store.transaction() as tx:
-            rows = tx.run("SELECT name, source, metadata, neighbours, created_at FROM datasets ORDER BY name")
-        return [DatasetInfo(n, s, Metadata.from_dict(json.loads(m)), nb, c) for n, s, m, nb, c in rows]
+            rows = tx.run(f"SELECT {_DATASET_COLUMNS} FROM datasets ORDER BY name")
+        return [_dataset(r) for r in rows]
 
     def dataset(self, name: object, principal: Principal | None = None) -> DatasetInfo:
         """The dataset ``name``; for an analyst, only one they were granted (else NotFoundError —
@@ -325,11 +336,10 @@ class Service:
         if not isinstance(name, str) or not _NAME.fullmatch(name):
             raise NotFoundError(f"there is no dataset named {name!r}")
         with self._store.transaction() as tx:
-            rows = tx.run("SELECT name, source, metadata, neighbours, created_at FROM datasets WHERE name = ?", (name,))
+            rows = tx.run(f"SELECT {_DATASET_COLUMNS} FROM datasets WHERE name = ?", (name,))
         if not rows or (principal is not None and principal.role == "analyst" and self._grant(principal.name, name) is None):
             raise NotFoundError(f"there is no dataset named {name!r} that you may query")
-        n, s, m, nb, c = rows[0]
-        return DatasetInfo(n, s, Metadata.from_dict(json.loads(m)), nb, c)
+        return _dataset(rows[0])
 
     def _grant(self, analyst: str, dataset: str) -> BudgetRecord | None:
         try:
@@ -379,15 +389,27 @@ class Service:
     # -- queries -----------------------------------------------------------------------------------
 
     def _load(self, info: DatasetInfo) -> Any:
+        """A private in-memory DuckDB database holding the dataset as table ``info.name``."""
         import duckdb
 
         conn = duckdb.connect()
         try:
-            reader = conn.read_parquet if info.source.lower().endswith((".parquet", ".pq")) else conn.read_csv
-            reader(info.source).create(info.name)
+            if info.table is not None:
+                # The file is attached read-only just long enough to copy the table.
+                literal = "'" + info.source.replace("'", "''") + "'"
+                conn.execute(f"ATTACH {literal} AS dpkit_source (READ_ONLY)")
+                qualified = ".".join(quote_identifier(part) for part in ("dpkit_source", *info.table.split(".")))
+                conn.execute(f"CREATE TABLE {quote_identifier(info.name)} AS SELECT * FROM {qualified}")
+                conn.execute("DETACH dpkit_source")
+            else:
+                reader = conn.read_parquet if info.source.lower().endswith((".parquet", ".pq")) else conn.read_csv
+                reader(info.source).create(info.name)
         except duckdb.Error as exc:
             conn.close()
-            raise InvalidDataError("source", f"{Path(info.source).name} could not be read ({exc})", "a CSV file with a header row, or a Parquet file") from exc
+            raise InvalidDataError(
+                "source", f"{Path(info.source).name}{'' if info.table is None else ' table ' + info.table} could not be read ({exc})",
+                "a CSV file with a header row, a Parquet file, or a table of a DuckDB database file",
+            ) from exc
         return conn
 
     def _cursor(self, info: DatasetInfo) -> Any:
@@ -643,6 +665,11 @@ class _GroupCommit:
             raise slot.error
         assert slot.entry is not None
         return slot.entry
+
+
+def _dataset(row: tuple[Any, ...]) -> DatasetInfo:
+    n, s, m, nb, c, t = row
+    return DatasetInfo(n, s, Metadata.from_dict(json.loads(m)), nb, c, t)
 
 
 def budget_dict(b: BudgetRecord) -> dict[str, Any]:

@@ -49,7 +49,8 @@ _TABLES = (
         source TEXT NOT NULL,
         metadata TEXT NOT NULL,
         neighbours TEXT NOT NULL,
-        created_at TEXT NOT NULL
+        created_at TEXT NOT NULL,
+        source_table TEXT
     )""",
     """CREATE TABLE IF NOT EXISTS audit_log (
         seq BIGINT PRIMARY KEY,
