@@ -3,13 +3,15 @@
 1,000 requests hit the HTTP API at once (one event loop, 1,000 connections); the analyst's budget
 admits exactly k of them (k drawn per repetition from a seeded generator; ε per query is 1/8 so
 the sums are exact). Repeated 20 times on SQLite and on PostgreSQL. The check is deterministic —
-any overshoot or lost debit fails it — so its false-failure rate is 0.
+any overshoot or lost debit fails it — so its false-failure rate is 0; its power is shown by the
+same race against a ledger that checks and pays in separate transactions, which it catches.
 """
 
 from __future__ import annotations
 
 import asyncio
 import json
+import time
 from fractions import Fraction
 from pathlib import Path
 
@@ -19,8 +21,12 @@ import pytest
 
 pytest.importorskip("fastapi")
 
-from _live_server import dpkit_serve  # noqa: E402
-from dpkit.server import Service  # noqa: E402
+from _live_server import dpkit_serve, live_server  # noqa: E402
+from dpkit.errors import BudgetExceededError  # noqa: E402
+from dpkit.ledger.sqlite import SQLiteLedger  # noqa: E402
+from dpkit.server import Service, create_app  # noqa: E402
+from dpkit.server import service as service_module  # noqa: E402
+from dpkit.server.store import sqlite_path  # noqa: E402
 
 REQUESTS = 1000
 REPEATS = int(__import__("os").environ.get("RACE_REPEATS", 20))
@@ -48,14 +54,14 @@ async def _fire(base: str, key: str, n: int) -> list[int]:
     return list(await asyncio.gather(*(_post(host, int(port), "/v1/datasets/people/query", body, key) for _ in range(n))))
 
 
-def _race(service: Service, base: str, rng: np.random.Generator, rep: int) -> None:
+def _race(service: Service, base: str, rng: np.random.Generator, rep: int, requests: int = REQUESTS) -> None:
     k = int(rng.integers(1, 40))
     name = f"racer{rep}"
     _, key = service.create_principal(name, "analyst")
     service.grant(name, "people", epsilon=k * COST)
-    statuses = asyncio.run(_fire(base, key, REQUESTS))
+    statuses = asyncio.run(_fire(base, key, requests))
     assert statuses.count(200) == k, f"repetition {rep}: {statuses.count(200)} answered, budget admits {k}"
-    assert statuses.count(409) == REQUESTS - k, sorted(set(statuses))
+    assert statuses.count(409) == requests - k, sorted(set(statuses))
     spends = service.ledger.list_spends("people", name)
     assert len(spends) == k
     assert sum(Fraction(s.epsilon_cost) for s in spends) == k * Fraction(COST)
@@ -93,5 +99,30 @@ def test_race_postgres(tmp_path: Path, pg_url: str) -> None:
     service = _setup(tmp_path, pg_url)
     try:
         _run(service)
+    finally:
+        service.close()
+
+
+class _CheckThenPay(SQLiteLedger):
+    """A deliberately broken ledger: it checks the remaining budget in one transaction and pays
+    in another (into a shadow budget, so the real one is never refused) — the classic race."""
+
+    def debit(self, dataset, analyst, event, query_text="", **costs):  # type: ignore[no-untyped-def]
+        if self.get_budget(dataset, analyst).remaining_epsilon < COST:
+            raise BudgetExceededError(f"ε={COST}", "nothing")
+        time.sleep(0.005)  # the window between check and pay
+        self.create_budget(dataset, "shadow-" + analyst, epsilon=1e9, exist_ok=True)
+        return super().debit(dataset, "shadow-" + analyst, event, query_text, **costs)
+
+
+def test_the_race_test_catches_a_check_then_pay_ledger(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Power: the same race, against a ledger whose check and debit are separate transactions,
+    answers more queries than the budget admits — and the assertion above catches it."""
+    monkeypatch.setattr(service_module, "_open_ledger", lambda url, timeout: _CheckThenPay(sqlite_path(url), timeout=timeout))
+    service = _setup(tmp_path, f"sqlite:///{tmp_path / 'ledger.sqlite'}")
+    try:
+        with live_server(create_app(service, rate=1e9, burst=10**9)) as base:
+            with pytest.raises(AssertionError, match="answered, budget admits"):
+                _race(service, base, np.random.default_rng(3), 0, requests=200)
     finally:
         service.close()
