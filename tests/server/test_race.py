@@ -1,6 +1,7 @@
 """Concurrent queries against one budget: exactly as many succeed as the budget admits.
 
-1,000 requests hit the HTTP API at once (one event loop, 1,000 connections); the analyst's budget
+1,000 requests hit ``dpkit serve --workers 2`` at once (one event loop, 1,000 connections; two
+server processes race on the same ledger and audit chain); the analyst's budget
 admits exactly k of them (k drawn per repetition from a seeded generator; ε per query is 1/8 so
 the sums are exact). Repeated 20 times on SQLite and on PostgreSQL. The check is deterministic —
 any overshoot or lost debit fails it — so its false-failure rate is 0; its power is shown by the
@@ -78,7 +79,7 @@ def _setup(tmp_path: Path, url: str) -> Service:
 
 def _run(service: Service) -> None:
     rng = np.random.default_rng(2026)
-    with dpkit_serve(service.url, "--rate", "1e9", "--burst", "1000000000") as base:
+    with dpkit_serve(service.url, "--rate", "1e9", "--burst", "1000000000", "--workers", "2") as base:
         for rep in range(REPEATS):
             _race(service, base, rng, rep)
     service.verify_log()

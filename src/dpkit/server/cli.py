@@ -199,9 +199,10 @@ def serve(
     ledger: LedgerOption = _DEFAULT,
     host: Annotated[str, typer.Option("--host", help="Interface to listen on (loopback by default; put TLS in front for anything else).")] = "127.0.0.1",
     port: Annotated[int, typer.Option("--port", min=1, max=65535)] = 8000,
-    rate: Annotated[float, typer.Option("--rate", help="Requests per second allowed per principal (average).")] = 20.0,
-    burst: Annotated[int, typer.Option("--burst", min=1, help="Requests a principal may make at once.")] = 100,
+    rate: Annotated[float, typer.Option("--rate", help="Requests per second allowed per principal (average), per worker.")] = 20.0,
+    burst: Annotated[int, typer.Option("--burst", min=1, help="Requests a principal may make at once, per worker.")] = 100,
     max_body: Annotated[int, typer.Option("--max-body", min=1024, help="Largest request body accepted, in bytes.")] = 64 * 1024,
+    workers: Annotated[int, typer.Option("--workers", min=1, max=64, help="Server processes (each holds its own copy of the datasets and its own rate limits).")] = 1,
 ) -> None:
     """Run the curator service: the /v1 API and the dashboard at http://HOST:PORT/."""
     try:
@@ -211,11 +212,28 @@ def serve(
     except ImportError:
         _fail("dpkit serve needs the server extra: pip install 'dpkit[server]'")
     try:
-        app = create_app(ServerConfig(ledger=ledger, rate=rate, burst=burst, max_body_bytes=max_body))
+        config = ServerConfig(ledger=ledger, rate=rate, burst=burst, max_body_bytes=max_body)
+        Service(config.ledger).close()  # fail here, with a clear message, if the ledger cannot be opened
     except DPError as exc:
         _fail(str(exc))
     if host not in ("127.0.0.1", "localhost", "::1"):
         Console(stderr=True).print(f"[yellow]warning:[/] listening on {host}: API keys travel in headers, so serve this only behind TLS")
-    Console(stderr=True).print(f"dpkit curator on http://{host}:{port}/ (ledger {masked_url(ledger)}); Ctrl-C to stop")
-    uvicorn.run(app, host=host, port=port, log_level=os.environ.get("DPKIT_LOG_LEVEL", "warning"), server_header=False)
+    Console(stderr=True).print(f"dpkit curator on http://{host}:{port}/ (ledger {masked_url(ledger)}, {workers} worker(s)); Ctrl-C to stop")
+    log_level = os.environ.get("DPKIT_LOG_LEVEL", "warning")
+    if workers == 1:
+        uvicorn.run(create_app(config), host=host, port=port, log_level=log_level, server_header=False)
+        return
+    # Several processes: uvicorn imports the app factory in each, which reads the configuration
+    # from the environment. The ledger and the audit chain are safe across processes.
+    os.environ[_CONFIG_ENV] = json.dumps(config.__dict__)
+    uvicorn.run("dpkit.server.cli:app_from_environment", factory=True, workers=workers, host=host, port=port, log_level=log_level, server_header=False)
 
+
+_CONFIG_ENV = "DPKIT_SERVER_CONFIG"
+
+
+def app_from_environment() -> Any:
+    """The app of one worker of ``dpkit serve --workers N`` (configuration in the environment)."""
+    from dpkit.server.app import ServerConfig, create_app
+
+    return create_app(ServerConfig(**json.loads(os.environ[_CONFIG_ENV])))
