@@ -29,7 +29,7 @@ from dpkit._validate import short_repr as _short
 from dpkit.accounting.composition import basic_cost
 from dpkit.accounting.events import ComposedEvent, DPEvent, event_from_json, event_to_json
 from dpkit.accounting.rounding import down, sub_down, up
-from dpkit.errors import DPError, InvalidParameterError, LedgerError
+from dpkit.errors import BudgetExceededError, DPError, InvalidParameterError, LedgerError
 
 __all__ = [
     "BudgetRecord",
@@ -44,6 +44,8 @@ __all__ = [
     "decode_amount",
     "budget_from_row",
     "spend_from_row",
+    "check_debit",
+    "total_problems",
 ]
 
 
@@ -297,3 +299,55 @@ def spend_from_row(row: tuple, where: object) -> SpendRecord:  # type: ignore[ty
         delta_cost=up(decode_amount(dlt, where, what)),
         created_at=_time(created),
     )
+
+
+# ------------------------------------------------------------------------------------------------
+# the decisions of a debit and of verify(), on rows read inside the backend's transaction
+# ------------------------------------------------------------------------------------------------
+
+
+def check_debit(
+    row: tuple, eps: Fraction, dlt: Fraction, relation: str | None, event: DPEvent, what: str, where: object  # type: ignore[type-arg]
+) -> tuple[Fraction, Fraction]:
+    """The new spent totals when the budget row (ε, δ, spent ε, spent δ, neighbours) can pay
+    (eps, dlt) for ``event``; else InvalidParameterError (another neighbour relation) or
+    BudgetExceededError. Exact comparison: the budget is never overshot by rounding."""
+    budget_eps, budget_dlt, spent_eps, spent_dlt = (decode_amount(x, where, what) for x in row[:4])
+    fixed = row[4]
+    if relation is not None and fixed is not None and relation != fixed:
+        raise InvalidParameterError(
+            "event",
+            _short(event),
+            f"events whose neighbours is {fixed!r}",
+            f"this budget's earlier debits were for {fixed!r} neighbours; a guarantee for one "
+            "neighbour relation is not a guarantee for the other, so they cannot be added up",
+        )
+    new_eps, new_dlt = spent_eps + eps, spent_dlt + dlt
+    if new_eps > budget_eps or new_dlt > budget_dlt:
+        raise BudgetExceededError(
+            f"ε={up(eps)!r}, δ={up(dlt)!r} for {_short(event)}",
+            f"ε={down(budget_eps - spent_eps)!r}, δ={down(budget_dlt - spent_dlt)!r} of the budget "
+            f"ε={down(budget_eps)!r}, δ={down(budget_dlt)!r} of {what} in {where}",
+        )
+    return new_eps, new_dlt
+
+
+def total_problems(budgets: list[tuple], spends: list[tuple], where: object) -> list[str]:  # type: ignore[type-arg]
+    """What is inconsistent between budget rows (dataset, analyst, ε, δ, spent ε, spent δ) and
+    spend rows grouped by cost (dataset, analyst, ε, δ, count): totals that differ from the exact
+    sum of the spends, budgets overspent, spends without a budget."""
+    sums: dict[tuple[str, str], list[Fraction]] = {}
+    for dataset, analyst, eps, dlt, count in spends:
+        total = sums.setdefault((dataset, analyst), [Fraction(0), Fraction(0)])
+        total[0] += decode_amount(eps, where, "a spend") * count
+        total[1] += decode_amount(dlt, where, "a spend") * count
+    problems = []
+    for dataset, analyst, eps, dlt, s_eps, s_dlt in budgets:
+        what = f"analyst {analyst!r} on dataset {dataset!r}"
+        spent = [decode_amount(s_eps, where, what), decode_amount(s_dlt, where, what)]
+        if sums.pop((dataset, analyst), [Fraction(0), Fraction(0)]) != spent:
+            problems.append(f"the totals of {what} differ from the sum of its spends")
+        if spent[0] > decode_amount(eps, where, what) or spent[1] > decode_amount(dlt, where, what):
+            problems.append(f"{what} has spent more than its budget")
+    problems.extend(f"spends of analyst {a!r} on dataset {d!r} have no budget" for d, a in sums)
+    return problems

@@ -55,19 +55,21 @@ from typing import TYPE_CHECKING, Any
 
 from dpkit._validate import short_repr as _short
 from dpkit.accounting.events import DPEvent
-from dpkit.accounting.rounding import down, up
-from dpkit.errors import BudgetExceededError, InvalidParameterError, LedgerError
+from dpkit.accounting.rounding import up
+from dpkit.errors import InvalidParameterError, LedgerError
 from dpkit.ledger.base import (
     BudgetRecord,
     SpendRecord,
     budget_amounts,
     budget_from_row,
+    check_debit,
     check_name,
     debit_cost,
     decode_amount,
     encode_event,
-    spend_from_row,
     fraction_to_text,
+    spend_from_row,
+    total_problems,
 )
 
 if TYPE_CHECKING:
@@ -626,23 +628,7 @@ class PostgresLedger:
             if row is None:
                 raise self._missing(dataset, analyst)
             what = f"analyst {analyst!r} on dataset {dataset!r}"
-            budget_eps, budget_dlt, spent_eps, spent_dlt = (self._fraction(x, what) for x in row[:4])
-            fixed = row[4]
-            if relation is not None and fixed is not None and relation != fixed:
-                raise InvalidParameterError(
-                    "event",
-                    _short(event),
-                    f"events whose neighbours is {fixed!r}",
-                    f"this budget's earlier debits were for {fixed!r} neighbours; a guarantee for one "
-                    "neighbour relation is not a guarantee for the other, so they cannot be added up",
-                )
-            new_eps, new_dlt = spent_eps + eps, spent_dlt + dlt
-            if new_eps > budget_eps or new_dlt > budget_dlt:
-                raise BudgetExceededError(
-                    f"ε={up(eps)!r}, δ={up(dlt)!r} for {_short(event)}",
-                    f"ε={down(budget_eps - spent_eps)!r}, δ={down(budget_dlt - spent_dlt)!r} of the budget "
-                    f"ε={down(budget_eps)!r}, δ={down(budget_dlt)!r} of {what} in {self._where}",
-                )
+            new_eps, new_dlt = check_debit(row, eps, dlt, relation, event, what, self._where)
             spend_id, created = conn.execute(  # type: ignore[misc]
                 f"INSERT INTO {self._spends} (dataset, analyst, event, query_text, epsilon_cost, delta_cost, created_at) "
                 "VALUES (%s, %s, %s, %s, %s, %s, statement_timestamp()) RETURNING id, created_at",
@@ -696,19 +682,7 @@ class PostgresLedger:
             problems.append(f"its dpkit_schema row is {meta!r}, not [({_APPLICATION!r}, {SCHEMA_VERSION})]")
         if not _TRIGGERS <= triggers:
             problems.append(f"the append-only triggers {', '.join(sorted(_TRIGGERS - triggers))} are missing or disabled")
-        sums: dict[tuple[str, str], list[Fraction]] = {}
-        for dataset, analyst, eps, dlt, count in spends:
-            total = sums.setdefault((dataset, analyst), [Fraction(0), Fraction(0)])
-            total[0] += self._fraction(eps, "a spend") * count
-            total[1] += self._fraction(dlt, "a spend") * count
-        for dataset, analyst, eps, dlt, s_eps, s_dlt in budgets:
-            what = f"analyst {analyst!r} on dataset {dataset!r}"
-            spent = [self._fraction(s_eps, what), self._fraction(s_dlt, what)]
-            if sums.pop((dataset, analyst), [Fraction(0), Fraction(0)]) != spent:
-                problems.append(f"the totals of {what} differ from the sum of its spends")
-            if spent[0] > self._fraction(eps, what) or spent[1] > self._fraction(dlt, what):
-                problems.append(f"{what} has spent more than its budget")
-        problems.extend(f"spends of analyst {a!r} on dataset {d!r} have no budget" for d, a in sums)
+        problems.extend(total_problems(budgets, spends, self._where))
         if problems:
             raise LedgerError(f"{self._where} is inconsistent: " + "; ".join(problems[:3]))
 

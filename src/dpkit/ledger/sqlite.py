@@ -39,19 +39,21 @@ from pathlib import Path
 
 from dpkit.accounting.events import DPEvent
 from dpkit._validate import short_repr as _short
-from dpkit.errors import BudgetExceededError, InvalidParameterError, LedgerError
-from dpkit.accounting.rounding import down, up
+from dpkit.errors import InvalidParameterError, LedgerError
+from dpkit.accounting.rounding import up
 from dpkit.ledger.base import (
     BudgetRecord,
     SpendRecord,
     budget_amounts,
     budget_from_row,
+    check_debit,
     check_name,
     debit_cost,
     decode_amount,
     encode_event,
-    spend_from_row,
     fraction_to_text,
+    spend_from_row,
+    total_problems,
 )
 
 __all__ = ["SQLiteLedger", "DEFAULT_LEDGER_PATH", "SCHEMA_VERSION", "APPLICATION_ID"]
@@ -474,23 +476,7 @@ class SQLiteLedger:
             if row is None:
                 raise self._missing(dataset, analyst)
             what = f"analyst {analyst!r} on dataset {dataset!r}"
-            budget_eps, budget_dlt, spent_eps, spent_dlt = (self._fraction(x, what) for x in row[:4])
-            fixed = row[4]
-            if relation is not None and fixed is not None and relation != fixed:
-                raise InvalidParameterError(
-                    "event",
-                    _short(event),
-                    f"events whose neighbours is {fixed!r}",
-                    f"this budget's earlier debits were for {fixed!r} neighbours; a guarantee for one "
-                    "neighbour relation is not a guarantee for the other, so they cannot be added up",
-                )
-            new_eps, new_dlt = spent_eps + eps, spent_dlt + dlt
-            if new_eps > budget_eps or new_dlt > budget_dlt:
-                raise BudgetExceededError(
-                    f"ε={up(eps)!r}, δ={up(dlt)!r} for {_short(event)}",
-                    f"ε={down(budget_eps - spent_eps)!r}, δ={down(budget_dlt - spent_dlt)!r} of the budget "
-                    f"ε={down(budget_eps)!r}, δ={down(budget_dlt)!r} of {what} in {self._path}",
-                )
+            new_eps, new_dlt = check_debit(row, eps, dlt, relation, event, what, self._path)
             spend_id = conn.execute(
                 f"INSERT INTO spends ({_SPEND_COLUMNS}) VALUES (NULL, ?, ?, ?, ?, ?, ?, ?)",
                 (dataset, analyst, event_json, query_text, fraction_to_text(eps), fraction_to_text(dlt), created),
@@ -521,22 +507,12 @@ class SQLiteLedger:
         with self._transaction("verify the ledger", write=False) as conn:
             integrity = [row[0] for row in conn.execute("PRAGMA integrity_check").fetchall()]
             budgets = conn.execute("SELECT dataset, analyst, epsilon, delta, spent_epsilon, spent_delta FROM budgets").fetchall()
-            spends = conn.execute("SELECT dataset, analyst, epsilon_cost, delta_cost FROM spends").fetchall()
+            # Equal costs are counted by SQLite, so Python adds one product per distinct cost.
+            spends = conn.execute(
+                "SELECT dataset, analyst, epsilon_cost, delta_cost, count(*) FROM spends GROUP BY dataset, analyst, epsilon_cost, delta_cost"
+            ).fetchall()
         if integrity != ["ok"]:
             raise LedgerError(f"{self._path} is corrupt (integrity_check: {'; '.join(map(str, integrity[:3]))})")
-        sums: dict[tuple[str, str], list[Fraction]] = {}
-        for dataset, analyst, eps, dlt in spends:
-            total = sums.setdefault((dataset, analyst), [Fraction(0), Fraction(0)])
-            total[0] += self._fraction(eps, "a spend")
-            total[1] += self._fraction(dlt, "a spend")
-        problems = []
-        for dataset, analyst, eps, dlt, s_eps, s_dlt in budgets:
-            what = f"analyst {analyst!r} on dataset {dataset!r}"
-            spent = [self._fraction(s_eps, what), self._fraction(s_dlt, what)]
-            if sums.pop((dataset, analyst), [Fraction(0), Fraction(0)]) != spent:
-                problems.append(f"the totals of {what} differ from the sum of its spends")
-            if spent[0] > self._fraction(eps, what) or spent[1] > self._fraction(dlt, what):
-                problems.append(f"{what} has spent more than its budget")
-        problems.extend(f"spends of analyst {a!r} on dataset {d!r} have no budget" for d, a in sums)
+        problems = total_problems(budgets, spends, self._path)
         if problems:
             raise LedgerError(f"{self._path} is inconsistent: " + "; ".join(problems[:3]))
