@@ -28,11 +28,13 @@ import math
 import threading
 import time
 from dataclasses import dataclass
+from fractions import Fraction
 from importlib import resources
 from typing import Any, Literal
 
 from dpkit.errors import AuthError, BudgetExceededError, DPError, InvalidDataError, InvalidParameterError, LedgerError
 from dpkit.noise.source import RNG
+from dpkit.server.keys import key_id
 from dpkit.server.service import NotFoundError, Principal, QueryRequest, QuerySpec, Service, budget_dict
 
 try:
@@ -470,8 +472,6 @@ def create_app(config: ServerConfig | Service | str | None = None, *, rng: RNG =
     def issue_key(name: str, request: Request, who: Principal = Depends(curator)) -> dict[str, Any]:
         _note(request, action="issue_key", name=name[:100])
         key = service.issue_key(name)
-        from dpkit.server.keys import key_id
-
         return {"name": name, "key_id": key_id(key), "key": key, "note": "the key is shown once; only its hash is stored"}
 
     @app.post("/v1/keys/{target}/revoke")
@@ -563,9 +563,5 @@ def _history_item(entry: dict[str, Any]) -> dict[str, Any]:
 
 
 def _amount(text: str | None) -> float | None:
-    if text is None:
-        return None
-    from fractions import Fraction
-
-    return float(Fraction(text))
+    return None if text is None else float(Fraction(text))
 

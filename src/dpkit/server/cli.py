@@ -213,7 +213,9 @@ def serve(
         _fail("dpkit serve needs the server extra: pip install 'dpkit[server]'")
     try:
         config = ServerConfig(ledger=ledger, rate=rate, burst=burst, max_body_bytes=max_body)
-        Service(config.ledger).close()  # fail here, with a clear message, if the ledger cannot be opened
+        # One worker serves this app; with several, this one only checks the ledger opens (each
+        # worker builds its own), so a bad --ledger fails here with a clear message.
+        app = create_app(config)
     except DPError as exc:
         _fail(str(exc))
     if host not in ("127.0.0.1", "localhost", "::1"):
@@ -221,8 +223,9 @@ def serve(
     Console(stderr=True).print(f"dpkit curator on http://{host}:{port}/ (ledger {masked_url(ledger)}, {workers} worker(s)); Ctrl-C to stop")
     log_level = os.environ.get("DPKIT_LOG_LEVEL", "warning")
     if workers == 1:
-        uvicorn.run(create_app(config), host=host, port=port, log_level=log_level, server_header=False)
+        uvicorn.run(app, host=host, port=port, log_level=log_level, server_header=False)
         return
+    app.state.service.close()
     # Several processes: uvicorn imports the app factory in each, which reads the configuration
     # from the environment. The ledger and the audit chain are safe across processes.
     os.environ[_CONFIG_ENV] = json.dumps(config.__dict__)

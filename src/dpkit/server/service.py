@@ -347,9 +347,6 @@ class Service:
         except LedgerError:
             return None
 
-    def _granted(self, analyst: str, dataset: str) -> bool:
-        return self._grant(analyst, dataset) is not None
-
     def grant(self, analyst: str, dataset: str, *, epsilon: float, delta: float = 0.0) -> BudgetRecord:
         """Give ``analyst`` an (ε, δ) budget on ``dataset`` (budgets are never changed later)."""
         check_principal_name(analyst)
@@ -360,7 +357,7 @@ class Service:
             raise NotFoundError(f"there is no analyst named {analyst!r}")
         if rows[0][0] != "analyst":
             raise InvalidParameterError("analyst", analyst, "an analyst (curators do not query)")
-        if self._granted(analyst, dataset):
+        if self._grant(analyst, dataset) is not None:
             raise InvalidParameterError(
                 "analyst", analyst, f"an analyst without a budget on {dataset!r}",
                 "a granted budget is never changed or replaced: every answer already released was paid from it",

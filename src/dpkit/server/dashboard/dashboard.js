@@ -8,7 +8,6 @@
 
 (() => {
   const STORAGE_KEY = "dpkit.apiKey";
-  const PAGE = 1000; // the API's largest page for /v1/audit and /v1/history
   const AUDIT_KEEP = 50;
   const HISTORY_KEEP = 200;
   const SVG_NS = "http://www.w3.org/2000/svg";
@@ -18,8 +17,6 @@
     me: null,
     datasets: [],
     budgets: [],
-    audit: { entries: [], cursor: 0 },
-    history: { entries: [], cursor: 0 },
     busy: false,
   };
 
@@ -207,14 +204,10 @@
     }
   }
 
-  /** Load the newest `keep` entries of /v1/audit or /v1/history (the API returns them newest
-   * first with `newest=true`); `store.entries` keeps them oldest first for the tables. */
-  async function loadTail(base, listKey, store, keep) {
-    const sep = base.includes("?") ? "&" : "?";
-    const data = await api(`${base}${sep}newest=true&limit=${Math.min(keep, PAGE)}`);
-    const got = Array.isArray(data[listKey]) ? data[listKey] : [];
-    store.entries = got.slice().reverse();
-    if (store.entries.length) store.cursor = store.entries[store.entries.length - 1].seq;
+  /** The newest `keep` entries of /v1/audit or /v1/history, newest first. */
+  async function loadNewest(path, keep) {
+    const data = await api(`${path}?newest=true&limit=${keep}`);
+    return Array.isArray(data.entries) ? data.entries : [];
   }
 
   // ---------------------------------------------------------------------------------------------
@@ -225,8 +218,6 @@
     state.me = null;
     state.datasets = [];
     state.budgets = [];
-    state.audit = { entries: [], cursor: 0 };
-    state.history = { entries: [], cursor: 0 };
   }
 
   function clearViews() {
@@ -339,8 +330,7 @@
       budgetsAndSpending,
       guarded("spending-error", async () => renderChart((await api("/v1/spending")).series || [])),
       guarded("audit-error", async () => {
-        await loadTail("/v1/audit", "entries", state.audit, AUDIT_KEEP);
-        renderAudit(state.audit.entries);
+        renderAudit(await loadNewest("/v1/audit", AUDIT_KEEP));
       }),
     ]);
   }
@@ -449,7 +439,7 @@
     const tbody = $("audit").tBodies[0];
     tbody.replaceChildren();
     if (!entries.length) return emptyRow(tbody, 8, "The audit log is empty.");
-    for (const e of entries.slice().reverse()) {
+    for (const e of entries) {
       tbody.append(
         h(
           "tr",
@@ -504,8 +494,7 @@
     // the verification (and everything read since) is now in the log too
     if (state.me) {
       await guarded("audit-error", async () => {
-        await loadTail("/v1/audit", "entries", state.audit, AUDIT_KEEP);
-        renderAudit(state.audit.entries);
+        renderAudit(await loadNewest("/v1/audit", AUDIT_KEEP));
       });
     }
   }
@@ -659,8 +648,7 @@
 
   async function loadHistory() {
     await guarded("history-error", async () => {
-      await loadTail("/v1/history", "entries", state.history, HISTORY_KEEP);
-      renderHistory(state.history.entries);
+      renderHistory(await loadNewest("/v1/history", HISTORY_KEEP));
     });
   }
 
@@ -916,7 +904,7 @@
     const tbody = $("history").tBodies[0];
     tbody.replaceChildren();
     if (!entries.length) return emptyRow(tbody, 9, "No queries yet.");
-    for (const e of entries.slice().reverse()) {
+    for (const e of entries) {
       tbody.append(
         h(
           "tr",
