@@ -15,6 +15,7 @@ from dpkit.errors import (
     BudgetExceededError,
     DPError,
     InvalidDataError,
+    QueryFailedError,
     InvalidParameterError,
     LedgerError,
 )
@@ -94,6 +95,7 @@ __all__ = [
     "DPError",
     "InvalidParameterError",
     "InvalidDataError",
+    "QueryFailedError",
     "BudgetExceededError",
     "LedgerError",
     "AuthError",

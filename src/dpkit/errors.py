@@ -11,6 +11,7 @@ __all__ = [
     "InvalidParameterError",
     "InvalidDataError",
     "BudgetExceededError",
+    "QueryFailedError",
     "LedgerError",
     "AuthError",
 ]
@@ -50,6 +51,19 @@ class BudgetExceededError(DPError):
         self.requested = requested
         self.remaining = remaining
         super().__init__(f"privacy budget exceeded: requested {requested}, remaining {remaining}")
+
+
+class QueryFailedError(DPError):
+    """A paid query could not be computed. The spend stands (the data may already have been
+    touched), and the message is the same whatever went wrong: it names no data value, file path
+    or engine message, because an error after the debit is itself something the analyst sees.
+    The details go to the curator's log (the ``dpkit.curator`` logger)."""
+
+    MESSAGE = "the query could not be computed; the spend stands"
+
+    def __init__(self, spend_id: int | None = None) -> None:
+        self.spend_id = spend_id
+        super().__init__(self.MESSAGE)
 
 
 class LedgerError(DPError):

@@ -44,11 +44,15 @@ META = Metadata(
         "age": Numeric(0, 100),
         "income": Numeric(0, 200_000),
         "sex": Categorical(("F", "M", "X")),
+        "city": Categorical(),
+        "uid": Numeric(),  # declared without bounds: usable as the unit and in filters, never summed
     }
 )
 
 
 def session(df: pd.DataFrame | None = None, *, epsilon: float = 1e6, delta: float = 1e-3, rng: object = None, **kw) -> dp.Session:  # type: ignore[no-untyped-def]
+    if "privacy_unit" not in kw:
+        kw["row_level"] = True
     return dp.Session(people() if df is None else df, budget=dp.Budget(epsilon=epsilon, delta=delta), metadata=META,
                       rng=np.random.default_rng(SEED) if rng is None else rng, **kw)
 
@@ -217,7 +221,7 @@ def test_noise_is_drawn_only_after_the_debit() -> None:
 def test_ledger_budget(tmp_path: Path) -> None:
     ledger = dp.open_ledger(tmp_path / "l.sqlite")
     ledger.create_budget("people", "ann", epsilon=1.0, delta=1e-6)
-    s = dp.Session(people(), ledger=ledger, dataset="people", analyst="ann", metadata=META, rng=np.random.default_rng(0))
+    s = dp.Session(people(), ledger=ledger, dataset="people", analyst="ann", metadata=META, row_level=True)
     s.sql("SELECT sex, COUNT(*) FROM data GROUP BY sex", epsilon=0.5)
     r = s.group_by("city").count(epsilon=0.25, delta=1e-7, noise="gaussian")  # no basic cost: charged (ε, δ)
     assert r.delta == pytest.approx(1e-7)
@@ -228,11 +232,30 @@ def test_ledger_budget(tmp_path: Path) -> None:
         s.count(epsilon=0.5)
     assert len(ledger.list_spends("people", "ann")) == 2
     with pytest.raises(LedgerError):
-        dp.Session(people(), ledger=ledger, dataset="people", analyst="nobody", metadata=META)
+        dp.Session(people(), ledger=ledger, dataset="people", analyst="nobody", metadata=META, row_level=True)
+
+
+def test_a_seed_never_meets_a_ledger(tmp_path: Path) -> None:
+    """Seeded noise can be replayed and subtracted: with a ledger it is refused (nothing spent);
+    with an in-memory budget it is allowed and the result says so."""
+    ledger = dp.open_ledger(tmp_path / "l.sqlite")
+    ledger.create_budget("people", "ann", epsilon=1.0)
+    with pytest.raises(InvalidParameterError, match="rng"):
+        dp.Session(people(), ledger=ledger, dataset="people", analyst="ann", metadata=META, row_level=True, rng=np.random.default_rng(0))
+    s = dp.Session(people(), ledger=ledger, dataset="people", analyst="ann", metadata=META, row_level=True)
+    with pytest.raises(InvalidParameterError, match="rng"):
+        s.count(epsilon=0.1, rng=np.random.default_rng(0))
+    with pytest.raises(InvalidParameterError, match="rng"):
+        s.sql("SELECT COUNT(*) FROM data", epsilon=0.1, rng=np.random.default_rng(0))
+    assert ledger.list_spends("people", "ann") == []
+    r = s.count(epsilon=0.1)
+    assert not r.seeded and not r.to_dict()["seeded"]
+    seeded = session().count(epsilon=0.1)
+    assert seeded.seeded and "SEEDED" in repr(seeded) and any("NOT private" in n for n in seeded.notes)
 
 
 def test_gaussian_noise_needs_delta_and_an_accountant_that_prices_it() -> None:
-    s = dp.Session(people(), budget=dp.Budget(epsilon=2.0, delta=1e-5, accountant=dp.RDPAccountant), metadata=META, rng=np.random.default_rng(0))
+    s = dp.Session(people(), budget=dp.Budget(epsilon=2.0, delta=1e-5, accountant=dp.RDPAccountant), metadata=META, rng=np.random.default_rng(0), row_level=True)
     r = s.group_by("sex").aggregate([Count(), Mean("age")], epsilon=1.0, delta=1e-6, noise="gaussian")
     assert all(a.mechanism == "gaussian" for a in r.aggregates)
     with pytest.raises(InvalidParameterError, match="delta"):
@@ -246,7 +269,7 @@ def test_gaussian_noise_needs_delta_and_an_accountant_that_prices_it() -> None:
     "call, match",
     [
         (lambda s: s.mean("nope", epsilon=1.0), "unknown column"),
-        (lambda s: s.mean("city", epsilon=1.0), "numeric column"),
+        (lambda s: s.mean("city", epsilon=1.0), "Numeric column"),
         (lambda s: s.mean("uid", epsilon=1.0), "declared bounds"),
         (lambda s: s.count(epsilon=0.0), "epsilon"),
         (lambda s: s.count(epsilon=float("nan")), "epsilon"),
@@ -255,7 +278,10 @@ def test_gaussian_noise_needs_delta_and_an_accountant_that_prices_it() -> None:
         (lambda s: s.count(epsilon=1.0, confidence=1.0), "confidence"),
         (lambda s: s.group_by("sex").count(epsilon=1.0, key_selection="magic"), "key_selection"),
         (lambda s: s.aggregate([], epsilon=1.0), "aggregates"),
-        (lambda s: s.aggregate([Count(), Count()], epsilon=1.0), "distinct output names"),
+        (lambda s: s.aggregate([Count(), Count()], epsilon=1.0), "collide"),
+        (lambda s: s.aggregate([Sum("age", name="a_low"), Count(name="a")], epsilon=1.0), "collide"),
+        (lambda s: s.group_by("sex").aggregate([Count(name="SEX")], epsilon=1.0), "collide"),
+        (lambda s: s.mean("income", epsilon=1.0, rng=object()), "rng"),
         (lambda s: s.aggregate([Count()], epsilon=1.0, split=[1, 2]), "split"),
         (lambda s: s.where("nope > 3").count(epsilon=1.0), "unknown column"),
         (lambda s: s.where("age > 'x'").count(epsilon=1.0), "numeric literal"),
@@ -285,22 +311,28 @@ def test_bad_queries_raise_and_spend_nothing(call, match: str) -> None:  # type:
         ({"metadata": {"columns": {"age": {"type": "numeric", "lower": 5}}}}, "lower"),
         ({"metadata": {"columns": {"age": {"type": "numeric", "lower": 5, "upper": 1}}}}, "lower < upper"),
         ({"metadata": {"columns": {"ghost": {"type": "numeric", "lower": 0, "upper": 1}}}}, "metadata"),
-        ({"metadata": {"columns": {"city": {"type": "numeric", "lower": 0, "upper": 1}}}}, "numeric columns"),
+        ({"metadata": {"columns": {"city": {"type": "categorical", "categories": [1, "a"]}}}}, "one type"),
+        ({"metadata": {"columns": {"age": {"type": "numeric", "lower": 0, "upper": 1e-310}}}}, "bounds"),
+        ({"metadata": {"columns": {"sex": {"type": "categorical", "categories": ["F"], "value_type": "integer"}}}}, "value_type"),
+        ({"row_level": True, "privacy_unit": "uid"}, "row_level"),
+        ({"row_level": None}, "privacy_unit"),
+        ({"rng": "seed"}, "rng"),
         ({"metadata": {"columns": {"sex": {"type": "categorical", "categories": ["F", "F"]}}}}, "duplicates"),
     ],
 )
 def test_bad_sessions_raise(kwargs: dict, match: str) -> None:
+    unit = {} if "privacy_unit" in kwargs or "row_level" in kwargs else {"row_level": True}
     with pytest.raises(InvalidParameterError, match=match):
-        dp.Session(people(), budget=dp.Budget(epsilon=1.0), **{"metadata": META, **kwargs})
+        dp.Session(people(), budget=dp.Budget(epsilon=1.0), **{"metadata": META, **unit, **kwargs})
 
 
 def test_a_session_needs_exactly_one_place_to_pay() -> None:
     with pytest.raises(InvalidParameterError, match="budget"):
-        dp.Session(people(), metadata=META)
+        dp.Session(people(), metadata=META, row_level=True)
     with pytest.raises(InvalidParameterError, match="budget"):
-        dp.Session(people(), budget=dp.Budget(epsilon=1.0), ledger="x.sqlite", metadata=META)
+        dp.Session(people(), budget=dp.Budget(epsilon=1.0), ledger="x.sqlite", metadata=META, row_level=True)
     with pytest.raises(InvalidParameterError, match="budget"):
-        dp.Session(people(), budget=1.0, metadata=META)  # type: ignore[arg-type]
+        dp.Session(people(), budget=1.0, metadata=META, row_level=True)  # type: ignore[arg-type]
 
 
 def test_empty_tables_and_nan_values() -> None:
@@ -326,18 +358,18 @@ def test_sources_csv_parquet_and_duckdb(tmp_path: Path) -> None:
     df.to_parquet(tmp_path / "adult.parquet")
     want = len(df)
     for s in (
-        dp.Session.from_csv(tmp_path / "adult.csv", budget=dp.Budget(epsilon=1e6), metadata=META),
-        dp.Session.from_parquet(tmp_path / "adult.parquet", budget=dp.Budget(epsilon=1e6), metadata=META),
+        dp.Session.from_csv(tmp_path / "adult.csv", budget=dp.Budget(epsilon=1e6), metadata=META, row_level=True),
+        dp.Session.from_parquet(tmp_path / "adult.parquet", budget=dp.Budget(epsilon=1e6), metadata=META, row_level=True),
     ):
         assert s.table == "adult"
         assert s.sql("SELECT COUNT(*) FROM adult", epsilon=1e5).value == pytest.approx(want, abs=1)
     con = duckdb.connect()
     con.register("src", df)
     con.execute("CREATE TABLE people AS SELECT * FROM src")
-    s = dp.Session.from_duckdb(con, "people", budget=dp.Budget(epsilon=1e6), metadata=META)
+    s = dp.Session.from_duckdb(con, "people", budget=dp.Budget(epsilon=1e6), metadata=META, row_level=True)
     assert s.count(epsilon=1e5).value == pytest.approx(want, abs=1)
     rel = duckdb.sql("SELECT 1 AS age UNION ALL SELECT 2")
-    s2 = dp.Session(rel, budget=dp.Budget(epsilon=1e6), metadata=META.__class__(columns={"age": Numeric(0, 10)}))
+    s2 = dp.Session(rel, budget=dp.Budget(epsilon=1e6), metadata=Metadata(columns={"age": Numeric(0, 10)}, row_level=True))
     assert s2.sum("age", epsilon=1e5).value == pytest.approx(3, abs=0.1)
 
 

@@ -30,8 +30,9 @@ Strategies (``key_selection=``):
 from __future__ import annotations
 
 import math
+from dataclasses import dataclass
 from fractions import Fraction
-from typing import Literal
+from typing import Any, Literal
 
 import numpy as np
 from numpy.typing import NDArray
@@ -43,7 +44,7 @@ from dpkit.mechanisms.laplace import Geometric
 from dpkit.noise.integers import _uniform_below
 from dpkit.noise.source import RNG, resolve_rng
 
-__all__ = ["KeySelection", "KEY_SELECTIONS", "keep_probabilities", "laplace_threshold", "select_keys"]
+__all__ = ["KeySelection", "KEY_SELECTIONS", "KeySelector", "key_selector", "keep_probabilities", "laplace_threshold", "select_keys"]
 
 KeySelection = Literal["truncated_geometric", "laplace", "gaussian"]
 KEY_SELECTIONS: tuple[str, ...] = ("truncated_geometric", "laplace", "gaussian")
@@ -56,7 +57,8 @@ def _floor64(x: Fraction) -> Fraction:
 
 def keep_probabilities(epsilon: float, delta: float) -> list[Fraction]:
     """π(0), π(1), ..., up to the first n with π(n) = 1, for one group's (ε, δ)."""
-    e_down = Fraction(math.exp(epsilon)) * (1 - Fraction(1, 2**50))  # <= e^ε (exp is within 1 ulp)
+    # <= e^ε (exp is within 1 ulp); beyond 700 a power of two below e^ε does (no overflow)
+    e_down = Fraction(math.exp(epsilon)) * (1 - Fraction(1, 2**50)) if epsilon < 700 else Fraction(2) ** 1000
     e_inv_up = Fraction(exp_up(-epsilon))  # >= e^-ε
     d = Fraction(delta)
     pi = [Fraction(0)]
@@ -82,6 +84,61 @@ def laplace_threshold(scale: Fraction, delta_each: float) -> int:
     return max(m, 1)
 
 
+@dataclass(frozen=True)
+class KeySelector:
+    """A key-selection rule with every parameter-dependent quantity computed (and validated)
+    up front, so that :meth:`select` — which runs on data, after the debit — cannot fail."""
+
+    strategy: str
+    fan_out: int
+    pi: tuple[Fraction, ...] = ()
+    mechanism: Any = None
+    threshold: float = 0.0
+
+    def select(self, units: NDArray[np.int64], rng: RNG = None) -> NDArray[np.bool_]:
+        """Which groups to keep, given each group's number of distinct units (after bounding)."""
+        units = np.asarray(units, dtype=np.int64)
+        src = resolve_rng(rng)
+        if units.size == 0:
+            return np.zeros(0, dtype=bool)
+        if self.strategy == "truncated_geometric":
+            pi = self.pi
+            keep = units >= len(pi) - 1
+            for n in np.unique(units[~keep]):  # one exact Bernoulli batch per distinct count below π = 1
+                if n <= 0:
+                    continue
+                idx = np.flatnonzero(units == n)
+                p = pi[int(n)]
+                keep[idx] = _uniform_below(_DENOM, idx.size, src) < np.uint64(p.numerator * (_DENOM // p.denominator))
+            return keep
+        if self.strategy == "laplace":
+            return np.asarray(self.mechanism.release(units, rng=src)) >= self.threshold
+        # P(Z >= t) <= exp(−t²/(2σ²)) for the discrete Gaussian (CKS 2020, Prop. 23, one side),
+        # plus one lattice step for snapping; σ and the step are those of this vector's length.
+        plan = self.mechanism.noise_plan(units.size)
+        tau = 1.0 + plan.sigma * self.threshold + plan.lattice.granularity
+        return np.asarray(self.mechanism.release(units.astype(np.float64), rng=src)) >= tau
+
+
+def key_selector(
+    *, epsilon: float, delta: float, fan_out: int, strategy: str = "truncated_geometric", neighbours: str = "add_remove"
+) -> KeySelector:
+    """Validate the selection's parameters and precompute its tables (no data involved)."""
+    if strategy not in KEY_SELECTIONS:
+        raise InvalidParameterError("key_selection", strategy, "one of " + ", ".join(map(repr, KEY_SELECTIONS)))
+    eps_each, delta_each = epsilon / fan_out, delta / fan_out
+    if not delta_each >= 2.0**-60:
+        raise InvalidParameterError("delta", delta, f"a number >= {fan_out} × 2**-60 for private key selection (δ is shared by the {fan_out} groups a unit can touch)")
+    if strategy == "truncated_geometric":
+        return KeySelector(strategy, fan_out, pi=tuple(keep_probabilities(eps_each, delta_each)))
+    if strategy == "laplace":
+        mech = Geometric(epsilon=epsilon, sensitivity=fan_out, neighbours=neighbours)  # type: ignore[arg-type]
+        return KeySelector(strategy, fan_out, mechanism=mech, threshold=float(1 + laplace_threshold(mech._scale, delta_each)))
+    mech_g = Gaussian(epsilon=epsilon, delta=delta / 2, sensitivity=math.sqrt(fan_out), neighbours=neighbours)  # type: ignore[arg-type]
+    # ``threshold`` holds the tail in units of σ; select() scales it by the plan's σ
+    return KeySelector(strategy, fan_out, mechanism=mech_g, threshold=math.sqrt(2.0 * math.log(2.0 * fan_out / delta)))
+
+
 def select_keys(
     units: NDArray[np.int64],
     *,
@@ -93,31 +150,4 @@ def select_keys(
     rng: RNG = None,
 ) -> NDArray[np.bool_]:
     """Which groups to keep, given each group's number of distinct units (after bounding)."""
-    units = np.asarray(units, dtype=np.int64)
-    src = resolve_rng(rng)
-    eps_each, delta_each = epsilon / fan_out, delta / fan_out
-    if strategy == "truncated_geometric":
-        pi = keep_probabilities(eps_each, delta_each)
-        keep = units >= len(pi) - 1
-        for n in np.unique(units[~keep]):  # one exact Bernoulli batch per distinct count below π = 1
-            if n <= 0:
-                continue
-            idx = np.flatnonzero(units == n)
-            p = pi[int(n)]
-            keep[idx] = _uniform_below(_DENOM, idx.size, src) < np.uint64(p.numerator * (_DENOM // p.denominator))
-        return keep
-    if strategy == "laplace":
-        mech = Geometric(epsilon=epsilon, sensitivity=fan_out, neighbours=neighbours)  # type: ignore[arg-type]
-        tau = 1 + laplace_threshold(mech._scale, delta_each)
-        return mech.release(units, rng=src) >= tau
-    if strategy == "gaussian":
-        mech_g = Gaussian(epsilon=epsilon, delta=delta / 2, sensitivity=math.sqrt(fan_out), neighbours=neighbours)  # type: ignore[arg-type]
-        plan = mech_g.noise_plan(max(units.size, 1))
-        # P(Z >= t) <= exp(−t²/(2σ²)) for the discrete Gaussian (CKS 2020, Prop. 23, one side),
-        # plus one lattice step for snapping.
-        tail = plan.sigma * math.sqrt(2.0 * math.log(2.0 * fan_out / delta)) + plan.lattice.granularity
-        tau_g = 1.0 + tail
-        if units.size == 0:
-            return np.zeros(0, dtype=bool)
-        return np.asarray(mech_g.release(units.astype(np.float64), rng=src)) >= tau_g
-    raise InvalidParameterError("key_selection", strategy, "one of " + ", ".join(map(repr, KEY_SELECTIONS)))
+    return key_selector(epsilon=epsilon, delta=delta, fan_out=fan_out, strategy=strategy, neighbours=neighbours).select(units, rng)

@@ -68,6 +68,11 @@ class QueryResult:
     columns, then for each aggregate ``<name>``, ``<name>_low`` and ``<name>_high`` — a
     ``confidence`` interval around the *bounded* statistic (after clipping and contribution
     bounding), from the noise distribution; quantiles have no interval (NaN).
+
+    Who is protected is part of the answer: ``privacy_unit`` (None: every row is a different
+    person, as the curator declared), the contribution bounds ``max_groups`` / ``max_rows`` each
+    unit was held to, and the ``neighbours`` relation. ``seeded`` is True when the noise came from
+    a seeded generator (reproducible, not private: tests and teaching only).
     """
 
     table: pd.DataFrame
@@ -81,6 +86,11 @@ class QueryResult:
     remaining_epsilon: float | None = None
     notes: tuple[str, ...] = field(default=())
     spend_id: int | None = None  # the ledger spend that paid for this result (None: in-memory budget)
+    privacy_unit: str | None = None
+    max_groups: int = 1
+    max_rows: int = 1
+    neighbours: str = "add_remove"
+    seeded: bool = False
 
     def _only(self) -> AggregateInfo:
         if len(self.aggregates) != 1:
@@ -133,10 +143,21 @@ class QueryResult:
             "event": event_to_dict(self.event),
             "notes": list(self.notes),
             "spend_id": self.spend_id,
+            "privacy_unit": {"column": self.privacy_unit, "row_level": self.privacy_unit is None, "max_groups": self.max_groups, "max_rows": self.max_rows, "neighbours": self.neighbours},
+            "seeded": self.seeded,
         }
+
+    @property
+    def unit_description(self) -> str:
+        """Who is protected, in words (printed with every result)."""
+        if self.privacy_unit is None:
+            who = "privacy unit: a row (declared: every row is a different person)"
+        else:
+            who = f"privacy unit: {self.privacy_unit} (at most {self.max_groups} group(s) and {self.max_rows} row(s) per group each)"
+        return f"{who}; neighbours: {self.neighbours}" + ("; SEEDED noise, not private" if self.seeded else "")
 
     def __repr__(self) -> str:
         return (
             f"QueryResult(ε={self.epsilon:.6g}, δ={self.delta:.3g}, keys={self.keys!r}, "
-            f"confidence={self.confidence})\n{self.table.to_string(index=False)}"
+            f"confidence={self.confidence})\n{self.unit_description}\n{self.table.to_string(index=False)}"
         )

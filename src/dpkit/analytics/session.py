@@ -2,15 +2,21 @@
 
 A session holds the table (through an engine), the privacy unit, the neighbour relation, the
 budget (an in-memory :class:`dpkit.Budget` or a ledger entry for (dataset, analyst)) and the
-curator's column metadata. Every query runs the same five steps (DESIGN core idea 1):
+curator's declared schema (:class:`~dpkit.analytics.Metadata`). Every query runs the same steps
+(DESIGN core idea 1: pay before the data is touched):
 
-1. validate the request against the table's schema and the declared metadata (nothing runs on
-   bad input);
-2. let the engine compute the deterministic, contribution-bounded aggregates (exact integers);
-3. debit the budget with the query's composed event — refused, nothing is sampled;
-4. sample the noise (and, without public keys, select the keys privately);
+1. validate the request against the *declared* schema and metadata only (no row is read);
+2. price it: build every mechanism and the composed event (no data);
+3. debit the budget atomically — a refusal never touches the data, so neither its content nor
+   its timing depends on it;
+4. run the engine (filter, contribution bounding, exact integer sums) and add the noise (and,
+   without public keys, select the keys privately). Every step here is total: values that break
+   a declared rule are NULL or clamped by rules written down in advance, the output's shape
+   (columns, rows, public key set) does not depend on the data, and if anything still fails the
+   debit stands and the analyst gets one :class:`~dpkit.errors.QueryFailedError` whose message
+   names nothing (the details go to the ``dpkit.curator`` log);
 5. return a :class:`~dpkit.analytics.results.QueryResult` with values, confidence intervals,
-   noise scales and the cost.
+   noise scales, the cost, the privacy unit and the contribution bounds used.
 
 Sensitivities (privacy unit = a column; ``G = max_groups``, ``R = max_rows``; ``F = G`` groups a
 unit can touch under ``add_remove``; every sensitivity doubles under ``replace``, which is one
@@ -33,7 +39,7 @@ With each row its own unit, G = R = 1. Quantiles use the exponential mechanism p
 >>> from dpkit.analytics import Session, Metadata, Numeric, Categorical
 >>> from dpkit.budget import Budget
 >>> df = pd.DataFrame({"age": [30, 40, 50, 60] * 50, "sex": ["F", "M"] * 100})
->>> meta = Metadata(columns={"age": Numeric(0, 100), "sex": Categorical(("F", "M"))})
+>>> meta = Metadata(columns={"age": Numeric(0, 100), "sex": Categorical(("F", "M"))}, row_level=True)
 >>> s = Session(df, budget=Budget(epsilon=1.0), metadata=meta, rng=np.random.default_rng(0))
 >>> r = s.group_by("sex").count(epsilon=0.5)
 >>> r.value.round(-1).tolist(), r.epsilon
@@ -45,6 +51,7 @@ With each row its own unit, G = R = 1. Quantiles use the exponential mechanism p
 from __future__ import annotations
 
 import itertools
+import logging
 import math
 import os
 from collections.abc import Sequence
@@ -61,8 +68,8 @@ from dpkit._validate import short_repr as _short
 from dpkit.accounting.composition import basic_cost
 from dpkit.accounting.events import ComposedEvent, DPEvent, ExponentialEvent, SelfComposedEvent, ApproxDPEvent
 from dpkit.analytics import aggregates as A
-from dpkit.analytics.engines.base import ColumnKind, Engine
-from dpkit.analytics.key_selection import KEY_SELECTIONS, select_keys
+from dpkit.analytics.engines.base import GAUSSIAN_SUM_LIMIT, Engine, ReadType
+from dpkit.analytics.key_selection import KEY_SELECTIONS, KeySelector, key_selector
 from dpkit.analytics.metadata import Categorical, Metadata, Numeric
 from dpkit.analytics.plan import (
     AggregationPlan,
@@ -81,18 +88,28 @@ from dpkit.analytics.plan import (
 )
 from dpkit.analytics.results import AggregateInfo, QueryCost, QueryResult
 from dpkit.budget import Budget
-from dpkit.errors import DPError, InvalidDataError, InvalidParameterError, LedgerError
+from dpkit.errors import DPError, InvalidParameterError, LedgerError, QueryFailedError
 from dpkit.ledger.base import LedgerBackend
 from dpkit.mechanisms.gaussian import Gaussian
 from dpkit.mechanisms.laplace import Geometric
 from dpkit.mechanisms.quantiles import Quantile as QuantileMechanism
 from dpkit.noise.integers import uniform_below
-from dpkit.noise.source import RNG, RandomSource, resolve_rng
+from dpkit.noise.source import RNG, RandomSource, SecureSource, resolve_rng
 
 __all__ = ["Session", "Query"]
 
 Noise = Literal["laplace", "gaussian"]
-_EXACT = 2**53  # integers above this are not exact doubles
+#: A declared column's kind as queries see it (see Metadata.kind); ``unit`` is the privacy-unit
+#: column when it is not declared itself (usable as the unit and in COUNT(DISTINCT ...) only).
+ColumnKind = Literal["numeric", "string", "boolean", "unit"]
+
+#: Where the details of a query that failed after its debit go: the curator's log, never the analyst.
+_curator_log = logging.getLogger("dpkit.curator")
+
+
+def _is_seeded(rng: object) -> bool:
+    """True for any randomness that is not the OS-keyed CSPRNG (a seed, or a custom source)."""
+    return rng is not None and not isinstance(rng, SecureSource)
 
 
 # ================================================================================================
@@ -126,16 +143,18 @@ class Session:
     ----------------------------------------
     data:
         A pandas DataFrame, a CSV or Parquet path, a DuckDB relation, or a pyspark DataFrame.
-    privacy_unit:
-        The column identifying the person (``"user_id"``); None protects each row. Defaults to
-        ``metadata.privacy_unit``.
+    privacy_unit, row_level:
+        Who is protected — exactly one of them: ``privacy_unit`` names the column identifying
+        the person (``"user_id"``); ``row_level=True`` says every row is a different person.
+        Default: the metadata's. A session with neither is refused.
     budget, ledger:
         Exactly one: an in-memory :class:`dpkit.Budget`, or a ledger (a
         :class:`~dpkit.ledger.LedgerBackend` or the path of a SQLite ledger) with ``dataset``
         (default: ``table``) and ``analyst`` naming an existing budget.
     metadata:
-        The curator's :class:`~dpkit.analytics.Metadata` (or its dict / JSON path): numeric
-        bounds and public category lists. Nothing is ever inferred from the data.
+        The curator's :class:`~dpkit.analytics.Metadata` (or its dict / JSON path): every column
+        an analyst may use, with its type, bounds and public categories. Columns that are not
+        declared cannot be used; nothing is ever inferred from the data.
     max_groups, max_rows:
         Contribution bounds per privacy unit (defaults: the metadata's, else 1). Only with a
         ``privacy_unit``.
@@ -149,8 +168,10 @@ class Session:
         Compute row priorities with md5 so that DuckDB and Spark keep exactly the same rows
         (slower; for moving a seeded pipeline between engines).
     rng:
-        Randomness for noise, key selection and row sampling. Default: the OS CSPRNG. Pass a
-        seeded ``numpy.random.Generator`` only for tests and teaching.
+        Randomness for noise, key selection and row sampling. Default: the OS CSPRNG. A seeded
+        ``numpy.random.Generator`` is for tests and teaching only: it is refused with a ledger
+        (seeded noise can be replayed and subtracted, so the ledger's charge would be a lie), and
+        results drawn with it say so.
     """
 
     def __init__(
@@ -170,6 +191,7 @@ class Session:
         table: str = "data",
         portable: bool = False,
         rng: RNG = None,
+        row_level: bool | None = None,
     ) -> None:
         self._metadata = self._check_metadata(metadata)
         self._neighbours = v.neighbours(neighbours)
@@ -179,22 +201,20 @@ class Session:
         if not isinstance(portable, bool):
             raise InvalidParameterError("portable", portable, "True or False")
         self._portable = portable
+        self._unit = self._check_unit(privacy_unit, row_level)
+        if rng is not None:
+            resolve_rng(rng)  # a clear error for anything that is not randomness
+        if _is_seeded(rng) and ledger is not None:
+            raise InvalidParameterError(
+                "rng", _short(rng), "None (the secure default) when spending from a ledger",
+                "seeded noise can be replayed and subtracted, so a ledger would charge for privacy that was not given; use budget=dp.Budget(...) for tests and teaching",
+            )
         self._rng = rng
         self._budget, self._ledger, self._dataset, self._analyst = self._check_budget(budget, ledger, dataset, analyst, table)
         self._engine = _make_engine(data, engine)
-        self._schema = self._engine.schema()
-        unit = privacy_unit if privacy_unit is not None else self._metadata.privacy_unit
-        if unit is not None:
-            if not isinstance(unit, str) or unit not in self._schema:
-                raise InvalidParameterError("privacy_unit", unit, f"a column of the table ({', '.join(self._schema)}) or None (each row is a unit)")
-        self._unit = unit
+        self._schema = self._bind()
         self._max_groups = self._check_bound("max_groups", max_groups, self._metadata.max_groups)
         self._max_rows = self._check_bound("max_rows", max_rows, self._metadata.max_rows)
-        for name, spec in self._metadata.columns.items():
-            if name not in self._schema:
-                raise InvalidParameterError("metadata", name, f"columns of the table ({', '.join(self._schema)})", "the metadata declares a column the table does not have")
-            if isinstance(spec, Numeric) and self._schema[name] != "numeric":
-                raise InvalidParameterError(f"metadata.columns.{name}", spec, "Numeric only for numeric columns", f"the column's type is {self._schema[name]}")
 
     # -- construction helpers -----------------------------------------------------------------
 
@@ -230,6 +250,56 @@ class Session:
         if isinstance(metadata, (str, os.PathLike)):
             return Metadata.from_json(metadata)
         raise InvalidParameterError("metadata", _short(metadata), "a Metadata, a dict, a JSON file path, or None")
+
+    def _check_unit(self, privacy_unit: object, row_level: object) -> str | None:
+        """The privacy unit, stated explicitly (a column) or row-level by declaration."""
+        meta = self._metadata
+        if row_level is not None and not isinstance(row_level, bool):
+            raise InvalidParameterError("row_level", row_level, "True, False or None (the metadata's)")
+        if privacy_unit is not None:
+            if not isinstance(privacy_unit, str) or not privacy_unit:
+                raise InvalidParameterError("privacy_unit", _short(privacy_unit), "a column name")
+            if row_level:
+                raise InvalidParameterError("row_level", row_level, "False or None with a privacy_unit", "a session protects either the unit column's people or rows, not both")
+            return privacy_unit
+        if row_level:
+            if meta.privacy_unit is not None:
+                raise InvalidParameterError(
+                    "row_level", True, f"False or None: the metadata declares the privacy unit {meta.privacy_unit!r}",
+                    "protecting rows would give a person with several rows several times the budget",
+                )
+            return None
+        if meta.privacy_unit is not None:
+            return meta.privacy_unit
+        if meta.row_level and row_level is None:
+            return None
+        raise InvalidParameterError(
+            "privacy_unit", None, "the column naming the person (privacy_unit='user_id'), or row_level=True when every row is a different person",
+            "with several rows per person, protecting rows protects nobody: say who the unit is (here or in the metadata)",
+        )
+
+    def _bind(self) -> dict[str, ColumnKind]:
+        """Check the declared schema against the source's own schema (no row is read) and read
+        every declared column as its declared type from now on."""
+        physical = self._engine.schema()
+        meta = self._metadata
+        names = list(meta.columns) + ([self._unit] if self._unit is not None and self._unit not in meta.columns else [])
+        for name in names:
+            what = "privacy_unit" if name == self._unit and name not in meta.columns else f"metadata.columns.{name}"
+            if name not in physical:
+                raise InvalidParameterError(what, name, "a column of the source", "the declared column is not in the table")
+            if physical[name] == "nested":
+                raise InvalidParameterError(what, name, "a column of a scalar type (number, text or boolean)", "LIST, STRUCT, MAP and array columns cannot be declared")
+        types: dict[str, ReadType] = {}
+        kinds: dict[str, ColumnKind] = {}
+        for name, spec in meta.columns.items():
+            types[name] = "double" if isinstance(spec, Numeric) else spec.value_type  # type: ignore[assignment]
+            kinds[name] = meta.kind(name)
+        if self._unit is not None and self._unit not in meta.columns:
+            types[self._unit] = "unit"
+            kinds[self._unit] = "unit"
+        self._engine.bind(types, strip_strings=meta.strip_strings)
+        return kinds
 
     @staticmethod
     def _check_budget(budget: object, ledger: object, dataset: object, analyst: object, table: str) -> tuple[Any, Any, str | None, str | None]:
@@ -289,7 +359,7 @@ class Session:
 
     @property
     def columns(self) -> dict[str, ColumnKind]:
-        """The table's columns and their kinds (from the schema, not the data)."""
+        """The declared columns and their kinds (from the metadata, never from the data)."""
         return dict(self._schema)
 
     @property
@@ -460,7 +530,9 @@ class Query:
         out = []
         for c in columns:
             if not isinstance(c, str) or c not in schema:
-                raise InvalidParameterError("columns", c, f"a column of the table ({', '.join(schema)})")
+                raise InvalidParameterError("columns", _short(c), f"a declared column ({', '.join(schema)})")
+            if schema[c] == "unit":
+                raise InvalidParameterError("columns", c, "a declared column other than the privacy unit", "grouping by the unit would publish who is in the data; declare the column in the metadata to use it")
             if c in bins:
                 out.append(GroupKey(c, self._check_edges(c, bins[c])))
             else:
@@ -519,8 +591,10 @@ class Query:
             self._check_predicate(p.part)
             return
         if p.column not in schema:
-            raise InvalidParameterError("where", p.column, f"a column of the table ({', '.join(schema)})", "unknown column")
+            raise InvalidParameterError("where", p.column, f"a declared column ({', '.join(schema)})", "unknown column")
         kind = schema[p.column]
+        if kind == "unit":
+            raise InvalidParameterError("where", p.column, "a declared column", "the privacy unit can be filtered on only if the metadata declares it as a column")
         if isinstance(p, IsNull):
             return
         lits = (p.value,) if isinstance(p, Compare) else p.values if isinstance(p, InList) else (p.low, p.high)
@@ -624,6 +698,7 @@ class _Priced:
     fan_out: int
     G: int
     R: int
+    selector: KeySelector | None
 
 
 class _Runner:
@@ -642,6 +717,13 @@ class _Runner:
         if key_selection not in KEY_SELECTIONS:
             raise InvalidParameterError("key_selection", key_selection, "one of " + ", ".join(map(repr, KEY_SELECTIONS)))
         self.key_selection = str(key_selection)
+        if rng is not None:
+            resolve_rng(rng)
+            if _is_seeded(rng) and self.s._ledger is not None:
+                raise InvalidParameterError(
+                    "rng", _short(rng), "None (the secure default) when spending from a ledger",
+                    "seeded noise can be replayed and subtracted, so a ledger would charge for privacy that was not given",
+                )
         self.rng = rng if rng is not None else self.s._rng
         self.text = text or self._describe()
         self.public = self._public_keys()
@@ -662,22 +744,28 @@ class _Runner:
         specs = tuple(aggregates)  # type: ignore[arg-type]
         if not specs:
             raise InvalidParameterError("aggregates", specs, "at least one aggregate")
-        names = set()
-        group_names = {g.column for g in self.q.groups}
+        # Every output column name — group columns, then <alias>, <alias>_low, <alias>_high per
+        # aggregate — must be unique (case-insensitively: tables and JSON are read by name).
+        taken = {g.column.lower(): g.column for g in self.q.groups}
         schema = self.s._schema
         for spec in specs:
             if not isinstance(spec, (A.Count, A.CountUnits, A.Sum, A.Mean, A.Variance, A.Std, A.Quantile)):
                 raise InvalidParameterError("aggregates", _short(spec), "Count, CountUnits, Sum, Mean, Variance, Std or Quantile from dpkit.analytics")
-            if spec.alias in names or spec.alias in group_names or spec.alias.endswith(("_low", "_high")) and spec.alias[: spec.alias.rfind("_")] in names:
-                raise InvalidParameterError("aggregates", spec.alias, "distinct output names, different from the group columns")
-            names.add(spec.alias)
+            for out in (spec.alias, f"{spec.alias}_low", f"{spec.alias}_high"):
+                if out.lower() in taken:
+                    raise InvalidParameterError(
+                        "aggregates", spec.alias, "output names that do not collide",
+                        f"the output column {out!r} would collide with {taken[out.lower()]!r} (each aggregate also writes <name>_low and <name>_high)",
+                    )
+                taken[out.lower()] = out
             if spec.column is None:
                 continue
             if spec.column not in schema:
-                raise InvalidParameterError("column", spec.column, f"a column of the table ({', '.join(schema)})", "unknown column")
-            if schema[spec.column] != "numeric":
-                raise InvalidParameterError("column", spec.column, f"a numeric column for {spec.kind} (its type is {schema[spec.column]})")
-            if not isinstance(self.s._metadata.columns.get(spec.column), Numeric):
+                raise InvalidParameterError("column", spec.column, f"a declared column ({', '.join(schema)})", "unknown column")
+            spec_meta = self.s._metadata.columns.get(spec.column)
+            if not isinstance(spec_meta, Numeric):
+                raise InvalidParameterError("column", spec.column, f"a Numeric column for {spec.kind} (it is declared as {schema[spec.column]})")
+            if not spec_meta.bounded:
                 raise InvalidParameterError(
                     "column", spec.column, "a column with declared bounds (Numeric(lower, upper) in the metadata)",
                     "sensitivity comes from declared bounds, never from the data",
@@ -822,7 +910,10 @@ class _Runner:
             pending.append((i, "noisy", mechs))
         event: DPEvent = events[0] if len(events) == 1 else ComposedEvent(tuple(events))
         total_delta = sel_delta + sum(d for k, d in deltas.items() if k != "selection")
-        return _Priced(event, total_delta, pending, deltas, sel_eps, sel_delta, fan_out, G, R)
+        selector = None
+        if self.private:  # its tables are built (and its parameters refused) before the debit
+            selector = key_selector(epsilon=sel_eps, delta=sel_delta, fan_out=fan_out, strategy=self.key_selection, neighbours=self.s._neighbours)
+        return _Priced(event, total_delta, pending, deltas, sel_eps, sel_delta, fan_out, G, R, selector)
 
     def cost(self) -> QueryCost:
         """What the query would debit, computed without touching the data."""
@@ -832,19 +923,27 @@ class _Runner:
 
     def run(self) -> QueryResult:
         src = resolve_rng(self.rng)
+        # The salt keys the bounding priorities: randomness, not data, so drawing it first is free.
         plan, uses = self._plan(int(uniform_below(2**62, 1, rng=src)[0]))
+        priced = self.price(plan, uses)
+        # ---- pay: a refusal raises here, before the engine has touched a row ----
+        spend_id = self.s._pay(priced.event, self.epsilon, priced.delta, self.text)
+        # ---- compute and release: total functions; any failure keeps the debit, says nothing ----
+        try:
+            return self._release_all(plan, uses, priced, src, spend_id)
+        except Exception:
+            _curator_log.exception("query %r failed after its debit (spend %s)", self.text, spend_id)
+            raise QueryFailedError(spend_id) from None
+
+    def _release_all(self, plan: AggregationPlan, uses: dict[int, dict[str, Any]], p: _Priced, src: RandomSource, spend_id: int | None) -> QueryResult:
         frame = self._keyed(self.s._engine.aggregate(plan))
         vals = self.s._engine.values(plan) if plan.values else None
-        p = self.price(plan, uses)
         event, total_delta, pending, deltas = p.event, p.delta, p.pending, p.deltas
-        sel_eps, sel_delta, fan_out, G, R = p.sel_eps, p.sel_delta, p.fan_out, p.G, p.R
+        sel_eps, sel_delta, G, R = p.sel_eps, p.sel_delta, p.G, p.R
         beta = 1.0 - self.confidence
-        # ---- pay (nothing below runs if the debit is refused) ----
-        spend_id = self.s._pay(event, self.epsilon, total_delta, self.text)
-        # ---- sample ----
         keys_mode = "none"
-        if self.private:
-            keep = select_keys(frame["units"].to_numpy(), epsilon=sel_eps, delta=sel_delta, fan_out=fan_out, strategy=self.key_selection, neighbours=self.s._neighbours, rng=src)  # type: ignore[arg-type]
+        if p.selector is not None:
+            keep = p.selector.select(frame["units"].to_numpy(), rng=src)
             frame = frame.loc[keep].reset_index(drop=True)
             keys_mode = self.key_selection
         elif self.q.groups:
@@ -874,10 +973,16 @@ class _Runner:
             mech_name = "gaussian" if self.noise == "gaussian" else "laplace"
             infos.append(AggregateInfo(spec.alias, spec.kind, spec.column, eps_i, deltas.get(i, 0.0), mech_name, scale, sens, ComposedEvent(tuple(m[2].event for m in payload)) if len(payload) > 1 else payload[0][2].event))
         notes = []
-        if self.private:
+        if p.selector is not None:
             notes.append(f"keys selected privately ({self.key_selection}, ε={sel_eps:.6g}, δ={sel_delta:.3g}); {len(out)} of the groups released")
+        groups_bound = G if self.q.groups else 1
         if self.s._unit is not None:
-            notes.append(f"each {self.s._unit} contributes at most {G if self.q.groups else 1} group(s) and {R} row(s) per group")
+            notes.append(f"privacy unit: {self.s._unit}; each contributes at most {groups_bound} group(s) and {R} row(s) per group")
+        else:
+            notes.append("privacy unit: a row (declared: every row is a different person)")
+        seeded = _is_seeded(self.rng)
+        if seeded:
+            notes.append("SEEDED randomness: reproducible and NOT private (tests and teaching only)")
         try:
             remaining = self.s.remaining
         except LedgerError:
@@ -894,6 +999,11 @@ class _Runner:
             remaining_epsilon=remaining,
             spend_id=spend_id,
             notes=tuple(notes),
+            privacy_unit=self.s._unit,
+            max_groups=groups_bound if self.s._unit is not None else 1,
+            max_rows=R if self.s._unit is not None else 1,
+            neighbours=self.s._neighbours,
+            seeded=seeded,
         )
 
     def _delta_shares(self) -> dict[Any, float]:
@@ -917,8 +1027,8 @@ class _Runner:
             noisy = mech.release(ints, rng=src) if ints.size else np.zeros(0, dtype=np.int64)
             half = float(mech.error_bound(beta) - 1)
             return _Noisy(np.asarray(noisy, dtype=np.float64), half, mech.scale, float(mech.sensitivity), mech.event)
-        if ints.size and np.max(np.abs(ints)) >= _EXACT:
-            raise InvalidDataError("data", "an aggregate exceeds 2**53 grid steps", "narrower declared bounds or fewer rows per group for Gaussian noise")
+        # exact doubles only: clamping is 1-Lipschitz, so the sensitivity is unchanged
+        ints = np.clip(ints, -GAUSSIAN_SUM_LIMIT, GAUSSIAN_SUM_LIMIT)
         noisy = mech.release(ints.astype(np.float64), rng=src) if ints.size else np.zeros(0)
         half = mech.error_bound(beta, size=max(ints.size, 1))
         return _Noisy(np.asarray(noisy, dtype=np.float64), half, mech.noise_plan(max(ints.size, 1)).sigma, mech.sensitivity, mech.event)

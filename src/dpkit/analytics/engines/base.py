@@ -7,15 +7,31 @@ engine; only noise and accounting run in dpkit (DESIGN core idea 7).
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from typing import Literal, Protocol, runtime_checkable
 
 import pandas as pd
 
 from dpkit.analytics.plan import AggregationPlan
 
-__all__ = ["Engine", "ColumnKind", "quote_identifier", "ROW_SALT_MASK"]
+__all__ = ["Engine", "ColumnKind", "ReadType", "quote_identifier", "ROW_SALT_MASK", "SUM_LIMIT", "GAUSSIAN_SUM_LIMIT"]
 
-ColumnKind = Literal["numeric", "string", "boolean", "other"]
+#: A source column's physical kind, from the source's own schema (never from its rows).
+#: ``nested`` (LIST, STRUCT, MAP, arrays, …) cannot be declared.
+ColumnKind = Literal["numeric", "string", "boolean", "nested", "other"]
+
+#: The declared type a column is read as. ``double`` and ``integer`` take finite numbers
+#: (integers within ±2**53) and make anything else NULL; ``string`` is the value as text
+#: (surrounding whitespace removed when the metadata says ``strip_strings``); ``boolean`` takes
+#: true/false (and their usual spellings) and makes anything else NULL; ``unit`` is the privacy
+#: unit's value as text.
+ReadType = Literal["double", "integer", "string", "boolean", "unit"]
+
+#: Exact integer sums are clamped to ±SUM_LIMIT grid steps inside the engine (clamping is
+#: 1-Lipschitz, so no sensitivity grows) instead of failing on an overflow after the debit.
+SUM_LIMIT = 2**62
+#: Sums released with Gaussian noise are exact doubles: clamped to ±2**53 grid steps.
+GAUSSIAN_SUM_LIMIT = 2**53
 
 #: The row priority is keyed by a second salt derived from the plan's (62-bit) salt.
 ROW_SALT_MASK = 0x2545F4914F6CDD1D
@@ -31,7 +47,12 @@ class Engine(Protocol):
     name: str
 
     def schema(self) -> dict[str, ColumnKind]:
-        """Column name → kind, from the table's declared types (no data is read)."""
+        """Column name → physical kind, from the source's schema (no row is read)."""
+        ...
+
+    def bind(self, types: Mapping[str, ReadType], *, strip_strings: bool) -> None:
+        """From now on, plans run over the declared columns only, each read as its declared type
+        by a total rule (a value that does not conform becomes NULL; nothing can fail)."""
         ...
 
     def aggregate(self, plan: AggregationPlan) -> pd.DataFrame:

@@ -11,14 +11,16 @@ BENCHMARKS.md).
 
 from __future__ import annotations
 
+import csv
 import itertools
 import os
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
 import pandas as pd
 
-from dpkit.analytics.engines.base import ROW_SALT_MASK, ColumnKind, quote_identifier as q
+from dpkit.analytics.engines.base import ROW_SALT_MASK, SUM_LIMIT, ColumnKind, ReadType, quote_identifier as q
 from dpkit.analytics.plan import (
     AggregationPlan,
     And,
@@ -32,11 +34,15 @@ from dpkit.analytics.plan import (
     Predicate,
     SumSpec,
 )
-from dpkit.errors import InvalidDataError, InvalidParameterError
+from dpkit.errors import InvalidParameterError
 
 __all__ = ["DuckDBEngine"]
 
 _counter = itertools.count()
+
+
+def _sql_string(text: str) -> str:
+    return "'" + text.replace("'", "''") + "'"
 
 
 class _Params:
@@ -52,6 +58,8 @@ class _Params:
 
 def _kind(type_name: str) -> ColumnKind:
     t = type_name.upper()
+    if t.endswith("]") or t.startswith(("STRUCT", "MAP", "UNION", "LIST")):
+        return "nested"
     if t == "BOOLEAN":
         return "boolean"
     if any(t.startswith(p) for p in ("TINYINT", "SMALLINT", "INTEGER", "BIGINT", "HUGEINT", "UTINYINT", "USMALLINT", "UINTEGER", "UBIGINT", "UHUGEINT", "FLOAT", "DOUBLE", "REAL", "DECIMAL")):
@@ -61,8 +69,54 @@ def _kind(type_name: str) -> ColumnKind:
     return "other"
 
 
+def _pandas_kind(dtype: Any) -> ColumnKind:
+    if pd.api.types.is_bool_dtype(dtype):
+        return "boolean"
+    if pd.api.types.is_numeric_dtype(dtype):
+        return "numeric"
+    if isinstance(dtype, pd.ArrowDtype) and not (pd.api.types.is_string_dtype(dtype)):
+        return "nested" if "list" in str(dtype) or "struct" in str(dtype) or "map" in str(dtype) else "other"
+    if pd.api.types.is_datetime64_any_dtype(dtype) or pd.api.types.is_timedelta64_dtype(dtype):
+        return "other"
+    # object, string and category columns: read as text (an object column's values are turned
+    # into their text form before DuckDB sees them, so no per-row type inference happens)
+    return "string"
+
+
+def _csv_header(path: Path) -> list[str]:
+    """The column names on a CSV file's first line (the curator's schema; no data row is read)."""
+    with path.open("r", encoding="utf-8", errors="replace", newline="") as f:
+        first = f.readline()
+    try:
+        names = next(csv.reader([first]))
+    except (StopIteration, csv.Error):
+        names = []
+    return [n.strip() for n in names]
+
+
+def _read(x: str, read: ReadType, kind: ColumnKind, strip: bool) -> str:
+    """The total SQL expression reading the physical column ``x`` as its declared type."""
+    text = f"trim({x})" if kind == "string" and strip else x if kind == "string" else f"CAST({x} AS VARCHAR)"
+    if read in ("string", "unit"):
+        return text
+    if read == "boolean":
+        return f"TRY_CAST({text if kind == 'string' else x} AS BOOLEAN)"
+    d = f"TRY_CAST({text if kind == 'string' else x} AS DOUBLE)"
+    if read == "double":
+        return f"CASE WHEN isfinite({d}) THEN {d} END"
+    # integer: an exact double with an integral value (3.5 and 1e300 are not integers)
+    return f"CASE WHEN isfinite({d}) AND abs({d}) <= 9007199254740992 AND {d} = round({d}) THEN CAST({d} AS BIGINT) END"
+
+
 class DuckDBEngine:
-    """Runs aggregation plans on a DuckDB table, view, pandas DataFrame, CSV or Parquet file."""
+    """Runs aggregation plans on a DuckDB table, view, pandas DataFrame, CSV or Parquet file.
+
+    A CSV file is read with a fixed dialect (comma-separated, double quotes, a header line) and
+    every column as text; a row with missing fields is padded with NULLs, extra fields are
+    dropped, and a line that cannot be parsed at all is skipped — all rules written down before
+    any row is read, so no row can make the read fail or change a column's type. The declared
+    types are applied by :meth:`bind`.
+    """
 
     name = "duckdb"
 
@@ -71,21 +125,35 @@ class DuckDBEngine:
 
         self._con = connection if connection is not None else duckdb.connect()
         self._view = f"__dpkit_t{os.getpid()}_{next(_counter)}"
+        self._frame: pd.DataFrame | None = None
+        self._kinds: dict[str, ColumnKind]
         if table is not None:  # an existing table or view of ``connection``
-            self._from = q(table)
+            self._raw = q(table)
+            self._kinds = self._sql_kinds()
         elif isinstance(source, pd.DataFrame):
-            self._con.register(self._view, source)
-            self._from = q(self._view)
+            self._frame = source
+            self._raw = q(self._view)
+            self._kinds = {str(c): _pandas_kind(t) for c, t in source.dtypes.items()}
         elif isinstance(source, (str, os.PathLike)):
             path = Path(source)
-            if not path.exists():
-                raise InvalidParameterError("data", str(path), "an existing CSV or Parquet file")
-            reader = self._con.read_parquet if path.suffix.lower() in (".parquet", ".pq") else self._con.read_csv
-            try:
-                reader(str(path)).create_view(self._view)
-            except duckdb.Error as exc:
-                raise InvalidDataError("data", f"{path.name} could not be read ({exc})", "a CSV file with a header row, or a Parquet file") from exc
-            self._from = q(self._view)
+            if not path.is_file():
+                raise InvalidParameterError("data", path.name, "an existing CSV or Parquet file")
+            if path.suffix.lower() in (".parquet", ".pq"):
+                try:
+                    self._con.read_parquet(str(path)).create_view(self._view)
+                except duckdb.Error:
+                    raise InvalidParameterError("data", path.name, "a readable Parquet file") from None
+            else:
+                names = _csv_header(path)
+                if not names or any(not n for n in names) or len(set(names)) != len(names):
+                    raise InvalidParameterError("data", path.name, "a CSV file whose first line names every column once")
+                columns = "{" + ", ".join(f"'{n.replace(chr(39), chr(39) * 2)}': 'VARCHAR'" for n in names) + "}"
+                self._con.execute(
+                    f"CREATE VIEW {q(self._view)} AS SELECT * FROM read_csv({_sql_string(str(path))}, header = true, auto_detect = false, "
+                    f"columns = {columns}, delim = ',', quote = '\"', escape = '\"', null_padding = true, ignore_errors = true, strict_mode = false)"
+                )
+            self._raw = q(self._view)
+            self._kinds = self._sql_kinds()
         elif isinstance(source, duckdb.DuckDBPyRelation):
             self._con = duckdb.default_connection() if connection is None else connection
             try:
@@ -95,15 +163,36 @@ class DuckDBEngine:
                 raise InvalidParameterError(
                     "data", "a DuckDB relation", "a relation of the default connection (duckdb.sql(...)), or Session.from_duckdb(connection, table)", str(exc)
                 ) from exc
-            self._from = q(self._view)
+            self._raw = q(self._view)
+            self._kinds = self._sql_kinds()
         else:
             raise InvalidParameterError("data", type(source).__name__, "a pandas DataFrame, a CSV or Parquet path, or a DuckDB relation")
+        self._from = self._raw
+
+    def _sql_kinds(self) -> dict[str, ColumnKind]:
+        rel = self._con.sql(f"SELECT * FROM {self._raw} LIMIT 0")
+        return {name: _kind(str(t)) for name, t in zip(rel.columns, rel.types)}
 
     # -- schema -----------------------------------------------------------------------------------
 
     def schema(self) -> dict[str, ColumnKind]:
-        rel = self._con.sql(f"SELECT * FROM {self._from} LIMIT 0")
-        return {name: _kind(str(t)) for name, t in zip(rel.columns, rel.types)}
+        return dict(self._kinds)
+
+    def bind(self, types: Mapping[str, ReadType], *, strip_strings: bool) -> None:
+        if self._frame is not None:
+            # Object columns hold arbitrary Python values: turn them into text here so that
+            # DuckDB's scan never infers a per-row type (a list in one row would otherwise make
+            # the column nested, or the scan fail).
+            frame = self._frame[list(types)].copy()
+            for c in frame.columns:
+                if self._kinds[c] == "string" and not pd.api.types.is_string_dtype(frame[c].dtype) or frame[c].dtype == object:
+                    frame[c] = frame[c].astype("string")
+            self._con.register(self._view, frame)
+            self._frame = None
+        items = [f"{_read(q(c), t, self._kinds[c], strip_strings)} AS {q(c)}" for c, t in types.items()]
+        typed = f"{self._view}_typed"
+        self._con.execute(f"CREATE OR REPLACE TEMP VIEW {q(typed)} AS SELECT {', '.join(items) or '1 AS __one'} FROM {self._raw}")
+        self._from = q(typed)
 
     # -- SQL generation ---------------------------------------------------------------------------
 
@@ -207,7 +296,8 @@ class DuckDBEngine:
         ctes, gcols, scols, _ = self._base(plan, params)
         aggs = ["count(*) AS rows", "count(*) FILTER (WHERE __ri = 1) AS units"]
         for s in scols:
-            aggs += [f"CAST(coalesce(sum({s}), 0) AS BIGINT) AS {s}", f"count({s}) AS {s}_n"]
+            # clamped, not overflowing: a failure after the debit would itself be a release
+            aggs += [f"CAST(greatest(least(coalesce(sum({s}), 0), {SUM_LIMIT}), {-SUM_LIMIT}) AS BIGINT) AS {s}", f"count({s}) AS {s}_n"]
         group = f" GROUP BY {', '.join(gcols)}" if gcols else ""
         return f"{ctes} SELECT {', '.join([*gcols, *aggs])} FROM r{group}", params.values
 
@@ -228,11 +318,8 @@ class DuckDBEngine:
         return frame
 
     def _run(self, sql: str, params: list[Any]) -> pd.DataFrame:
-        import duckdb
-
-        try:
-            return self._con.execute(sql, params).df()
-        except duckdb.ConversionException as exc:
-            raise InvalidDataError("data", f"an aggregate could not be computed exactly ({exc})", "columns whose types match the query and sums within ±2**63 grid steps") from exc
-        except duckdb.Error as exc:
-            raise InvalidDataError("data", f"the engine refused the query ({exc})", "columns whose types match the query") from exc
+        # Runs only after the debit; the session turns any failure into one generic error.
+        if self._frame is not None:  # used without bind (engine tests, benchmarks): as given
+            self._con.register(self._view, self._frame)
+            self._frame = None
+        return self._con.execute(sql, params).df()
