@@ -14,7 +14,8 @@ rm -f "$LEDGER"
 run() { printf '\n$ %s\n' "$*"; "$@"; }
 
 run "$DPKIT" generate census "$OUT/census.csv" --people 20000 --metadata "$OUT/census.json"
-run "$DPKIT" budget create census demo --epsilon 1.5 --delta 1e-6 --ledger "$LEDGER"
+# The budget belongs to the file's content (a copy or a renamed file pays from the same budget).
+run "$DPKIT" budget create "$OUT/census.csv" demo --epsilon 1.5 --delta 1e-6 --ledger "$LEDGER"
 
 Q() { run "$DPKIT" query "$OUT/census.csv" "$1" --epsilon "$2" ${3:+--delta "$3"} --metadata "$OUT/census.json" --ledger "$LEDGER" --analyst demo; }
 
@@ -28,4 +29,4 @@ if Q "SELECT COUNT(*) FROM census" 0.1; then
   echo "unexpected: the query was answered" >&2; exit 1
 fi
 
-run "$DPKIT" budget --ledger "$LEDGER" --dataset census --analyst demo
+run "$DPKIT" budget --ledger "$LEDGER" --dataset "$OUT/census.csv" --analyst demo

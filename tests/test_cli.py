@@ -20,6 +20,7 @@ from typer.testing import CliRunner
 import dpkit
 from dpkit import datasets
 from dpkit.cli import app
+from dpkit.ledger.identity import dataset_identity
 
 runner = CliRunner()
 
@@ -181,7 +182,7 @@ def _census(tmp_path: Path) -> tuple[Path, Path, Path]:
     data, meta, ledger = tmp_path / "census.csv", tmp_path / "census.json", tmp_path / "ledger.sqlite"
     result = runner.invoke(app, ["generate", "census", str(data), "--people", "2000", "--metadata", str(meta)])
     assert result.exit_code == 0, result.output
-    result = runner.invoke(app, ["budget", "create", "census", "ann", "--epsilon", "1", "--delta", "1e-6", "--ledger", str(ledger)])
+    result = runner.invoke(app, ["budget", "create", str(data), "ann", "--epsilon", "1", "--delta", "1e-6", "--ledger", str(ledger)])
     assert result.exit_code == 0, result.output
     return data, meta, ledger
 
@@ -189,16 +190,43 @@ def _census(tmp_path: Path) -> tuple[Path, Path, Path]:
 def test_query_prints_a_table_and_spends_from_the_ledger(tmp_path: Path) -> None:
     data, meta, ledger = _census(tmp_path)
     args = ["query", str(data), "SELECT sex, COUNT(*), AVG(age) FROM census WHERE age > 30 GROUP BY sex",
-            "--epsilon", "0.5", "--metadata", str(meta), "--ledger", str(ledger), "--analyst", "ann", "--seed", "3"]
+            "--epsilon", "0.5", "--metadata", str(meta), "--ledger", str(ledger), "--analyst", "ann"]
     result = runner.invoke(app, args)
     assert result.exit_code == 0, result.output
     assert "Female" in result.output and "95% CI" in result.output and "remaining ε=0.5" in result.output
+    assert "privacy unit: person_id" in " ".join(result.output.split())
     js = runner.invoke(app, [*args, "--json"])
     doc = json.loads(js.stdout)
     assert doc["epsilon"] == 0.5 and doc["budget"]["remaining_epsilon"] == 0.0 and len(doc["rows"]) == 2
+    assert doc["privacy_unit"]["column"] == "person_id" and doc["privacy_unit"]["max_rows"] == 2 and doc["seeded"] is False
     refused = runner.invoke(app, args)  # the budget is spent
     assert refused.exit_code == 1 and "budget exceeded" in " ".join(refused.output.split())
-    assert len(dpkit.open_ledger(ledger).list_spends("census", "ann")) == 2
+    assert len(dpkit.open_ledger(ledger).list_spends(dataset_identity(data), "ann")) == 2
+
+
+def test_the_budget_follows_the_file_not_the_table_name(tmp_path: Path) -> None:
+    """--table names the table in SQL only; a different file has no budget until one is made for
+    it, and a copy of the file pays from the same budget."""
+    data, meta, ledger = _census(tmp_path)
+    other = tmp_path / "other.csv"
+    other.write_text(data.read_text().replace("Female", "Male", 1))
+    base = ["--epsilon", "0.1", "--metadata", str(meta), "--ledger", str(ledger), "--analyst", "ann"]
+    refused = runner.invoke(app, ["query", str(other), "SELECT COUNT(*) FROM census", "--table", "census", *base])
+    assert refused.exit_code == 1 and "no budget" in " ".join(refused.output.split()).lower()
+    copy = tmp_path / "copy.csv"
+    copy.write_bytes(data.read_bytes())
+    paid = runner.invoke(app, ["query", str(copy), "SELECT COUNT(*) FROM census", "--table", "census", *base])
+    assert paid.exit_code == 0, paid.output
+    assert dpkit.open_ledger(ledger).get_budget(dataset_identity(data), "ann").spent_epsilon == pytest.approx(0.1)
+
+
+def test_a_seed_is_refused_by_query(tmp_path: Path) -> None:
+    data, meta, ledger = _census(tmp_path)
+    args = ["query", str(data), "SELECT COUNT(*) FROM census", "--epsilon", "0.05", "--metadata", str(meta),
+            "--ledger", str(ledger), "--analyst", "ann", "--seed", "11"]
+    result = runner.invoke(app, args)
+    assert result.exit_code == 1 and "rng" in result.output
+    assert dpkit.open_ledger(ledger).list_spends(dataset_identity(data), "ann") == []
 
 
 def test_query_errors_are_clear(tmp_path: Path) -> None:
@@ -208,14 +236,16 @@ def test_query_errors_are_clear(tmp_path: Path) -> None:
         (["query", str(data), "SELECT * FROM census", *base], "read rows"),
         (["query", str(data), "SELECT COUNT(*) FROM adult", *base], "table"),
         (["query", str(tmp_path / "missing.csv"), "SELECT COUNT(*) FROM missing", *base], "no such file"),
-        (["query", str(data), "SELECT COUNT(*) FROM census", "--epsilon", "0.5", "--ledger", str(tmp_path / "none.sqlite")], "create a budget"),
+        (["query", str(data), "SELECT COUNT(*) FROM census", "--epsilon", "0.5", "--metadata", str(meta), "--ledger", str(tmp_path / "none.sqlite")], "create a budget"),
+        (["query", str(data), "SELECT COUNT(*) FROM census", "--epsilon", "0.5", "--ledger", str(ledger)], "--metadata"),
+        (["query", str(data), "SELECT COUNT(*) FROM census", "--row-level", *base], "row_level"),
         (["query", str(data), "SELECT COUNT(*) FROM census", *base[:-1], "bob"], "bob"),
-        (["query", str(data), "SELECT AVG(person_id) FROM census", *base], "declared bounds"),
+        (["query", str(data), "SELECT AVG(person_id) FROM census", *base], "Numeric column"),
     ]
     for args, match in cases:
         result = runner.invoke(app, args)
         assert result.exit_code != 0 and match in " ".join(result.output.split()), (args, result.output)
-    assert dpkit.open_ledger(ledger).get_budget("census", "ann").spent_epsilon == 0
+    assert dpkit.open_ledger(ledger).get_budget(dataset_identity(data), "ann").spent_epsilon == 0
 
 
 def test_generate_rejects_unknown_data_sets(tmp_path: Path) -> None:

@@ -24,7 +24,7 @@ from rich.progress import BarColumn, Progress, SpinnerColumn, TextColumn, TimeEl
 
 import dpkit
 from dpkit.accounting.events import event_to_dict
-from dpkit.errors import DPError
+from dpkit.errors import DPError, LedgerError
 
 app = typer.Typer(
     name="dpkit",
@@ -174,13 +174,17 @@ def _open_existing(ledger: str):  # type: ignore[no-untyped-def]
 def budget_show(
     ctx: typer.Context,
     ledger: LedgerOption = ".dpkit/ledger.sqlite",
-    dataset: Annotated[str | None, typer.Option("--dataset", help="Show the spends of this dataset's budget.")] = None,
+    dataset: Annotated[str | None, typer.Option("--dataset", help="Show the spends of this dataset's budget (a name, or a data file: its content identity).")] = None,
     analyst: Annotated[str | None, typer.Option("--analyst", help="… for this analyst.")] = None,
     json_output: JsonOption = False,
 ) -> None:
     """Show every budget (ε, δ, spent, remaining), or one budget's spends with --dataset/--analyst."""
     if ctx.invoked_subcommand is not None:
         return
+    if dataset is not None and Path(dataset).is_file():
+        from dpkit.ledger.identity import dataset_identity
+
+        dataset = dataset_identity(dataset)
     try:
         with _open_existing(ledger) as store:
             budgets = [b for b in store.list_budgets() if (dataset in (None, b.dataset)) and (analyst in (None, b.analyst))]
@@ -230,7 +234,7 @@ def budget_show(
 
 @budget_app.command("create")
 def budget_create(
-    dataset: Annotated[str, typer.Argument(help="Dataset name.")],
+    dataset: Annotated[str, typer.Argument(help="A data file (its budget is kept under the file's content identity, as dpkit query pays it) or a dataset name (the service's, a library session's).")],
     analyst: Annotated[str, typer.Argument(help="Analyst name.")],
     epsilon: Annotated[float, typer.Option("--epsilon", help="The budget's ε.")],
     delta: Annotated[float, typer.Option("--delta", help="The budget's δ.")] = 0.0,
@@ -238,13 +242,18 @@ def budget_create(
 ) -> None:
     """Create a budget for (dataset, analyst); the ledger file is created on first use."""
     from dpkit.ledger import open_ledger
+    from dpkit.ledger.identity import dataset_identity
 
+    shown = dataset
+    if Path(dataset).is_file():
+        dataset = dataset_identity(dataset)
+        shown = f"{Path(shown).name} ({dataset})"
     try:
         with open_ledger(ledger) as store:
             record = store.create_budget(dataset, analyst, epsilon=epsilon, delta=delta)
     except DPError as exc:
         _fail(str(exc))
-    typer.echo(f"created budget ε={record.epsilon:g}, δ={record.delta:g} for {dataset}/{analyst} in {ledger}")
+    typer.echo(f"created budget ε={record.epsilon:g}, δ={record.delta:g} for {shown}/{analyst} in {ledger}")
 
 
 @app.command()
@@ -252,55 +261,66 @@ def query(
     data: Annotated[Path, typer.Argument(help="A CSV or Parquet file.")],
     sql: Annotated[str, typer.Argument(help='SQL of the private subset, e.g. "SELECT sex, COUNT(*), AVG(age) FROM adult GROUP BY sex".')],
     epsilon: Annotated[float, typer.Option("--epsilon", help="ε for the whole query, split equally across its aggregates.")],
+    metadata: Annotated[Path, typer.Option("--metadata", help="The curator's declared schema (JSON): every usable column's type, bounds and categories, and the privacy unit (see docs/guide.md, 'The metadata file').")],
     delta: Annotated[float, typer.Option("--delta", help="δ (private key selection, Gaussian noise).")] = 0.0,
-    unit: Annotated[str | None, typer.Option("--unit", help="The privacy-unit column (default: the metadata's, else each row).")] = None,
-    metadata: Annotated[Path | None, typer.Option("--metadata", help="JSON with column bounds and public categories.")] = None,
+    unit: Annotated[str | None, typer.Option("--unit", help="The privacy-unit column (default: the metadata's).")] = None,
+    row_level: Annotated[bool, typer.Option("--row-level", help="Every row is a different person (only when the metadata declares no unit).")] = False,
     ledger: LedgerOption = ".dpkit/ledger.sqlite",
-    analyst: Annotated[str, typer.Option("--analyst", help="Whose budget pays (a budget for (table, analyst) must exist).")] = "analyst",
-    table: Annotated[str | None, typer.Option("--table", help="The table's name in SQL (default: the file's stem).")] = None,
+    analyst: Annotated[str, typer.Option("--analyst", help="Whose budget pays (created with dpkit budget create DATA ANALYST ...).")] = "analyst",
+    table: Annotated[str | None, typer.Option("--table", help="The table's name in SQL (default: the file's stem). It does not choose the budget.")] = None,
     max_groups: Annotated[int | None, typer.Option("--max-groups", help="Groups per privacy unit (default: metadata's, else 1).")] = None,
     max_rows: Annotated[int | None, typer.Option("--max-rows", help="Rows per privacy unit per group (default: metadata's, else 1).")] = None,
     noise: Annotated[str, typer.Option("--noise", help="laplace or gaussian.")] = "laplace",
     confidence: Annotated[float, typer.Option("--confidence", help="Confidence level of the intervals.")] = 0.95,
-    seed: SeedOption = None,
+    seed: Annotated[int | None, typer.Option("--seed", help="Refused: seeded noise can be replayed, and this command always pays from a ledger.")] = None,
     json_output: JsonOption = False,
 ) -> None:
     """Run one private SQL query on a file and pay for it from the ledger.
 
-    Example: dpkit budget create adult alice --epsilon 3 && \
-    dpkit query adult.csv "SELECT sex, COUNT(*), AVG(age) FROM adult WHERE age > 30 GROUP BY sex" --epsilon 1 --metadata adult.json --analyst alice
+    The budget is the one created for this file's content (dpkit budget create DATA ANALYST),
+    whatever --table says. Example:
+
+    dpkit generate census census.csv --metadata census.json && \
+    dpkit budget create census.csv alice --epsilon 3 && \
+    dpkit query census.csv "SELECT sex, COUNT(*), AVG(age) FROM census WHERE age > 30 GROUP BY sex" --epsilon 1 --metadata census.json --analyst alice
     """
     import numpy as np
 
     from dpkit.analytics import Session
+    from dpkit.ledger.identity import dataset_identity
 
-    name = table or data.stem
-    if not data.exists():
+    if not data.is_file():
         _fail(f"no such file: {str(data)!r}")
+    if not metadata.is_file():
+        _fail(f"no such metadata file: {str(metadata)!r} (write one by hand, or dpkit generate census ... --metadata FILE for the example)")
+    name = table or data.stem
+    dataset = dataset_identity(data)
     if _ledger_missing(ledger):
-        _fail(f"no ledger at {ledger!r}: create a budget first (dpkit budget create {name} {analyst} --epsilon E --ledger {ledger})")
+        _fail(f"no ledger at {ledger!r}: create a budget first (dpkit budget create {data} {analyst} --epsilon E --ledger {ledger})")
     err = Console(stderr=True)
     try:
         with err.status(f"scanning {data.name} …", spinner="dots") if not json_output else contextlib.nullcontext():
             session = Session(
-                data, privacy_unit=unit, ledger=ledger, dataset=name, analyst=analyst, metadata=metadata,
-                max_groups=max_groups, max_rows=max_rows, table=name,
+                data, privacy_unit=unit, row_level=True if row_level else None, ledger=ledger, dataset=dataset, analyst=analyst,
+                metadata=metadata, max_groups=max_groups, max_rows=max_rows, table=name,
                 rng=None if seed is None else np.random.default_rng(seed),
             )
             result = session.sql(sql, epsilon=epsilon, delta=delta, noise=noise, confidence=confidence)  # type: ignore[arg-type]
-            record = session._ledger.get_budget(name, analyst)
+            record = session._ledger.get_budget(dataset, analyst)
+    except LedgerError as exc:
+        _fail(f"{exc} (budgets for a file are created with: dpkit budget create {data} {analyst} --epsilon E --ledger {ledger})")
     except DPError as exc:
         _fail(str(exc))
     if json_output:
         out = result.to_dict()
-        out["budget"] = {"dataset": name, "analyst": analyst, "epsilon": record.epsilon, "delta": record.delta,
+        out["budget"] = {"dataset": dataset, "analyst": analyst, "epsilon": record.epsilon, "delta": record.delta,
                          "spent_epsilon": record.spent_epsilon, "spent_delta": record.spent_delta,
                          "remaining_epsilon": record.remaining_epsilon, "remaining_delta": record.remaining_delta}
         _emit_json(out)
         return
     console = Console()
     pct = f"{confidence * 100:g}%"
-    tbl = Table(title=f"{sql}", caption=f"ε={result.epsilon:g}, δ={result.delta:g} · {pct} intervals · keys: {result.keys}")
+    tbl = Table(title=f"{sql}", caption=f"ε={result.epsilon:g}, δ={result.delta:g} · {pct} intervals · keys: {result.keys}\n{result.unit_description}")
     for g in result.groups:
         tbl.add_column(g)
     for a in result.aggregates:
@@ -319,7 +339,7 @@ def query(
     for note in result.notes:
         console.print(f"  {note}")
     console.print(
-        f"budget {name}/{analyst}: spent ε={record.spent_epsilon:.6g} of {record.epsilon:g}, "
+        f"budget {dataset}/{analyst}: spent ε={record.spent_epsilon:.6g} of {record.epsilon:g}, "
         f"remaining ε={record.remaining_epsilon:.6g}, δ={record.remaining_delta:.3g}"
     )
 
