@@ -764,7 +764,8 @@ class _Runner:
                 raise InvalidParameterError("column", spec.column, f"a declared column ({', '.join(schema)})", "unknown column")
             spec_meta = self.s._metadata.columns.get(spec.column)
             if not isinstance(spec_meta, Numeric):
-                raise InvalidParameterError("column", spec.column, f"a Numeric column for {spec.kind} (it is declared as {schema[spec.column]})")
+                declared = "the privacy unit" if spec_meta is None else f"Categorical, value_type {spec_meta.value_type!r}"
+                raise InvalidParameterError("column", spec.column, f"a Numeric column for {spec.kind} (it is declared as {declared})")
             if not spec_meta.bounded:
                 raise InvalidParameterError(
                     "column", spec.column, "a column with declared bounds (Numeric(lower, upper) in the metadata)",

@@ -36,7 +36,7 @@ from dpkit.analytics.plan import (
 )
 from dpkit.errors import InvalidParameterError
 
-__all__ = ["DuckDBEngine"]
+__all__ = ["DuckDBEngine", "csv_source_sql"]
 
 _counter = itertools.count()
 
@@ -94,6 +94,27 @@ def _csv_header(path: Path) -> list[str]:
     return [n.strip() for n in names]
 
 
+def csv_source_sql(path: str | os.PathLike[str]) -> str:
+    """The SQL table expression (``read_csv(...)``) reading a CSV file by the fixed rules of
+    :class:`DuckDBEngine`: comma-separated, double quotes, the header line's names (read here, in
+    Python), every column as VARCHAR, nothing sniffed from the rows; short rows are padded with
+    NULLs and unparsable lines skipped. Whoever copies a CSV (the curator service) reads it with
+    exactly this expression, so that no row can fail the read or change a column's type.
+
+    Raises :class:`~dpkit.errors.InvalidParameterError` (naming only the file) when the first
+    line does not name every column once.
+    """
+    p = Path(path)
+    names = _csv_header(p)
+    if not names or any(not n for n in names) or len(set(names)) != len(names):
+        raise InvalidParameterError("data", p.name, "a CSV file whose first line names every column once")
+    columns = "{" + ", ".join(f"{_sql_string(n)}: 'VARCHAR'" for n in names) + "}"
+    return (
+        f"read_csv({_sql_string(str(p))}, header = true, auto_detect = false, columns = {columns}, "
+        "delim = ',', quote = '\"', escape = '\"', null_padding = true, ignore_errors = true, strict_mode = false)"
+    )
+
+
 def _read(x: str, read: ReadType, kind: ColumnKind, strip: bool) -> str:
     """The total SQL expression reading the physical column ``x`` as its declared type."""
     text = f"trim({x})" if kind == "string" and strip else x if kind == "string" else f"CAST({x} AS VARCHAR)"
@@ -144,14 +165,7 @@ class DuckDBEngine:
                 except duckdb.Error:
                     raise InvalidParameterError("data", path.name, "a readable Parquet file") from None
             else:
-                names = _csv_header(path)
-                if not names or any(not n for n in names) or len(set(names)) != len(names):
-                    raise InvalidParameterError("data", path.name, "a CSV file whose first line names every column once")
-                columns = "{" + ", ".join(f"'{n.replace(chr(39), chr(39) * 2)}': 'VARCHAR'" for n in names) + "}"
-                self._con.execute(
-                    f"CREATE VIEW {q(self._view)} AS SELECT * FROM read_csv({_sql_string(str(path))}, header = true, auto_detect = false, "
-                    f"columns = {columns}, delim = ',', quote = '\"', escape = '\"', null_padding = true, ignore_errors = true, strict_mode = false)"
-                )
+                self._con.execute(f"CREATE VIEW {q(self._view)} AS SELECT * FROM {csv_source_sql(path)}")
             self._raw = q(self._view)
             self._kinds = self._sql_kinds()
         elif isinstance(source, duckdb.DuckDBPyRelation):
@@ -183,9 +197,9 @@ class DuckDBEngine:
             # Object columns hold arbitrary Python values: turn them into text here so that
             # DuckDB's scan never infers a per-row type (a list in one row would otherwise make
             # the column nested, or the scan fail).
-            frame = self._frame[list(types)].copy()
+            frame = self._frame[list(types)].copy() if types else pd.DataFrame({"__dpkit_one": 1}, index=self._frame.index)
             for c in frame.columns:
-                if self._kinds[c] == "string" and not pd.api.types.is_string_dtype(frame[c].dtype) or frame[c].dtype == object:
+                if c in self._kinds and (self._kinds[c] == "string" and not pd.api.types.is_string_dtype(frame[c].dtype) or frame[c].dtype == object):
                     frame[c] = frame[c].astype("string")
             self._con.register(self._view, frame)
             self._frame = None
