@@ -120,8 +120,8 @@ def dpkit_release(df, query: str) -> Release:
     from dpkit.analytics import Categorical, Metadata, Numeric  # noqa: PLC0415
 
     meta = Metadata(columns={"age": Numeric(AGE_LOWER, AGE_UPPER), "sex": Categorical(SEX), "education": Categorical(EDUCATION),
-                             "marital-status": Categorical(MARITAL)})
-    s = dp.Session(df, budget=dp.Budget(epsilon=1e9), metadata=meta)  # privacy_unit None: each row
+                             "marital-status": Categorical(MARITAL)}, row_level=True)  # Adult: one row per person
+    s = dp.Session(df, budget=dp.Budget(epsilon=1e9), metadata=meta)
     _, col, _, agg = QUERIES[query]
 
     def release() -> dict[str, float]:

@@ -25,7 +25,8 @@ args = parser.parse_args()
 rng = None if args.seed is None else np.random.default_rng(args.seed)
 
 df = census(people=20_000)
-meta = Metadata.from_dict({**CENSUS_METADATA, "columns": {k: v for k, v in CENSUS_METADATA["columns"].items() if k != "sector"}})
+# The curator's declared schema; "sector" is declared without its categories, so its keys are private.
+meta = Metadata.from_dict({**CENSUS_METADATA, "columns": {**CENSUS_METADATA["columns"], "sector": {"type": "categorical"}}})
 session = dp.Session(df, budget=dp.Budget(epsilon=2.0, delta=1e-6), metadata=meta, rng=rng)
 print(session)
 
@@ -39,7 +40,8 @@ print("true (unbounded) values:\n" + truth.round(1).to_string())
 # 3. the unit matters: a person's rows (up to 2 kept) vs a single row
 user_rows = session.count(epsilon=0.25)
 people = session.count_units(epsilon=0.25)
-rows_meta = Metadata(columns=meta.columns)  # the same columns, no privacy unit: each row is a unit
+# The same columns, declared (wrongly, for this table) as one row per person — to show what it costs.
+rows_meta = Metadata(columns=meta.columns, row_level=True)
 row_level = dp.Session(df, budget=dp.Budget(epsilon=1.0), metadata=rows_meta, rng=rng).count(epsilon=0.25)
 print(f"\nrows, user level (≤ 2 per person): {user_rows.value:.0f} ± {(user_rows.ci[1] - user_rows.value):.0f}")
 print(f"rows, row level: {row_level.value:.0f} ± {(row_level.ci[1] - row_level.value):.0f} (true {len(df)}) "
