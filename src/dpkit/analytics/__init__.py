@@ -12,6 +12,7 @@
 """
 
 from dpkit.analytics.aggregates import Aggregate, Count, CountUnits, Mean, Quantile, Std, Sum, Variance
+from dpkit.analytics.check import DataCheck, check_data
 from dpkit.analytics.metadata import Categorical, Metadata, Numeric
 from dpkit.analytics.results import AggregateInfo, QueryCost, QueryResult
 from dpkit.analytics.session import Query, Session
@@ -33,4 +34,6 @@ __all__ = [
     "Variance",
     "Std",
     "Quantile",
+    "check_data",
+    "DataCheck",
 ]

@@ -1,0 +1,650 @@
+"""The curator's data check: how well a private table conforms to its declared metadata.
+
+**Curator only — this is not a private release.** :func:`check_data` reads the private rows and
+reports exact counts, the most frequent non-conforming values themselves, minima and maxima and
+rows per person. It is for the data curator, who already sees the data, to fix the data or the
+metadata before analysts query it; it spends no budget, adds no noise and must never be shown to
+an analyst (the curator service has no endpoint for it).
+
+The source is read exactly as a query reads it (:class:`~dpkit.analytics.engines.duckdb.DuckDBEngine`
+and its reading rules, DESIGN "Declared schema"): every declared column is read as its declared
+type, and every value of every declared column (and of the privacy unit) falls into exactly one
+of these classes:
+
+* ``conforming``: read as a value of the declared type, within the declared bounds (numeric) and
+  among the declared categories (categorical with a public list);
+* ``null``: NULL (missing) in the source — skipped by sums and means, in no category;
+* ``unreadable``: present in the source but NULL once read, because it is not a value of the
+  declared type (``'N/A'`` in a numeric column, ``'3.5'`` in an integer column, NaN, ±inf);
+* ``below`` / ``above`` (``out_of_bounds``): numeric values outside [lower, upper] — queries
+  clip them to the bounds;
+* ``outside_categories``: not among the declared categories — a group-by drops the row. For
+  text, the nearest declared category is shown when the value is a near miss: surrounding
+  whitespace (``' Male'`` with ``strip_strings=False``), case (``'male'``) or a small spelling
+  difference.
+
+A column *conforms* when it has no unreadable, out-of-bounds or outside-category values (NULLs
+are legitimate missing values, except in the privacy unit: a row without a unit is left out of
+every query). For the privacy unit the check also shows how many rows each unit has (to choose
+``max_rows``) and in how many groups of each categorical column a unit appears (``max_groups``).
+Declared columns missing from the source and nested (LIST, STRUCT, …) columns are reported as
+problems rather than raised: the check is meant to find them.
+
+All counting runs in DuckDB SQL (one scan for the counts, one for the top non-conforming values,
+one for the units); only the matching of at most :data:`TOP_VALUES` distinct values per column
+against the declared categories runs in Python.
+
+>>> import pandas as pd
+>>> from dpkit.analytics import Categorical, Metadata, Numeric
+>>> df = pd.DataFrame({"age": ["34", "N/A", "150", None], "sex": ["Male", " Female", "male", "Female"]})
+>>> meta = Metadata(row_level=True, strip_strings=False,
+...                 columns={"age": Numeric(0, 120), "sex": Categorical(["Female", "Male"])})
+>>> report = check_data(df, meta)
+>>> age, sex = report.columns
+>>> age.conforming, age.null, age.unreadable, age.above, sex.outside_categories, report.ok
+(1, 1, 1, 1, 2, False)
+>>> [(v.value, v.nearest, v.reason) for v in sex.values]
+[(' Female', 'Female', 'whitespace'), ('male', 'Male', 'case')]
+"""
+
+from __future__ import annotations
+
+import difflib
+import math
+import os
+from collections.abc import Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Literal
+
+from dpkit._validate import short_repr as _short
+from dpkit.analytics.engines.base import ColumnKind, ReadType, quote_identifier as q
+from dpkit.analytics.metadata import Categorical, Metadata, Numeric
+from dpkit.errors import InvalidDataError, InvalidParameterError
+
+__all__ = ["check_data", "nearest_category", "DataCheck", "ColumnCheck", "UnitCheck", "GroupSpread", "NonconformingValue", "TOP_VALUES"]
+
+#: At most this many distinct non-conforming values are listed per column (most frequent first).
+TOP_VALUES = 20
+#: difflib similarity from which a value is a near miss of a declared category.
+NEAR_MISS_CUTOFF = 0.8
+
+Issue = Literal["unreadable", "outside_categories"]
+Reason = Literal["whitespace", "case", "spelling", "missing marker"]
+#: Texts (stripped, case-folded) that usually stand for a missing value; reported as such.
+MISSING_MARKERS = frozenset({"", "?", "-", "na", "n/a", "nan", "null", "none", "missing", "unknown", "#n/a"})
+
+
+# ---- the report ------------------------------------------------------------------------------------
+
+
+def _share(count: int, rows: int) -> float:
+    return count / rows if rows else 0.0
+
+
+def _pct(count: int, rows: int) -> str:
+    """A share as text that never rounds a miss up to 100% (or a single hit down to 0%)."""
+    if not rows:
+        return "—"
+    if count == rows:
+        return "100%"
+    if count == 0:
+        return "0%"
+    p = 100.0 * count / rows
+    return f"{min(max(p, 0.01), 99.99):.2f}%"
+
+
+def _num(x: float | None) -> str:
+    if x is None:
+        return "—"
+    return f"{x:,.0f}" if x == int(x) else f"{x:.6g}"
+
+
+@dataclass(frozen=True)
+class NonconformingValue:
+    """One distinct source value that does not conform, with how many rows hold it.
+
+    ``value`` is the source value as text, exactly as stored (surrounding spaces kept);
+    ``nearest`` is the declared category it most likely means (None when there is none) and
+    ``reason`` why: ``whitespace``, ``case`` or ``spelling`` — or ``missing marker`` (with no
+    nearest) for texts such as ``'?'`` and ``'N/A'`` that usually mean a missing value.
+    """
+
+    value: str
+    count: int
+    issue: Issue
+    nearest: Any = None
+    reason: Reason | None = None
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"value": self.value, "count": self.count, "issue": self.issue, "nearest": self.nearest, "reason": self.reason}
+
+
+@dataclass(frozen=True)
+class ColumnCheck:
+    """How one declared column (or the privacy unit) conforms.
+
+    ``conforming + null + unreadable + below + above + outside_categories == rows`` for a
+    column that was ``checked`` (a column missing from the source, or a nested one, is not read:
+    its counts are 0 and :attr:`DataCheck.problems` says why).
+    """
+
+    name: str
+    #: The declaration in words: ``numeric [17, 90]``, ``numeric`` (no bounds), ``2 string
+    #: categories``, ``integer, private keys`` (categorical without a list) or ``unit (text)``.
+    declared: str
+    #: The declared type the column is read as (None when it was not read).
+    read_as: ReadType | None
+    #: The source's own kind of the column: numeric, string, boolean, nested, other or ``missing``.
+    physical: str
+    #: The source's SQL type (``VARCHAR`` for every CSV column), None when it was not read.
+    source_type: str | None
+    is_unit: bool
+    #: Whether the column was read (False when it is missing from the source or nested).
+    checked: bool
+    rows: int
+    conforming: int
+    null: int
+    unreadable: int
+    below: int = 0
+    above: int = 0
+    outside_categories: int = 0
+    #: Smallest and largest readable value of a numeric column (before clipping).
+    minimum: float | None = None
+    maximum: float | None = None
+    #: Distinct non-NULL values as read (categorical columns and the unit).
+    distinct: int | None = None
+    #: The most frequent non-conforming values (at most TOP_VALUES), most frequent first.
+    values: tuple[NonconformingValue, ...] = ()
+    #: Whether the declaration has numeric bounds / a public category list.
+    bounded: bool = False
+    listed: bool = False
+
+    @property
+    def out_of_bounds(self) -> int:
+        return self.below + self.above
+
+    @property
+    def nonconforming(self) -> int:
+        """Values that are present but do not conform (unreadable, out of bounds, outside categories)."""
+        return self.unreadable + self.below + self.above + self.outside_categories
+
+    @property
+    def conforming_share(self) -> float:
+        return _share(self.conforming, self.rows)
+
+    @property
+    def ok(self) -> bool:
+        """Every present value conforms (and, for the privacy unit, no row lacks a unit)."""
+        return self.checked and self.nonconforming == 0 and not (self.is_unit and self.null)
+
+    def to_dict(self) -> dict[str, Any]:
+        counts = {
+            "conforming": self.conforming, "null": self.null, "unreadable": self.unreadable,
+            "below": self.below, "above": self.above, "out_of_bounds": self.out_of_bounds,
+            "outside_categories": self.outside_categories,
+        }
+        return {
+            "name": self.name, "declared": self.declared, "read_as": self.read_as, "physical": self.physical,
+            "source_type": self.source_type, "is_unit": self.is_unit, "checked": self.checked, "ok": self.ok,
+            "rows": self.rows, "counts": counts, "shares": {k: _share(n, self.rows) for k, n in counts.items()},
+            "minimum": self.minimum, "maximum": self.maximum, "distinct": self.distinct,
+            "values": [x.to_dict() for x in self.values],
+        }
+
+
+@dataclass(frozen=True)
+class GroupSpread:
+    """In how many groups of one categorical column the units appear (what ``max_groups`` bounds
+    in a group-by over that column): the most for one unit, and how many units exceed
+    ``max_groups`` (their rows in the excess groups are left out of such a query)."""
+
+    column: str
+    max_per_unit: int
+    units_over_max_groups: int
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"column": self.column, "max_per_unit": self.max_per_unit, "units_over_max_groups": self.units_over_max_groups}
+
+
+@dataclass(frozen=True)
+class UnitCheck:
+    """Rows per privacy unit, to choose ``max_rows`` and ``max_groups``.
+
+    ``max_rows`` and ``max_groups`` are the metadata's (1 when it declares none, as in a
+    session). ``units_over_max_rows`` units have more rows than ``max_rows``; a query without a
+    group-by keeps ``max_rows`` of each unit's rows, so ``rows_over_max_rows`` rows are left out
+    of it.
+    """
+
+    column: str
+    units: int
+    rows_without_unit: int
+    rows_per_unit_median: int
+    rows_per_unit_p90: int
+    rows_per_unit_p99: int
+    rows_per_unit_max: int
+    max_rows: int
+    units_over_max_rows: int
+    rows_over_max_rows: int
+    max_groups: int
+    groups: tuple[GroupSpread, ...] = ()
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "column": self.column, "units": self.units, "rows_without_unit": self.rows_without_unit,
+            "rows_per_unit": {"median": self.rows_per_unit_median, "p90": self.rows_per_unit_p90, "p99": self.rows_per_unit_p99, "max": self.rows_per_unit_max},
+            "max_rows": self.max_rows, "units_over_max_rows": self.units_over_max_rows, "rows_over_max_rows": self.rows_over_max_rows,
+            "max_groups": self.max_groups, "groups": [g.to_dict() for g in self.groups],
+        }
+
+
+_HEADER = ["column", "declared", "source", "conforming", "share", "NULL", "unreadable", "out of bounds", "not listed"]
+
+
+@dataclass(frozen=True)
+class DataCheck:
+    """The curator's report of how a table conforms to its metadata (see the module docstring).
+
+    Curator only: it holds exact counts and raw values of the private data, and is not a
+    private release.
+    """
+
+    name: str
+    rows: int
+    strip_strings: bool
+    row_level: bool
+    columns: tuple[ColumnCheck, ...]
+    unit: UnitCheck | None
+    problems: tuple[str, ...]
+    notes: tuple[str, ...] = ()
+
+    @property
+    def ok(self) -> bool:
+        """No problem, and every declared column (and the unit) conforms."""
+        return not self.problems and all(c.ok for c in self.columns)
+
+    def column(self, name: str) -> ColumnCheck:
+        """The check of one column, by name."""
+        for c in self.columns:
+            if c.name == name:
+                return c
+        raise InvalidParameterError("column", name, "one of " + ", ".join(repr(c.name) for c in self.columns))
+
+    def to_dict(self) -> dict[str, Any]:
+        """A JSON-ready dict (``json.dumps`` takes it as it is)."""
+        return {
+            "name": self.name, "curator_only": True, "ok": self.ok, "rows": self.rows,
+            "strip_strings": self.strip_strings, "row_level": self.row_level,
+            "columns": [c.to_dict() for c in self.columns],
+            "unit": None if self.unit is None else self.unit.to_dict(),
+            "problems": list(self.problems), "notes": list(self.notes),
+        }
+
+    # -- text ----------------------------------------------------------------------------------
+
+    def title(self) -> str:
+        who = "row-level privacy" if self.row_level else f"privacy unit {self.unit.column!r}" if self.unit else "no privacy unit declared"
+        return (f"data check of {self.name}: {self.rows:,} rows, strip_strings={self.strip_strings}, {who} "
+                "(curator only, not a private release)")
+
+    def table(self) -> tuple[list[str], list[list[str]]]:
+        """The per-column summary as a header and rows of text cells (for terminals)."""
+        rows = []
+        for c in self.columns:
+            if not c.checked:
+                rows.append([c.name, c.declared, c.physical, "—", "—", "—", "—", "—", "—"])
+                continue
+            rows.append([
+                c.name + (" (unit)" if c.is_unit else ""), c.declared, c.source_type or c.physical,
+                f"{c.conforming:,}", _pct(c.conforming, c.rows), f"{c.null:,}", f"{c.unreadable:,}",
+                f"{c.out_of_bounds:,}" if c.bounded else "—", f"{c.outside_categories:,}" if c.listed else "—",
+            ])
+        return list(_HEADER), rows
+
+    def details(self) -> list[str]:
+        """The lines below the table: non-conforming values, ranges, the unit, problems, the verdict."""
+        lines: list[str] = []
+        for c in self.columns:
+            if c.checked and c.out_of_bounds:
+                lines.append(f"{c.name}: {c.below:,} below and {c.above:,} above the bounds (queries clip them); "
+                             f"values range from {_num(c.minimum)} to {_num(c.maximum)}")
+            if c.values:
+                shown = sum(v.count for v in c.values)
+                more = c.unreadable + c.outside_categories - shown
+                lines.append(f"{c.name}: non-conforming values (most frequent first)" + (f", and {more:,} more rows" if more else "") + ":")
+                for v in c.values:
+                    near = f" → nearest {v.nearest!r} ({v.reason})" if v.nearest is not None else " (a missing-value marker?)" if v.reason else ""
+                    what = "not a value of the declared type" if v.issue == "unreadable" else "outside the categories"
+                    lines.append(f"    {v.value!r} × {v.count:,}: {what}{near}")
+        u = self.unit
+        if u is not None:
+            lines.append(
+                f"privacy unit {u.column!r}: {u.units:,} units, {u.rows_without_unit:,} rows without a unit"
+                f"{' (left out of every query)' if u.rows_without_unit else ''}; rows per unit: "
+                f"median {u.rows_per_unit_median}, 90% {u.rows_per_unit_p90}, 99% {u.rows_per_unit_p99}, max {u.rows_per_unit_max}"
+            )
+            lines.append(f"    max_rows={u.max_rows}: {u.units_over_max_rows:,} units have more rows "
+                         f"({u.rows_over_max_rows:,} rows left out of a query without GROUP BY)")
+            for g in u.groups:
+                lines.append(f"    max_groups={u.max_groups}: grouping by {g.column!r}, units appear in up to {g.max_per_unit} groups; "
+                             f"{g.units_over_max_groups:,} units in more than {u.max_groups}")
+        lines += [f"note: {n}" for n in self.notes]
+        lines += [f"problem: {p}" for p in self.problems]
+        bad = [c.name for c in self.columns if c.checked and not c.ok]
+        if self.ok:
+            lines.append("every declared column conforms")
+        else:
+            lines.append("does not conform: " + ", ".join(
+                ([f"{len(bad)} column{'s' if len(bad) != 1 else ''} with non-conforming values ({', '.join(bad)})"] if bad else [])
+                + ([f"{len(self.problems)} problem{'s' if len(self.problems) != 1 else ''}"] if self.problems else [])
+            ))
+        return lines
+
+    def to_text(self) -> str:
+        """The report as a plain-text table for the terminal."""
+        header, rows = self.table()
+        widths = [max(len(r[i]) for r in [header, *rows]) for i in range(len(header))]
+        left = {0, 1, 2}
+
+        def fmt(r: list[str]) -> str:
+            return "  ".join(x.ljust(w) if i in left else x.rjust(w) for i, (x, w) in enumerate(zip(r, widths))).rstrip()
+
+        out = [self.title(), fmt(header), fmt(["-" * w for w in widths]), *map(fmt, rows)]
+        return "\n".join(out + self.details())
+
+    def __str__(self) -> str:
+        return self.to_text()
+
+
+# ---- near misses ------------------------------------------------------------------------------------
+
+
+def _norm(text: str) -> str:
+    return text.strip().casefold()
+
+
+def nearest_category(value: str, categories: tuple[str, ...]) -> tuple[str | None, Reason | None]:
+    """The declared category a non-conforming text most likely means, and why (whitespace, case
+    or spelling), or (None, None).
+
+    >>> nearest_category(" Male", ("Female", "Male")), nearest_category("male", ("Female", "Male"))
+    (('Male', 'whitespace'), ('Male', 'case'))
+    >>> nearest_category("Femal", ("Female", "Male")), nearest_category("?", ("Female", "Male"))
+    (('Female', 'spelling'), (None, None))
+    """
+    stripped = value.strip()
+    if stripped in categories:
+        return stripped, "whitespace"
+    by_norm: dict[str, str] = {}
+    for c in categories:
+        by_norm.setdefault(_norm(c), c)
+    key = _norm(value)
+    if key in by_norm:
+        return by_norm[key], "case"
+    if key:
+        match = difflib.get_close_matches(key, list(by_norm), n=1, cutoff=NEAR_MISS_CUTOFF)
+        if match:
+            return by_norm[match[0]], "spelling"
+    return None, None
+
+
+# ---- reading ---------------------------------------------------------------------------------------
+
+
+def _metadata(metadata: object) -> Metadata:
+    if isinstance(metadata, Metadata):
+        return metadata
+    if isinstance(metadata, Mapping):
+        return Metadata.from_dict(metadata)
+    if isinstance(metadata, (str, os.PathLike)):
+        path = Path(metadata)
+        if not path.is_file():
+            raise InvalidParameterError("metadata", str(path), "an existing JSON file with the declared columns", "no such file")
+        return Metadata.from_json(path)
+    raise InvalidParameterError("metadata", _short(metadata), "a Metadata, a dict in its JSON layout, or the path of a JSON file")
+
+
+def _engine(source: object, table: str | None) -> tuple[Any, str, Any]:
+    """The DuckDB engine reading ``source`` as queries do, the table's name for the report, and
+    the connection opened here (to be closed after the check), if any."""
+    import duckdb
+
+    from dpkit.analytics.engines.duckdb import DuckDBEngine
+
+    if table is not None and (not isinstance(table, str) or not table):
+        raise InvalidParameterError("table", _short(table), "a non-empty table name, or None")
+    if isinstance(source, tuple):
+        if len(source) != 2 or not isinstance(source[0], duckdb.DuckDBPyConnection) or not isinstance(source[1], str) or not source[1]:
+            raise InvalidParameterError("data", _short(source), "a (duckdb connection, table name) pair")
+        source, table = source
+    if isinstance(source, duckdb.DuckDBPyConnection):
+        if table is None:
+            raise InvalidParameterError("table", None, "the name of a table or view of the DuckDB connection")
+        try:
+            return DuckDBEngine(None, connection=source, table=table), table, None
+        except duckdb.Error as exc:
+            raise InvalidParameterError("table", table, "a table or view of the DuckDB connection", str(exc)) from None
+    if isinstance(source, (str, os.PathLike)):
+        path = Path(source)
+        if not path.is_file():
+            raise InvalidParameterError("data", str(path), "an existing CSV, Parquet or DuckDB database file", "no such file")
+        if path.suffix.lower() in (".duckdb", ".ddb"):
+            if table is None:
+                raise InvalidParameterError("table", None, f"the name of a table or view in the DuckDB database {path.name}")
+            try:
+                con = duckdb.connect(str(path), read_only=True)
+            except duckdb.Error as exc:
+                raise InvalidParameterError("data", str(path), "a DuckDB database file (or a CSV or Parquet file)", str(exc)) from None
+            try:
+                return DuckDBEngine(None, connection=con, table=table), table, con
+            except duckdb.Error as exc:
+                con.close()
+                raise InvalidParameterError("table", table, f"a table or view of the DuckDB database {path.name}", str(exc)) from None
+        return DuckDBEngine(path), table or path.stem, None
+    return DuckDBEngine(source), table or "data", None
+
+
+def _describe(spec: Numeric | Categorical | None) -> tuple[str, ReadType]:
+    if spec is None:
+        return "unit (text)", "unit"
+    if isinstance(spec, Numeric):
+        return "numeric" + (f" [{_num(spec.lower)}, {_num(spec.upper)}]" if spec.bounded else ""), "double"
+    vt: ReadType = spec.value_type  # type: ignore[assignment]
+    if spec.categories is None:
+        return f"{vt}, private keys", vt
+    n = len(spec.categories)
+    return f"{n} {vt} categor{'y' if n == 1 else 'ies'}", vt
+
+
+class _Params:
+    def __init__(self) -> None:
+        self.values: list[Any] = []
+
+    def add(self, value: Any) -> str:
+        self.values.append(value)
+        return f"${len(self.values)}"
+
+
+def check_data(source: Any, metadata: Metadata | Mapping[str, Any] | str | os.PathLike[str], *, table: str | None = None) -> DataCheck:
+    """Check how well ``source`` conforms to ``metadata`` — a report for the curator only.
+
+    Parameters
+    ----------
+    source:
+        A CSV file (header line first) or Parquet file path, a pandas DataFrame, a DuckDB
+        relation, a ``(duckdb connection, table name)`` pair, a DuckDB connection (with
+        ``table=``) or a DuckDB database file (``.duckdb``, with ``table=``). It is read as a
+        query reads it (:class:`~dpkit.analytics.engines.duckdb.DuckDBEngine`).
+    metadata:
+        The declared schema: a :class:`Metadata`, a dict in its JSON layout, or a JSON file path.
+    table:
+        The table or view to check in a DuckDB connection or database file; otherwise only the
+        name shown in the report (default: the file's stem, or ``data``).
+
+    Returns a :class:`DataCheck` with exact counts of the private data: show it to the curator,
+    never to an analyst (it is not a private release and spends no budget).
+
+    Raises :class:`~dpkit.errors.InvalidParameterError` for bad input (an unreadable metadata
+    file or JSON, a missing data file, an unknown source type) and
+    :class:`~dpkit.errors.InvalidDataError` when the engine cannot read the rows. A declared column that the
+    source lacks, or a nested one, does not raise: it is listed in :attr:`DataCheck.problems`.
+    """
+    import duckdb
+
+    meta = _metadata(metadata)
+    engine, name, opened = _engine(source, table)
+    try:
+        return _scan(meta, engine, name)
+    except duckdb.Error as exc:  # the curator may see the engine's words
+        raise InvalidDataError("data", f"{name} could not be read ({exc})", "a CSV file in UTF-8, a Parquet file or a DuckDB table") from None
+    finally:
+        if opened is not None:
+            opened.close()
+
+
+def _scan(meta: Metadata, engine: Any, name: str) -> DataCheck:
+    physical: dict[str, ColumnKind] = engine.schema()
+    unit = meta.privacy_unit
+    problems: list[str] = []
+    notes: list[str] = []
+    if unit is None and not meta.row_level:
+        notes.append("the metadata declares neither privacy_unit nor row_level=True: a session must name the unit itself")
+
+    # -- which columns can be read, and as what -----------------------------------------------
+    specs: dict[str, Numeric | Categorical | None] = dict(meta.columns)
+    if unit is not None and unit not in specs:
+        specs[unit] = None
+    types: dict[str, ReadType] = {}
+    described: dict[str, tuple[str, ReadType]] = {}
+    for col, spec in specs.items():
+        described[col] = _describe(spec)
+        what = "privacy unit" if col == unit else "declared column"
+        if col not in physical:
+            near = difflib.get_close_matches(col, list(physical), n=1, cutoff=NEAR_MISS_CUTOFF)
+            hint = f" (did you mean {near[0]!r}?)" if near else ""
+            problems.append(f"{what} {col!r} is not in the source{hint}; its columns are: {', '.join(map(repr, physical))}")
+        elif physical[col] == "nested":
+            problems.append(f"{what} {col!r} has a nested type (LIST, STRUCT, MAP or array), which cannot be declared")
+        else:
+            types[col] = described[col][1]
+    engine.bind(types, strip_strings=meta.strip_strings)  # registers a DataFrame exactly as a session does
+    con, raw = engine._con, engine._raw
+    rel = con.sql(f"SELECT * FROM {raw} LIMIT 0")
+    sql_types = {c: str(t) for c, t in zip(rel.columns, rel.types)}
+
+    from dpkit.analytics.engines.duckdb import _read
+
+    typed = {c: _read(q(c), t, physical[c], meta.strip_strings) for c, t in types.items()}
+    params = _Params()
+
+    def listed(col: str) -> str | None:
+        """SQL that is TRUE when the typed value is among the declared categories (None: no list)."""
+        spec = specs[col]
+        if isinstance(spec, Categorical) and spec.categories is not None:
+            return f"({typed[col]} IN ({', '.join(params.add(c) for c in spec.categories)}))"
+        return None
+
+    # -- one scan: the counts of every column -----------------------------------------------------
+    items = ["count(*)"]
+    layout: list[tuple[str, str]] = []
+    for col in types:
+        x, t, spec = q(col), typed[col], specs[col]
+        items += [f"count(*) FILTER (WHERE {x} IS NULL)", f"count(*) FILTER (WHERE {x} IS NOT NULL AND {t} IS NULL)"]
+        layout += [(col, "null"), (col, "unreadable")]
+        if isinstance(spec, Numeric):
+            items += [f"min({t})", f"max({t})"]
+            layout += [(col, "minimum"), (col, "maximum")]
+            if spec.bounded:
+                items += [f"count(*) FILTER (WHERE {t} < {params.add(spec.lower)})", f"count(*) FILTER (WHERE {t} > {params.add(spec.upper)})"]
+                layout += [(col, "below"), (col, "above")]
+        else:
+            items.append(f"count(DISTINCT {t})")
+            layout.append((col, "distinct"))
+            inlist = listed(col)
+            if inlist is not None:
+                items.append(f"count(*) FILTER (WHERE {t} IS NOT NULL AND NOT {inlist})")
+                layout.append((col, "outside_categories"))
+    row = con.execute(f"SELECT {', '.join(items)} FROM {raw}", params.values).fetchone()
+    total = int(row[0])
+    stats: dict[str, dict[str, Any]] = {c: {} for c in types}
+    for (col, key), value in zip(layout, row[1:]):
+        stats[col][key] = value
+
+    # -- one scan: the most frequent non-conforming values of every column --------------------------
+    params = _Params()
+    parts = []
+    for i, col in enumerate(types):
+        x, t = q(col), typed[col]
+        inlist = listed(col)
+        bad = f"({x} IS NOT NULL AND {t} IS NULL)" + ("" if inlist is None else f" OR ({t} IS NOT NULL AND NOT {inlist})")
+        issue = f"CASE WHEN {t} IS NULL THEN 'unreadable' ELSE 'outside_categories' END"
+        parts.append(f"SELECT {i} AS c, CAST({x} AS VARCHAR) AS v, {issue} AS issue, count(*) AS n FROM {raw} WHERE {bad} GROUP BY ALL")
+    top: dict[str, list[NonconformingValue]] = {c: [] for c in types}
+    if parts:
+        sql = (f"SELECT c, v, issue, n FROM ({' UNION ALL '.join(parts)}) "
+               f"QUALIFY row_number() OVER (PARTITION BY c ORDER BY n DESC, v) <= {TOP_VALUES} ORDER BY c, n DESC, v")
+        cols = list(types)
+        for i, value, issue, n in con.execute(sql, params.values).fetchall():
+            col = cols[i]
+            spec = specs[col]
+            nearest: Any = None
+            reason: Reason | None = None
+            if issue == "outside_categories" and isinstance(spec, Categorical) and spec.value_type == "string" and spec.categories:
+                nearest, reason = nearest_category(value, spec.categories)
+            if nearest is None and _norm(value) in MISSING_MARKERS:
+                reason = "missing marker"
+            top[col].append(NonconformingValue(value, int(n), issue, nearest, reason))
+
+    # -- the columns ------------------------------------------------------------------------------
+    checks: list[ColumnCheck] = []
+    for col in specs:
+        declared, read_as = described[col]
+        is_unit = col == unit
+        if col not in types:
+            checks.append(ColumnCheck(col, declared, None, physical.get(col, "missing"), None, is_unit, False, total, 0, 0, 0))
+            continue
+        s, spec = stats[col], specs[col]
+        null, unreadable = int(s["null"]), int(s["unreadable"])
+        below, above, outside = int(s.get("below", 0)), int(s.get("above", 0)), int(s.get("outside_categories", 0))
+        lo, hi = s.get("minimum"), s.get("maximum")
+        checks.append(ColumnCheck(
+            name=col, declared=declared, read_as=read_as, physical=physical[col], source_type=sql_types.get(col), is_unit=is_unit,
+            checked=True, rows=total, conforming=total - null - unreadable - below - above - outside, null=null, unreadable=unreadable,
+            below=below, above=above, outside_categories=outside,
+            minimum=None if lo is None or not math.isfinite(lo) else float(lo), maximum=None if hi is None or not math.isfinite(hi) else float(hi),
+            distinct=None if "distinct" not in s else int(s["distinct"]), values=tuple(top[col]),
+            bounded=isinstance(spec, Numeric) and spec.bounded, listed=isinstance(spec, Categorical) and spec.categories is not None,
+        ))
+
+    # -- the privacy unit ----------------------------------------------------------------------------
+    unit_check: UnitCheck | None = None
+    if unit is not None and unit in types:
+        max_rows, max_groups = meta.max_rows or 1, meta.max_groups or 1
+        params = _Params()
+        u = typed[unit]
+        group_cols = [c for c, spec in specs.items() if isinstance(spec, Categorical) and c in types and c != unit]
+        per = [f"{u} AS __u", "count(*) AS __n"]
+        for i, col in enumerate(group_cols):
+            inlist = listed(col)
+            key = typed[col] if inlist is None else f"CASE WHEN {inlist} THEN {typed[col]} END"
+            per.append(f"count(DISTINCT {key}) AS __d{i}")
+        mr, mg = params.add(max_rows), params.add(max_groups)
+        agg = [
+            "count(*)", "coalesce(max(__n), 0)", "coalesce(quantile_disc(__n, 0.5), 0)", "coalesce(quantile_disc(__n, 0.9), 0)",
+            "coalesce(quantile_disc(__n, 0.99), 0)", f"count(*) FILTER (WHERE __n > {mr})", f"coalesce(sum(greatest(__n - {mr}, 0)), 0)",
+        ]
+        for i in range(len(group_cols)):
+            agg += [f"coalesce(max(__d{i}), 0)", f"count(*) FILTER (WHERE __d{i} > {mg})"]
+        r = con.execute(f"WITH per AS (SELECT {', '.join(per)} FROM {raw} WHERE {u} IS NOT NULL GROUP BY 1) SELECT {', '.join(agg)} FROM per", params.values).fetchone()
+        r = [int(x) for x in r]
+        uc = next(c for c in checks if c.name == unit)
+        unit_check = UnitCheck(
+            column=unit, units=r[0], rows_without_unit=uc.null + uc.unreadable, rows_per_unit_median=r[2], rows_per_unit_p90=r[3],
+            rows_per_unit_p99=r[4], rows_per_unit_max=r[1], max_rows=max_rows, units_over_max_rows=r[5], rows_over_max_rows=r[6],
+            max_groups=max_groups, groups=tuple(GroupSpread(c, r[7 + 2 * i], r[8 + 2 * i]) for i, c in enumerate(group_cols)),
+        )
+    if total == 0:
+        problems.append("the source has no rows")
+    return DataCheck(name=name, rows=total, strip_strings=meta.strip_strings, row_level=meta.row_level, columns=tuple(checks),
+                     unit=unit_check, problems=tuple(problems), notes=tuple(notes))
