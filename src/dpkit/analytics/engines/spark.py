@@ -1,34 +1,63 @@
 """The Spark engine: the same aggregation plans as the DuckDB engine, on a ``pyspark.sql.DataFrame``.
 
-Everything is built with the DataFrame API (``pyspark.sql.functions`` and ``Window``): column names
-go through :func:`_col` (backtick-quoted, so dots, spaces and backticks in names are safe) and
-constants through ``F.lit`` — no SQL text is ever assembled. The plan runs exactly as in
+Everything is built with the DataFrame API (``pyspark.sql.functions`` and ``Window``): constants go
+through ``F.lit`` and the only pattern strings are the fixed ones below — no SQL text is ever
+assembled from names or values. Source columns are renamed by position when the engine is built
+(``toDF``), so no column name is ever parsed or resolved by Spark: dots, spaces and backticks are
+safe, and two columns whose names differ only in case (ambiguous under Spark's default
+case-insensitive resolution) stay apart. The plan runs exactly as in
 :mod:`dpkit.analytics.engines.duckdb`:
 
+* :meth:`SparkEngine.bind` reads every declared column as its declared type by the same total rule
+  as DuckDB's ``_read`` (see below), so no value can make a query fail — with or without ANSI mode
+  (Spark 4's default, under which ``cast`` raises: only ``try_cast`` and explicit rules are used);
 * values are cast to double, NaN becomes NULL, and NULL stays NULL through clipping;
 * a summand is clamp(round((clip(x, lower, upper) − center) · 2**-grid_exp), −bound, bound) (both
   engines round half away from zero), squared as (v·v + (1 << shift >> 1)) >> shift;
 * contribution bounding is one window over the privacy unit ordered by (group priority, group key,
   row priority); with ``portable=True`` the priorities are the same md5 hex strings DuckDB builds,
   so both engines keep the same rows;
-* sums are exact: summands are summed as DECIMAL(38, 0) (Spark's BIGINT sum wraps silently) and
-  converted to int64 here, with :class:`~dpkit.errors.InvalidDataError` if one does not fit.
+* sums are exact: summands are summed as DECIMAL(38, 0) (Spark's BIGINT sum wraps silently, or
+  raises under ANSI) and clamped to ±:data:`~dpkit.analytics.engines.base.SUM_LIMIT` in the engine
+  (clamping is 1-Lipschitz, so no sensitivity grows) — nothing is refused after the debit.
 
-Portable priorities stringify the unit and group key values; integers, strings and booleans
-stringify identically in both engines, floating-point unit or (unbinned) group columns do not
-(DuckDB writes ``1e+16``, Spark ``1.0E16``), so use integer or string keys for cross-engine parity.
+Reading rules (identical to DuckDB's, which is what they reproduce):
+
+* text: a string column as is, with the Unicode space separators (``' '``, NBSP, U+2000–U+200A, …,
+  exactly what DuckDB's ``trim`` removes) trimmed from both ends when ``strip_strings``; any other
+  column as its text form;
+* ``boolean``: text whose ASCII-lowercased form is one of ``true t yes y 1`` / ``false f no n 0``
+  (no surrounding whitespace, as in DuckDB; Spark's own cast would also accept ``' true'`` and
+  control characters); numbers are true when non-zero (NaN too), booleans are themselves;
+* ``double``: text in DuckDB's number syntax — optional ASCII whitespace (space, ``\\t \\n \\r \\v
+  \\f``) around an optional ``+``, an optional ``-``, decimal digits with single ``_`` separators
+  between digits, an optional fraction and exponent — parsed to the nearest double (Spark's own cast
+  would also take ``1.5d``, ``0x1p3`` and leading control characters; DuckDB takes ``1_000`` and
+  ``+-1``, so those are accepted here too); numbers and booleans (1.0/0.0) cast; NaN and ±inf
+  (also their spellings, and overflowing text) become NULL;
+* ``integer``: the double above when it is finite, integral and within ±2**53, else NULL;
+* date, time, binary and interval columns (kind ``other``) read as NULL for every type but text
+  (Spark alone would turn a timestamp into epoch seconds); ``nested`` columns cannot be declared.
+
+What still differs between the engines is the *text form* of non-text columns read as ``string`` or
+``unit``: integers, decimals, booleans and dates print alike, floating-point values do not (DuckDB
+writes ``1e+16``, Spark ``1.0E16``), nor do binary values (DuckDB escapes bytes, Spark decodes
+UTF-8), intervals, or timestamps with time zones (Spark prints them in the session's time zone).
+Portable priorities stringify the unit and group key values too, so use integer or string keys (or
+text columns) for cross-engine parity.
 """
 
 from __future__ import annotations
 
 import os
 import shutil
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
 import pandas as pd
 
-from dpkit.analytics.engines.base import ROW_SALT_MASK, ColumnKind
+from dpkit.analytics.engines.base import ROW_SALT_MASK, SUM_LIMIT, ColumnKind, ReadType
 from dpkit.analytics.plan import (
     AggregationPlan,
     And,
@@ -42,15 +71,25 @@ from dpkit.analytics.plan import (
     Predicate,
     SumSpec,
 )
-from dpkit.errors import InvalidDataError, InvalidParameterError
+from dpkit.errors import InvalidParameterError
 
 __all__ = ["SparkEngine", "spark_session"]
 
-_INT64_MIN, _INT64_MAX = -(2**63), 2**63 - 1
+#: What DuckDB's ``trim`` removes: the Unicode space separators (category Zs).
+_SPACES = " \u00a0\u1680\u2000\u2001\u2002\u2003\u2004\u2005\u2006\u2007\u2008\u2009\u200a\u202f\u205f\u3000"
+#: DuckDB's number syntax for text read as a double (Java regex; ``\z`` is the very end, unlike
+#: ``$``, which also matches before a final line terminator). Group 1 is the sign, group 2 the
+#: digits (with ``_`` separators) — nan/inf spellings do not match, as they would become NULL anyway.
+_WS = r"[ \t\n\r\x0b\x0c]*"
+_DIGITS = r"[0-9]+(?:_[0-9]+)*"
+_NUMBER = rf"^{_WS}\+?(-?)((?:{_DIGITS}(?:\.(?:{_DIGITS})?)?|\.{_DIGITS})(?:[eE][+-]?{_DIGITS})?){_WS}\z"
+_TRUE = ("true", "t", "yes", "y", "1")
+_FALSE = ("false", "f", "no", "n", "0")
+_MAX_EXACT = float(2**53)
 
 
 def _col(name: str) -> Any:
-    """A source column by its exact name (backtick-quoted: no nested-field or dot parsing)."""
+    """A column by its exact name (backtick-quoted: no nested-field or dot parsing)."""
     from pyspark.sql import functions as F
 
     return F.col("`" + name.replace("`", "``") + "`")
@@ -65,24 +104,60 @@ def _kind(data_type: Any) -> ColumnKind:
         return "numeric"
     if isinstance(data_type, (T.StringType, T.VarcharType, T.CharType)):
         return "string"
+    nested = tuple(getattr(T, n) for n in ("ArrayType", "MapType", "StructType", "VariantType", "UserDefinedType", "SpatialType") if hasattr(T, n))
+    if isinstance(data_type, nested):
+        return "nested"
     return "other"
 
 
-def _exact_int64(name: str, values: Any) -> pd.Series:
-    """Exact integer sums (Decimal, int or None for an empty sum) as int64; refuses any outside int64."""
-    out = []
-    for v in values:
-        n = 0 if v is None or (isinstance(v, float) and v != v) else int(v)
-        if not _INT64_MIN <= n <= _INT64_MAX:
-            raise InvalidDataError(
-                "data", f"an aggregate could not be computed exactly (the sum {name} = {n} is outside int64)", "columns whose types match the query and sums within ±2**63 grid steps"
-            )
-        out.append(n)
-    return pd.Series(out, dtype="int64")
+def _finite(d: Any) -> Any:
+    from pyspark.sql import functions as F
+
+    return ~F.isnan(d) & (F.abs(d) < F.lit(float("inf")))
+
+
+def _null(read: ReadType) -> Any:
+    """A NULL of the type ``read`` gives."""
+    from pyspark.sql import functions as F
+
+    return F.lit(None).cast({"double": "double", "integer": "long", "boolean": "boolean"}.get(read, "string"))
+
+
+def _read(x: Any, read: ReadType, kind: ColumnKind, strip: bool) -> Any:
+    """The total expression reading the physical column ``x`` as its declared type (DuckDB's
+    ``_read``, rule for rule; see the module docstring)."""
+    from pyspark.sql import functions as F
+
+    if kind == "string":
+        text = F.btrim(x, F.lit(_SPACES)) if strip else x
+    else:
+        text = x.try_cast("string")
+    if read in ("string", "unit"):
+        return text
+    if kind in ("other", "nested"):
+        return _null(read)
+    if read == "boolean":
+        if kind == "string":
+            low = F.lower(text)
+            return F.when(low.isin(*[F.lit(s) for s in _TRUE]), F.lit(True)).when(low.isin(*[F.lit(s) for s in _FALSE]), F.lit(False))
+        return x.try_cast("boolean")
+    if kind == "string":
+        number = F.concat(F.regexp_extract(text, _NUMBER, 1), F.regexp_replace(F.regexp_extract(text, _NUMBER, 2), "_", ""))
+        d = F.when(text.rlike(_NUMBER), number.try_cast("double"))
+    else:
+        d = x.try_cast("double")
+    if read == "double":
+        return F.when(_finite(d), d)
+    # integer: an exact double with an integral value (3.5 and 1e300 are not integers)
+    return F.when(_finite(d) & (F.abs(d) <= F.lit(_MAX_EXACT)) & (d == F.round(d)), d.try_cast("long"))
 
 
 class SparkEngine:
-    """Runs aggregation plans on a Spark DataFrame (see :func:`spark_session` for a local session)."""
+    """Runs aggregation plans on a Spark DataFrame (see :func:`spark_session` for a local session).
+
+    The DataFrame's schema gives the columns' kinds (no row is read); :meth:`bind` applies the
+    declared types. The engine is total under any ``spark.sql.ansi.enabled`` setting.
+    """
 
     name = "spark"
 
@@ -93,12 +168,45 @@ class SparkEngine:
             raise InvalidParameterError("engine", "spark", "an installed engine", "pip install 'dpkit[spark]'") from exc
         if not isinstance(source, DataFrame):
             raise InvalidParameterError("data", type(source).__name__, "a pyspark.sql.DataFrame")
-        self._df = source
+        fields = source.schema.fields
+        internal = [f"__dpkit_c{i}" for i in range(len(fields))]
+        self._kinds: dict[str, ColumnKind] = {}
+        #: source column name → the positional name it has in ``self._df`` (the first of duplicates)
+        self._names: dict[str, str] = {}
+        for f, c in zip(fields, internal):
+            if f.name not in self._names:
+                self._names[f.name] = c
+                self._kinds[f.name] = _kind(f.dataType)
+        self._df = source.toDF(*internal)
+
+    def _c(self, name: str) -> Any:
+        """A column of the (bound) table by its source name; an unknown name fails in Spark's analysis."""
+        from pyspark.sql import functions as F
+
+        return F.col(self._names[name]) if name in self._names else _col(name)
 
     # -- schema -----------------------------------------------------------------------------------
 
     def schema(self) -> dict[str, ColumnKind]:
-        return {f.name: _kind(f.dataType) for f in self._df.schema.fields}
+        return dict(self._kinds)
+
+    def bind(self, types: Mapping[str, ReadType], *, strip_strings: bool) -> None:
+        from pyspark.errors import AnalysisException
+
+        raw = self._df
+        names = {c: f"__dpkit_c{i}" for i, c in enumerate(types)}
+        exprs = {c: _read(self._c(c), t, self._kinds.get(c, "other"), strip_strings) for c, t in types.items()}
+        try:
+            df = raw.select(*[e.alias(names[c]) for c, e in exprs.items()])
+        except AnalysisException:
+            # a type Spark cannot even turn into text (none of Spark's own types): NULL, not a failure
+            for c, e in exprs.items():
+                try:
+                    raw.select(e)
+                except AnalysisException:
+                    exprs[c] = _null(types[c])
+            df = raw.select(*[e.alias(names[c]) for c, e in exprs.items()])
+        self._df, self._names = df, names
 
     # -- expressions ------------------------------------------------------------------------------
 
@@ -106,19 +214,19 @@ class SparkEngine:
         from pyspark.sql import functions as F
 
         if isinstance(p, Compare):
-            c, v = _col(p.column), F.lit(p.value)
+            c, v = self._c(p.column), F.lit(p.value)
             ops = {"=": c == v, "!=": c != v, "<": c < v, "<=": c <= v, ">": c > v, ">=": c >= v}
             if p.op not in ops:
                 raise InvalidParameterError("op", p.op, "one of =, !=, <, <=, >, >=")
             return ops[p.op]
         if isinstance(p, InList):
-            e = _col(p.column).isin(*[F.lit(x) for x in p.values])
+            e = self._c(p.column).isin(*[F.lit(x) for x in p.values])
             return ~e if p.negated else e
         if isinstance(p, Between):
-            e = _col(p.column).between(F.lit(p.low), F.lit(p.high))
+            e = self._c(p.column).between(F.lit(p.low), F.lit(p.high))
             return ~e if p.negated else e
         if isinstance(p, IsNull):
-            return _col(p.column).isNotNull() if p.negated else _col(p.column).isNull()
+            return self._c(p.column).isNotNull() if p.negated else self._c(p.column).isNull()
         if isinstance(p, (And, Or)):
             parts = [self._predicate(x) for x in p.parts]
             if not parts:
@@ -131,12 +239,11 @@ class SparkEngine:
             return ~self._predicate(p.part)
         raise TypeError(f"not a predicate: {p!r}")
 
-    @staticmethod
-    def _clean(column: str) -> Any:
+    def _clean(self, column: str) -> Any:
         """The column as double, NaN as NULL."""
         from pyspark.sql import functions as F
 
-        x = _col(column).cast("double")
+        x = self._c(column).try_cast("double")
         return F.when(F.isnan(x), F.lit(None).cast("double")).otherwise(x)
 
     @staticmethod
@@ -150,9 +257,10 @@ class SparkEngine:
         from pyspark.sql import functions as F
 
         x = self._clip(self._clean(s.column), F.lit(float(s.lower)), F.lit(float(s.upper)))
-        # F.round is HALF_UP on the double's exact decimal value: half away from zero, like DuckDB
-        v = F.round((x - F.lit(float(s.center))) * F.lit(2.0 ** -s.grid_exp)).cast("long")
-        v = self._clip(v, F.lit(-int(s.bound)).cast("long"), F.lit(int(s.bound)).cast("long"))
+        # F.round is HALF_UP on the double's exact decimal value: half away from zero, like DuckDB;
+        # clamped as a double first, so the cast to long cannot overflow (or raise under ANSI)
+        r = self._clip(F.round((x - F.lit(float(s.center))) * F.lit(2.0 ** -s.grid_exp)), F.lit(-float(s.bound)), F.lit(float(s.bound)))
+        v = self._clip(r.try_cast("long"), F.lit(-int(s.bound)).cast("long"), F.lit(int(s.bound)).cast("long"))
         if s.square:
             v = F.shiftright(v * v + F.lit(1 << s.shift >> 1).cast("long"), int(s.shift))
         return v
@@ -161,7 +269,7 @@ class SparkEngine:
         from pyspark.sql import functions as F
 
         if g.edges is None:
-            return _col(g.column)
+            return self._c(g.column)
         x = self._clean(g.column)
         e = g.edges
         out = None
@@ -186,7 +294,7 @@ class SparkEngine:
         if plan.where is not None:
             cond = cond & self._predicate(plan.where)
         if plan.unit is not None:
-            cond = cond & _col(plan.unit).isNotNull()
+            cond = cond & self._c(plan.unit).isNotNull()
         for g, allowed in zip(plan.groups, plan.key_filter):
             gexpr = self._group(g)
             cond = cond & gexpr.isNotNull()
@@ -195,7 +303,7 @@ class SparkEngine:
 
         select = []
         if plan.unit is not None:
-            select.append(_col(plan.unit).alias("__u"))
+            select.append(self._c(plan.unit).alias("__u"))
         select += [self._group(g).alias(c) for g, c in zip(plan.groups, gcols)]
         select += [self._summand(s).alias(s.name) for s in plan.sums]
         for x, c in zip(plan.values, xcols):
@@ -238,8 +346,12 @@ class SparkEngine:
         def build() -> pd.DataFrame:
             r, gcols, scols, _ = self._base(plan)
             aggs = [F.count(F.lit(1)).alias("rows"), F.count(F.when(F.col("__ri") == 1, F.lit(1))).alias("units")]
+            dec = DecimalType(38, 0)
+            lo, hi = F.lit(-SUM_LIMIT).cast(dec), F.lit(SUM_LIMIT).cast(dec)
             for s in scols:
-                aggs += [F.sum(F.col(s).cast("long").cast(DecimalType(38, 0))).alias(s), F.count(F.col(s)).alias(f"{s}_n")]
+                # exact, then clamped, not overflowing: a failure after the debit would itself be a release
+                total = F.coalesce(F.sum(F.col(s).cast("long").cast(dec)), F.lit(0).cast(dec))
+                aggs += [F.least(F.greatest(total, lo), hi).cast("long").alias(s), F.count(F.col(s)).alias(f"{s}_n")]
             out = (r.groupBy(*gcols) if gcols else r.groupBy()).agg(*aggs)
             return out.toPandas()
 
@@ -247,9 +359,7 @@ class SparkEngine:
         frame = frame.reset_index(drop=True)
         sums = {s.name for s in plan.sums}
         for c in frame.columns:
-            if c in sums:
-                frame[c] = _exact_int64(c, frame[c].tolist())
-            elif c in ("rows", "units") or c.endswith("_n"):
+            if c in sums or c in ("rows", "units") or c.endswith("_n"):
                 frame[c] = frame[c].astype("int64")
         return frame
 
@@ -268,12 +378,8 @@ class SparkEngine:
 
     @staticmethod
     def _run(build: Any) -> pd.DataFrame:
-        from pyspark.errors import PySparkException
-
-        try:
-            return build()
-        except PySparkException as exc:
-            raise InvalidDataError("data", f"the engine refused the query ({exc})", "columns whose types match the query") from exc
+        # Runs only after the debit; the session turns any failure into one generic error.
+        return build()
 
 
 # ---- a local session for tests and the CLI -------------------------------------------------------
