@@ -318,3 +318,50 @@ def test_the_comparison_has_power(tmp_path: Path) -> None:
         return rel.filter("zip = 5").aggregate("count(*)").fetchall()
 
     assert observe(lambda: old_pipeline(a)) != observe(lambda: old_pipeline(b))
+
+
+# ---- the same on Spark --------------------------------------------------------------------------------
+
+SPARK_CORPUS = [CORPUS[i] for i in (0, 3, 5, 8, 13, 16, 17, 20, 21)]
+
+
+@pytest.fixture(scope="module")
+def spark():  # type: ignore[no-untyped-def]
+    pytest.importorskip("pyspark")
+    from dpkit.analytics.engines.spark import spark_session
+
+    try:
+        sp = spark_session()
+    except Exception as exc:  # pragma: no cover - no Java on this machine
+        pytest.skip(f"Spark could not start: {exc}")
+    sp.conf.set("spark.sql.ansi.enabled", "true")  # a user's session: casts raise unless the engine is total
+    yield sp
+    sp.conf.set("spark.sql.ansi.enabled", "false")
+
+
+@pytest.mark.slow
+def test_corpus_is_blind_to_one_person_on_spark(tmp_path: Path, spark: Any) -> None:
+    a, b = write_pair(tmp_path, ODD_PEOPLE[0])
+    frames = [spark.read.csv(str(p), header=True).cache() for p in (a, b)]  # every column as text
+
+    def make(prime: bool) -> dp.Session:
+        return dp.Session(frames[prime], table="people", budget=dp.Budget(epsilon=1e6, delta=1e-3), metadata=META, rng=np.random.default_rng(SEED))
+
+    for sql, kwargs in SPARK_CORPUS:
+        seen_d, seen_d_prime = same_on_neighbours(make, lambda s: s.sql(sql, **kwargs))
+        assert seen_d == seen_d_prime, sql
+        assert "SECRET" not in str(seen_d)
+
+
+def test_list_columns_on_spark(spark: Any) -> None:
+    from pyspark.sql import types as T
+
+    schema = T.StructType([T.StructField("pid", T.LongType()), T.StructField("tags", T.ArrayType(T.LongType())), T.StructField("age", T.LongType())])
+    rows = [(i, [1, 1], 30) for i in range(50)]
+    for prime in (False, True):
+        df = spark.createDataFrame(rows + ([(7000, [9, 9], 30)] if prime else []), schema)
+        with pytest.raises(InvalidParameterError, match="LIST"):
+            dp.Session(df, budget=dp.Budget(epsilon=1.0), metadata={"columns": {"tags": {"type": "categorical"}}, "privacy_unit": "pid"})
+        s = dp.Session(df, budget=dp.Budget(epsilon=0.1, delta=1e-6), metadata={"columns": {"age": {"type": "numeric", "lower": 0, "upper": 100}}, "privacy_unit": "pid"})
+        with pytest.raises(InvalidParameterError, match="tags"):
+            s.sql("SELECT tags, COUNT(*) FROM data WHERE age = 30 GROUP BY tags", epsilon=0.1, delta=1e-7)
