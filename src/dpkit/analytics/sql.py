@@ -1,24 +1,60 @@
 """Private SQL: a documented subset of SELECT, parsed with sqlglot and run as a private query.
 
-Accepted (anything else is rejected with :class:`~dpkit.errors.InvalidParameterError` before the
-engine sees anything; the text is never passed to the engine — it is compiled to a plan whose
-identifiers are quoted and whose literals are bound parameters)::
+The text is never passed to the engine: it is parsed (DuckDB dialect), checked against a
+whitelist and compiled to a plan whose identifiers are quoted and whose literals are bound
+parameters. The whitelist covers the *whole* parse tree — every node's type and every one of its
+arguments — so a clause is either listed below, and honoured, or refused with
+:class:`~dpkit.errors.InvalidParameterError` (parameter ``sql``, the offending fragment, what is
+accepted) before anything runs and before any budget is spent.
+
+Accepted — exactly this::
 
     SELECT <item>, ... FROM <table> [WHERE <condition>] [GROUP BY <column>, ...]
 
-* ``<item>``: a GROUP BY column, or one of ``COUNT(*)``, ``COUNT(DISTINCT <privacy unit>)``,
-  ``SUM(c)``, ``AVG(c)`` / ``MEAN(c)``, ``VARIANCE(c)`` / ``VAR_POP(c)`` / ``VAR_SAMP(c)``,
-  ``STDDEV(c)`` / ``STDDEV_POP(c)`` / ``STDDEV_SAMP(c)`` (all population moments of the clipped
-  values), ``MEDIAN(c)``, ``QUANTILE_CONT(c, q)`` / ``QUANTILE(c, q)`` /
-  ``PERCENTILE_CONT(q) WITHIN GROUP (ORDER BY c)``; each optionally ``AS alias``.
-* ``<condition>``: comparisons (=, <>, !=, <, <=, >, >=) between a column and a literal,
-  ``IN (...)``, ``BETWEEN ... AND ...``, ``IS [NOT] NULL``, combined with AND, OR, NOT and
-  parentheses.
-* ``<table>``: the session's table name.
+(DuckDB's ``FROM <table> SELECT ...`` order is the same statement; one trailing ``;`` is fine.)
 
-Rejected: ``SELECT *`` and any bare column that is not grouped (reading rows), DISTINCT, joins,
-subqueries, CTEs, set operations, HAVING, ORDER BY, LIMIT, window functions, expressions inside
-aggregates, and every function not listed.
+* ``<item>``: a GROUP BY column (under its own name: no other alias), or an aggregate,
+  optionally ``[AS] alias``: ``COUNT(*)`` / ``COUNT(1)``, ``COUNT(DISTINCT <privacy unit>)``,
+  ``SUM(c)``, ``AVG(c)`` / ``MEAN(c)``, ``VARIANCE(c)`` / ``VAR_POP(c)`` / ``VAR_SAMP(c)``, ``STDDEV(c)`` /
+  ``STDDEV_POP(c)`` / ``STDDEV_SAMP(c)`` (all population moments of the clipped values),
+  ``MEDIAN(c)``, ``QUANTILE_CONT(c, q)`` / ``PERCENTILE_CONT(c, q)`` / ``QUANTILE(c, q)`` /
+  ``APPROX_QUANTILE(c, q)``, and ``PERCENTILE_CONT(q) WITHIN GROUP (ORDER BY c [ASC | DESC]
+  [NULLS FIRST | NULLS LAST])``. ``c`` is a plain column name and ``q`` a number literal in
+  [0, 1]. ``DESC`` is honoured: the q-th quantile of the descending order is the (1 − q)-th of the
+  ascending one (so the default name of ``... (ORDER BY age DESC)`` at 0.9 is ``q10_age``).
+  ``NULLS FIRST/LAST`` change nothing, as in SQL: NULLs are skipped by quantiles.
+* ``<condition>``: comparisons (=, ==, <>, !=, <, <=, >, >=) between a column and a literal
+  (either side), ``c [NOT] IN (<literal>, ...)`` (or DuckDB's ``[...]`` list),
+  ``c [NOT] BETWEEN <literal> AND <literal>``, ``c IS [NOT] NULL``, combined with AND, OR, NOT and parentheses. A literal is a number
+  (optionally signed; finite), a 'string' or TRUE/FALSE, optionally in parentheses.
+* ``<table>``: the session's table name; ``<column>``: a declared column's name, bare or
+  "double-quoted" (quoted names may hold any characters; both kinds resolve exactly first, then
+  case-insensitively when that is unambiguous, as DuckDB does; a group column keeps the declared
+  spelling in the result).
+* Comments (``-- ...``, ``/* ... */``) are ignored, as in SQL; hint comments are not (below).
+
+The result carries every GROUP BY column (selected or not), then, for each aggregate with name
+``X`` (its alias, or the default: ``count``, ``count_units``, ``sum_c``, ``mean_c``, ``var_c``,
+``std_c``, ``median_c``, ``qNN_c``), the columns ``X``, ``X_low`` and ``X_high``. These output
+names must all differ, compared case-insensitively (pandas, JSON consumers and SQL engines
+disagree on case, so ``n`` and ``N`` are one name): a collision is refused, e.g.
+``SUM(age) AS a_low, COUNT(*) AS a`` or a group column ``count_low`` beside ``COUNT(*)``.
+
+Rejected — everything else, in particular: ``SELECT *`` (with or without EXCLUDE / REPLACE /
+RENAME) and any bare column that is not grouped (reading rows); ``SELECT DISTINCT`` and
+``DISTINCT ON``; ``SELECT ... INTO``; a group column under another alias, or selected twice;
+``DISTINCT`` inside any aggregate but ``COUNT(DISTINCT <privacy unit>)``; expressions, casts (``age::INT``), functions, COLLATE,
+placeholders, arrays, subqueries and ``FILTER (WHERE ...)``, inside aggregates or conditions;
+``ORDER BY`` inside aggregates other than PERCENTILE_CONT's WITHIN GROUP, and ``WITH FILL``;
+window functions (``OVER``), ``WINDOW``, ``QUALIFY``; ``HAVING``, ``ORDER BY``, ``LIMIT``,
+``OFFSET``; ``GROUP BY ALL``, ``GROUPING SETS``, ``ROLLUP``, ``CUBE``, positions or expressions in
+GROUP BY; CTEs (``WITH``), set operations, ``VALUES``, joins, ``LATERAL``, ``UNNEST``, table
+functions (``read_csv(...)``), several tables; on the table: qualified names (``db.t``),
+aliases (DuckDB reads ``FROM t FINAL`` as the alias ``FINAL``), ``TABLESAMPLE`` / ``USING
+SAMPLE``, ``PIVOT`` / ``UNPIVOT``, time travel (``AT (VERSION => 1)``, ``FOR ... AS OF``), table
+hints, ``ONLY``; column references with a table qualifier (``adult.age``); optimizer-hint
+comments (``/*+ ... */``, ``/*! ... */``); every statement but SELECT, and more than one
+statement.
 
 >>> import sqlglot
 >>> parse_predicate("age > 30 AND sex IN ('F', 'M')")
@@ -27,6 +63,8 @@ And(parts=(Compare(column='age', op='>', value=30), InList(column='sex', values=
 
 from __future__ import annotations
 
+import math
+from decimal import Decimal
 from typing import TYPE_CHECKING, Any
 
 import sqlglot
@@ -41,19 +79,171 @@ if TYPE_CHECKING:
 
 __all__ = ["parse_predicate", "compile_sql"]
 
-_SUBSET = "SELECT <group columns and aggregates> FROM <table> [WHERE ...] [GROUP BY ...] (see dpkit.analytics.sql)"
+_SUBSET = (
+    "SELECT <group columns and aggregates> FROM <table> [WHERE <condition>] [GROUP BY <column>, ...] with the "
+    "aggregates COUNT(*), COUNT(DISTINCT <privacy unit>), SUM, AVG/MEAN, VARIANCE/VAR_POP/VAR_SAMP, "
+    "STDDEV/STDDEV_POP/STDDEV_SAMP, MEDIAN, QUANTILE_CONT(c, q)/QUANTILE(c, q), "
+    "PERCENTILE_CONT(q) WITHIN GROUP (ORDER BY c [DESC]) (see dpkit.analytics.sql)"
+)
+_CONDITION = (
+    "a condition: <column> =, <>, <, <=, >, >= <literal>, <column> [NOT] IN (<literals>), "
+    "<column> [NOT] BETWEEN <literal> AND <literal>, <column> IS [NOT] NULL, combined with AND, OR, NOT and parentheses"
+)
 _OPS = {exp.EQ: "=", exp.NEQ: "!=", exp.GT: ">", exp.GTE: ">=", exp.LT: "<", exp.LTE: "<="}
 _FLIP = {"=": "=", "!=": "!=", ">": "<", ">=": "<=", "<": ">", "<=": ">="}
 
+# -- the whitelist -------------------------------------------------------------------------------
+#
+# Every node of an accepted tree has one of these exact types (subclasses are not accepted: they
+# mean something else), and only the listed arguments may be non-empty (None, [], False and ""
+# are empty). The compiler below interprets the tree, checking each node's *position* (an Order
+# only inside WITHIN GROUP, a Star only in COUNT(*), ...) and reading every argument listed here;
+# then the whole tree is walked against this list (see _backstop), so nothing the compiler did
+# not read can pass, wherever it hides. sqlglot has spelled some keys with and without a trailing "_"
+# ("from"/"from_"); both are listed where they are accepted.
+
+_CONDITION_NODES: dict[type[exp.Expression], frozenset[str]] = {
+    exp.Column: frozenset({"this"}),
+    exp.Identifier: frozenset({"this", "quoted"}),
+    exp.Literal: frozenset({"this", "is_string"}),
+    exp.Boolean: frozenset({"this"}),
+    exp.Null: frozenset(),
+    exp.Neg: frozenset({"this"}),
+    exp.Paren: frozenset({"this"}),
+    exp.And: frozenset({"this", "expression"}),
+    exp.Or: frozenset({"this", "expression"}),
+    exp.Not: frozenset({"this"}),
+    **{cls: frozenset({"this", "expression"}) for cls in _OPS},
+    exp.In: frozenset({"this", "expressions"}),
+    exp.Between: frozenset({"this", "low", "high"}),
+    exp.Is: frozenset({"this", "expression"}),
+}
+_ON_COLUMN = frozenset({"this"})
+_NODES: dict[type[exp.Expression], frozenset[str]] = {
+    **_CONDITION_NODES,
+    exp.Select: frozenset({"expressions", "from", "from_", "where", "group"}),
+    exp.From: frozenset({"this"}),
+    exp.Table: frozenset({"this"}),
+    exp.Where: frozenset({"this"}),
+    exp.Group: frozenset({"expressions"}),
+    exp.Alias: frozenset({"this", "alias"}),
+    exp.Star: frozenset(),
+    exp.Distinct: frozenset({"expressions"}),
+    exp.Count: frozenset({"this", "big_int"}),  # big_int: DuckDB's result type (BIGINT), nothing else
+    exp.Sum: _ON_COLUMN,
+    exp.Avg: _ON_COLUMN,
+    exp.Variance: _ON_COLUMN,
+    exp.VariancePop: _ON_COLUMN,
+    exp.Stddev: _ON_COLUMN,
+    exp.StddevPop: _ON_COLUMN,
+    exp.StddevSamp: _ON_COLUMN,
+    exp.Median: _ON_COLUMN,
+    exp.Quantile: frozenset({"this", "quantile"}),
+    exp.ApproxQuantile: frozenset({"this", "quantile"}),
+    exp.PercentileCont: frozenset({"this", "expression"}),
+    exp.WithinGroup: frozenset({"this", "expression"}),
+    exp.Order: frozenset({"expressions"}),
+    exp.Ordered: frozenset({"this", "desc", "nulls_first"}),
+    exp.Anonymous: frozenset({"this", "expressions"}),  # MEAN(c), VAR_SAMP(c) when not parsed to a class
+}
+
+# Readable names for the clauses an argument key stands for (the key itself is shown otherwise).
+_ARG_WORDS = {
+    "with": "WITH (a CTE)", "with_": "WITH (a CTE)", "distinct": "DISTINCT", "into": "INTO",
+    "joins": "a JOIN", "laterals": "LATERAL", "pivots": "PIVOT / UNPIVOT", "having": "HAVING",
+    "qualify": "QUALIFY", "windows": "WINDOW", "order": "ORDER BY", "limit": "LIMIT", "offset": "OFFSET",
+    "sample": "TABLESAMPLE / USING SAMPLE", "hint": "an optimizer hint", "hints": "a table hint",
+    "version": "time travel (FOR ... AS OF)", "when": "time travel (AT / BEFORE)", "system_time": "time travel",
+    "changes": "CHANGES", "alias": "a table alias (FROM t x, FROM t FINAL)", "db": "a qualified name (db.table: FROM takes the session's table name only)",
+    "catalog": "a qualified name (catalog.db.table: FROM takes the session's table name only)", "table": "a table qualifier (t.column)", "only": "ONLY",
+    "grouping_sets": "GROUPING SETS", "cube": "CUBE", "rollup": "ROLLUP", "all": "GROUP BY ALL", "totals": "WITH TOTALS",
+    "except": "EXCLUDE", "except_": "EXCLUDE", "replace": "REPLACE", "rename": "RENAME", "ilike": "ILIKE",
+    "on": "DISTINCT ON", "query": "a subquery", "unnest": "UNNEST", "symmetric": "BETWEEN SYMMETRIC",
+    "with_fill": "WITH FILL", "kind": "SELECT AS STRUCT / VALUE", "locks": "a locking clause",
+    "prewhere": "PREWHERE", "connect": "CONNECT BY", "match": "MATCH_RECOGNIZE", "negate": "IS NOT",
+    "partition": "PARTITION", "settings": "SETTINGS", "format": "FORMAT", "options": "OPTION",
+}
+_CLASS_ARG_WORDS = {
+    (exp.Order, "this"): "ORDER BY inside an aggregate (only PERCENTILE_CONT(q) WITHIN GROUP (ORDER BY c) takes an order)",
+}
+_CLASS_WORDS = {
+    exp.Subquery: "a subquery (Subquery)", exp.Window: "a window function (Window, OVER)", exp.Union: "a set operation (UNION)",
+    exp.Intersect: "a set operation (INTERSECT)", exp.Except: "a set operation (EXCEPT)", exp.Join: "a JOIN",
+    exp.Cast: "a cast (Cast)", exp.TryCast: "a cast (TryCast)", exp.Filter: "FILTER (WHERE ...)", exp.Collate: "COLLATE",
+    exp.Order: "ORDER BY inside an aggregate (Order)", exp.Values: "VALUES", exp.Unnest: "UNNEST", exp.Lateral: "LATERAL", exp.Placeholder: "a placeholder (bound parameters are not supported)",
+}
+
+
+def _sql(node: object) -> str:
+    """The fragment to show (the analyst's own text, so it may be echoed), at most 200 characters."""
+    try:
+        if isinstance(node, list):
+            text = ", ".join(_sql(x) for x in node)
+        elif isinstance(node, exp.Expression):
+            text = node.sql()  # the default dialect: DuckDB's generator rewrites some clauses
+        else:
+            text = str(node)
+    except Exception:  # noqa: BLE001 - rendering is best effort, the refusal is what matters
+        text = type(node).__name__
+    return text[:200]
+
 
 def _reject(what: str, node: Any, accepted: str = _SUBSET) -> InvalidParameterError:
-    text = node.sql() if isinstance(node, exp.Expression) else str(node)
-    return InvalidParameterError("sql", text[:200], accepted, what)
+    return InvalidParameterError("sql", _sql(node), accepted, what)
+
+
+def _empty(value: object) -> bool:
+    return value is None or value is False or (isinstance(value, (list, str)) and not value)
+
+
+def _check_node(node: exp.Expression, nodes: dict[type[exp.Expression], frozenset[str]], accepted: str) -> list[exp.Expression]:
+    """Refuse the node if its type, or the key of any of its non-empty arguments, is not
+    whitelisted; its child nodes otherwise."""
+    allowed = nodes.get(type(node))
+    if allowed is None:
+        raise _reject(f"{_what(node)} is not accepted here", node, accepted)
+    children: list[exp.Expression] = []
+    for key, value in node.args.items():
+        if _empty(value):
+            continue
+        if key not in allowed:
+            shown = value if isinstance(value, exp.Expression) or (isinstance(value, list) and value) else node
+            what = _CLASS_ARG_WORDS.get((type(node), key)) or _ARG_WORDS.get(key, repr(key))
+            raise _reject(f"{what} is not accepted ({type(node).__name__}.{key})", shown, accepted)
+        for item in value if isinstance(value, list) else [value]:
+            if isinstance(item, exp.Expression):
+                children.append(item)
+            elif not isinstance(item, (str, bool)):
+                raise _reject(f"an unexpected {type(item).__name__} in {type(node).__name__}.{key}", node, accepted)
+    return children
+
+
+def _check_tree(tree: exp.Expression, nodes: dict[type[exp.Expression], frozenset[str]], accepted: str) -> None:
+    """Walk every node of the tree (pre-order, left to right) through :func:`_check_node`."""
+    stack: list[exp.Expression] = [tree]
+    while stack:
+        stack.extend(reversed(_check_node(stack.pop(), nodes, accepted)))
+
+
+def _check_comments(text: str, what: str) -> None:
+    """Plain comments are ignored (as in SQL); optimizer-hint comments are refused, not ignored."""
+    try:
+        tokens = sqlglot.tokenize(text, read="duckdb")
+    except sqlglot.errors.SqlglotError as exc:
+        raise InvalidParameterError(what, text[:200], "valid SQL of the documented subset", f"it does not parse: {str(exc).splitlines()[0]}") from None
+    for token in tokens:
+        if token.token_type.name == "HINT":
+            raise InvalidParameterError(what, text[:200], "SQL without optimizer hints", "an optimizer hint (/*+ ... */) would be ignored")
+        for comment in token.comments:
+            # a block comment opening with + (optimizer hint) or ! (MySQL's executable comment)
+            if comment.startswith(("+", "!")) and "/*" + comment in text:
+                raise InvalidParameterError(what, f"/*{comment}*/"[:200], "SQL without optimizer hints (plain comments are fine)", "a hint comment (/*+ ... */, /*! ... */) would be ignored")
 
 
 def _parse(text: object, what: str) -> exp.Expression:
     if not isinstance(text, str) or not text.strip():
         raise InvalidParameterError(what, text, "non-empty SQL text")
+    _check_comments(text, what)
     try:
         trees = sqlglot.parse(text, read="duckdb")
     except sqlglot.errors.SqlglotError as exc:
@@ -64,9 +254,20 @@ def _parse(text: object, what: str) -> exp.Expression:
     return trees[0]
 
 
+def _what(node: object) -> str:
+    """What a node is, in words, for a refusal."""
+    if isinstance(node, exp.Column) and node.args.get("table"):
+        return "a column with a table qualifier (t.column)"
+    if isinstance(node, exp.Column):
+        return "a column"
+    if isinstance(node, (exp.Literal, exp.Boolean)):
+        return "a literal"
+    return _CLASS_WORDS.get(type(node), type(node).__name__)
+
+
 def _column_name(node: exp.Expression) -> str:
-    if not isinstance(node, exp.Column) or node.table:
-        raise _reject("only plain column names are accepted here", node)
+    if not isinstance(node, exp.Column) or node.args.get("table") or not isinstance(node.this, exp.Identifier):
+        raise _reject(f"only plain column names are accepted here, not {_what(node)}", node)
     return node.name
 
 
@@ -74,8 +275,7 @@ def _literal(node: exp.Expression) -> Any:
     if isinstance(node, exp.Paren):
         return _literal(node.this)
     if isinstance(node, exp.Neg) and isinstance(node.this, exp.Literal) and not node.this.is_string:
-        value = _literal(node.this)
-        return -value
+        return -_literal(node.this)
     if isinstance(node, exp.Boolean):
         return bool(node.this)
     if isinstance(node, exp.Literal):
@@ -86,10 +286,13 @@ def _literal(node: exp.Expression) -> Any:
             return int(text)
         except ValueError:
             try:
-                return float(text)
+                value = float(text)
             except ValueError:
                 raise _reject("not a number", node) from None
-    raise _reject("only literals (numbers, strings, TRUE/FALSE) are accepted on this side of a comparison", node)
+            if not math.isfinite(value):
+                raise _reject("a number literal must be finite", node)
+            return value
+    raise _reject(f"only literals (numbers, strings, TRUE/FALSE) are accepted on this side of a comparison, not {_what(node)}", node)
 
 
 def _predicate(node: exp.Expression) -> Predicate:
@@ -115,18 +318,21 @@ def _predicate(node: exp.Expression) -> Predicate:
                 return Compare(_column_name(left), op, _literal(right))  # type: ignore[arg-type]
             if isinstance(right, exp.Column):
                 return Compare(_column_name(right), _FLIP[op], _literal(left))  # type: ignore[arg-type]
-            raise _reject("a comparison needs a column on one side and a literal on the other", node)
+            raise _reject(f"a comparison needs a column on one side and a literal on the other, not {_what(left)} and {_what(right)}", node)
     if isinstance(node, exp.In):
         return _in(node, negated=False)
     if isinstance(node, exp.Between):
         return _between(node, negated=False)
     if isinstance(node, exp.Is):
         return _is_null(node, negated=False)
-    raise _reject(f"{type(node).__name__} is not accepted in a condition", node)
+    raise _reject(f"{type(node).__name__} is not accepted as a condition ({_what(node)})", node, _CONDITION)
 
 
 def _in(node: exp.In, *, negated: bool) -> Predicate:
-    if node.args.get("query") is not None or node.args.get("unnest") is not None or not node.expressions:
+    for key in ("query", "unnest", "field"):
+        if node.args.get(key) is not None:
+            raise _reject(f"IN takes a list of literals, not {_what(node.args[key])}", node)
+    if not node.expressions:
         raise _reject("IN takes a list of literals", node)
     return InList(_column_name(node.this), tuple(_literal(x) for x in node.expressions), negated)
 
@@ -143,7 +349,8 @@ def _is_null(node: exp.Is, *, negated: bool) -> Predicate:
 
 def parse_predicate(text: str) -> Predicate:
     """A row filter from SQL text (the WHERE clause's grammar above)."""
-    return _predicate(_parse(text, "where"))
+    tree = _parse(text, "where")
+    return _backstop(tree, _CONDITION_NODES, _CONDITION, lambda: _predicate(tree))  # type: ignore[no-any-return]
 
 
 def _resolve(session: Session, name: str) -> str:
@@ -154,7 +361,7 @@ def _resolve(session: Session, name: str) -> str:
     matches = [c for c in cols if c.lower() == name.lower()]
     if len(matches) == 1:
         return matches[0]
-    raise InvalidParameterError("sql", name, f"a column of the table ({', '.join(cols)})", "unknown column")
+    raise InvalidParameterError("sql", name[:200], f"a column of the table ({', '.join(cols)})", "unknown column")
 
 
 def _resolve_predicate(session: Session, p: Predicate) -> Predicate:
@@ -165,11 +372,27 @@ def _resolve_predicate(session: Session, p: Predicate) -> Predicate:
     return type(p)(_resolve(session, p.column), *[getattr(p, f) for f in p.__dataclass_fields__ if f != "column"])  # type: ignore[arg-type]
 
 
-def _quantile_level(node: exp.Expression) -> float:
-    q = _literal(node)
+def _quantile_level(node: exp.Expression | None, *, descending: bool = False) -> float:
+    q = _literal(node) if node is not None else None
     if isinstance(q, bool) or not isinstance(q, (int, float)) or not 0 <= q <= 1:
         raise _reject("a quantile level is a number in [0, 1]", node)
+    if descending:
+        # The q-th quantile of the descending order is the (1 - q)-th of the ascending order
+        # (exact decimal arithmetic on the literal, so 0.9 becomes 0.1, not 0.09999999999999998).
+        return float(Decimal(1) - Decimal(repr(float(q))))
     return float(q)
+
+
+def _within_group(session: Session, node: exp.WithinGroup, col: Any, kw: dict[str, str]) -> A.Aggregate:
+    usage = "PERCENTILE_CONT(q) WITHIN GROUP (ORDER BY <column> [ASC | DESC] [NULLS FIRST | NULLS LAST])"
+    func, order = node.this, node.expression
+    if type(func) is not exp.PercentileCont or func.args.get("expression") is not None:
+        raise _reject(f"WITHIN GROUP is accepted only as {usage}", node)
+    if not isinstance(order, exp.Order) or len(order.expressions) != 1 or not isinstance(order.expressions[0], exp.Ordered):
+        raise _reject(f"{usage}: one ordering column", node)
+    ordered = order.expressions[0]
+    # nulls_first is honoured by ignoring it: quantiles skip NULLs wherever they sort, as in SQL.
+    return A.Quantile(col(ordered.this), _quantile_level(func.this, descending=bool(ordered.args.get("desc"))), **kw)
 
 
 def _aggregate(session: Session, node: exp.Expression, alias: str | None) -> A.Aggregate:
@@ -179,7 +402,8 @@ def _aggregate(session: Session, node: exp.Expression, alias: str | None) -> A.A
         return _resolve(session, _column_name(arg))
 
     kw = {"name": alias} if alias else {}
-    if isinstance(node, exp.Count):
+    kind = type(node)
+    if kind is exp.Count:
         arg = node.this
         if isinstance(arg, exp.Star) or (isinstance(arg, exp.Literal) and not arg.is_string and arg.this == "1"):
             return A.Count(**kw)
@@ -188,71 +412,101 @@ def _aggregate(session: Session, node: exp.Expression, alias: str | None) -> A.A
             if name != session.privacy_unit:
                 raise _reject(f"COUNT(DISTINCT ...) is accepted for the privacy unit only ({session.privacy_unit or 'none: each row is a unit'})", node)
             return A.CountUnits(**kw)
-        raise _reject("COUNT takes * or DISTINCT <privacy unit>", node)
-    if isinstance(node, exp.Sum):
+        raise _reject("COUNT takes * (or 1) or DISTINCT <privacy unit>", node)
+    if kind is exp.Sum:
         return A.Sum(col(node.this), **kw)
-    if isinstance(node, exp.Avg):
+    if kind is exp.Avg:
         return A.Mean(col(node.this), **kw)
-    if isinstance(node, (exp.Variance, exp.VariancePop)):
+    if kind in (exp.Variance, exp.VariancePop):
         return A.Variance(col(node.this), **kw)
-    if isinstance(node, (exp.Stddev, exp.StddevPop, exp.StddevSamp)):
+    if kind in (exp.Stddev, exp.StddevPop, exp.StddevSamp):
         return A.Std(col(node.this), **kw)
-    if isinstance(node, exp.Median):
+    if kind is exp.Median:
         return A.Quantile(col(node.this), 0.5, **kw)
-    if isinstance(node, (exp.PercentileCont, exp.Quantile, exp.ApproxQuantile)):
-        level = node.args.get("expression") or node.args.get("quantile")
-        if level is not None and isinstance(node.this, exp.Column):
-            return A.Quantile(col(node.this), _quantile_level(level), **kw)
-    if isinstance(node, exp.WithinGroup) and isinstance(node.this, exp.PercentileCont):
-        order = node.expression
-        if not isinstance(order, exp.Order) or len(order.expressions) != 1:
-            raise _reject("PERCENTILE_CONT(q) WITHIN GROUP (ORDER BY <column>)", node)
-        return A.Quantile(col(order.expressions[0].this), _quantile_level(node.this.this), **kw)
-    if isinstance(node, exp.Anonymous) and node.name.lower() in ("mean",) and len(node.expressions) == 1:
-        return A.Mean(col(node.expressions[0]), **kw)
-    if isinstance(node, exp.Anonymous) and node.name.lower() in ("var_samp",) and len(node.expressions) == 1:
-        return A.Variance(col(node.expressions[0]), **kw)
-    raise _reject(f"{node.sql()[:60]} is not an accepted aggregate", node)
+    if kind is exp.PercentileCont:
+        return A.Quantile(col(node.this), _quantile_level(node.args.get("expression")), **kw)
+    if kind in (exp.Quantile, exp.ApproxQuantile):
+        return A.Quantile(col(node.this), _quantile_level(node.args.get("quantile")), **kw)
+    if kind is exp.WithinGroup:
+        return _within_group(session, node, col, kw)  # type: ignore[arg-type]
+    if kind is exp.Anonymous and len(node.expressions) == 1:
+        fname = node.name.lower()
+        if fname == "mean":
+            return A.Mean(col(node.expressions[0]), **kw)
+        if fname == "var_samp":
+            return A.Variance(col(node.expressions[0]), **kw)
+    raise _reject(f"{_sql(node)[:60]} is not an accepted aggregate ({_what(node)})", node)
 
 
-_ALLOWED_ARGS = {"expressions", "from", "from_", "where", "group", "kind", "hint"}
+def _check_alias(item: exp.Alias) -> str:
+    alias = item.alias
+    if not alias or any(not ch.isprintable() for ch in alias):
+        raise _reject("an alias is a non-empty name without control characters", item)
+    return alias
 
 
-def compile_sql(session: Session, text: str) -> tuple[Query, list[A.Aggregate]]:
-    """The query and aggregates a SQL text asks for (raises before anything runs)."""
-    tree = _parse(text, "sql")
-    if not isinstance(tree, exp.Select):
-        raise _reject(f"only SELECT is accepted, not {type(tree).__name__}", tree)
-    for key, value in tree.args.items():
-        if value in (None, [], False):
-            continue
-        if key not in _ALLOWED_ARGS:
-            raise _reject(f"{key.upper().rstrip('_').removesuffix('S') if key in ('joins', 'with_', 'laterals') else key.upper()} is not accepted", tree)
+def _check_output_names(outputs: list[tuple[str, str, exp.Expression]]) -> None:
+    """Refuse two output columns whose names are equal ignoring case (see the module docstring)."""
+    seen: dict[str, str] = {}
+    for name, origin, node in outputs:
+        key = name.casefold()
+        if key in seen:
+            raise _reject(
+                f"two output columns would be named {name!r} ({seen[key]}; {origin}) — names are compared case-insensitively, "
+                "and each aggregate X also produces X_low and X_high: rename one with AS",
+                node, "distinct output column names: the group columns, and for each aggregate X the columns X, X_low and X_high",
+            )
+        seen[key] = origin
+
+
+def _backstop(tree: exp.Expression, nodes: dict[type[exp.Expression], frozenset[str]], accepted: str, interpret: Any) -> Any:
+    """Interpret the tree (which refuses with messages specific to each position), then walk the
+    whole tree against the whitelist (which refuses whatever the interpretation did not read).
+    Both run before anything is executed; a shape the interpretation did not expect is refused
+    by the walk rather than surfacing as an internal error."""
+    try:
+        result = interpret()
+    except InvalidParameterError:
+        raise
+    except Exception:
+        _check_tree(tree, nodes, accepted)
+        raise
+    _check_tree(tree, nodes, accepted)
+    return result
+
+
+def _compile_select(session: Session, tree: exp.Select) -> tuple[Predicate | None, list[str], list[A.Aggregate], list[tuple[str, str, exp.Expression]]]:
+    # The clauses first (DISTINCT, WITH, HAVING, LIMIT, joins, TABLESAMPLE, ...): the clearest refusals.
+    _check_node(tree, _NODES, _SUBSET)
     source = tree.args.get("from") or tree.args.get("from_")
     if source is None:
         raise _reject("FROM <table> is required", tree)
-    if source.args.get("expressions"):
-        raise _reject("one table only", source)
     table = source.this
-    if isinstance(table, exp.Table) and not table.name:
-        raise _reject("FROM takes the session's table name only (no table functions such as read_csv)", source)
-    if not isinstance(table, exp.Table) or table.args.get("db") or table.args.get("catalog") or table.args.get("joins") or table.alias:
+    if not isinstance(table, exp.Table):
         raise _reject("FROM takes the session's table name only (no subqueries, joins or aliases)", source)
-    if table.name != session.table and table.name.lower() != session.table.lower():
-        raise InvalidParameterError("sql", table.name, f"the session's table {session.table!r}")
-    for node in tree.find_all(exp.Subquery, exp.Window, exp.Union, exp.Join, exp.Lateral):
-        raise _reject(f"{type(node).__name__} is not accepted", node)
-    groups: list[str] = []
+    if not isinstance(table.this, exp.Identifier):
+        raise _reject("FROM takes the session's table name only (no table functions such as read_csv)", source)
+    _check_node(table, _NODES, _SUBSET)  # alias, db.table, TABLESAMPLE, PIVOT, time travel, hints, ONLY, ...
     group = tree.args.get("group")
     if group is not None:
+        _check_node(group, _NODES, _SUBSET)  # GROUP BY ALL, GROUPING SETS, ROLLUP, CUBE
+    if table.name != session.table and table.name.lower() != session.table.lower():
+        raise InvalidParameterError("sql", table.name[:200], f"the session's table {session.table!r}")
+
+    groups: list[str] = []
+    outputs: list[tuple[str, str, exp.Expression]] = []
+    if group is not None:
         for g in group.expressions:
-            groups.append(_resolve(session, _column_name(g)))
+            name = _resolve(session, _column_name(g))
+            groups.append(name)
+            outputs.append((name, f"the group column {name!r}", g))
     aggs: list[A.Aggregate] = []
+    selected: set[str] = set()
     for item in tree.expressions:
         alias = None
         node = item
         if isinstance(item, exp.Alias):
-            alias, node = item.alias, item.this
+            alias, node = _check_alias(item), item.this
         if isinstance(node, exp.Star):
             raise _reject("SELECT * would read rows: select aggregates", item, "aggregates such as COUNT(*), AVG(age)")
         if isinstance(node, exp.Column):
@@ -261,14 +515,31 @@ def compile_sql(session: Session, text: str) -> tuple[Query, list[A.Aggregate]]:
                 raise _reject(f"the column {name!r} is neither grouped nor aggregated (reading rows is not allowed)", item, "aggregates, and columns that appear in GROUP BY")
             if alias and alias != name:
                 raise _reject("group columns keep their names (no alias)", item)
+            if name in selected:
+                raise _reject(f"the group column {name!r} is selected twice (the result has one column per name)", item)
+            selected.add(name)
             continue
-        aggs.append(_aggregate(session, node, alias))
+        agg = _aggregate(session, node, alias)
+        aggs.append(agg)
+        origin = f"from {_sql(item)[:60]}"
+        outputs += [(agg.alias + suffix, f"{agg.alias + suffix!r} {origin}", item) for suffix in ("", "_low", "_high")]
     if not aggs:
         raise _reject("at least one aggregate is needed", tree)
-    query = session.query()
     where = tree.args.get("where")
-    if where is not None:
-        query = query.where(_resolve_predicate(session, _predicate(where.this)))
+    predicate = _resolve_predicate(session, _predicate(where.this)) if where is not None else None
+    return predicate, groups, aggs, outputs
+
+
+def compile_sql(session: Session, text: str) -> tuple[Query, list[A.Aggregate]]:
+    """The query and aggregates a SQL text asks for (raises before anything runs)."""
+    tree = _parse(text, "sql")
+    if not isinstance(tree, exp.Select):
+        raise _reject(f"only SELECT is accepted, not {type(tree).__name__}", tree)
+    predicate, groups, aggs, outputs = _backstop(tree, _NODES, _SUBSET, lambda: _compile_select(session, tree))
+    _check_output_names(outputs)
+    query = session.query()
+    if predicate is not None:
+        query = query.where(predicate)
     if groups:
         query = query.group_by(*groups)
     return query, aggs
