@@ -1,7 +1,13 @@
 """Validation helpers shared by every public constructor.
 
-Each helper returns the validated value or raises an error from :mod:`dpkit.errors` that names
-the parameter, the value received and what is accepted.
+Each helper returns the validated value or raises an error from :mod:`dpkit.errors`. Errors
+about *parameters* name the parameter, the value received and what is accepted. Errors about
+*data* name the argument and what is accepted, and never quote a data value or the position of
+an offending element (DESIGN.md, "Errors"): such a message would itself be a release.
+
+Data helpers check only public facts — the dtype, the shape, emptiness — and are total on
+values: :func:`data_array` maps NaN to 0 and :func:`clamp` brings every value into a range
+fixed by the parameters (DESIGN.md, core idea 1: after the debit nothing fails on data).
 """
 
 from __future__ import annotations
@@ -9,7 +15,7 @@ from __future__ import annotations
 import math
 from fractions import Fraction
 from numbers import Integral, Real
-from typing import Literal
+from typing import Any, Literal
 
 import numpy as np
 from numpy.typing import ArrayLike, NDArray
@@ -104,16 +110,66 @@ def neighbours(value: object, name: str = "neighbours") -> Neighbours:
     return value  # type: ignore[return-value]
 
 
-def finite_array(value: ArrayLike, name: str = "value", *, integer: bool = False) -> NDArray[np.float64] | NDArray[np.int64]:
-    """Numeric data as a numpy array; rejects non-numeric dtypes, NaN and ±inf, empty arrays."""
+NAN_RULE = "a NaN has no place in a query with a declared sensitivity; it is treated as 0"
+
+
+def real_float(x: object) -> float:
+    """float(x) for a real number x, ±inf where x is an integer beyond the double range (instead
+    of Python's OverflowError: a value must not decide whether a conversion fails)."""
+    try:
+        return float(x)  # type: ignore[arg-type]
+    except OverflowError:
+        return math.inf if x > 0 else -math.inf  # type: ignore[operator]
+
+
+def as_array(value: ArrayLike, name: str, accepted: str = "a number or an array of numbers") -> NDArray[Any]:
+    """np.asarray(value), with a dtype that depends on the input's types only, never its values.
+
+    numpy turns a Python integer, or a list of them, into an object array once one passes 2^64
+    (and refuses one beyond the double range): a real scalar or a list/tuple whose elements are
+    all real numbers is then read as float64 instead (±inf beyond the double range). Input that
+    cannot be read raises, naming no value (numpy's own text may quote elements).
+    """
+    arr: NDArray[Any] | None
     try:
         arr = np.asarray(value)
-    except Exception as exc:  # ragged lists and the like
-        raise InvalidDataError(name, f"cannot be read as an array ({exc})", "a number or an array of numbers") from exc
+    except Exception:  # ragged lists, integers beyond the double range, …
+        arr = None
+    if (arr is None or arr.dtype == object) and (isinstance(value, (list, tuple)) or _is_real(value)):
+        try:
+            obj = arr if arr is not None else np.array(value, dtype=object)
+            flat = obj.ravel()
+            if flat.size and all(_is_real(e) for e in flat):
+                arr = np.array([real_float(e) for e in flat], dtype=np.float64).reshape(obj.shape)
+        except Exception:  # ragged after all
+            arr = None
+    if arr is None:
+        raise InvalidDataError(name, "cannot be read as an array", accepted)
+    return arr
+
+
+def _numeric(value: ArrayLike, name: str) -> NDArray[Any]:
+    """``value`` as a non-empty numeric numpy array; raises only on public facts (type, emptiness).
+
+    The messages name no value: the exception text of numpy (which may quote elements) is not
+    passed on.
+    """
+    arr = as_array(value, name)
     if arr.dtype == bool or arr.dtype.kind not in "iuf":
         raise InvalidDataError(name, f"has dtype {arr.dtype}", "numbers (int or float)")
     if arr.size == 0:
         raise InvalidDataError(name, "is empty", "at least one value")
+    return arr
+
+
+def finite_array(value: ArrayLike, name: str = "value", *, integer: bool = False) -> NDArray[np.float64] | NDArray[np.int64]:
+    """Numeric input as a numpy array; rejects non-numeric dtypes, NaN and ±inf, empty arrays.
+
+    For inputs that are *not* private data (released values, declared parameters given as
+    arrays): it raises on values. Mechanisms read private data with :func:`data_array` /
+    :func:`clamp` instead, which are total on values.
+    """
+    arr = _numeric(value, name)
     if integer:
         if arr.dtype.kind == "f":
             if not np.all(np.isfinite(arr)) or not np.all(arr == np.round(arr)):
@@ -125,6 +181,44 @@ def finite_array(value: ArrayLike, name: str = "value", *, integer: bool = False
         return arr.astype(np.int64)
     arr = arr.astype(np.float64)
     if not np.all(np.isfinite(arr)):
-        bad = arr[~np.isfinite(arr)].ravel()[0]
-        raise InvalidDataError(name, f"holds a non-finite value ({bad})", "finite numbers")
+        raise InvalidDataError(name, "holds a non-finite value (NaN or ±inf)", "finite numbers")
     return arr
+
+
+def data_array(value: ArrayLike, name: str = "value") -> NDArray[np.float64]:
+    """Private numeric data as a float64 array, total on values.
+
+    Raises only on public facts: a non-numeric dtype (or booleans), input that is not an array,
+    an empty array. NaN becomes 0 (:data:`NAN_RULE`); ±inf are kept for the caller to clamp or
+    clip. Always a new array, so callers may modify it in place.
+    """
+    arr = np.array(_numeric(value, name), dtype=np.float64)  # a copy
+    np.copyto(arr, 0.0, where=np.isnan(arr))
+    return arr
+
+
+def clamp(x: NDArray[np.float64], limit: float) -> NDArray[np.float64]:
+    """Each coordinate clamped to [−limit, limit], NaN → 0 and ±inf → ±limit.
+
+    Clamping every coordinate to one fixed interval is 1-Lipschitz in each coordinate, so it
+    never increases a query's ℓ1 or ℓ2 sensitivity: a guarantee proven for the query holds for the
+    clamped query. ``limit`` must come from parameters only.
+    """
+    out = np.nan_to_num(np.asarray(x, dtype=np.float64), nan=0.0, posinf=limit, neginf=-limit)
+    return np.clip(out, -limit, limit)
+
+
+def integer_data(value: ArrayLike, name: str = "value", *, limit: int = 2**62) -> NDArray[np.int64]:
+    """Private integer data as int64 in [−limit, limit], total on values.
+
+    Integer dtypes are clamped; float input has NaN → 0, is clamped (±inf → ±limit) and rounded
+    to the nearest integer (ties to even). On integer-valued data rounding is the identity and
+    clamping is 1-Lipschitz, so an integer query's sensitivity is unchanged. Raises only on public
+    facts (dtype, emptiness), like :func:`data_array`.
+    """
+    arr = _numeric(value, name)
+    if arr.dtype.kind == "u":
+        return np.minimum(arr, np.uint64(limit)).astype(np.int64)
+    if arr.dtype.kind == "i":
+        return np.clip(arr.astype(np.int64), -limit, limit)
+    return np.rint(clamp(arr.astype(np.float64), float(limit))).astype(np.int64)

@@ -275,9 +275,8 @@ def test_bad_calibration(cal):
     assert "'analytic' or 'classic'" in str(err)
 
 
+# Only public facts (dtype, emptiness) may raise; NaN and ±inf are values, clamped (test below).
 BAD_VALUES = [
-    ("nan", [0.0, float("nan")], "non-finite"),
-    ("inf", float("inf"), "non-finite"),
     ("strings", ["1", "2"], "dtype"),
     ("empty", np.array([]), "empty"),
     ("object dtype", np.array([1.0], dtype=object), "dtype"),
@@ -293,6 +292,19 @@ def test_bad_value_raises_and_draws_nothing(spy_gaussian, case, value, words):
     assert info.value.name == "value"
     assert words in str(info.value)
     assert src.calls == 0 and spy_gaussian == []
+
+
+def test_non_finite_and_huge_values_are_clamped():
+    # Used to raise InvalidDataError on NaN/inf (and on 1e308 for a fine lattice). Now NaN → 0 and
+    # everything is clamped to ±value_limit(lattice); same randomness, same output.
+    from dpkit.noise.lattice import value_limit
+
+    mech = Gaussian(epsilon=1.0, delta=1e-6)
+    m = value_limit(mech.noise_plan(4).lattice)
+    got = mech.release([float("nan"), float("inf"), -float("inf"), 1e308], rng=np.random.default_rng(SEED))
+    want = mech.release([0.0, m, -m, m], rng=np.random.default_rng(SEED))
+    np.testing.assert_array_equal(got, want)
+    assert np.all(np.isfinite(got))
 
 
 @pytest.mark.parametrize("beta", [0, 1, -0.1, 2.0, float("nan"), "0.1"])

@@ -173,8 +173,6 @@ def test_mean_distance_matches_definition() -> None:
 @pytest.mark.parametrize(
     "call",
     [
-        lambda: ls.local_sensitivity_median([1.0, float("nan")], lower=LO, upper=HI),
-        lambda: ls.local_sensitivity_mean([1.0, float("inf")], upper=HI),
         lambda: ls.local_sensitivity_median([], lower=LO, upper=HI),
         lambda: ls.local_sensitivity_median([[1.0, 2.0]], lower=LO, upper=HI),
         lambda: ls.local_sensitivity_sum(["a"], lower=LO, upper=HI),
@@ -184,6 +182,14 @@ def test_mean_distance_matches_definition() -> None:
 def test_bad_data(call) -> None:
     with pytest.raises(InvalidDataError):
         call()
+
+
+def test_non_finite_data_follow_the_mechanisms_rule() -> None:
+    # Used to raise: NaN now counts as 0 and ±inf clip to the bounds, as in PTR (which uses these).
+    assert ls.local_sensitivity_median([1.0, float("nan"), 3.0], lower=LO, upper=HI) == ls.local_sensitivity_median(
+        [1.0, 0.0, 3.0], lower=LO, upper=HI
+    )
+    assert ls.local_sensitivity_mean([1.0, float("inf")], upper=HI) == ls.local_sensitivity_mean([1.0, HI], upper=HI)
 
 
 @pytest.mark.parametrize(

@@ -244,9 +244,8 @@ def test_bad_sum_share(share):
     _param_error("sum_share", sum_share=share)
 
 
+# Only public facts (dtype, emptiness) may raise; NaN and ±inf are values (test below).
 BAD_VALUES = [
-    ("nan", [1.0, float("nan")], "non-finite"),
-    ("inf", [float("inf")], "non-finite"),
     ("strings", ["1.0", "2.0"], "dtype"),
     ("empty", [], "empty"),
     ("object", np.array([0.5], dtype=object), "dtype"),
@@ -263,6 +262,15 @@ def test_bad_values_raise_and_draw_nothing(spy_release, case, values, words):
     assert words in str(info.value)
     assert src.calls == 0
     assert spy_release == {"values": [], "scales": []}
+
+
+def test_non_finite_values_are_clipped_not_refused():
+    # Used to raise InvalidDataError. Now NaN counts as 0 and ±inf clip to the bounds: the
+    # release equals that of the normalised values under the same randomness.
+    mech = BoundedMean(epsilon=1.0, lower=-1.0, upper=2.0)
+    got = mech.release([float("nan"), float("inf"), -float("inf"), 1e300, 0.5], rng=np.random.default_rng(SEED))
+    want = mech.release([0.0, 2.0, -1.0, 2.0, 0.5], rng=np.random.default_rng(SEED))
+    assert got == want
 
 
 def test_frozen():

@@ -112,20 +112,49 @@ def test_bad_callables(query, distance) -> None:
         ProposeTestRelease(epsilon=EPS, delta=DELTA, bound=1.0, query=query, distance=distance)
 
 
-@pytest.mark.parametrize("gamma", [-1, 1.5, float("nan"), True, "3"])
-def test_bad_distance_values(gamma) -> None:
+@pytest.mark.parametrize("gamma", [True, "3", None])
+def test_distance_of_the_wrong_type(gamma) -> None:
     ptr = ProposeTestRelease(epsilon=EPS, delta=DELTA, bound=1.0, query=lambda d: 0.0, distance=lambda d, b: gamma)
-    with pytest.raises(InvalidParameterError):
+    with pytest.raises(InvalidParameterError) as info:
         ptr.release([1.0], rng=np.random.default_rng(0))
+    assert repr(gamma) not in str(info.value).replace(repr(type(gamma)), "")  # the type, not the value
 
 
-def test_bad_query_value() -> None:
-    ptr = ProposeTestRelease(epsilon=EPS, delta=DELTA, bound=1.0, query=lambda d: float("nan"), distance=lambda d, b: 5)
-    with pytest.raises(InvalidDataError):
+@pytest.mark.parametrize(
+    "gamma, as_gamma", [(-1, 0), (1.5, 1), (float("nan"), 0), (-math.inf, 0), (2**80, 2**62), (1e300, 2**62), (7.0, 7)]
+)
+def test_distance_values_are_mapped_not_refused(gamma, as_gamma) -> None:
+    # Used to raise (and to quote γ, a number computed from the data). Now min(2^62, max(0, ⌊γ⌋)).
+    def run(g):
+        ptr = ProposeTestRelease(epsilon=EPS, delta=DELTA, bound=1.0, query=lambda d: 3.0, distance=lambda d, b: g)
+        return ptr.release([1.0], rng=np.random.default_rng(0))
+
+    got, want = run(gamma), run(as_gamma)
+    assert got.noisy_distance == want.noisy_distance and got.value == want.value
+
+
+def test_query_values_nan_and_inf_are_not_refused() -> None:
+    def run(value):
+        ptr = ProposeTestRelease(epsilon=EPS, delta=DELTA, bound=1.0, query=lambda d: value, distance=lambda d, b: math.inf)
+        return ptr.release([1.0], rng=np.random.default_rng(0)).value
+
+    from dpkit.noise.lattice import value_limit
+
+    ptr = ProposeTestRelease(epsilon=EPS, delta=DELTA, bound=1.0, query=lambda d: 0.0, distance=lambda d, b: math.inf)
+    m = value_limit(ptr.release_mechanism.noise_plan(1).lattice)
+    assert run(float("nan")) == run(0.0)  # NaN counts as 0
+    assert run(float("inf")) == run(m) and math.isfinite(run(m))  # ±inf clamp in the Laplace release
+    assert run(-float("inf")) == run(-m)
+
+
+def test_query_of_the_wrong_type() -> None:
+    ptr = ProposeTestRelease(epsilon=EPS, delta=DELTA, bound=1.0, query=lambda d: "secret", distance=lambda d, b: 5)
+    with pytest.raises(InvalidDataError) as info:
         ptr.release([1.0], rng=np.random.default_rng(0))
+    assert "secret" not in str(info.value)
 
 
-@pytest.mark.parametrize("data", [[1.0, float("nan")], [], [[1.0]], ["x"]])
+@pytest.mark.parametrize("data", [[], [[1.0]], ["x"]])
 def test_bad_data(data) -> None:
     with pytest.raises(InvalidDataError):
         median_ptr().release(data, rng=np.random.default_rng(0))
@@ -135,8 +164,15 @@ def test_nothing_sampled_on_bad_data() -> None:
     rng = np.random.default_rng(0)
     state = rng.bit_generator.state
     with pytest.raises(InvalidDataError):
-        median_ptr().release([1.0, float("inf")], rng=rng)
+        median_ptr().release(["x", "y"], rng=rng)
     assert rng.bit_generator.state == state
+
+
+def test_non_finite_data_are_clipped_not_refused() -> None:
+    # Used to raise on NaN/inf. Now NaN counts as 0 and ±inf clip to [lower, upper].
+    a = median_ptr().release([1.0, float("nan"), float("inf"), -float("inf"), 50.0], rng=np.random.default_rng(0))
+    b = median_ptr().release([1.0, 0.0, 100.0, 0.0, 50.0], rng=np.random.default_rng(0))
+    assert a == b
 
 
 def test_ptr_median_audit_within_claim() -> None:

@@ -120,11 +120,28 @@ def test_bad_data() -> None:
     with pytest.raises(InvalidDataError):  # k > n
         sa.release(np.zeros(3), rng=np.random.default_rng(0))
     with pytest.raises(InvalidDataError):
-        sa.release(np.array([0.1, math.nan, 0.2, 0.3, 0.4]), rng=np.random.default_rng(0))
-    with pytest.raises(InvalidDataError):
         sa.release(np.array([]), rng=np.random.default_rng(0))
     with pytest.raises(InvalidDataError):
         sa.release(0.5, rng=np.random.default_rng(0))
-    bad_f = SampleAndAggregate(epsilon=1.0, blocks=2, lower=0.0, upper=1.0, function=lambda b: "x")
-    with pytest.raises(InvalidParameterError):
-        bad_f.release(np.zeros(4), rng=np.random.default_rng(0))
+    with pytest.raises(InvalidDataError):
+        sa.release(["a", "b", "c", "d"], rng=np.random.default_rng(0))
+
+
+def test_values_and_failing_blocks_never_raise() -> None:
+    # NaN/inf in the data used to raise, and so did f raising TypeError/ValueError on a block
+    # (which can depend on the data). Now the data go to f as they are, and a block on which f
+    # raises or returns a non-number answers the midpoint, like a NaN answer.
+    sa = SampleAndAggregate(epsilon=1.0, blocks=4, lower=0.0, upper=1.0, function=np.mean)
+    out = sa.release(np.array([0.1, math.nan, 0.2, math.inf, 0.4]), rng=np.random.default_rng(0))
+    assert math.isfinite(out)
+
+    def picky(block):
+        if np.any(block > 0.5):
+            raise ValueError("a secret value was seen")
+        return float(np.mean(block))
+
+    data = np.array([0.1, 0.9, 0.2, 0.3])
+    assignment = np.array([0, 1, 0, 1])
+    mk = lambda f: SampleAndAggregate(epsilon=1.0, blocks=2, lower=0.0, upper=1.0, function=f)  # noqa: E731
+    assert mk(picky).block_answers(data, assignment).tolist() == [pytest.approx(0.15), 0.5]
+    assert mk(lambda b: "x").block_answers(data, assignment).tolist() == [0.5, 0.5]

@@ -130,9 +130,11 @@ def test_smooth_sensitivity_bad_inputs() -> None:
     with pytest.raises(InvalidParameterError):
         smooth_sensitivity_order_statistic([1.0, 2.0], 0, lower=0.0, upper=3.0, beta=0.1)
     with pytest.raises(InvalidDataError):
-        smooth_sensitivity_median([1.0, math.nan], lower=0.0, upper=3.0, beta=0.1)
-    with pytest.raises(InvalidDataError):
         smooth_sensitivity_median([], lower=0.0, upper=3.0, beta=0.1)
+    # NaN counts as 0 and ±inf clip to the bounds (it used to raise).
+    assert smooth_sensitivity_median([1.0, math.nan, math.inf], lower=0.0, upper=3.0, beta=0.1) == (
+        smooth_sensitivity_median([1.0, 0.0, 3.0], lower=0.0, upper=3.0, beta=0.1)
+    )
 
 
 # --- the exact lattice-cell sampler ------------------------------------------------------------
@@ -285,8 +287,10 @@ def test_mechanism_bad_parameters(kwargs) -> None:
 
 def test_mechanism_bad_data() -> None:
     mech = SmoothSensitivityMedian(epsilon=1.0, delta=1e-6, lower=0.0, upper=1.0)
-    for bad in ([0.5, math.nan], [], ["a"], [[0.1, 0.2], [0.3, 0.4]]):
+    for bad in ([], ["a"], [[0.1, 0.2], [0.3, 0.4]]):
         with pytest.raises(InvalidDataError):
             mech.release(bad, rng=np.random.default_rng(0))
+    got = mech.release([0.5, math.nan, -math.inf], rng=np.random.default_rng(0))  # used to raise
+    assert got == mech.release([0.5, 0.0, 0.0], rng=np.random.default_rng(0))
     with pytest.raises(InvalidParameterError):
         mech.error_bound(0.0)

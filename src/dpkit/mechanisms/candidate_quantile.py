@@ -31,6 +31,11 @@ class CandidateQuantile:
     spends its randomness spreading the answer inside a gap. Sampling is exact
     (:class:`~dpkit.mechanisms.selection.Exponential`).
 
+    Totality: :meth:`release` never raises on a data value: a NaN is treated as 0 (a NaN has no
+    place in a query with a declared sensitivity), ±inf count as below or above every candidate.
+    Each record still moves one count by at most 1, so the sensitivity above is unchanged. Only
+    public facts raise: dtype, shape, an empty array.
+
     >>> import numpy as np
     >>> ages = np.random.default_rng(0).integers(18, 90, size=10_000)
     >>> m = CandidateQuantile(epsilon=1.0, q=0.5, candidates=np.arange(0, 101))
@@ -68,7 +73,7 @@ class CandidateQuantile:
 
     def scores(self, values: ArrayLike) -> NDArray[np.float64]:
         """−|(1 − q)·#{x < c} − q·#{x > c}| for every candidate c (vectorised)."""
-        x = v.finite_array(values, "values")
+        x = v.data_array(values, "values")  # NaN → 0; ±inf sort below/above every candidate
         if x.ndim != 1:
             raise InvalidDataError("values", f"has shape {x.shape}", "a 1-D array")
         xs = np.sort(x)

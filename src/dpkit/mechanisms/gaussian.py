@@ -74,6 +74,13 @@ class Gaussian:
     and for δ·(1 − 2^-20), which covers the lattice's O(2^-78) difference from the continuous
     curve. The event ``GaussianEvent(σ/(Δ₂ + g√d))`` describes the noise drawn.
 
+    Totality: :meth:`release` never raises on a value. NaN is treated as 0 (a NaN has no place
+    in a query with a declared sensitivity), and every coordinate is clamped to [−M, M] with
+    M = min(2^1000, 2^1000·g) (:func:`~dpkit.noise.lattice.value_limit`; g depends on σ and the
+    size only), so ±inf become ±M. Clamping each coordinate to a fixed interval is 1-Lipschitz:
+    it never increases the ℓ2 sensitivity, and the guarantee above is unchanged. Only public facts
+    raise: a non-numeric dtype, booleans, an empty array.
+
     >>> import numpy as np
     >>> mech = Gaussian(epsilon=1.0, delta=1e-6, sensitivity=1.0)
     >>> round(mech.sigma, 3)
@@ -125,8 +132,11 @@ class Gaussian:
         return gaussian_noise_plan(self._unit_sigma, self.sensitivity, size)
 
     def release(self, value: ArrayLike, *, rng: RNG = None) -> Any:
-        """Return value + Gaussian noise (same shape; a float for a scalar input)."""
-        x = v.finite_array(value, "value")
+        """Return value + Gaussian noise (same shape; a float for a scalar input).
+
+        Total on values: NaN → 0, then each coordinate clamped to ±M (class docstring).
+        """
+        x = v.data_array(value, "value")
         plan = self.noise_plan(x.size)
         return _as_output(lattice_gaussian(x, plan.lattice, plan.lattice_sigma, resolve_rng(rng)), value)
 

@@ -21,6 +21,11 @@ from dpkit.noise.source import RNG, resolve_rng
 __all__ = ["Laplace", "Geometric", "LaplaceNoisePlan"]
 
 
+# Geometric clamps to ±2^62: with noise of scale <= 2^52, |value + noise| < 2^63 (int64) except
+# with probability below e^{-2^10}.
+_GEOMETRIC_LIMIT = 2**62
+
+
 def _as_output(noisy: NDArray[Any], original: object) -> Any:
     """Scalars in, scalar out; arrays keep their shape."""
     return noisy.reshape(()).item() if np.ndim(original) == 0 else noisy
@@ -76,6 +81,14 @@ class Laplace:
     exactly ε. The extra noise, d·g/Δ relative, is below 2^-39 for short vectors and below
     d/(ε·2^47) for long ones (``noise_plan(d)`` shows the numbers).
 
+    Totality: :meth:`release` never raises on a value. NaN is treated as 0 (a NaN has no place
+    in a query with a declared sensitivity), and every coordinate is clamped to [−M, M] with
+    M = min(2^1000, 2^1000·g) (:func:`~dpkit.noise.lattice.value_limit`; g depends on Δ/ε and the
+    size only), so ±inf become ±M. Clamping each coordinate to a fixed interval is 1-Lipschitz:
+    it never increases the ℓ1 sensitivity, and the guarantee above is unchanged. M is at least
+    2^100 noise scales (2^952 or more when Δ/ε < 2^40), so finite answers are in practice never
+    moved. Only public facts raise: a non-numeric dtype, booleans, an empty array.
+
     Accuracy: per coordinate, P(|noise| >= t·b) = e^{-t} for the continuous Laplace; the exact
     lattice bound is :meth:`error_bound`.
 
@@ -114,8 +127,11 @@ class Laplace:
         return LaplaceNoisePlan(lattice, sens / Fraction(self.epsilon), sens)
 
     def release(self, value: ArrayLike, *, rng: RNG = None) -> Any:
-        """Return value + Laplace noise (same shape; a float for a scalar input)."""
-        x = v.finite_array(value, "value")
+        """Return value + Laplace noise (same shape; a float for a scalar input).
+
+        Total on values: NaN → 0, then each coordinate clamped to ±M (class docstring).
+        """
+        x = v.data_array(value, "value")
         plan = self.noise_plan(x.size)
         noisy = lattice_laplace(x, plan.lattice, plan.lattice_scale, resolve_rng(rng))
         return _as_output(noisy, value)
@@ -143,6 +159,13 @@ class Geometric:
     ``neighbours`` is at most ``sensitivity`` (Ghosh, Roughgarden & Sundararajan 2009; the
     discrete Laplace of Canonne, Kamath & Steinke 2020, Sec. 2). The noise P(Y = y) ∝
     e^{−ε|y|/Δ} is sampled exactly, with the scale Δ/ε taken at ε's exact binary value.
+
+    Totality: :meth:`release` never raises on a value. Float input is read with NaN as 0,
+    clamped to [−2^62, 2^62] (±inf to ±2^62) and rounded to the nearest integer (ties to even);
+    integer input is clamped to [−2^62, 2^62]. For an integer-valued query, as the guarantee
+    assumes, rounding is the identity and clamping is 1-Lipschitz, so the sensitivity and the
+    guarantee are unchanged; the clamp keeps value + noise inside int64. Only public facts
+    raise: a non-numeric dtype, booleans, an empty array.
 
     >>> import numpy as np
     >>> Geometric(epsilon=0.5).release(np.array([10, 20, 30]), rng=np.random.default_rng(0)).dtype
@@ -174,7 +197,9 @@ class Geometric:
         return LaplaceEvent.for_epsilon(self.epsilon, self.neighbours)
 
     def release(self, value: ArrayLike, *, rng: RNG = None) -> Any:
-        x = v.finite_array(value, "value", integer=True)
+        """Return value + discrete Laplace noise as int64 (an int for a scalar input); total on
+        values (class docstring)."""
+        x = v.integer_data(value, "value", limit=_GEOMETRIC_LIMIT)
         noise = sample_discrete_laplace(laplace_plan(self._scale), x.size, resolve_rng(rng)).reshape(x.shape)
         out = x + noise
         return int(out) if np.ndim(value) == 0 else out

@@ -13,8 +13,11 @@ The safe ways to use it are propose-test-release (:mod:`dpkit.mechanisms.ptr`), 
 and sample-and-aggregate.
 
 Every function states its neighbour relation. Data are clipped to the declared ``[lower, upper]``
-first (clipping is per record, so it keeps neighbours neighbours); non-finite data raise
-:class:`~dpkit.errors.InvalidDataError`. All computations are vectorised over sorted data.
+first (clipping is per record, so it keeps neighbours neighbours); a NaN is treated as 0 and then
+clipped like every value, ±inf clip to the bounds — the same total rule the private mechanisms
+built on these functions (:mod:`dpkit.mechanisms.ptr`) apply, so nothing raises on a data value.
+Only public facts raise :class:`~dpkit.errors.InvalidDataError`: the dtype, the shape, emptiness.
+All computations are vectorised over sorted data.
 
 >>> local_sensitivity_median([1.0, 2.0, 3.0, 4.0, 10.0], lower=0.0, upper=10.0)
 1.0
@@ -52,18 +55,18 @@ __all__ = [
 
 
 def _data(data: ArrayLike, name: str = "data", *, allow_empty: bool = False) -> NDArray[np.float64]:
-    """A 1-D float array of finite values (empty allowed only where asked)."""
-    try:
-        arr = np.asarray(data)
-    except Exception as exc:  # ragged lists and the like
-        raise InvalidDataError(name, f"cannot be read as an array ({exc})", "a 1-D array of numbers") from exc
+    """A 1-D float array, NaN → 0 and ±inf kept for the clipping (empty allowed only where asked).
+
+    Raises only on public facts (not an array, shape, dtype, emptiness), naming no value.
+    """
+    arr = v.as_array(data, name, "a 1-D array of numbers")  # the dtype depends on types, not values
     if arr.ndim != 1:
         raise InvalidDataError(name, f"has shape {arr.shape}", "a 1-D array of numbers")
     if arr.size == 0:
         if allow_empty and (arr.dtype.kind in "iuf" or arr.dtype == object):
             return np.zeros(0, dtype=np.float64)
         raise InvalidDataError(name, "is empty", "at least one value")
-    return v.finite_array(arr, name).astype(np.float64)  # type: ignore[return-value]
+    return v.data_array(arr, name)
 
 
 def _clipped_sorted(data: ArrayLike, lower: float, upper: float, *, allow_empty: bool = False) -> NDArray[np.float64]:

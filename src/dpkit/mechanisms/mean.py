@@ -64,6 +64,11 @@ class BoundedMean:
     the bounds must be chosen without looking at the data. The ratio is post-processing.
     Neighbours: add/remove (under replace the count is public; use a Laplace sum instead).
 
+    Totality: :meth:`release` never raises on a value: NaN is treated as 0 (a NaN has no place in
+    a query with a declared sensitivity) and then clipped like every value, ±inf clip to the
+    bounds. Clipping to the declared bounds is 1-Lipschitz per record, so the sensitivities above
+    hold unchanged. Only public facts raise: a non-numeric dtype, booleans, an empty array.
+
     >>> import numpy as np
     >>> m = BoundedMean(epsilon=1.0, lower=0.0, upper=100.0)
     >>> r = m.release(np.full(10_000, 40.0), rng=np.random.default_rng(0))
@@ -102,7 +107,7 @@ class BoundedMean:
         return ComposedEvent(parts)
 
     def release(self, values: ArrayLike, *, rng: RNG = None) -> MeanRelease:
-        x = v.finite_array(values, "values").ravel()
+        x = v.data_array(values, "values").ravel()  # NaN → 0; ±inf are clipped below
         src = resolve_rng(rng)
         noisy_sum = self._noisy_exact_sum(x.clip(self.lower, self.upper), src)
         noisy_count = float(self._count_mech.release(float(x.size), rng=src))

@@ -13,6 +13,14 @@ whether the data are far from every dataset whose local sensitivity exceeds b, a
 
 Budget split: ``epsilon`` is the **total**; ε_test = ε_release = ε/2.
 
+Totality (DESIGN.md, core idea 1): a run never raises on a data value. The bounded variants read
+data with NaN as 0 and clip every value to [lower, upper] (±inf to the bounds); the released
+value goes through :class:`~dpkit.mechanisms.laplace.Laplace`, which clamps. For
+:class:`ProposeTestRelease` a query value of NaN counts as 0 (±inf are clamped by the Laplace
+release) and a distance that is not an integer >= 0 or ∞ is mapped to min(2^62, max(0, ⌊γ⌋))
+(NaN → 0), which keeps both properties the proof needs and errs towards refusing. Only types
+raise (a query or distance returning something that is not a real number), naming the type alone.
+
 Theorem ((ε, δ)-DP, with ε the total, under the stated neighbour relation). Let x, y be
 neighbours and S a set of outputs (γ̂, value). If γ(x) ≥ 1 then LS(x) ≤ b, so |f(x) − f(y)| ≤ b:
 the test is ε/2-DP and the release given the test is ε/2-DP, so P[M(x) ∈ S] ≤ e^ε P[M(y) ∈ S].
@@ -54,6 +62,8 @@ from dpkit.mechanisms.laplace import Geometric, Laplace
 from dpkit.noise.source import RNG, resolve_rng
 
 __all__ = ["PTRResult", "ProposeTestRelease", "PTRMedian", "PTRMean"]
+
+_MAX_DISTANCE = 2**62  # a finite distance is capped here (far above any threshold ln(1/δ)/ε)
 
 
 @dataclass(frozen=True)
@@ -167,21 +177,35 @@ class _PTRCore:
 
 
 def _check_distance(gamma: object) -> float:
-    if isinstance(gamma, Integral) and not isinstance(gamma, bool) and int(gamma) >= 0:
-        return int(gamma)
-    if isinstance(gamma, Real) and not isinstance(gamma, bool) and float(gamma) == math.inf:
-        return math.inf
+    """γ as an integer >= 0 or ∞, total on real values (the distance is computed from the data).
+
+    +inf stays ∞; any other real becomes min(2^62, max(0, ⌊γ⌋)) with NaN → 0. These maps are
+    monotone, move values at most 1 apart to values at most 1 apart, never raise γ and keep γ >= 1
+    where it was, so a distance with the two properties PTR needs keeps them; a broken one is made
+    conservative (γ = 0 refuses except with probability below δ). The cap keeps γ + noise inside
+    int64. Only a non-real type raises, naming the type alone.
+    """
+    if isinstance(gamma, (Integral, Real, np.integer, np.floating)) and not isinstance(gamma, (bool, np.bool_)):
+        if isinstance(gamma, (Integral, np.integer)):
+            return min(_MAX_DISTANCE, max(0, int(gamma)))
+        f = v.real_float(gamma)  # a huge Fraction gives ±inf, not OverflowError
+        if f == math.inf:
+            return math.inf
+        return 0 if math.isnan(f) or f < 0 else min(_MAX_DISTANCE, math.floor(f))
     raise InvalidParameterError(
-        "distance", gamma, "a callable returning an integer >= 0 or math.inf (the distance to high sensitivity)"
+        "distance", type(gamma), "a callable returning an integer >= 0 or math.inf (the distance to high sensitivity)"
     )
 
 
 def _check_value(value: object) -> float:
-    if isinstance(value, Real) and not isinstance(value, bool) and math.isfinite(float(value)):
-        return float(value)
-    if isinstance(value, np.ndarray) and value.shape == () and value.dtype.kind in "iuf" and np.isfinite(value):
-        return float(value)
-    raise InvalidDataError("query", f"returned {v.short_repr(value)}", "a finite real number")
+    """f(D) as a float, total on real values: NaN → 0, ±inf kept (the Laplace release clamps
+    them). Only a non-real type raises, naming neither the value nor anything computed from it."""
+    if isinstance(value, np.ndarray) and value.shape == () and value.dtype.kind in "iuf":
+        value = value.item()
+    if isinstance(value, (Real, np.integer, np.floating)) and not isinstance(value, (bool, np.bool_)):
+        f = v.real_float(value)  # a huge int gives ±inf, not OverflowError
+        return 0.0 if math.isnan(f) else f
+    raise InvalidDataError("query", f"returned a {type(value).__name__}", "a callable returning a real number")
 
 
 @dataclass(frozen=True, kw_only=True)

@@ -15,6 +15,12 @@ one respondent's reported answer can reveal when their true answer changes to an
 Both sample with exact rational probabilities (:func:`dpkit.noise.bernoulli`,
 :func:`dpkit.noise.uniform_below`) fed by the CSPRNG unless a seeded generator is passed as
 ``rng=``. The estimators are post-processing: they cost no privacy budget.
+
+Totality (DESIGN.md, core idea 1): a release never raises on an answer's value. A true answer
+outside the declared domain {0, …, k − 1} (out of range, non-integer, NaN, ±inf) is treated as
+answer 0, so every input is randomised as a valid answer and the guarantee holds unchanged. Only
+public facts raise: the dtype, an empty array, booleans for k > 2. The estimators take released
+reports, which are public; invalid reports raise, with a message that quotes no value.
 """
 
 from __future__ import annotations
@@ -57,13 +63,17 @@ def _log_upper(r: Fraction) -> float:
     return out
 
 
-def _answers(value: ArrayLike, k: int, name: str) -> NDArray[np.int64]:
-    """Categorical answers as int64 in {0, …, k − 1} (booleans too when k = 2); same shape."""
+def _answers(value: ArrayLike, k: int, name: str, *, total: bool) -> NDArray[np.int64]:
+    """Categorical answers as int64 in {0, …, k − 1} (booleans too when k = 2); same shape.
+
+    Public facts raise: input that is not an array, an empty array, a non-numeric dtype, booleans
+    for k > 2. Values are handled by ``total``: for true answers (private data) every element that
+    is not one of 0..k−1 — out of range, non-integer, NaN, ±inf — is treated as answer 0, so
+    nothing raises on a value; for reports (released outputs) such an element raises. Messages
+    never quote a value or its position.
+    """
     accepted = f"integer answers in {{0, ..., {k - 1}}}" + (" or booleans" if k == 2 else "")
-    try:
-        arr = np.asarray(value)
-    except Exception as exc:  # ragged lists and the like
-        raise InvalidDataError(name, f"cannot be read as an array ({exc})", accepted) from exc
+    arr = _validate.as_array(value, name, accepted)  # the dtype depends on types, not values
     if arr.size == 0:
         raise InvalidDataError(name, "is empty", f"at least one answer; {accepted}")
     if arr.dtype == bool:
@@ -72,18 +82,17 @@ def _answers(value: ArrayLike, k: int, name: str) -> NDArray[np.int64]:
         return arr.astype(np.int64)
     if arr.dtype.kind not in "iuf":
         raise InvalidDataError(name, f"has dtype {arr.dtype}", accepted)
-    if arr.dtype.kind == "f":
-        finite = np.isfinite(arr)
-        if not finite.all():
-            bad = arr[~finite].ravel()[0]
-            raise InvalidDataError(name, f"holds a non-finite value ({bad})", accepted)
-        if not np.all(arr == np.round(arr)):
-            bad = arr[arr != np.round(arr)].ravel()[0]
-            raise InvalidDataError(name, f"holds a non-integer value ({bad})", accepted)
-    out_of_range = (arr < 0) | (arr > k - 1)
-    if out_of_range.any():
-        bad = arr[out_of_range].ravel()[0]
-        raise InvalidDataError(name, f"holds a value outside 0..{k - 1} ({bad})", accepted)
+    with np.errstate(invalid="ignore"):
+        valid = (arr >= 0) & (arr <= k - 1)  # False for NaN
+        if arr.dtype.kind == "f":
+            valid &= arr == np.round(arr)
+    if total:
+        # The declared domain is {0..k−1}; an answer outside it has no meaning, and refusing it
+        # would reveal that it is there. It is answered as 0 (any fixed answer keeps ε-LDP: the
+        # report's law is then that of a valid answer, whose ratios are bounded by p/q).
+        return np.where(valid, arr, 0).astype(np.int64)
+    if not valid.all():
+        raise InvalidDataError(name, f"holds a value that is not one of the answers 0..{k - 1}", accepted)
     return arr.astype(np.int64)
 
 
@@ -283,8 +292,12 @@ class RandomizedResponse:
         report is the true answer with probability ``p_truth``; otherwise it is drawn exactly
         uniformly from the other k − 1 answers. ``rng=None`` uses the CSPRNG; pass a seeded
         ``numpy.random.Generator`` only for tests and teaching.
+
+        Total on values: an element that is not one of 0..k−1 (out of range, non-integer, NaN,
+        ±inf) is treated as answer 0 before randomising; the guarantee holds for every input, as
+        the mechanism only ever sees valid answers. Only public facts raise (dtype, emptiness).
         """
-        truth = _answers(true_answers, self.k, "true_answers")
+        truth = _answers(true_answers, self.k, "true_answers", total=True)
         src = resolve_rng(rng)
         flat = truth.ravel()
         keep = bernoulli(self._p, flat.size, rng=src)
@@ -302,7 +315,7 @@ class RandomizedResponse:
         q + (p − q)·π_v, so f̂_v = (observed_v − q)/(p − q) is unbiased for π_v (for k = 2 and
         p = 2/3: f̂_1 = 3·mean − 1, seed 000 §5.3.1). Post-processing: costs no budget.
         """
-        r = _answers(reports, self.k, "reports")
+        r = _answers(reports, self.k, "reports", total=False)
         counts = np.bincount(r.ravel(), minlength=self.k)
         q = (1 - self._p) / (self.k - 1)
         return _estimate(counts, signal=self._p - q, offset=q)
@@ -379,8 +392,9 @@ class ForcedResponse:
         """Randomise each yes/no answer (0/1 or booleans); returns int64 reports of the same shape.
 
         ``rng=None`` uses the CSPRNG; pass a seeded ``numpy.random.Generator`` only for tests.
+        Total on values: an element that is not 0 or 1 (or a boolean) is treated as 0 ("no").
         """
-        truth = _answers(true_answers, 2, "true_answers")
+        truth = _answers(true_answers, 2, "true_answers", total=True)
         src = resolve_rng(rng)
         flat = truth.ravel()
         honest = bernoulli(self._a, flat.size, rng=src)
@@ -395,7 +409,7 @@ class ForcedResponse:
         π̂ = (P̂(yes) − (1 − a)·y) / a; with fair coins π̂ = 2·P̂(yes) − 1/2 (seed 002).
         Post-processing: costs no budget.
         """
-        r = _answers(reports, 2, "reports")
+        r = _answers(reports, 2, "reports", total=False)
         counts = np.bincount(r.ravel(), minlength=2)
         # Report v has probability offset_v + a·π_v: offset_1 = (1 − a)y, offset_0 = (1 − a)(1 − y).
         n = int(counts.sum())

@@ -16,9 +16,15 @@ u − l, so the average moves by at most (u − l)/k: the Laplace mechanism with
 law on both sides). A fixed split into consecutive chunks (the seed's code) would let one added row
 shift every later boundary; the i.i.d. assignment avoids that.
 
-Blocks may come out empty (with probability (1 − 1/k)^n each): an empty block, and a block whose
-f value is NaN, answers the midpoint (lower + upper)/2; ±inf clip to the bounds. These rules do
-not look at the other blocks, so a_i stays in [lower, upper] and the argument above is unchanged.
+Blocks may come out empty (with probability (1 − 1/k)^n each): an empty block, a block whose
+f value is NaN, and a block on which f raises an exception or returns something that is not a
+real number answer the midpoint (lower + upper)/2; ±inf clip to the bounds. These rules do not
+look at the other blocks, so a_i stays in [lower, upper] and the argument above is unchanged.
+
+Totality (DESIGN.md, core idea 1): a release never raises on a data value. The data are handed to
+f as given (NaN and ±inf included: what they mean is f's business), and whatever f does on a
+block becomes a number in [lower, upper] by the rules above. Only public facts raise: a
+non-numeric dtype, a scalar, fewer rows than blocks.
 
 The noise is dpkit's floating-point-safe :class:`~dpkit.mechanisms.laplace.Laplace` with
 sensitivity (u − l)/k, so the event is ``LaplaceEvent`` with ε. The check k <= n happens before any
@@ -113,7 +119,11 @@ class SampleAndAggregate:
         return self.laplace.event
 
     def _check_data(self, data: ArrayLike) -> NDArray[np.float64]:
-        x = v.finite_array(data, "data")
+        """The data as a float array; only public facts are checked (values go to f as they are)."""
+        x = v.as_array(data, "data", "an array of numbers")  # the dtype depends on types, not values
+        if x.dtype == bool or x.dtype.kind not in "iuf":
+            raise InvalidDataError("data", f"has dtype {x.dtype}", "numbers (int or float)")
+        x = x.astype(np.float64)
         if x.ndim == 0:
             raise InvalidDataError("data", "is a scalar", "an array with one row per record")
         if x.shape[0] < self.blocks:
@@ -138,8 +148,8 @@ class SampleAndAggregate:
                 continue
             try:
                 a = float(self.function(part))
-            except (TypeError, ValueError) as exc:
-                raise InvalidParameterError("function", self.function, "a callable returning one real number per block") from exc
+            except Exception:  # noqa: BLE001 — f failing on some block is a fact about the data
+                a = math.nan  # … so it must not surface: the block answers the midpoint
             answers[i] = mid if math.isnan(a) else min(max(a, self.lower), self.upper)
         return answers
 

@@ -21,17 +21,29 @@ from dpkit.errors import InvalidDataError, InvalidParameterError
 from dpkit.noise.bernoulli_exp import decide_exp_neg
 from dpkit.noise.discrete import _geometric, laplace_plan, sample_discrete_laplace
 from dpkit.noise.integers import _uniform_below
-from dpkit.noise.lattice import choose_lattice, snap
+from dpkit.noise.lattice import Lattice, snap
 from dpkit.noise.source import RNG, RandomSource, resolve_rng
 
 __all__ = ["Exponential", "ReportNoisyMax"]
 
+# Exponential: utilities clamped to ±2^1000, so u_max − u_i (<= 2^1001) never overflows.
+_EXPONENTIAL_LIMIT = 2.0**1000
+# ReportNoisyMax: a lattice 2^-36 of the noise scale; scores clamped to ±2^61 lattice steps. The
+# noise (scale about 2^37 steps) then keeps point + noise inside int64 except with probability
+# about e^{-2^24}.
+_RNM_LATTICE_BITS = 36
+_RNM_POINT_BITS = 61
 
-def _utilities(utilities: ArrayLike) -> NDArray[np.float64]:
-    u = v.finite_array(utilities, "utilities")
+
+def _utilities(utilities: ArrayLike, limit: float) -> NDArray[np.float64]:
+    """The scores as a 1-D float array, NaN → 0 and clamped to [−limit, limit] (1-Lipschitz).
+
+    Raises only on public facts: dtype, shape, emptiness.
+    """
+    u = v.data_array(utilities, "utilities")
     if u.ndim != 1:
         raise InvalidDataError("utilities", f"has shape {u.shape}", "a 1-D array with one score per candidate")
-    return u
+    return v.clamp(u, limit)
 
 
 def _pick(index: int, candidates: Sequence[Any] | None) -> Any:
@@ -63,7 +75,14 @@ class Exponential:
     Sampling is exact for the utilities as given: a uniform candidate is proposed and accepted
     with probability exp(−ε(u_max − u_i)/(2Δ)), decided by exact Bernoulli(exp(−γ)) trials (no
     floating-point exp, no normalisation that could overflow or round). The expected number of
-    proposals is n / Σ_i exp(−γ_i) <= n.
+    proposals is n / Σ_i exp(−γ_i) <= n. Proposals are drawn in batches whose size depends on n
+    only, never on the utilities.
+
+    Totality: :meth:`release` never raises on a utility value. NaN is treated as 0 (a NaN has no
+    place in a score with a declared sensitivity) and every utility is clamped to [−M, M],
+    M = 2^1000 (±inf to ±M). Clamping each utility to a fixed interval is 1-Lipschitz, so a
+    utility's sensitivity is unchanged and so is the guarantee; monotonicity survives too.
+    Only public facts raise: dtype, shape, an empty array, a candidate list of the wrong length.
 
     >>> import numpy as np
     >>> mech = Exponential(epsilon=2.0, sensitivity=1.0)
@@ -85,8 +104,9 @@ class Exponential:
 
     def probabilities(self, utilities: ArrayLike) -> NDArray[np.float64]:
         """The selection probabilities (floating point, for display and tests only)."""
-        u = _utilities(utilities)
-        w = np.exp(self._factor_float() * (u - u.max()))
+        u = _utilities(utilities, _EXPONENTIAL_LIMIT)
+        with np.errstate(over="ignore"):  # a product of −inf gives weight 0, as it should
+            w = np.exp(self._factor_float() * (u - u.max()))
         return w / w.sum()
 
     def _factor(self) -> Fraction:
@@ -96,8 +116,9 @@ class Exponential:
         return self.epsilon / (self.sensitivity * (1 if self.monotonic else 2))
 
     def release(self, utilities: ArrayLike, *, candidates: Sequence[Any] | None = None, rng: RNG = None) -> Any:
-        """The selected candidate (or its index when ``candidates`` is None)."""
-        u = _utilities(utilities)
+        """The selected candidate (or its index when ``candidates`` is None). Total on utility
+        values (class docstring)."""
+        u = _utilities(utilities, _EXPONENTIAL_LIMIT)
         _check_candidates(candidates, u.size)
         return _pick(self._sample(u, resolve_rng(rng)), candidates)
 
@@ -106,17 +127,26 @@ class Exponential:
         top = u.max()
         factor = self._factor()
         c = self._factor_float()
-        diff = top - u  # each one correctly rounded: relative error <= 2^-53
-        gamma_hat = diff * c  # plus the roundings of c and the product: err <= γ̂·2^-50
-        weight = float(np.exp(-gamma_hat).sum())  # only sizes the batches
-        batch = int(min(max(2.0 * n / max(weight, 1e-300), 64), 1 << 20))
+        diff = top - u  # |u| <= 2^1000: no overflow; each correctly rounded, rel. error <= 2^-53
+        with np.errstate(over="ignore"):
+            gamma_hat = diff * c  # plus the roundings of c and the product: err <= γ̂·2^-50
+        # Lanes with γ̂ >= 64 have γ > 48, so e^{−γ} < 2^-69: the enclosure (0, 2·e^{-48}) holds
+        # for them with any γ̂ >= 48 and err < 1/2. Passing γ̂ = 64, err = 0 keeps them off the
+        # slow exact branch (err > 1/2 would send every such proposal there), so the work per
+        # proposal does not depend on how far apart the utilities are.
+        far = ~(gamma_hat < 64.0)  # also catches an overflowed product (inf)
+        gamma_hat = np.where(far, 64.0, gamma_hat)
+        gamma_err = np.where(far, 0.0, gamma_hat * 2.0**-50)
+        # The batch size is a function of n alone: sizing it from the utilities (as the expected
+        # number of proposals would) made the amount of randomness drawn data-dependent.
+        batch = int(min(max(2 * n, 64), 1 << 20))
         top_f = Fraction(float(top))
         while True:
             idx = _uniform_below(n, batch, src).astype(np.intp)
             g = gamma_hat[idx]
             ok = decide_exp_neg(
                 g,
-                g * 2.0**-50,
+                gamma_err[idx],
                 src.words(batch) >> np.uint64(11),
                 53,
                 lambda i, idx=idx: factor * (top_f - Fraction(float(u[idx[i]]))),
@@ -137,11 +167,21 @@ class ReportNoisyMax:
     exponential noise with the same scale, which is the permute-and-flip mechanism (McKenna &
     Sheldon 2020; Ding et al. 2021) and never worse than the exponential mechanism.
 
-    Floating-point safety: scores are snapped to a lattice g = 2^k (2^-47 of the scale) and
-    the noise is exact discrete noise on it; ties go to the lowest index. Snapped neighbours
+    Floating-point safety: scores are snapped to a lattice g = 2^k (between 2^-37 and 2^-36 of
+    the scale) and the noise is exact discrete noise on it; ties go to the lowest index (a tie is
+    the event "the winner's noise reaches an integer threshold", so the argument below is exact
+    with ties too; they have probability about 2^-36 per pair). Snapped neighbours
     differ by at most ⌊Δ/g⌋ + 1 lattice steps per score, and the noise scale is calibrated for
     that integer sensitivity, for which the usual argument (the winner's noise must clear a
     threshold that moves by at most 2Δ, or Δ when monotonic) is exact on the lattice.
+
+    Totality: :meth:`release` never raises on a score value. NaN is treated as 0 (a NaN has no
+    place in a score with a declared sensitivity) and every score is clamped to [−M, M] before
+    snapping, M = 2^61·g (:meth:`score_limit`; between 2^24 and 2^25 noise scales, fixed by ε, Δ
+    and ``monotonic``), so ±inf become ±M and the lattice points plus noise stay inside int64.
+    Clamping each score to a fixed interval is 1-Lipschitz, so the sensitivity (and
+    monotonicity) are unchanged and so is the guarantee; scores beyond ±M tie at the bound.
+    Only public facts raise: dtype, shape, an empty array, a candidate list of the wrong length.
 
     >>> import numpy as np
     >>> ReportNoisyMax(epsilon=1.0).release([10, 50, 20], rng=np.random.default_rng(0))
@@ -158,6 +198,7 @@ class ReportNoisyMax:
         _validate_selection(self)
         if self.noise not in ("laplace", "exponential"):
             raise InvalidParameterError("noise", self.noise, "'laplace' or 'exponential'")
+        self._plan()  # the lattice is a function of the parameters: refuse a bad scale now
 
     @property
     def event(self) -> PureDPEvent:
@@ -167,19 +208,29 @@ class ReportNoisyMax:
     def scale(self) -> float:
         return self.sensitivity * (1 if self.monotonic else 2) / self.epsilon
 
-    def _plan(self) -> tuple[Any, Fraction]:
-        lattice = choose_lattice(self.scale, 1 << 10)  # 2^-47 of the scale: ties are negligible
+    def _plan(self) -> tuple[Lattice, Fraction]:
+        # g = 2^-36 of the scale (rounded down to a power of two): the extra lattice step adds at
+        # most g/Δ <= 2^-35/ε relative noise, and the int64 range holds ±2^61 steps = 2^24 or more
+        # noise scales (a coarser grid than the 2^-47 of Laplace, which left room for only 2^14
+        # noise scales — scores of a few ten thousand at ε = 1).
+        scale = self.scale
+        if not (math.isfinite(scale) and 2.0**-900 <= scale <= 2.0**900):
+            raise InvalidParameterError("sensitivity/epsilon", scale, "a noise scale (1 or 2)·Δ/ε in [2**-900, 2**900]")
+        lattice = Lattice(math.floor(math.log2(scale)) - _RNM_LATTICE_BITS)
         steps = math.floor(self.sensitivity / lattice.granularity) + 1
         lattice_scale = Fraction(steps * (1 if self.monotonic else 2)) / Fraction(self.epsilon)
         return lattice, lattice_scale
 
+    def score_limit(self) -> float:
+        """M = 2^61·g: scores are clamped to [−M, M] (between 2^24 and 2^25 noise scales)."""
+        lattice, _ = self._plan()
+        return math.ldexp(1.0, lattice.exponent + _RNM_POINT_BITS)
+
     def noisy_scores(self, utilities: ArrayLike, *, rng: RNG = None) -> NDArray[np.int64]:
         """The noisy scores on the lattice (integers). Internal: releasing them is NOT private."""
-        u = _utilities(utilities)
         lattice, lattice_scale = self._plan()
-        points = snap(u, lattice)
-        if np.any(np.abs(points) >= 2.0**62):
-            raise InvalidDataError("utilities", "are too large relative to the noise scale", "|u| < 2**12 × scale")
+        u = _utilities(utilities, self.score_limit())
+        points = snap(u, lattice)  # exact integers in [−2^61, 2^61]: M/g = 2^61
         src = resolve_rng(rng)
         plan = laplace_plan(lattice_scale)
         if self.noise == "laplace":
@@ -189,7 +240,8 @@ class ReportNoisyMax:
         return points.astype(np.int64) + noise
 
     def release(self, utilities: ArrayLike, *, candidates: Sequence[Any] | None = None, rng: RNG = None) -> Any:
-        """The index (or candidate) with the largest noisy score."""
-        u = _utilities(utilities)
+        """The index (or candidate) with the largest noisy score. Total on score values (class
+        docstring)."""
+        u = _utilities(utilities, self.score_limit())
         _check_candidates(candidates, u.size)
         return _pick(int(np.argmax(self.noisy_scores(u, rng=rng))), candidates)

@@ -94,7 +94,9 @@ def _check_bounds(lower: object, upper: object) -> tuple[float, float]:
 
 
 def _data(values: ArrayLike) -> NDArray[np.float64]:
-    x = v.finite_array(values, "values")
+    """Values as a 1-D float array, NaN → 0 and ±inf kept for the clipping to [lower, upper]
+    (total on values; only dtype, shape and emptiness raise)."""
+    x = v.data_array(values, "values")
     if x.ndim > 1:
         raise InvalidDataError("values", f"has shape {x.shape}", "a 1-D array of numbers")
     return x.ravel().astype(np.float64)
@@ -282,6 +284,11 @@ class SmoothSensitivityMedian:
 
     Data are clipped to [lower, upper]; n is public. The released value is on the lattice
     g·ℤ, g = 2^(⌊log2(upper − lower)⌋ − 24), sampled exactly (module docstring).
+
+    Totality: :meth:`release` never raises on a data value: a NaN is treated as 0 (a NaN has no
+    place in a query with a declared sensitivity) and then clipped like every value, ±inf clip to
+    the bounds. Clipping is per record, so neighbours stay neighbours and the guarantee is
+    unchanged. Only public facts raise: dtype, shape, an empty array.
 
     >>> import numpy as np
     >>> m = SmoothSensitivityMedian(epsilon=1.0, lower=0.0, upper=10.0, noise="cauchy")

@@ -21,6 +21,17 @@ is exact on the integers. No floating-point noise is ever compared.
 
 Neighbours: the guarantees hold for whatever relation (``add_remove`` or ``replace``) under which
 every query moves by at most ``sensitivity``; the field only labels the recorded event.
+
+Totality (DESIGN.md, core idea 1): no run raises on a query *value*. A NaN answer is treated as 0
+(a NaN has no place in a query with a declared sensitivity) and every answer is clamped to
+[−M, M] with M = 2^60·g (:meth:`SVTNoisePlan.value_limit`; at least 2^39 times the threshold
+noise scale, fixed by the parameters), so ±inf become ±M. Clamping each answer to a fixed
+interval is 1-Lipschitz: a query's sensitivity (and monotonicity) is unchanged, and so is every
+guarantee. Answers beyond ±M compare as ±M. The threshold is a parameter: one too large for the
+lattice is refused when the mechanism is built. What still raises is public: the type and shape
+of ``queries`` (an answer that is not a real number is a type error), an empty list of queries.
+The data-driven applications below read their data the same way (NaN → 0, ±inf clipped to the
+declared range or kept where a count needs no bound).
 """
 
 from __future__ import annotations
@@ -63,7 +74,8 @@ __all__ = [
 OnFail = Literal["none", "random"]
 _FIRST_CHUNK = 64
 _MAX_CHUNK = 1 << 16
-_MAX_POINT = 2.0**61  # snapped values stay far inside int64 once noise is added
+_MAX_POINT = 2.0**61  # the threshold point must lie below this: far inside int64 with noise
+_POINT_BITS = 60  # answers are clamped to ±2^60 lattice steps (so below _MAX_POINT, too)
 _BATCH_CELLS = 1 << 22
 #: g = 2^-20 of the noise scale: the extra lattice step costs 2^-20 relative noise, and values
 #: up to 2^40 noise scales compare exactly in int64.
@@ -97,12 +109,18 @@ class SVTNoisePlan:
     def query_noise(self) -> LaplacePlan:
         return laplace_plan(self.query_scale)
 
+    @property
+    def value_limit(self) -> float:
+        """M = 2^60·g: answers are clamped to [−M, M] (at least 2^40·Δ/ε per round)."""
+        return math.ldexp(1.0, self.lattice.exponent + _POINT_BITS)
+
+    def clamp(self, values: NDArray[np.float64]) -> NDArray[np.float64]:
+        """NaN → 0 and every answer clamped to [−M, M] (1-Lipschitz; module docstring)."""
+        return v.clamp(np.asarray(values, dtype=np.float64), self.value_limit)
+
     def snap_values(self, values: NDArray[np.float64], name: str = "queries") -> NDArray[np.int64]:
-        """round(x / g) as int64, refusing values too large for exact integer comparison."""
-        points = snap(np.asarray(values, dtype=np.float64), self.lattice)
-        if points.size and np.abs(points).max() >= _MAX_POINT:
-            raise InvalidDataError(name, "holds values too large relative to the noise scale", "|value| < 2**40 × Δ/ε")
-        return points.astype(np.int64)
+        """round(clamp(x) / g) as int64: exact integers in [−2^60, 2^60], for any input values."""
+        return snap(self.clamp(values), self.lattice).astype(np.int64)
 
 
 def _svt_plan(epsilon: float, sensitivity: float, monotonic: bool) -> SVTNoisePlan:
@@ -120,22 +138,29 @@ def _svt_plan(epsilon: float, sensitivity: float, monotonic: bool) -> SVTNoisePl
 
 
 def _threshold_point(plan: SVTNoisePlan, threshold: float) -> int:
-    points = snap(np.array([threshold], dtype=np.float64), plan.lattice)
-    if abs(points[0]) >= _MAX_POINT:
-        raise InvalidParameterError("threshold", threshold, "a value below 2**40 × Δ/ε in magnitude")
-    return int(points[0])
+    """The snapped threshold; a parameter, checked when a mechanism is built (never on data)."""
+    with np.errstate(over="ignore"):
+        scaled = threshold * math.ldexp(1.0, -plan.lattice.exponent)
+    if not abs(scaled) < _MAX_POINT:
+        raise InvalidParameterError(
+            "threshold",
+            threshold,
+            f"a value below 2**{61 + plan.lattice.exponent} in magnitude (2**61 steps of the noise lattice; "
+            "that is at least 2**41 × Δ/ε per round)",
+        )
+    return int(np.rint(scaled))
 
 
 # --- query input: arrays (vectorised) or lazy streams ---------------------------------------------
 
 
-def _real_value(x: object, index: int) -> float:
+def _real_value(x: object) -> float:
+    """A streamed answer as a float (NaN → 0; ±inf kept for the clamp). A value that is not a
+    real number is a type error; the message names neither the value nor its position."""
     if isinstance(x, (bool, np.bool_)) or not isinstance(x, (numbers.Real, np.floating, np.integer)):
-        raise InvalidDataError(f"queries[{index}]", f"is {v.short_repr(x, 60)}", "a finite real number")
-    f = float(x)
-    if not math.isfinite(f):
-        raise InvalidDataError(f"queries[{index}]", f"is {f}", "a finite real number")
-    return f
+        raise InvalidDataError("queries", "holds an answer that is not a real number", "real numbers (int or float)")
+    f = v.real_float(x)  # a huge int gives ±inf, not OverflowError
+    return 0.0 if math.isnan(f) else f
 
 
 def _as_array(queries: object) -> NDArray[np.float64] | None:
@@ -143,7 +168,7 @@ def _as_array(queries: object) -> NDArray[np.float64] | None:
     if isinstance(queries, (np.ndarray, list, tuple)):
         if isinstance(queries, (list, tuple)) and any(callable(q) for q in queries):
             return None
-        arr = v.finite_array(queries, "queries")
+        arr = v.data_array(queries, "queries")  # NaN → 0; the plan clamps the rest
         if arr.ndim != 1:
             raise InvalidDataError("queries", f"has shape {arr.shape}", "a 1-D array with one answer per query")
         return arr
@@ -153,17 +178,17 @@ def _as_array(queries: object) -> NDArray[np.float64] | None:
 def _stream(queries: object, data: Any) -> Iterator[float]:
     """Lazily validated values: q_i itself, or q_i(data) when ``data`` is given."""
     if isinstance(queries, (str, bytes)) or not isinstance(queries, Iterable):
-        raise InvalidDataError("queries", f"is {v.short_repr(queries, 60)}", "an array of query answers or an iterable of them")
+        raise InvalidDataError("queries", f"is of type {type(queries).__name__}", "an array of query answers or an iterable of them")
 
     def gen() -> Iterator[float]:
         for i, q in enumerate(queries):  # type: ignore[arg-type]
             if data is not None:
                 if not callable(q):
-                    raise InvalidDataError(f"queries[{i}]", f"is {v.short_repr(q, 60)} (data was given)", "a callable q(data)")
+                    raise InvalidDataError(f"queries[{i}]", "is not callable (data was given)", "a callable q(data)")
                 q = q(data)
             elif callable(q):
                 raise InvalidDataError(f"queries[{i}]", "is a callable but no data was given", "pass data=... or query answers")
-            yield _real_value(q, i)
+            yield _real_value(q)
 
     return gen()
 
@@ -192,7 +217,8 @@ class _Round:
 
     def __init__(self, plan: SVTNoisePlan, threshold: float, src: RandomSource) -> None:
         self.plan, self.src = plan, src
-        self.t_point = _threshold_point(plan, threshold)
+        self.t_point = _threshold_point(plan, threshold)  # checked at construction already
+        self.limit = plan.value_limit
         self.t_noise = plan.threshold_noise()
         self.q_noise = plan.query_noise()
 
@@ -219,9 +245,8 @@ class _Round:
         for x in values:
             i = counter[0]
             counter[0] += 1
-            scaled = x * g_inv  # exact: a power-of-two scaling
-            if not abs(scaled) < _MAX_POINT:
-                raise InvalidDataError(f"queries[{i}]", "is too large relative to the noise scale", "|value| < 2**40 × Δ/ε")
+            clamped = min(max(x, -self.limit), self.limit)  # as SVTNoisePlan.clamp (x is not NaN)
+            scaled = clamped * g_inv  # exact: a power-of-two scaling, |scaled| <= 2^60
             if round(scaled) + noise.next() >= t_hat:  # round(): ties to even, as snap()
                 return i, x
         return None
@@ -271,7 +296,9 @@ class AboveThreshold:
 
     Queries may be an array of answers q_i(D) (noise for all of them drawn in vectorised
     blocks), a lazy iterable/generator of answers, or callables evaluated as q_i(data); streams
-    are consumed one item at a time and never past the first positive.
+    are consumed one item at a time and never past the first positive. Total on answer values:
+    NaN counts as 0 and answers are clamped to ±M (:meth:`SVTNoisePlan.value_limit`, module
+    docstring), which leaves every sensitivity and the guarantee unchanged.
 
     >>> import numpy as np
     >>> at = AboveThreshold(epsilon=1.0, threshold=50.0)
@@ -293,7 +320,8 @@ class AboveThreshold:
         if self.on_fail not in ("none", "random"):
             raise InvalidParameterError("on_fail", self.on_fail, "'none' or 'random'")
         _check_bool(self.monotonic, "monotonic")
-        _svt_plan(self.epsilon, self.sensitivity, self.monotonic)
+        # Both checks look at parameters only, so they belong here, before any data is read.
+        _threshold_point(_svt_plan(self.epsilon, self.sensitivity, self.monotonic), self.threshold)
 
     @property
     def event(self) -> PureDPEvent:
@@ -394,7 +422,7 @@ class Sparse:
     def __post_init__(self) -> None:
         _check_sparse(self)
         _check_bool(self.monotonic, "monotonic")
-        self.noise_plan()
+        _threshold_point(self.noise_plan(), self.threshold)  # parameters only: refuse now
 
     @property
     def event(self) -> PureDPEvent:
@@ -583,7 +611,8 @@ class NumericSparse:
 
 
 def _data_values(values: ArrayLike, name: str = "values") -> NDArray[np.float64]:
-    x = v.finite_array(values, name)
+    """Private data as a 1-D float array: NaN → 0, ±inf kept (each use clips or counts them)."""
+    x = v.data_array(values, name)
     if x.ndim != 1:
         raise InvalidDataError(name, f"has shape {x.shape}", "a 1-D array")
     return x
@@ -633,7 +662,8 @@ def choose_clipping_bound(
     notes' threshold 0 returns the first b whose noisy q_b clears the noisy threshold. The cost
     is ε however many candidates there are (Dwork & Roth 2014, Thm 3.23). If no candidate is
     found positive, the largest candidate is returned (post-processing of ⊥). Neighbours:
-    add/remove or replace (both give sensitivity 1). Values below 0 count as 0.
+    add/remove or replace (both give sensitivity 1). Values below 0 count as 0, NaN counts as 0
+    and +inf as a value above every candidate (total: nothing raises on a value).
 
     >>> import numpy as np
     >>> ages = np.random.default_rng(0).integers(18, 90, size=20_000)
@@ -669,7 +699,8 @@ def svt_private_mean(values: ArrayLike, *, epsilon: float, max_bound: int, step:
     1); mean = noisy sum / noisy count (post-processing, the count floored at 1 and the mean
     clamped to [0, b]). Sequential composition gives ε (Dwork & Roth 2014, Thm 3.16). Neighbours:
     add/remove. The event is ``ComposedEvent((PureDPEvent(ε/3), LaplaceEvent(ε/3),
-    LaplaceEvent(ε/3)))``, each third rounded down.
+    LaplaceEvent(ε/3)))``, each third rounded down. NaN counts as 0 and ±inf are clipped to
+    [0, b] like every value (total: nothing raises on a value).
 
     >>> import numpy as np
     >>> ages = np.random.default_rng(0).integers(18, 90, size=20_000)
@@ -679,6 +710,12 @@ def svt_private_mean(values: ArrayLike, *, epsilon: float, max_bound: int, step:
     """
     eps = v.epsilon(epsilon)
     third = to_float_down(Fraction(eps) / 3)
+    # Parameters first: a refusal never reads the data. The sum's sensitivity is the bound chosen
+    # privately, somewhere in [1, max_bound]; the scale check is monotone in it, so checking both
+    # ends now means no choice can make the Laplace construction fail later.
+    _candidates(max_bound, step)
+    for sens in (1.0, float(v.positive_int(max_bound, "max_bound"))):
+        Laplace(epsilon=third, sensitivity=sens)
     x = _data_values(values)
     src = resolve_rng(rng)
     bound = choose_clipping_bound(x, epsilon=third, max_bound=max_bound, step=step, rng=src)
@@ -720,7 +757,8 @@ def range_queries_above_threshold(
     Laplace noise — ε in total by sequential composition (Dwork & Roth 2014, Thm 3.16 and 3.25),
     however many ranges are asked. Returns ((lower, upper), noisy count) for each selected range.
     The event is ``ComposedEvent((PureDPEvent(ε/2), SelfComposedEvent(LaplaceEvent(ε/(2c)), c)))``
-    (see :func:`range_queries_event`).
+    (see :func:`range_queries_event`). A NaN data value counts as 0 and ±inf fall in no range
+    (total: nothing raises on a data value; bad ``ranges`` are refused before anything runs).
 
     >>> import numpy as np
     >>> ages = np.random.default_rng(0).integers(18, 90, size=10_000)
@@ -729,17 +767,19 @@ def range_queries_above_threshold(
     >>> [r for r, _ in out]
     [(30.0, 60.0), (18.0, 90.0)]
     """
-    x = np.sort(_data_values(data, "data"))
+    # Every parameter is checked (and both mechanisms built) before the data is read.
     r = _check_ranges(ranges)
     eps = v.epsilon(epsilon)
     c = v.positive_int(max_answers, "max_answers")
     half = to_float_down(Fraction(eps) / 2)
-    counts = (np.searchsorted(x, r[:, 1], side="left") - np.searchsorted(x, r[:, 0], side="right")).clip(0).astype(np.float64)
+    sparse = Sparse(epsilon=half, threshold=threshold, max_positives=c)
+    lap = Laplace(epsilon=to_float_down(Fraction(half) / c), sensitivity=1.0)
     src = resolve_rng(rng)
-    chosen = Sparse(epsilon=half, threshold=threshold, max_positives=c).run(counts, rng=src)
+    x = np.sort(_data_values(data, "data"))
+    counts = (np.searchsorted(x, r[:, 1], side="left") - np.searchsorted(x, r[:, 0], side="right")).clip(0).astype(np.float64)
+    chosen = sparse.run(counts, rng=src)
     if not chosen:
         return []
-    lap = Laplace(epsilon=to_float_down(Fraction(half) / c), sensitivity=1.0)
     noisy = np.atleast_1d(lap.release(counts[chosen], rng=src))
     return [((float(r[i, 0]), float(r[i, 1])), float(y)) for i, y in zip(chosen, noisy)]
 

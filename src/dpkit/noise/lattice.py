@@ -13,6 +13,14 @@ calibrating; choosing g about 2^-40 of the noise scale (less for long vectors) k
 noise, size·g/Δ relative, negligible: below 2^-39 up to 2^7 coordinates and below
 size/(ε·2^47) beyond.
 
+Totality (DESIGN.md, core idea 1): a release never fails on a value. Before snapping, every
+coordinate is clamped to [−M, M] with M = :func:`value_limit` (lattice) = min(2^1000, 2^1000·g),
+a function of the lattice — of the noise scale and the size — alone; NaN becomes 0 and ±inf
+become ±M. Clamping each coordinate to a fixed interval is 1-Lipschitz, so it never increases
+the ℓ1 or ℓ2 distance between neighbouring queries: every guarantee stated for the query holds
+unchanged. For the noise scales the mechanisms accept (at most 2^900) M is at least 2^100 noise
+scales, and 2^952 or more for scales below 2^40; |x/g| <= 2^1000 and the output stays finite.
+
 Arithmetic: x·2^-k and the rounding are exact in IEEE double; the noise, an int64 below 2^53 in
 magnitude, converts exactly; the one rounding in ``round(x/g) + Y`` is the correctly rounded sum
 of two exact numbers — a function of the exact lattice point alone — so it is post-processing.
@@ -30,17 +38,28 @@ from fractions import Fraction
 import numpy as np
 from numpy.typing import NDArray
 
+from dpkit._validate import clamp
 from dpkit.errors import InvalidDataError, InvalidParameterError
 from dpkit.noise.bernoulli_exp import CHUNK
 from dpkit.noise.discrete import laplace_plan, sample_discrete_gaussian, sample_discrete_laplace
 from dpkit.noise.source import RandomSource
 
-__all__ = ["Lattice", "choose_lattice", "snap", "add_lattice_noise", "lattice_laplace", "lattice_gaussian"]
+__all__ = [
+    "Lattice",
+    "choose_lattice",
+    "value_limit",
+    "clamp_to_lattice",
+    "snap",
+    "add_lattice_noise",
+    "lattice_laplace",
+    "lattice_gaussian",
+]
 
 _BASE_BITS = 40
 _MAX_BITS = 47  # lattice scales below 2^48: inside the samplers' fast ranges
 _MIN_EXPONENT = -1000  # keeps g·|y| clear of subnormals
 _MAX_EXPONENT = 960
+_LIMIT_EXPONENT = 1000  # values are clamped to ±2^1000 and to ±2^1000 lattice steps
 
 
 @dataclass(frozen=True)
@@ -71,17 +90,35 @@ def choose_lattice(scale: float, size: int, *, norm: int = 1) -> Lattice:
     return Lattice(k)
 
 
+def value_limit(lattice: Lattice) -> float:
+    """M = min(2^1000, 2^1000·g): the clamping bound of a release on ``lattice``.
+
+    A function of the lattice only (never of the data). |x| <= M keeps x/g within 2^1000 (exact
+    and finite) and the released g·(x/g + Y) finite for every noise scale accepted.
+    """
+    return math.ldexp(1.0, min(_LIMIT_EXPONENT, lattice.exponent + _LIMIT_EXPONENT))
+
+
+def clamp_to_lattice(x: NDArray[np.float64], lattice: Lattice) -> NDArray[np.float64]:
+    """x with NaN → 0 and each coordinate clamped to [−M, M], M = :func:`value_limit` (1-Lipschitz)."""
+    return clamp(x, value_limit(lattice))
+
+
 def snap(x: NDArray[np.float64], lattice: Lattice) -> NDArray[np.float64]:
     """round(x / g) as exact integer-valued doubles (ties to even).
 
     Multiplying by 2^-k is exact for normal results; a result small enough to be subnormal is
-    below 1/2 and rounds to 0 either way.
+    below 1/2 and rounds to 0 either way. ``x`` must be finite with |x| < 2^(1024 + k): releases
+    call :func:`clamp_to_lattice` first, so for them this never raises; the check stays as a guard
+    for direct callers (its message names no value).
     """
-    with np.errstate(over="ignore"):
+    with np.errstate(over="ignore", invalid="ignore"):
         scaled = x * math.ldexp(1.0, -lattice.exponent)
     if not np.isfinite(scaled).all():
         raise InvalidDataError(
-            "value", f"is too large for a noise lattice of granularity 2**{lattice.exponent}", "values below 2**1000 in magnitude"
+            "value",
+            f"holds a NaN, ±inf or a value too large for a noise lattice of granularity 2**{lattice.exponent}",
+            f"finite values below 2**{1024 + lattice.exponent} in magnitude (releases clamp to value_limit first)",
         )
     return np.rint(scaled)
 
@@ -109,8 +146,10 @@ def _add_exactly(points: NDArray[np.float64], noise: NDArray[np.int64]) -> NDArr
 def _release(x: NDArray[np.float64], lattice: Lattice, draw: Callable[[int], NDArray[np.int64]]) -> NDArray[np.float64]:
     flat = x.ravel()
     out = np.empty(flat.size, dtype=np.float64)
+    limit = value_limit(lattice)
     for s in range(0, flat.size, CHUNK):  # cache-sized blocks
-        points = snap(flat[s : s + CHUNK], lattice)
+        # Clamped first (module docstring, "Totality"): snapping can then never fail on a value.
+        points = snap(clamp(flat[s : s + CHUNK], limit), lattice)
         out[s : s + CHUNK] = add_lattice_noise(points, draw(points.size), lattice)
     return out.reshape(x.shape)
 
@@ -118,7 +157,8 @@ def _release(x: NDArray[np.float64], lattice: Lattice, draw: Callable[[int], NDA
 def lattice_laplace(
     x: NDArray[np.float64], lattice: Lattice, lattice_scale: Fraction, src: RandomSource
 ) -> NDArray[np.float64]:
-    """x snapped to the lattice plus g·DiscreteLaplace(lattice_scale), for every coordinate."""
+    """x clamped (:func:`clamp_to_lattice`) and snapped to the lattice, plus
+    g·DiscreteLaplace(lattice_scale), for every coordinate. Total on values."""
     plan = laplace_plan(lattice_scale)
     return _release(x, lattice, lambda n: sample_discrete_laplace(plan, n, src))
 
@@ -126,5 +166,6 @@ def lattice_laplace(
 def lattice_gaussian(
     x: NDArray[np.float64], lattice: Lattice, lattice_sigma: Fraction, src: RandomSource
 ) -> NDArray[np.float64]:
-    """x snapped to the lattice plus g·DiscreteGaussian(lattice_sigma), for every coordinate."""
+    """x clamped (:func:`clamp_to_lattice`) and snapped to the lattice, plus
+    g·DiscreteGaussian(lattice_sigma), for every coordinate. Total on values."""
     return _release(x, lattice, lambda n: sample_discrete_gaussian(lattice_sigma, n, src))

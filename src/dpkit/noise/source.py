@@ -1,10 +1,17 @@
 """Where random bits come from.
 
 The default source is a CSPRNG: OpenSSL's ChaCha20 keystream (through ``cryptography``), keyed
-with a fresh 256-bit key and nonce from the operating system's entropy pool on every request.
-Fresh keys per request mean no generator state lives in the process: there is nothing to fork,
-leak or reseed. A seeded :class:`numpy.random.Generator` may be passed explicitly as ``rng=`` for
-tests and teaching; it is never the default, and it is not cryptographically secure.
+with a fresh 256-bit key and a random 96-bit nonce from the operating system's entropy pool on
+every request (and every 2^30 words within one). Fresh keys per request mean no generator state
+lives in the process: there is nothing to fork, leak or reseed.
+
+``cryptography`` takes ChaCha20's 16-byte "nonce" as OpenSSL's IV: a 32-bit little-endian block
+counter followed by the 96-bit nonce of RFC 8439, and OpenSSL refuses to let that counter wrap.
+The counter therefore always starts at 0 (never at a random value, which would make a request
+fail with probability about blocks/2^32); at most 2^27 blocks are drawn per key.
+
+A seeded :class:`numpy.random.Generator` may be passed explicitly as ``rng=`` for tests and
+teaching; it is never the default, and it is not cryptographically secure.
 """
 
 from __future__ import annotations
@@ -21,9 +28,11 @@ from dpkit.errors import InvalidParameterError
 
 __all__ = ["RandomSource", "SecureSource", "SeededSource", "resolve_rng", "RNG"]
 
-# ChaCha20 in OpenSSL counts 64-byte blocks with a 32-bit counter: 256 GiB per key. Requests are
-# split well below that so the counter never wraps.
+# ChaCha20 in OpenSSL counts 64-byte blocks with a 32-bit counter that starts at 0 here: 256 GiB
+# per key. Requests are split far below that (2^30 words = 2^27 blocks) so it never wraps.
 _MAX_WORDS_PER_KEY = 1 << 30
+_COUNTER_START = bytes(4)  # the IV's first 4 bytes: the little-endian block counter, from 0
+assert _MAX_WORDS_PER_KEY * 8 // 64 < 2**32
 
 
 @runtime_checkable
@@ -44,8 +53,11 @@ class SecureSource:
         done = 0
         while done < n:
             m = min(n - done, _MAX_WORDS_PER_KEY)
-            key, nonce = os.urandom(32), os.urandom(16)
-            enc = Cipher(algorithms.ChaCha20(key, nonce), mode=None).encryptor()
+            # A fresh 256-bit key and 96-bit nonce per chunk; the counter starts at 0 so that
+            # the chunk's m/8 <= 2^27 blocks cannot reach OpenSSL's 2^32 limit.
+            key = os.urandom(32)
+            iv = _COUNTER_START + os.urandom(12)
+            enc = Cipher(algorithms.ChaCha20(key, iv), mode=None).encryptor()
             buf = memoryview(out[done : done + m]).cast("B")
             # Encrypting zeros yields the raw keystream; written straight into the output array.
             enc.update_into(bytes(8 * m), buf) if m else None
