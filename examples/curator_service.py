@@ -3,8 +3,9 @@ and stops them when their budget is spent.
 
 A scripted session against a local ``dpkit serve`` (started here on a free loopback port):
 
-1. the curator (``dpkit admin``) registers the census example table, creates an analyst and grants
-   her ε = 1 on it;
+1. the curator (``dpkit admin``) registers the census example table — its metadata declares every
+   column and the privacy unit (``person_id``), and the curator alone sees the data check of how
+   well the rows conform — creates an analyst and grants her ε = 1 on it;
 2. the analyst previews a query's cost, runs queries over HTTP and watches her budget go down;
 3. a query her budget cannot pay for is refused with 409 — nothing is released or debited;
 4. the curator verifies the hash-chained audit log.

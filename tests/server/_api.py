@@ -24,16 +24,24 @@ from dpkit.server.audit import AuditEntry
 
 KEY_PATTERN = re.compile(r"dpk_[A-Za-z0-9_-]{43}")
 
-#: The curator's declarations for ``people.csv``: ``age`` has bounds, ``income`` has none (so a
-#: mean of it must be refused), ``sex`` is categorical with a value holding a quote character,
-#: ``city`` is a string column without public categories.
+#: The curator's declarations for ``people.csv`` (every row is a different person): ``id`` is an
+#: integer column analysts may filter on, ``age`` has bounds, ``income`` has none (so a mean of it
+#: must be refused), ``sex`` is categorical with a value holding a quote character, ``city`` is a
+#: string column without public categories (a group-by selects its keys privately).
 PEOPLE_METADATA: dict[str, Any] = {
+    "row_level": True,
     "columns": {
+        "id": {"type": "categorical", "value_type": "integer"},
         "age": {"type": "numeric", "lower": 0, "upper": 100},
+        "income": {"type": "numeric"},
         "sex": {"type": "categorical", "categories": ["F", "M", "O'Brien"]},
-    }
+        "city": {"type": "categorical", "value_type": "string"},
+    },
 }
-SECRET_METADATA: dict[str, Any] = {"columns": {"salary": {"type": "numeric", "lower": 0, "upper": 1000}}}
+SECRET_METADATA: dict[str, Any] = {
+    "row_level": True,
+    "columns": {"salary": {"type": "numeric", "lower": 0, "upper": 1000}, "team": {"type": "categorical", "categories": ["x", "y"]}},
+}
 
 COUNT_SQL = "SELECT COUNT(*) FROM people"
 
@@ -146,13 +154,14 @@ def make_world(
         ("bob", "people", 10.0, 1e-5),
         ("alice", "secret", 5.0, 0.0),
     ),
-    rng: Any = None,
 ) -> World:
+    """The world's service draws its noise from the OS CSPRNG (a seeded generator is refused by
+    the service), so tests that look at noisy values bound them by a stated tail probability."""
     directory = Path(directory)
     people = write_people(directory / "people.csv")
     secret = write_secret(directory / "secret.csv")
     db = directory / "ledger.sqlite"
-    service = Service(f"sqlite:///{db}", rng=rng)
+    service = Service(f"sqlite:///{db}")
     keys: dict[str, str] = {}
     try:
         service.register_dataset("people", people, PEOPLE_METADATA)

@@ -79,7 +79,7 @@ class _Factory:
 def _trials(tmp_path: Path, url: str, trials: int, seed: int) -> None:
     pd.DataFrame({"age": np.arange(300) % 70 + 18}).to_csv(tmp_path / "people.csv", index=False)
     with Service(url) as service:
-        service.register_dataset("people", tmp_path / "people.csv", {"columns": {"age": {"type": "numeric", "lower": 0, "upper": 100}}})
+        service.register_dataset("people", tmp_path / "people.csv", {"row_level": True, "columns": {"age": {"type": "numeric", "lower": 0, "upper": 100}}})
         _, key = service.create_principal("mallory", "analyst")
         service.grant("mallory", "people", epsilon=10.0)
     rng = np.random.default_rng(seed)

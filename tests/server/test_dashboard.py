@@ -106,7 +106,7 @@ def env(tmp_path_factory: pytest.TempPathFactory):
     service.register_dataset(
         "people",
         d / "people.csv",
-        {"columns": {"age": {"type": "numeric", "lower": 0, "upper": 100}, "sex": {"type": "categorical", "categories": ["F", "M"]}}},
+        {"row_level": True, "columns": {"age": {"type": "numeric", "lower": 0, "upper": 100}, "sex": {"type": "categorical", "categories": ["F", "M"]}}},
     )
     keys = {}
     _, keys["carol"] = service.create_principal("carol", "curator")

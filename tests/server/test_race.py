@@ -73,7 +73,7 @@ def _setup(tmp_path: Path, url: str) -> Service:
     rng = np.random.default_rng(1)
     pd.DataFrame({"age": rng.integers(18, 90, 200)}).to_csv(tmp_path / "people.csv", index=False)
     service = Service(url)
-    service.register_dataset("people", tmp_path / "people.csv", {"columns": {"age": {"type": "numeric", "lower": 0, "upper": 100}}})
+    service.register_dataset("people", tmp_path / "people.csv", {"row_level": True, "columns": {"age": {"type": "numeric", "lower": 0, "upper": 100}}})
     return service
 
 

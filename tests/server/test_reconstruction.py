@@ -4,13 +4,18 @@ A 200-row table holds one secret bit per person. The analyst asks 4n = 800 rando
 (``SELECT SUM(secret) FROM people WHERE id IN (...)``), each at the largest ε that lets all 800
 fit the whole budget (ε = 1), solves the LP and rounds. Through the service every answer is
 paid for and noised (Laplace, scale 800 on sums of at most 200), so the attack is reduced to
-guessing: it must recover at most 60% of the bits. Against the attacks module's naive curator
+guessing: it must recover at most 65% of the bits. Against the attacks module's naive curator
 (uniform noise ≤ 2 ≪ √n) the same attack recovers at least 95%, and against the service with a
 budget far too large (ε = 4,000) it succeeds too — the test has power.
 
-Error rates: the server's noise is seeded (``Service(rng=...)``), so the test is deterministic.
-Over random seeds, a guessing attack reaches 60% of 200 bits with probability ≈ 0.23%
-(Binomial(200, ½) ≥ 120), which bounds the false-failure rate of this design.
+Error rates: the service draws its noise from the OS CSPRNG (a seeded generator is refused), so
+the test is random. Reduced to guessing, the number of recovered bits behaves like
+Binomial(200, ½) (300 offline runs of this attack against the same Laplace noise: mean 50.3%,
+s.d. 3.6%, as the binomial's 3.5%), and P[Binomial(200, ½) ≥ 130] ≈ 1.3·10⁻⁵ is the
+false-failure rate of the ≤ 65% assertion. (ε = 1 in all bounds any attacker's expected
+accuracy per bit by e/(1 + e) ≈ 73%; the test checks the much stronger practical claim.) The
+power checks fail with negligible probability: at ε = 5 per query the noise (scale 0.2) is far
+below the rounding margin of the LP, and the naive curator's noise is seeded.
 """
 
 from __future__ import annotations
@@ -55,10 +60,14 @@ class HTTPCurator(Curator):
         return answers
 
 
+#: Every row is a different person; ``id`` is declared (an integer the analyst may filter on).
+METADATA = {"row_level": True, "columns": {"id": {"type": "categorical", "value_type": "integer"}, "secret": {"type": "numeric", "lower": 0, "upper": 1}}}
+
+
 def _attack_service(tmp_path, x: np.ndarray, budget: float, seed: int) -> tuple[float, list[int], Service]:
     pd.DataFrame({"id": np.arange(N), "secret": x}).to_csv(tmp_path / "people.csv", index=False)
-    service = Service(f"sqlite:///{tmp_path / f'ledger-{budget:g}.sqlite'}", rng=np.random.default_rng(seed))
-    service.register_dataset("people", tmp_path / "people.csv", {"columns": {"secret": {"type": "numeric", "lower": 0, "upper": 1}}})
+    service = Service(f"sqlite:///{tmp_path / f'ledger-{budget:g}.sqlite'}")  # secure noise: the only kind it accepts
+    service.register_dataset("people", tmp_path / "people.csv", METADATA)
     _, key = service.create_principal("eve", "analyst")
     service.grant("eve", "people", epsilon=budget)
     with live_server(create_app(service, rate=1e9, burst=10**9)) as base, httpx.Client(base_url=base, timeout=60) as client:
@@ -73,7 +82,7 @@ def test_dinur_nissim_over_http_is_reduced_to_guessing(tmp_path) -> None:
     recovered, statuses, service = _attack_service(tmp_path, x, budget=1.0, seed=11)
     try:
         assert statuses.count(200) >= QUERIES - 1  # every query was answered and paid for…
-        assert recovered <= 0.60, f"recovered {recovered:.1%} of the bits through the API"
+        assert recovered <= 0.65, f"recovered {recovered:.1%} of the bits through the API"  # false failure ≈ 1.3e-5
         spent = service.ledger.get_budget("people", "eve")
         assert spent.spent_epsilon <= 1.0  # …from exactly the analyst's whole budget
         service.verify_log()

@@ -4,6 +4,7 @@ JSON specs), pricing, refusals that release and debit nothing, and the audit ent
 from __future__ import annotations
 
 import json
+import logging
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -12,15 +13,17 @@ import numpy as np
 import pandas as pd
 import pytest
 
+from dpkit.analytics.check import DataCheck
 from dpkit.errors import AuthError, BudgetExceededError, InvalidDataError, InvalidParameterError
+from dpkit.noise.source import SecureSource, SeededSource
 from dpkit.server import NotFoundError, Principal, QueryRequest, QuerySpec, Service
 from dpkit.server.keys import key_id, looks_like_key
-from server._api import COUNT_SQL, PEOPLE_METADATA, World, make_world
+from server._api import COUNT_SQL, PEOPLE_METADATA, SECRET_METADATA, World, make_world
 
 
 @pytest.fixture
 def world(tmp_path: Path) -> Iterator[World]:
-    w = make_world(tmp_path, rng=np.random.default_rng(7))
+    w = make_world(tmp_path)
     yield w
     w.close()
 
@@ -122,7 +125,69 @@ def test_register_dataset(world: World) -> None:
     assert info.name == "people2" and Path(info.source) == world.people.absolute() and info.neighbours == "replace"
     public = info.public()
     assert "source" not in public and public["columns"]["age"] == {"type": "numeric", "lower": 0.0, "upper": 100.0}
+    assert public["row_level"] is True and "check" not in public
     assert world.service.dataset("people2").metadata == info.metadata
+    # the curator's data check comes with the registration (and only there: it is not stored)
+    assert isinstance(info.check, DataCheck) and info.check.ok and info.check.rows == 300
+    assert {c.name for c in info.check.columns} == set(PEOPLE_METADATA["columns"])
+    assert world.service.dataset("people2").check is None
+
+
+def test_register_reports_nonconforming_data_to_the_curator(world: World) -> None:
+    """The check reads the loaded copy as queries do: values outside the declared categories and
+    bounds are counted for the curator, and registration still succeeds (queries treat them by
+    the declared rules)."""
+    meta = {"row_level": True, "columns": {"age": {"type": "numeric", "lower": 0, "upper": 50}, "sex": {"type": "categorical", "categories": ["F", "M"]}}}
+    info = world.service.register_dataset("p2", world.people, meta)
+    frame = pd.read_csv(world.people)
+    assert info.check is not None and not info.check.ok
+    assert info.check.column("age").above == int((frame.age > 50).sum())
+    assert info.check.column("sex").outside_categories == int((frame.sex == "O'Brien").sum())
+    assert "O'Brien" in info.check.to_text()
+
+
+def test_register_refuses_metadata_without_a_privacy_unit(world: World) -> None:
+    for meta in ({"columns": {"age": {"type": "numeric", "lower": 0, "upper": 100}}}, {"row_level": False, "columns": {}}):
+        err = _register_refused(world, "metadata.privacy_unit", "p2", world.people, meta)
+        assert "row_level" in str(err) and "privacy_unit" in str(err)
+
+
+def test_register_with_a_privacy_unit_column(world: World) -> None:
+    meta = {"privacy_unit": "city", "max_rows": 2, "columns": {"age": {"type": "numeric", "lower": 0, "upper": 100}, "sex": {"type": "categorical", "categories": ["F", "M", "O'Brien"]}}}
+    info = world.service.register_dataset("by_city", world.people, meta)
+    assert info.public()["privacy_unit"] == "city"
+    assert info.check is not None and info.check.unit is not None and info.check.unit.units == 3
+
+
+def test_a_failing_data_check_does_not_block_registration(world: World, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture) -> None:
+    import dpkit.server.service as service_module
+
+    def broken(*args: Any, **kwargs: Any) -> Any:
+        raise RuntimeError("the check broke")
+
+    monkeypatch.setattr(service_module, "check_data", broken)
+    with caplog.at_level(logging.ERROR, logger="dpkit.curator"):
+        info = world.service.register_dataset("p2", world.people, PEOPLE_METADATA)
+    assert info.check is None and world.service.dataset("p2").name == "p2"
+    assert any("the check broke" in (r.exc_text or "") or r.exc_info and "the check broke" in str(r.exc_info[1]) for r in caplog.records)
+
+
+@pytest.mark.parametrize("rng", [np.random.default_rng(0), 0, SeededSource(np.random.default_rng(1)), "secure"])
+def test_a_seeded_rng_is_refused(rng: Any, tmp_path: Path) -> None:
+    """Seeded noise can be replayed and subtracted: the ledger would charge for privacy not given."""
+    from dpkit.server import create_app
+
+    with pytest.raises(InvalidParameterError) as info:
+        Service(f"sqlite:///{tmp_path / 'l.sqlite'}", rng=rng)
+    assert info.value.name == "rng" and "replayed" in str(info.value)
+    assert not (tmp_path / "l.sqlite").exists(), "nothing is created before the refusal"
+    with Service(f"sqlite:///{tmp_path / 'ok.sqlite'}", rng=SecureSource()) as svc:  # the CSPRNG is accepted
+        with pytest.raises(InvalidParameterError) as info:
+            create_app(svc, rng=rng)
+        assert info.value.name == "rng"
+    with pytest.raises(InvalidParameterError) as info:
+        create_app(f"sqlite:///{tmp_path / 'l2.sqlite'}", rng=rng)
+    assert info.value.name == "rng" and not (tmp_path / "l2.sqlite").exists()
 
 
 def test_register_parquet_and_metadata_file(world: World) -> None:
@@ -148,13 +213,19 @@ def test_register_unsupported_suffix(suffix: str, world: World) -> None:
 
 
 def test_register_metadata_naming_a_missing_column(world: World) -> None:
-    err = _register_refused(world, "metadata", "p2", world.people, {"columns": {"height": {"type": "numeric", "lower": 0, "upper": 3}}})
+    err = _register_refused(world, "metadata.columns.height", "p2", world.people, {"row_level": True, "columns": {"height": {"type": "numeric", "lower": 0, "upper": 3}}})
     assert "height" in str(err)
+    err = _register_refused(world, "privacy_unit", "p2", world.people, {"privacy_unit": "person", "columns": {}})
+    assert "person" in str(err)
 
 
-def test_register_numeric_metadata_on_a_string_column(world: World) -> None:
-    err = _register_refused(world, "metadata.columns.city", "p2", world.people, {"columns": {"city": {"type": "numeric", "lower": 0, "upper": 1}}})
-    assert "string" in str(err)
+def test_numeric_metadata_on_a_text_column_is_read_by_the_declared_rule(world: World) -> None:
+    """Types are never inferred from the rows: a text column declared numeric is read as numbers,
+    every value that is not one becomes NULL, and the curator's check says so."""
+    info = world.service.register_dataset("p2", world.people, {"row_level": True, "columns": {"city": {"type": "numeric", "lower": 0, "upper": 1}}})
+    assert info.check is not None and not info.check.ok
+    city = info.check.column("city")
+    assert city.unreadable == 300 and city.conforming == 0
 
 
 def test_register_bad_metadata(world: World) -> None:
@@ -169,7 +240,7 @@ def test_register_bad_metadata(world: World) -> None:
 
 def test_register_duplicate_name(world: World) -> None:
     source = world.service.dataset("people").source
-    err = _register_refused(world, "dataset", "people", world.secret, {})
+    err = _register_refused(world, "dataset", "people", world.secret, SECRET_METADATA)
     assert "already registered" in str(err)
     assert world.service.dataset("people").source == source
 
@@ -179,12 +250,26 @@ def test_register_bad_dataset_name(name: Any, world: World) -> None:
     _register_refused(world, "dataset", name, world.people, PEOPLE_METADATA)
 
 
-def test_register_unreadable_file(world: World) -> None:
+def test_register_unreadable_file(world: World, caplog: pytest.LogCaptureFixture) -> None:
+    """The curator learns which file could not be read as what; the engine's own message (which
+    may quote a row) goes to the curator's log only."""
     bad = world.dir / "bad.parquet"
-    bad.write_bytes(b"not parquet at all")
-    with pytest.raises(InvalidDataError):
-        world.service.register_dataset("bad", bad, {})
+    bad.write_bytes(b"not parquet at all, SECRET-BYTES")
+    with caplog.at_level(logging.WARNING, logger="dpkit.curator"), pytest.raises(InvalidDataError) as info:
+        world.service.register_dataset("bad", bad, {"row_level": True, "columns": {}})
+    message = str(info.value)
+    assert "Parquet file bad.parquet could not be read" in message and "dpkit.curator" in message
+    assert str(world.dir) not in message and "SECRET" not in message and "magic" not in message.lower()
+    assert any(r.name == "dpkit.curator" and "bad" in r.getMessage() for r in caplog.records)
     assert "bad" not in [d.name for d in world.service.datasets()]
+
+
+def test_register_csv_with_a_bad_header(world: World) -> None:
+    for header in ("age,age\n1,2\n", "age,\n1,2\n", ""):
+        path = world.dir / "odd.csv"
+        path.write_text(header)
+        with pytest.raises(InvalidDataError, match="names every column once"):
+            world.service.register_dataset("odd", path, {"row_level": True, "columns": {"age": {"type": "numeric"}}})
 
 
 def test_bad_neighbours_refused(world: World) -> None:
@@ -252,7 +337,10 @@ def test_query_via_sql(world: World) -> None:
     spends = svc.ledger.list_spends("people", "alice")
     assert [s.id for s in spends] == [answer["spend_id"]] and spends[0].query_text.startswith("SELECT sex")
     frame = pd.read_csv(world.people)
+    count_info = next(a for a in answer["aggregates"] if a["name"] == "n")
+    assert count_info["scale"] == 1.0  # ε = 1 of the 2 for the count, sensitivity 1
     for r in answer["rows"]:
+        # discrete Laplace of scale 1: P[|noise| ≥ 30] = 2e^-30/(1 + e^-1) ≈ 1.4e-13 per group
         assert abs(r["n"] - (frame.sex == r["sex"]).sum()) < 30
 
 
@@ -261,7 +349,7 @@ def test_query_via_spec(world: World) -> None:
     spec = QuerySpec(aggregates=({"kind": "count"}, {"kind": "mean", "column": "age", "name": "avg_age"}, {"kind": "quantile", "column": "age", "q": 0.5}), where="sex IN ('F', 'M')")
     answer = svc.query(who(world, "alice"), "people", QueryRequest(epsilon=3.0, spec=spec))
     row = answer["rows"][0]
-    assert set(row) >= {"count", "avg_age"} and 0 <= row["avg_age"] <= 100
+    assert set(row) >= {"count", "avg_age"} and 0 <= row["avg_age"] <= 100  # released means are clamped to the declared bounds
     assert answer["cost"]["epsilon"] == pytest.approx(3.0)
     assert world.spent("alice")[0] == pytest.approx(3.0)
     text = svc.ledger.list_spends("people", "alice")[0].query_text
@@ -417,8 +505,8 @@ def test_a_table_of_a_duckdb_file_is_a_source(tmp_path: Path) -> None:
     with duckdb.connect(str(db)) as con:
         con.execute("CREATE SCHEMA hr")
         con.execute("CREATE TABLE hr.staff AS SELECT range % 60 + 20 AS age FROM range(500)")
-    meta = {"columns": {"age": {"type": "numeric", "lower": 0, "upper": 100}}}
-    with Service(f"sqlite:///{tmp_path / 'ledger.sqlite'}", rng=np.random.default_rng(5)) as svc:
+    meta = {"row_level": True, "columns": {"age": {"type": "numeric", "lower": 0, "upper": 100}}}
+    with Service(f"sqlite:///{tmp_path / 'ledger.sqlite'}") as svc:
         info = svc.register_dataset("staff", db, meta, table="hr.staff")
         assert (info.table, svc.dataset("staff").table) == ("hr.staff", "hr.staff")
         _, key = svc.create_principal("ann", "analyst")
@@ -429,5 +517,6 @@ def test_a_table_of_a_duckdb_file_is_a_source(tmp_path: Path) -> None:
             (tmp_path / "x.csv").write_text("age\n1\n")
             with pytest.raises(InvalidParameterError, match="table"):
                 svc.register_dataset("other", source, meta, table=bad_table)
-        with pytest.raises(InvalidDataError, match="could not be read"):
+        with pytest.raises(InvalidDataError, match="could not be read") as err:
             svc.register_dataset("missing", db, meta, table="hr.nope")
+        assert "DuckDB table warehouse.duckdb hr.nope" in str(err.value) and str(tmp_path) not in str(err.value)

@@ -14,8 +14,19 @@ none, malformed, unknown or revoked → **401**; a key of the wrong role → **4
                              nothing released); the body holds the remaining budget
 413   too_large              the request body exceeds the limit
 429   rate_limited           too many requests from this principal (``Retry-After`` header)
+500   query_failed           a query failed after its debit (the spend stands; the body holds
+                             only the fixed message and the ``spend_id``), or anything else
+                             failed unexpectedly in a query (``spend_id`` null)
+500   internal_error         any other unexpected failure (a fixed message)
 503   ledger_unavailable     the ledger could not be read or written (nothing released)
+503   dataset_unavailable    the dataset's source can no longer be opened (nothing spent)
 ====  =====================  ===========================================================
+
+No answer to an analyst ever carries an engine's message, a file path, a traceback or a data
+value: refusals before the debit are decided on the request and the declared metadata only, and
+every failure after it is the one fixed ``query_failed`` answer (DESIGN core idea 1). The
+details go to the curator's log (the ``dpkit.curator`` logger). The curator alone sees the data
+check made when a dataset is registered (``POST /v1/datasets`` answers it under ``check``).
 
 Before any response leaves the service, one entry — who, what, the cost, the status and the
 outcome — is appended to the hash-chained audit log (so an answer is never sent unlogged; a
@@ -24,6 +35,7 @@ debit made just before a crash, with no answer sent, shows in ``dpkit admin veri
 
 from __future__ import annotations
 
+import logging
 import math
 import threading
 import time
@@ -32,10 +44,20 @@ from fractions import Fraction
 from importlib import resources
 from typing import Any, Literal
 
-from dpkit.errors import AuthError, BudgetExceededError, DPError, InvalidDataError, InvalidParameterError, LedgerError
+from dpkit.errors import AuthError, BudgetExceededError, DPError, InvalidDataError, InvalidParameterError, LedgerError, QueryFailedError
 from dpkit.noise.source import RNG
 from dpkit.server.keys import key_id
-from dpkit.server.service import NotFoundError, Principal, QueryRequest, QuerySpec, Service, budget_dict
+from dpkit.server.service import (
+    DatasetUnavailableError,
+    NotFoundError,
+    PaidQueryFailedError,
+    Principal,
+    QueryRequest,
+    QuerySpec,
+    Service,
+    budget_dict,
+    check_service_rng,
+)
 
 try:
     from fastapi import Depends, FastAPI, Request
@@ -47,6 +69,8 @@ except ImportError as exc:  # pragma: no cover - depends on the installation
     raise ImportError("the dpkit server needs FastAPI and uvicorn: pip install 'dpkit[server]'") from exc
 
 __all__ = ["ServerConfig", "create_app"]
+
+_curator_log = logging.getLogger("dpkit.curator")
 
 
 @dataclass(frozen=True)
@@ -88,7 +112,16 @@ def _problem_response(request: Request, p: _Problem) -> JSONResponse:
     return JSONResponse({"error": {"code": p.code, "message": p.message, **p.extra}}, status_code=p.status, headers=p.headers)
 
 
+def _query_failed(spend_id: int | None) -> _Problem:
+    """The one answer to a query that failed: the fixed message and the spend id, nothing else."""
+    return _Problem(500, "query_failed", QueryFailedError.MESSAGE, spend_id=spend_id)
+
+
 def _from_dp_error(exc: DPError) -> _Problem:
+    if isinstance(exc, QueryFailedError):
+        return _query_failed(exc.spend_id)
+    if isinstance(exc, DatasetUnavailableError):
+        return _Problem(503, "dataset_unavailable", DatasetUnavailableError.MESSAGE)
     if isinstance(exc, InvalidParameterError):
         return _Problem(400, "invalid_request", str(exc), parameter=exc.name)
     if isinstance(exc, InvalidDataError):
@@ -332,8 +365,10 @@ def create_app(config: ServerConfig | Service | str | None = None, *, rng: RNG =
     """The FastAPI application: the ``/v1`` API and the dashboard at ``/``.
 
     ``config`` is a :class:`ServerConfig`, a ledger URL, or an open :class:`Service` (which the
-    caller keeps and closes). ``rng`` is for tests only (see :class:`Service`).
+    caller keeps and closes). ``rng`` accepts only None or a
+    :class:`~dpkit.noise.source.SecureSource`: a seeded generator is refused (see :class:`Service`).
     """
+    check_service_rng(rng)
     if isinstance(config, Service):
         service, owned = config, False
         cfg = ServerConfig(ledger=service.url)
@@ -364,6 +399,12 @@ def create_app(config: ServerConfig | Service | str | None = None, *, rng: RNG =
     async def _on_invalid(request: Request, exc: RequestValidationError) -> JSONResponse:
         message, parameter = _validation_message(exc)
         return _problem_response(request, _Problem(400, "invalid_request", message, parameter=parameter))
+
+    @app.exception_handler(Exception)
+    async def _on_unexpected(request: Request, exc: Exception) -> JSONResponse:
+        # (Starlette's outermost layer: the audit entry was already written, with status 500.)
+        _curator_log.error("unexpected error in %s %s", request.method, request.url.path[:200], exc_info=exc)
+        return JSONResponse({"error": {"code": "internal_error", "message": "internal error (the curator's log has the details)"}}, status_code=500)
 
     # -- authentication -------------------------------------------------------------------------
 
@@ -438,16 +479,33 @@ def create_app(config: ServerConfig | Service | str | None = None, *, rng: RNG =
             answer = service.query(who, name, req)
         except BudgetExceededError as exc:
             raise _Problem(409, "budget_exceeded", str(exc), budget=_own_budget(service, who, name)) from None
+        except PaidQueryFailedError as exc:
+            # The debit stands: the audit entry records it (so it is not an unlogged spend).
+            _note(request, epsilon=exc.cost.epsilon, delta=exc.cost.delta, spend_id=exc.spend_id)
+            raise _query_failed(exc.spend_id) from None
         _note(request, epsilon=answer["cost"]["epsilon"], delta=answer["cost"]["delta"], spend_id=answer.get("spend_id"))
         return answer
 
+    def _guarded(request: Request, name: str, body: QueryBody, who: Principal, *, preview: bool) -> Any:
+        """A query's only answers: the result, a refusal decided before the debit on the request
+        and the declared metadata, or the fixed ``query_failed``. Anything unexpected (and an
+        InvalidDataError, which can no longer arise in the query path and may quote the data)
+        becomes ``query_failed`` too — never a traceback or the exception's text."""
+        try:
+            return _run(request, name, body, who, preview=preview)
+        except (_Problem, InvalidParameterError, NotFoundError, AuthError, BudgetExceededError, LedgerError, DatasetUnavailableError, QueryFailedError):
+            raise
+        except Exception as exc:
+            _curator_log.error("query on %r by %r failed unexpectedly", name[:100], who.name, exc_info=exc)
+            raise _query_failed(None) from None
+
     @app.post("/v1/datasets/{name}/query")
     def query(name: str, body: QueryBody, request: Request, who: Principal = Depends(analyst)) -> Any:
-        return _run(request, name, body, who, preview=False)
+        return _guarded(request, name, body, who, preview=False)
 
     @app.post("/v1/datasets/{name}/query/cost")
     def query_cost(name: str, body: QueryBody, request: Request, who: Principal = Depends(analyst)) -> Any:
-        return _run(request, name, body, who, preview=True)
+        return _guarded(request, name, body, who, preview=True)
 
     # -- the curator ------------------------------------------------------------------------------
 
@@ -455,7 +513,11 @@ def create_app(config: ServerConfig | Service | str | None = None, *, rng: RNG =
     def register_dataset(body: DatasetBody, request: Request, who: Principal = Depends(curator)) -> dict[str, Any]:
         _note(request, action="register_dataset", dataset=body.name[:100])
         info = service.register_dataset(body.name, body.source, body.metadata, neighbours=body.neighbours, table=body.table)
-        return {**info.public(), "source": info.source, "created_at": info.created_at}
+        # The data check goes to the curator who registered the dataset, in this answer only: it
+        # holds exact counts and raw values, so it is not stored, not audited, and no analyst
+        # endpoint returns it.
+        check = None if info.check is None else info.check.to_dict()
+        return {**info.public(), "source": info.source, "created_at": info.created_at, "check": check}
 
     @app.get("/v1/analysts")
     def list_analysts(request: Request, who: Principal = Depends(curator)) -> dict[str, Any]:

@@ -108,13 +108,25 @@ def register_dataset(
     neighbours: Annotated[str, typer.Option("--neighbours", help="add_remove or replace.")] = "add_remove",
     table: Annotated[str | None, typer.Option("--table", help="The table to serve, with a .duckdb source.")] = None,
     ledger: LedgerOption = _DEFAULT,
+    as_json: Annotated[bool, typer.Option("--json", help="Print the registered dataset and its data check as JSON.")] = False,
 ) -> None:
-    """Register a dataset analysts can be granted budgets on."""
+    """Register a dataset analysts can be granted budgets on, and print the data check: how well
+    the rows conform to the metadata (for the curator only — it is not a private release, and no
+    analyst ever sees it). The metadata must declare privacy_unit or row_level."""
     info = _run(
         ledger, "register_dataset", lambda s: s.register_dataset(name, source, metadata, neighbours=neighbours, table=table),
         dataset=name, source=str(source), table=table,
     )
-    typer.echo(f"registered dataset {info.name!r} ({len(info.metadata.columns)} declared columns, neighbours={info.neighbours})")
+    if as_json:
+        typer.echo(json.dumps({**info.public(), "source": info.source, "check": None if info.check is None else info.check.to_dict()}, default=str))
+        return
+    unit = f"privacy unit {info.metadata.privacy_unit!r}" if info.metadata.privacy_unit is not None else "row-level (every row a different person)"
+    typer.echo(f"registered dataset {info.name!r} ({len(info.metadata.columns)} declared columns, {unit}, neighbours={info.neighbours})")
+    typer.echo("")
+    if info.check is None:
+        typer.echo("warning: the data check could not be made (the dpkit.curator log says why)")
+    else:
+        typer.echo(info.check.to_text())
 
 
 @admin_app.command("grant")

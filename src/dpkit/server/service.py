@@ -10,9 +10,21 @@ a budgeted, noised interface stops reconstruction):
 * **Roles.** A *curator* registers datasets, creates analysts and grants budgets; an *analyst*
   queries the datasets they were granted and sees only their own budgets and history. Nobody
   sees rows: the only way data leaves is a noised, paid-for query.
-* **Pay before release.** A query is validated and priced without touching the data; refused
-  early if the budget obviously cannot pay; then aggregated, debited atomically in the ledger
-  (the arbiter under concurrency) and only then noised (:class:`dpkit.analytics.Session`).
+* **Pay before the data is touched** (DESIGN core idea 1). A query is validated and priced
+  against the declared metadata only; refused early if the budget obviously cannot pay; debited
+  atomically in the ledger (the arbiter under concurrency); only then aggregated and noised
+  (:class:`dpkit.analytics.Session`). A refusal never reaches the engine. A failure after the
+  debit keeps the debit and answers one generic :class:`~dpkit.errors.QueryFailedError`; no
+  analyst ever sees an engine message, a file path or a data value (details go to the curator's
+  log, the ``dpkit.curator`` logger).
+* **Declared schema, read by fixed rules.** A dataset's metadata declares every usable column
+  and the privacy unit (``privacy_unit`` or ``row_level``); a CSV is copied with the same fixed,
+  non-sniffing read as :class:`~dpkit.analytics.engines.duckdb.DuckDBEngine` (every column as
+  text, cast to its declared type when queried), so no row can fail a load or change a type.
+  At registration the curator (only) gets the data check (:func:`dpkit.analytics.check.check_data`).
+* **Secure noise only.** The service draws every answer's noise from the OS CSPRNG; a seeded
+  generator is refused (its noise could be replayed and subtracted, and the ledger would charge
+  for privacy that was not given).
 * **Everything is logged** in the hash-chained audit log (:mod:`dpkit.server.audit`): the HTTP
   layer appends one entry per request before its answer leaves the service, and the command
   line one per administrative action.
@@ -21,7 +33,9 @@ a budgeted, noised interface stops reconstruction):
 >>> d = pathlib.Path(tempfile.mkdtemp())
 >>> pd.DataFrame({"age": [30, 40, 50] * 100}).to_csv(d / "people.csv", index=False)
 >>> svc = Service(f"sqlite:///{d / 'ledger.sqlite'}")
->>> _ = svc.register_dataset("people", d / "people.csv", {"columns": {"age": {"type": "numeric", "lower": 0, "upper": 100}}})
+>>> info = svc.register_dataset("people", d / "people.csv", {"row_level": True, "columns": {"age": {"type": "numeric", "lower": 0, "upper": 100}}})
+>>> info.check.ok  # the curator's data check (never shown to an analyst)
+True
 >>> alice, key = svc.create_principal("alice", "analyst")
 >>> _ = svc.grant("alice", "people", epsilon=1.0)
 >>> who = svc.authenticate(key)
@@ -37,31 +51,41 @@ a budgeted, noised interface stops reconstruction):
 from __future__ import annotations
 
 import json
+import logging
 import math
 import os
 import re
 import threading
 from collections.abc import Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from fractions import Fraction
 from pathlib import Path
 from typing import Any, Literal
 
 from dpkit import _validate as v
+from dpkit._validate import short_repr as _short
 from dpkit.analytics import aggregates as A
+from dpkit.analytics.check import DataCheck, check_data
 from dpkit.analytics.engines.base import quote_identifier
+from dpkit.analytics.engines.duckdb import csv_source_sql
 from dpkit.analytics.metadata import Metadata
 from dpkit.analytics.results import QueryCost
 from dpkit.analytics.session import Query, Session
 from dpkit.budget import Budget
-from dpkit.errors import AuthError, BudgetExceededError, DPError, InvalidDataError, InvalidParameterError, LedgerError
+from dpkit.errors import AuthError, BudgetExceededError, DPError, InvalidDataError, InvalidParameterError, LedgerError, QueryFailedError
 from dpkit.ledger.base import BudgetRecord, LedgerBackend, fraction_to_text
-from dpkit.noise.source import RNG
+from dpkit.noise.source import RNG, SecureSource
 from dpkit.server.audit import GENESIS, AuditEntry, ChainReport, verify_chain
 from dpkit.server.keys import key_hash, key_id, looks_like_key, new_key
 from dpkit.server.store import ServiceStore, normalise_url, now, open_store, sqlite_path
 
-__all__ = ["Service", "Principal", "DatasetInfo", "QueryRequest", "QuerySpec", "NotFoundError", "Role"]
+__all__ = [
+    "Service", "Principal", "DatasetInfo", "QueryRequest", "QuerySpec", "NotFoundError", "DatasetUnavailableError",
+    "PaidQueryFailedError", "Role", "check_service_rng",
+]
+
+#: Where details that must not reach an analyst go (load failures, failures after a debit).
+_curator_log = logging.getLogger("dpkit.curator")
 
 Role = Literal["curator", "analyst"]
 _NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]{0,62}")
@@ -85,6 +109,38 @@ class NotFoundError(DPError, LookupError):
     """A dataset, principal or key that does not exist (or that the caller may not see)."""
 
 
+class DatasetUnavailableError(DPError):
+    """A registered dataset could not be opened for an analyst's query (its file was moved,
+    changed or became unreadable since registration). Nothing was spent. The message is fixed:
+    it names no file, engine message or value; the details go to the ``dpkit.curator`` log."""
+
+    MESSAGE = "the dataset could not be opened; nothing was spent (the curator has been told why)"
+
+    def __init__(self) -> None:
+        super().__init__(self.MESSAGE)
+
+
+class PaidQueryFailedError(QueryFailedError):
+    """:class:`~dpkit.errors.QueryFailedError` raised by :meth:`Service.query`, with the
+    ``cost`` that was debited (for the audit log). Same fixed message."""
+
+    def __init__(self, spend_id: int | None, cost: QueryCost) -> None:
+        super().__init__(spend_id)
+        self.cost = cost
+
+
+def check_service_rng(rng: object) -> None:
+    """The service's randomness must be the OS CSPRNG: None (the default) or a
+    :class:`~dpkit.noise.source.SecureSource`. A seeded generator is refused."""
+    if rng is None or type(rng) is SecureSource:
+        return
+    raise InvalidParameterError(
+        "rng", _short(rng), "None (the service's secure default, the OS CSPRNG) or a dpkit.noise.source.SecureSource",
+        "seeded noise can be replayed and subtracted, so the ledger would charge for privacy that was not given; "
+        "use dpkit.Session with an in-memory dp.Budget for reproducible tests and teaching",
+    )
+
+
 @dataclass(frozen=True)
 class Principal:
     """An authenticated caller: a curator or an analyst, and the id of the key they used."""
@@ -96,7 +152,12 @@ class Principal:
 
 @dataclass(frozen=True)
 class DatasetInfo:
-    """A registered dataset: where its rows are, its curator-declared metadata, its neighbours."""
+    """A registered dataset: where its rows are, its curator-declared metadata, its neighbours.
+
+    ``check`` is the curator's data check made at registration (how well the rows conform to the
+    metadata; :class:`~dpkit.analytics.check.DataCheck`). It holds exact counts and raw values:
+    curator only — it is not stored, and :meth:`public` never includes it.
+    """
 
     name: str
     source: str
@@ -104,6 +165,7 @@ class DatasetInfo:
     neighbours: str
     created_at: str
     table: str | None = None  # the table inside a DuckDB database file; None for CSV / Parquet
+    check: DataCheck | None = field(default=None, compare=False, repr=False)
 
     def public(self) -> dict[str, Any]:
         """What an analyst may see: the schema the curator declared, never the source or rows."""
@@ -180,11 +242,14 @@ class _Loaded:
 class Service:
     """The curator service over one ledger URL (``sqlite:///PATH`` or ``postgresql://...``).
 
-    ``rng`` is for tests and teaching only (a seeded generator makes answers reproducible; it
-    is not thread-safe): by default every answer's noise comes from the OS CSPRNG.
+    Every answer's noise comes from the OS CSPRNG. ``rng`` accepts only None or a
+    :class:`~dpkit.noise.source.SecureSource`: a seeded generator is refused with
+    InvalidParameterError, because seeded noise can be replayed and subtracted and the ledger
+    would charge for privacy that was not given (DESIGN, "Declared schema").
     """
 
     def __init__(self, ledger: str | os.PathLike[str] = "sqlite:///.dpkit/ledger.sqlite", *, timeout: float = 30.0, rng: RNG = None) -> None:
+        check_service_rng(rng)
         url = normalise_url(ledger)
         self.url = url
         self._ledger: LedgerBackend = _open_ledger(url, timeout)
@@ -296,9 +361,18 @@ class Service:
         table: str | None = None,
     ) -> DatasetInfo:
         """Register a CSV or Parquet file, or a ``table`` of a DuckDB database file (.duckdb),
-        under ``name`` with the curator's metadata (bounds, categories, privacy unit). The data is
-        opened once to check the metadata against its schema; nothing is computed from its
-        values. Analysts write ``FROM <name>`` whatever the source."""
+        under ``name`` with the curator's metadata: every usable column declared, and the privacy
+        unit (``privacy_unit``, or ``row_level: true`` when every row is a different person —
+        metadata declaring neither is refused). Analysts write ``FROM <name>`` whatever the source.
+
+        The source is read as queries will read it (a CSV with the fixed, non-sniffing rules of
+        :func:`~dpkit.analytics.engines.duckdb.csv_source_sql`; Parquet and DuckDB tables with
+        their own schema), the metadata is checked against its schema, and the curator's data
+        check (:func:`~dpkit.analytics.check.check_data`) is run. The check is returned in
+        :attr:`DatasetInfo.check` — for the curator only: it is neither stored nor shown to
+        analysts (None, with the reason in the ``dpkit.curator`` log, if the check itself could
+        not be made). A source that cannot be read is refused with a description that names no data
+        value or engine message (the details go to the ``dpkit.curator`` log)."""
         check_dataset_name(name)
         path = Path(os.fspath(source)).expanduser().absolute() if isinstance(source, (str, os.PathLike)) and source else None
         if path is None or not path.is_file() or path.suffix.lower() not in _SOURCES:
@@ -308,14 +382,24 @@ class Service:
         if table is not None and not _TABLE.fullmatch(table):
             raise InvalidParameterError("table", table, "a table name ('people' or 'schema.people')")
         meta = Session._check_metadata(str(metadata) if isinstance(metadata, os.PathLike) else metadata)
+        if meta.privacy_unit is None and not meta.row_level:
+            raise InvalidParameterError(
+                "metadata.privacy_unit", None,
+                "the column naming the person ({\"privacy_unit\": \"person_id\"}), or {\"row_level\": true} when every row is a different person",
+                "the service answers every analyst with the metadata's privacy unit, so the metadata must say who is protected",
+            )
         v.neighbours(neighbours)
+        if self._registered(name):
+            raise InvalidParameterError("dataset", name, "a name not already registered", "a registered dataset is never replaced (its budgets refer to it)")
         info = DatasetInfo(name, str(path), meta, neighbours, now(), table)
         conn = self._load(info)
         try:
             # Validates the metadata against the schema: nothing is released, nothing is paid.
             Session.from_duckdb(conn.cursor(), name, metadata=meta, neighbours=neighbours, budget=Budget(epsilon=1.0))  # type: ignore[arg-type]
+            report = self._check(info, conn)
         finally:
             conn.close()
+        info = replace(info, check=report)
         with self._store.transaction(write=True) as tx:
             if tx.run("SELECT 1 FROM datasets WHERE name = ?", (name,)):
                 raise InvalidParameterError("dataset", name, "a name not already registered", "a registered dataset is never replaced (its budgets refer to it)")
@@ -324,6 +408,22 @@ class Service:
                 (name, info.source, json.dumps(meta.to_dict(), sort_keys=True), neighbours, info.created_at, table),
             )
         return info
+
+    def _registered(self, name: str) -> bool:
+        with self._store.transaction() as tx:
+            return bool(tx.run("SELECT 1 FROM datasets WHERE name = ?", (name,)))
+
+    @staticmethod
+    def _check(info: DatasetInfo, conn: Any) -> DataCheck | None:
+        """The curator's data check of the loaded copy (exactly what queries will read), or None
+        when the check itself fails: it is a report, and the metadata has already been checked
+        against the table, so its failure is logged for the curator and does not block the
+        registration."""
+        try:
+            return check_data((conn.cursor(), info.name), info.metadata)
+        except Exception:
+            _curator_log.exception("the data check of dataset %r (%s) could not be made", info.name, info.source)
+            return None
 
     def datasets(self) -> list[DatasetInfo]:
         with self._store.transaction() as tx:
@@ -386,34 +486,54 @@ class Service:
     # -- queries -----------------------------------------------------------------------------------
 
     def _load(self, info: DatasetInfo) -> Any:
-        """A private in-memory DuckDB database holding the dataset as table ``info.name``."""
+        """A private in-memory DuckDB database holding the dataset as table ``info.name``.
+
+        A CSV is copied with the engine's fixed reading rules (:func:`csv_source_sql`: the
+        header's names, every column as text, nothing sniffed, malformed lines skipped), so no
+        row can fail the copy or change a column's type; the declared types are applied when a
+        session binds the table. Parquet files and DuckDB tables keep their own schema.
+
+        Raises InvalidDataError for the curator: it names the file and what kind of source it
+        should be, never the engine's message (which may quote a row); the details go to the
+        ``dpkit.curator`` log. (Analysts never see this error: see :meth:`_cursor`.)"""
         import duckdb
 
         conn = duckdb.connect()
         try:
+            target = quote_identifier(info.name)
             if info.table is not None:
                 # The file is attached read-only just long enough to copy the table.
                 literal = "'" + info.source.replace("'", "''") + "'"
                 conn.execute(f"ATTACH {literal} AS dpkit_source (READ_ONLY)")
                 qualified = ".".join(quote_identifier(part) for part in ("dpkit_source", *info.table.split(".")))
-                conn.execute(f"CREATE TABLE {quote_identifier(info.name)} AS SELECT * FROM {qualified}")
+                conn.execute(f"CREATE TABLE {target} AS SELECT * FROM {qualified}")
                 conn.execute("DETACH dpkit_source")
+            elif info.source.lower().endswith((".parquet", ".pq")):
+                conn.execute(f"CREATE TABLE {target} AS SELECT * FROM read_parquet({_sql_string(info.source)})")
             else:
-                reader = conn.read_parquet if info.source.lower().endswith((".parquet", ".pq")) else conn.read_csv
-                reader(info.source).create(info.name)
-        except duckdb.Error as exc:
+                conn.execute(f"CREATE TABLE {target} AS SELECT * FROM {csv_source_sql(info.source)}")
+        except Exception as exc:
             conn.close()
+            _curator_log.warning("dataset %r: %s could not be loaded", info.name, info.source, exc_info=True)
+            why = exc.accepted if isinstance(exc, InvalidParameterError) else type(exc).__name__
             raise InvalidDataError(
-                "source", f"{Path(info.source).name}{'' if info.table is None else ' table ' + info.table} could not be read ({exc})",
-                "a CSV file with a header row, a Parquet file, or a table of a DuckDB database file",
-            ) from exc
+                "source", f"{_describe_source(info)} could not be read ({why}; details in the dpkit.curator log)",
+                "a UTF-8 CSV file whose first line names every column once, a Parquet file, or a table of a DuckDB database file",
+            ) from None
         return conn
 
     def _cursor(self, info: DatasetInfo) -> Any:
+        """A cursor on the loaded copy of the dataset (loaded on first use). For analysts: a
+        source that cannot be loaded any more is one fixed DatasetUnavailableError, before any
+        spend (the reason is in the curator's log)."""
         with self._data_lock:
             loaded = self._data.get(info.name)
             if loaded is None:
-                loaded = self._data[info.name] = _Loaded(self._load(info))
+                try:
+                    connection = self._load(info)
+                except DPError:
+                    raise DatasetUnavailableError() from None
+                loaded = self._data[info.name] = _Loaded(connection)
         with loaded.lock:  # cursors are created one at a time; each is then used by one thread
             return loaded.connection.cursor()
 
@@ -427,10 +547,16 @@ class Service:
         if budget is None:
             raise NotFoundError(f"there is no dataset named {dataset!r} that you may query")
         cursor = self._cursor(info)
-        session = Session.from_duckdb(
-            cursor, info.name, metadata=info.metadata, neighbours=info.neighbours,  # type: ignore[arg-type]
-            ledger=self._ledger, dataset=info.name, analyst=principal.name, rng=self._rng,
-        )
+        try:
+            session = Session.from_duckdb(
+                cursor, info.name, metadata=info.metadata, neighbours=info.neighbours,  # type: ignore[arg-type]
+                ledger=self._ledger, dataset=info.name, analyst=principal.name, rng=self._rng,
+            )
+        except (InvalidParameterError, InvalidDataError):
+            # The metadata was checked against this table at registration: a mismatch now means
+            # the source changed since. The analyst passed nothing here, so nothing is theirs to fix.
+            _curator_log.warning("dataset %r no longer matches its metadata", info.name, exc_info=True)
+            raise DatasetUnavailableError() from None
         return session, info, budget
 
     @staticmethod
@@ -490,9 +616,14 @@ class Service:
         return q.cost(aggs, _text=_clip(request.text()), **self._options(request))
 
     def query(self, principal: Principal, dataset: str, request: QueryRequest) -> dict[str, Any]:
-        """Answer ``request`` for an analyst: validate and price, refuse early if the budget
-        cannot pay, aggregate, debit atomically, noise; the answer with its cost and the
-        remaining budget. Raises BudgetExceededError (nothing released, nothing debited)."""
+        """Answer ``request`` for an analyst: validate and price against the declared metadata,
+        refuse early if the budget cannot pay, debit atomically, then aggregate and noise; the
+        answer with its cost and the remaining budget.
+
+        Raises BudgetExceededError (nothing released, nothing debited, the engine not called),
+        and :class:`PaidQueryFailedError` — a QueryFailedError with the fixed message, the
+        ``spend_id`` and the ``cost`` — when anything fails after the debit (the debit stands;
+        the details go to the ``dpkit.curator`` log)."""
         session, info, before = self._session(principal, dataset)
         q, aggs = self._compile(session, request)
         options = self._options(request)
@@ -502,17 +633,28 @@ class Service:
         # from refusing what the exact ledger would accept (remaining amounts are rounded
         # down); the atomic debit inside Query.aggregate stays the one that decides.
         if cost.epsilon > before.remaining_epsilon * (1 + 1e-9) + 1e-300 or cost.delta > before.remaining_delta * (1 + 1e-9) + 1e-300:
-            raise BudgetExceededError(
-                f"ε={cost.epsilon!r}, δ={cost.delta!r} for {text[:80]!r}",
-                f"ε={before.remaining_epsilon!r}, δ={before.remaining_delta!r} of the budget of analyst {principal.name!r} on dataset {info.name!r}",
-            )
-        result = q.aggregate(aggs, _text=text, **options)
-        after = self._ledger.get_budget(info.name, principal.name)
-        answer = result.to_dict()
-        answer.pop("remaining_epsilon", None)
-        answer["dataset"] = info.name
-        answer["cost"] = {"epsilon": cost.epsilon, "delta": cost.delta}
-        answer["budget"] = budget_dict(after)
+            raise _exceeded(cost, text, before, principal.name, info.name)
+        try:
+            result = q.aggregate(aggs, _text=text, **options)
+        except QueryFailedError as exc:  # paid, then failed: the session logged the details
+            raise PaidQueryFailedError(exc.spend_id, cost) from None
+        except BudgetExceededError:
+            # Refused by the atomic debit (the early check above let it through, or a concurrent
+            # query spent first). The ledger's own message names its database: the analyst gets
+            # the same refusal as the early one, from the budget as it now stands.
+            raise _exceeded(cost, text, self._ledger.get_budget(info.name, principal.name), principal.name, info.name) from None
+        # Paid and computed: from here on nothing may fail on data either.
+        try:
+            after = self._ledger.get_budget(info.name, principal.name)
+            answer = result.to_dict()
+            answer.pop("remaining_epsilon", None)
+            answer["dataset"] = info.name
+            answer["cost"] = {"epsilon": cost.epsilon, "delta": cost.delta}
+            answer["budget"] = budget_dict(after)
+            json.dumps(answer, allow_nan=False)  # what the HTTP layer will send must encode
+        except Exception:
+            _curator_log.exception("query %r on %r by %r failed after its debit (spend %s)", text[:200], info.name, principal.name, result.spend_id)
+            raise PaidQueryFailedError(result.spend_id, cost) from None
         return answer
 
     # -- audit -------------------------------------------------------------------------------------
@@ -662,6 +804,25 @@ class _GroupCommit:
             raise slot.error
         assert slot.entry is not None
         return slot.entry
+
+
+def _exceeded(cost: QueryCost, text: str, budget: BudgetRecord, analyst: str, dataset: str) -> BudgetExceededError:
+    """The analyst's refusal: the request and the budget, in the same words however it was
+    refused (no ledger path, nothing about the data)."""
+    return BudgetExceededError(
+        f"ε={cost.epsilon!r}, δ={cost.delta!r} for {text[:80]!r}",
+        f"ε={budget.remaining_epsilon!r}, δ={budget.remaining_delta!r} of the budget of analyst {analyst!r} on dataset {dataset!r}",
+    )
+
+
+def _sql_string(text: str) -> str:
+    return "'" + text.replace("'", "''") + "'"
+
+
+def _describe_source(info: DatasetInfo) -> str:
+    """The source in words for the curator: the file's name (and table), no path, no content."""
+    kind = "DuckDB table" if info.table is not None else "Parquet file" if info.source.lower().endswith((".parquet", ".pq")) else "CSV file"
+    return f"{kind} {Path(info.source).name}" + ("" if info.table is None else f" {info.table}")
 
 
 def _dataset(row: tuple[Any, ...]) -> DatasetInfo:

@@ -24,7 +24,8 @@ ColumnKind = Literal["numeric", "string", "boolean", "nested", "other"]
 #: (integers within ±2**53) and make anything else NULL; ``string`` is the value as text
 #: (surrounding whitespace removed when the metadata says ``strip_strings``); ``boolean`` takes
 #: true/false (and their usual spellings) and makes anything else NULL; ``unit`` is the privacy
-#: unit's value as text.
+#: unit's value as stored when it is a number or a boolean (it is only compared and hashed), else
+#: its text.
 ReadType = Literal["double", "integer", "string", "boolean", "unit"]
 
 #: Exact integer sums are clamped to ±SUM_LIMIT grid steps inside the engine (clamping is

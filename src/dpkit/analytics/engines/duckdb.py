@@ -117,6 +117,8 @@ def csv_source_sql(path: str | os.PathLike[str]) -> str:
 
 def _read(x: str, read: ReadType, kind: ColumnKind, strip: bool) -> str:
     """The total SQL expression reading the physical column ``x`` as its declared type."""
+    if read == "unit" and kind in ("numeric", "boolean"):
+        return x  # compared and hashed only: kept native (sorting 10^7 integers, not their text)
     text = f"trim({x})" if kind == "string" and strip else x if kind == "string" else f"CAST({x} AS VARCHAR)"
     if read in ("string", "unit"):
         return text

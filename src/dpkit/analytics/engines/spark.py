@@ -128,6 +128,8 @@ def _read(x: Any, read: ReadType, kind: ColumnKind, strip: bool) -> Any:
     ``_read``, rule for rule; see the module docstring)."""
     from pyspark.sql import functions as F
 
+    if read == "unit" and kind in ("numeric", "boolean"):
+        return x  # compared and hashed only: kept native, as in DuckDB
     if kind == "string":
         text = F.btrim(x, F.lit(_SPACES)) if strip else x
     else:

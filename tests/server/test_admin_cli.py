@@ -1,0 +1,49 @@
+"""``dpkit admin register-dataset``: the curator sees the data check (and only the curator: it is
+printed on the curator's terminal, never stored); metadata without a privacy unit is refused."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+from typer.testing import CliRunner
+
+from dpkit.server import Service
+from dpkit.server.cli import admin_app
+
+ROWS = "zip,age\n" + "".join(f"{i % 10},{20 + i % 50}\n" for i in range(200)) + "N/A,30\n"
+
+
+def _files(tmp_path: Path, meta: dict) -> tuple[Path, Path, str]:
+    csv = tmp_path / "people.csv"
+    csv.write_text(ROWS)
+    metadata = tmp_path / "meta.json"
+    metadata.write_text(json.dumps(meta))
+    return csv, metadata, f"sqlite:///{tmp_path / 'ledger.sqlite'}"
+
+
+def test_register_dataset_prints_the_data_check(tmp_path: Path) -> None:
+    csv, meta, ledger = _files(tmp_path, {"row_level": True, "columns": {"zip": {"type": "categorical", "value_type": "integer"}, "age": {"type": "numeric", "lower": 0, "upper": 60}}})
+    out = CliRunner().invoke(admin_app, ["register-dataset", "people", str(csv), "--metadata", str(meta), "--ledger", ledger])
+    assert out.exit_code == 0, out.output
+    assert "registered dataset 'people'" in out.output and "row-level" in out.output
+    assert "curator only" in out.output and "'N/A'" in out.output  # the non-conforming value, for the curator
+    with Service(ledger) as svc:
+        assert [d.name for d in svc.datasets()] == ["people"]
+        assert all("N/A" not in json.dumps(e.to_dict()) for e in svc.audit_entries())  # not stored in the log
+    csv2 = tmp_path / "people2.csv"
+    csv2.write_text(ROWS)
+    out = CliRunner().invoke(admin_app, ["register-dataset", "people2", str(csv2), "--metadata", str(meta), "--ledger", ledger, "--json"])
+    assert out.exit_code == 0, out.output
+    body = json.loads(out.output)
+    assert body["name"] == "people2" and body["check"]["curator_only"] is True
+    assert next(c for c in body["check"]["columns"] if c["name"] == "zip")["counts"]["unreadable"] == 1
+
+
+def test_register_dataset_without_a_unit_is_refused(tmp_path: Path) -> None:
+    csv, meta, ledger = _files(tmp_path, {"columns": {"zip": {"type": "numeric"}}})
+    out = CliRunner().invoke(admin_app, ["register-dataset", "people", str(csv), "--metadata", str(meta), "--ledger", ledger])
+    assert out.exit_code == 1
+    assert "privacy_unit" in out.output and "row_level" in out.output
+    with Service(ledger) as svc:
+        assert svc.datasets() == []
