@@ -303,3 +303,10 @@ def test_adult_cli(tmp_path: Path) -> None:
     assert result.exit_code == 1, result.output
     out = json.loads(result.stdout)
     assert out["rows"] == 32_561 and next(c for c in out["columns"] if c["name"] == "sex")["shares"]["conforming"] == 1.0
+
+
+def test_a_unit_without_categorical_columns() -> None:
+    """The unit's report needs no categorical column (a bound parameter left unused used to make
+    DuckDB refuse the statement)."""
+    report = check_data(pd.DataFrame({"u": ["a", "b", "b"], "x": [1, 2, 3]}), {"privacy_unit": "u", "max_rows": 1, "columns": {"x": {"type": "numeric"}}})
+    assert report.unit is not None and report.unit.units == 2 and report.unit.rows_per_unit_max == 2 and report.unit.units_over_max_rows == 1

@@ -4,7 +4,9 @@
 reports exact counts, the most frequent non-conforming values themselves, minima and maxima and
 rows per person. It is for the data curator, who already sees the data, to fix the data or the
 metadata before analysts query it; it spends no budget, adds no noise and must never be shown to
-an analyst (the curator service has no endpoint for it).
+an analyst (the curator service returns it only to the curator who registers a dataset, in the
+response to ``POST /v1/datasets`` and from ``dpkit admin register-dataset``; it is neither stored
+nor written to the audit log).
 
 The source is read exactly as a query reads it (:class:`~dpkit.analytics.engines.duckdb.DuckDBEngine`
 and its reading rules, DESIGN "Declared schema"): every declared column is read as its declared
@@ -629,7 +631,8 @@ def _scan(meta: Metadata, engine: Any, name: str) -> DataCheck:
             inlist = listed(col)
             key = typed[col] if inlist is None else f"CASE WHEN {inlist} THEN {typed[col]} END"
             per.append(f"count(DISTINCT {key}) AS __d{i}")
-        mr, mg = params.add(max_rows), params.add(max_groups)
+        mr = params.add(max_rows)
+        mg = params.add(max_groups) if group_cols else ""  # a parameter DuckDB would find unused is an error
         agg = [
             "count(*)", "coalesce(max(__n), 0)", "coalesce(quantile_disc(__n, 0.5), 0)", "coalesce(quantile_disc(__n, 0.9), 0)",
             "coalesce(quantile_disc(__n, 0.99), 0)", f"count(*) FILTER (WHERE __n > {mr})", f"coalesce(sum(greatest(__n - {mr}, 0)), 0)",
