@@ -459,15 +459,6 @@ def _describe(spec: Numeric | Categorical | None) -> tuple[str, ReadType]:
     return f"{n} {vt} categor{'y' if n == 1 else 'ies'}", vt
 
 
-class _Params:
-    def __init__(self) -> None:
-        self.values: list[Any] = []
-
-    def add(self, value: Any) -> str:
-        self.values.append(value)
-        return f"${len(self.values)}"
-
-
 def check_data(source: Any, metadata: Metadata | Mapping[str, Any] | str | os.PathLike[str], *, table: str | None = None) -> DataCheck:
     """Check how well ``source`` conforms to ``metadata`` — a report for the curator only.
 
@@ -535,7 +526,7 @@ def _scan(meta: Metadata, engine: Any, name: str) -> DataCheck:
     rel = con.sql(f"SELECT * FROM {raw} LIMIT 0")
     sql_types = {c: str(t) for c, t in zip(rel.columns, rel.types)}
 
-    from dpkit.analytics.engines.duckdb import _read
+    from dpkit.analytics.engines.duckdb import _Params, _read
 
     typed = {c: _read(q(c), t, physical[c], meta.strip_strings) for c, t in types.items()}
     params = _Params()

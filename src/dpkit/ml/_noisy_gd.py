@@ -494,7 +494,7 @@ def check_X(X: object, name: str = "X") -> NDArray[np.float64]:
         elif arr.dtype.kind == "O":
             arr = arr.astype(np.float64)
     except Exception as exc:
-        raise InvalidDataError(name, f"cannot be read as an array of numbers ({exc})", "a 2-D array of numbers") from exc
+        raise InvalidDataError(name, f"cannot be read as an array of numbers ({type(exc).__name__})", "a 2-D array of numbers") from None
     if arr.dtype.kind not in "iuf":
         raise InvalidDataError(name, f"has dtype {arr.dtype}", "numbers (int, float or bool)")
     if arr.ndim != 2:
@@ -502,9 +502,8 @@ def check_X(X: object, name: str = "X") -> NDArray[np.float64]:
     if arr.shape[0] < 1 or arr.shape[1] < 1:
         raise InvalidDataError(name, f"has shape {arr.shape}", "at least one row and one column")
     arr = arr.astype(np.float64, copy=False)
-    if not np.isfinite(arr).all():
-        bad = arr[~np.isfinite(arr)].ravel()[0]
-        raise InvalidDataError(name, f"holds a non-finite value ({bad})", "finite numbers")
+    if not np.isfinite(arr).all():  # refused before any budget is spent; the message quotes no value
+        raise InvalidDataError(name, "holds a non-finite value", "finite numbers")
     return arr
 
 
@@ -513,13 +512,13 @@ def check_y(y: object, n_rows: int) -> NDArray[Any]:
     try:
         arr = np.asarray(y)
     except Exception as exc:
-        raise InvalidDataError("y", f"cannot be read as an array ({exc})", "a 1-D array with one target per row of X") from exc
+        raise InvalidDataError("y", f"cannot be read as an array ({type(exc).__name__})", "a 1-D array with one target per row of X") from None
     if arr.ndim != 1:
         raise InvalidDataError("y", f"has shape {arr.shape}", "a 1-D array with one target per row of X")
     if arr.shape[0] != n_rows:
         raise InvalidDataError("y", f"has {arr.shape[0]} values for {n_rows} rows of X", "one target per row of X")
     if arr.dtype.kind == "f" and not np.isfinite(arr).all():
-        raise InvalidDataError("y", f"holds a non-finite value ({arr[~np.isfinite(arr)][0]})", "finite values")
+        raise InvalidDataError("y", "holds a non-finite value", "finite values")
     return arr
 
 
