@@ -38,6 +38,7 @@ bench: $(STAMP_RUN)
 	.venv-bench/bin/python benchmarks/bench_accounting.py
 	.venv-bench/bin/python benchmarks/bench_statistics.py
 	.venv-bench/bin/python benchmarks/bench_groupby.py
+	.venv-bench/bin/python benchmarks/bench_side_channels.py
 	.venv-bench/bin/python benchmarks/bench_analytics_utility.py
 	.venv-bench/bin/python benchmarks/bench_kmeans.py
 	.venv-bench/bin/python benchmarks/bench_logistic.py
