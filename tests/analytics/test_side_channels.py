@@ -145,6 +145,28 @@ def test_corpus_is_blind_to_one_person(tmp_path: Path, odd: dict[str, str], sql:
     assert "SECRET" not in str(seen_d) and "Zürich" not in str(seen_d) or "SECRET" in sql or "Zürich" in sql
 
 
+# The same attack through the Python query builder: bins, explicit keys, histograms, bounds.
+API_CORPUS: list[Callable[[dp.Session], Any]] = [
+    lambda s: s.group_by("age", bins={"age": [0, 30, 60, 120]}).count(epsilon=0.5),
+    lambda s: s.group_by("sex", keys=["Female", "Male", " Male"]).mean("income", epsilon=0.5),
+    lambda s: s.group_by("zip", keys=[10005, 10006, 99999]).count_units(epsilon=0.5),
+    lambda s: s.histogram("income", bins=[0, 1e4, 1e5, 1e300], epsilon=0.5),
+    lambda s: s.quantile("income", 0.99, epsilon=0.5),
+    lambda s: s.query().bound(max_groups=1, max_rows=5).where("zip IS NULL").count(epsilon=0.5),
+    lambda s: s.where("age > 1e308 OR age < -1e308").sum("income", epsilon=0.5),
+    lambda s: s.group_by("city", "sex").variance("age", epsilon=1.0, delta=1e-6),
+    lambda s: s.where("city IN ('north', 'Zürich-\u202e')").std("income", epsilon=1.0, noise="gaussian", delta=1e-6),
+]
+
+
+@pytest.mark.parametrize("odd", ODD_PEOPLE, ids=["secret-zip", "overflow", "nan-long"])
+@pytest.mark.parametrize("request_", API_CORPUS, ids=[f"api{i}" for i in range(len(API_CORPUS))])
+def test_query_builder_is_blind_to_one_person(tmp_path: Path, odd: dict[str, str], request_: Callable[[dp.Session], Any]) -> None:
+    seen_d, seen_d_prime = same_on_neighbours(csv_sessions(tmp_path, odd), request_)
+    assert seen_d == seen_d_prime
+    assert "SECRET" not in str(seen_d)
+
+
 @pytest.mark.parametrize("sql, kwargs", CORPUS, ids=[f"q{i}" for i in range(len(CORPUS))])
 def test_refusals_never_reach_the_engine(tmp_path: Path, sql: str, kwargs: dict[str, Any], monkeypatch: pytest.MonkeyPatch) -> None:
     """With the budget spent, every query is refused (or rejected as invalid) without a single
