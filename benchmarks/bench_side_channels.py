@@ -58,6 +58,7 @@ def table(rows_of_7: int, others: int) -> pd.DataFrame:
 
 
 def median_seconds(fn: Any, repeats: int) -> float:
+    fn()  # warm-up: imports, prepared statements, caches
     times = []
     for _ in range(repeats):
         t0 = time.perf_counter()
