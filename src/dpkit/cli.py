@@ -320,7 +320,7 @@ def query(
         return
     console = Console()
     pct = f"{confidence * 100:g}%"
-    tbl = Table(title=f"{sql}", caption=f"ε={result.epsilon:g}, δ={result.delta:g} · {pct} intervals · keys: {result.keys}\n{result.unit_description}")
+    tbl = Table(title=f"{sql}", caption=f"ε={result.epsilon:g}, δ={result.delta:g} · {pct} intervals · keys: {result.keys}")
     for g in result.groups:
         tbl.add_column(g)
     for a in result.aggregates:

@@ -94,7 +94,7 @@ from dpkit.mechanisms.gaussian import Gaussian
 from dpkit.mechanisms.laplace import Geometric
 from dpkit.mechanisms.quantiles import Quantile as QuantileMechanism
 from dpkit.noise.integers import uniform_below
-from dpkit.noise.source import RNG, RandomSource, SecureSource, resolve_rng
+from dpkit.noise.source import RNG, RandomSource, is_seeded, resolve_rng
 
 __all__ = ["Session", "Query"]
 
@@ -107,9 +107,17 @@ ColumnKind = Literal["numeric", "string", "boolean", "unit"]
 _curator_log = logging.getLogger("dpkit.curator")
 
 
-def _is_seeded(rng: object) -> bool:
-    """True for any randomness that is not the OS-keyed CSPRNG (a seed, or a custom source)."""
-    return rng is not None and not isinstance(rng, SecureSource)
+def _check_rng(rng: object, ledger: object) -> None:
+    """``rng`` must be randomness; a seeded one never meets a ledger (tests and teaching use an
+    in-memory Budget)."""
+    if rng is None:
+        return
+    resolve_rng(rng)  # a clear error for anything that is not randomness
+    if is_seeded(rng) and ledger is not None:
+        raise InvalidParameterError(
+            "rng", _short(rng), "None (the secure default) when spending from a ledger",
+            "seeded noise can be replayed and subtracted, so a ledger would charge for privacy that was not given; use budget=dp.Budget(...) for tests and teaching",
+        )
 
 
 # ================================================================================================
@@ -202,13 +210,7 @@ class Session:
             raise InvalidParameterError("portable", portable, "True or False")
         self._portable = portable
         self._unit = self._check_unit(privacy_unit, row_level)
-        if rng is not None:
-            resolve_rng(rng)  # a clear error for anything that is not randomness
-        if _is_seeded(rng) and ledger is not None:
-            raise InvalidParameterError(
-                "rng", _short(rng), "None (the secure default) when spending from a ledger",
-                "seeded noise can be replayed and subtracted, so a ledger would charge for privacy that was not given; use budget=dp.Budget(...) for tests and teaching",
-            )
+        _check_rng(rng, ledger)
         self._rng = rng
         self._budget, self._ledger, self._dataset, self._analyst = self._check_budget(budget, ledger, dataset, analyst, table)
         self._engine = _make_engine(data, engine)
@@ -717,13 +719,7 @@ class _Runner:
         if key_selection not in KEY_SELECTIONS:
             raise InvalidParameterError("key_selection", key_selection, "one of " + ", ".join(map(repr, KEY_SELECTIONS)))
         self.key_selection = str(key_selection)
-        if rng is not None:
-            resolve_rng(rng)
-            if _is_seeded(rng) and self.s._ledger is not None:
-                raise InvalidParameterError(
-                    "rng", _short(rng), "None (the secure default) when spending from a ledger",
-                    "seeded noise can be replayed and subtracted, so a ledger would charge for privacy that was not given",
-                )
+        _check_rng(rng, self.s._ledger)
         self.rng = rng if rng is not None else self.s._rng
         self.text = text or self._describe()
         self.public = self._public_keys()
@@ -981,7 +977,7 @@ class _Runner:
             notes.append(f"privacy unit: {self.s._unit}; each contributes at most {groups_bound} group(s) and {R} row(s) per group")
         else:
             notes.append("privacy unit: a row (declared: every row is a different person)")
-        seeded = _is_seeded(self.rng)
+        seeded = is_seeded(self.rng)
         if seeded:
             notes.append("SEEDED randomness: reproducible and NOT private (tests and teaching only)")
         try:
@@ -1001,8 +997,8 @@ class _Runner:
             spend_id=spend_id,
             notes=tuple(notes),
             privacy_unit=self.s._unit,
-            max_groups=groups_bound if self.s._unit is not None else 1,
-            max_rows=R if self.s._unit is not None else 1,
+            max_groups=groups_bound,  # G = R = 1 without a unit column (see price)
+            max_rows=R,
             neighbours=self.s._neighbours,
             seeded=seeded,
         )

@@ -26,7 +26,7 @@ from numpy.typing import NDArray
 
 from dpkit.errors import InvalidParameterError
 
-__all__ = ["RandomSource", "SecureSource", "SeededSource", "resolve_rng", "RNG"]
+__all__ = ["RandomSource", "SecureSource", "SeededSource", "resolve_rng", "is_seeded", "RNG"]
 
 # ChaCha20 in OpenSSL counts 64-byte blocks with a 32-bit counter that starts at 0 here: 256 GiB
 # per key. Requests are split far below that (2^30 words = 2^27 blocks) so it never wraps.
@@ -89,3 +89,9 @@ def resolve_rng(rng: object) -> RandomSource:
     raise InvalidParameterError(
         "rng", rng, "None (secure default), a numpy.random.Generator (tests only) or a RandomSource"
     )
+
+
+def is_seeded(rng: object) -> bool:
+    """True for any randomness but the default: a seeded generator, or any source other than
+    :class:`SecureSource` itself. Such noise may be replayable, so it never meets a ledger."""
+    return rng is not None and type(rng) is not SecureSource

@@ -67,14 +67,14 @@ from dpkit._validate import short_repr as _short
 from dpkit.analytics import aggregates as A
 from dpkit.analytics.check import DataCheck, check_data
 from dpkit.analytics.engines.base import quote_identifier
-from dpkit.analytics.engines.duckdb import csv_source_sql
+from dpkit.analytics.engines.duckdb import csv_source_sql, sql_string
 from dpkit.analytics.metadata import Metadata
 from dpkit.analytics.results import QueryCost
 from dpkit.analytics.session import Query, Session
 from dpkit.budget import Budget
 from dpkit.errors import AuthError, BudgetExceededError, DPError, InvalidDataError, InvalidParameterError, LedgerError, QueryFailedError
 from dpkit.ledger.base import BudgetRecord, LedgerBackend, fraction_to_text
-from dpkit.noise.source import RNG, SecureSource
+from dpkit.noise.source import RNG, is_seeded
 from dpkit.server.audit import GENESIS, AuditEntry, ChainReport, verify_chain
 from dpkit.server.keys import key_hash, key_id, looks_like_key, new_key
 from dpkit.server.store import ServiceStore, normalise_url, now, open_store, sqlite_path
@@ -132,7 +132,7 @@ class PaidQueryFailedError(QueryFailedError):
 def check_service_rng(rng: object) -> None:
     """The service's randomness must be the OS CSPRNG: None (the default) or a
     :class:`~dpkit.noise.source.SecureSource`. A seeded generator is refused."""
-    if rng is None or type(rng) is SecureSource:
+    if not is_seeded(rng):
         return
     raise InvalidParameterError(
         "rng", _short(rng), "None (the service's secure default, the OS CSPRNG) or a dpkit.noise.source.SecureSource",
@@ -389,8 +389,8 @@ class Service:
                 "the service answers every analyst with the metadata's privacy unit, so the metadata must say who is protected",
             )
         v.neighbours(neighbours)
-        if self._registered(name):
-            raise InvalidParameterError("dataset", name, "a name not already registered", "a registered dataset is never replaced (its budgets refer to it)")
+        if self._registered(name):  # before loading the data; the insert below re-checks under its lock
+            raise _already_registered(name)
         info = DatasetInfo(name, str(path), meta, neighbours, now(), table)
         conn = self._load(info)
         try:
@@ -402,7 +402,7 @@ class Service:
         info = replace(info, check=report)
         with self._store.transaction(write=True) as tx:
             if tx.run("SELECT 1 FROM datasets WHERE name = ?", (name,)):
-                raise InvalidParameterError("dataset", name, "a name not already registered", "a registered dataset is never replaced (its budgets refer to it)")
+                raise _already_registered(name)
             tx.run(
                 f"INSERT INTO datasets ({_DATASET_COLUMNS}) VALUES (?, ?, ?, ?, ?, ?)",
                 (name, info.source, json.dumps(meta.to_dict(), sort_keys=True), neighbours, info.created_at, table),
@@ -503,13 +503,12 @@ class Service:
             target = quote_identifier(info.name)
             if info.table is not None:
                 # The file is attached read-only just long enough to copy the table.
-                literal = "'" + info.source.replace("'", "''") + "'"
-                conn.execute(f"ATTACH {literal} AS dpkit_source (READ_ONLY)")
+                conn.execute(f"ATTACH {sql_string(info.source)} AS dpkit_source (READ_ONLY)")
                 qualified = ".".join(quote_identifier(part) for part in ("dpkit_source", *info.table.split(".")))
                 conn.execute(f"CREATE TABLE {target} AS SELECT * FROM {qualified}")
                 conn.execute("DETACH dpkit_source")
             elif info.source.lower().endswith((".parquet", ".pq")):
-                conn.execute(f"CREATE TABLE {target} AS SELECT * FROM read_parquet({_sql_string(info.source)})")
+                conn.execute(f"CREATE TABLE {target} AS SELECT * FROM read_parquet({sql_string(info.source)})")
             else:
                 conn.execute(f"CREATE TABLE {target} AS SELECT * FROM {csv_source_sql(info.source)}")
         except Exception as exc:
@@ -806,6 +805,10 @@ class _GroupCommit:
         return slot.entry
 
 
+def _already_registered(name: str) -> InvalidParameterError:
+    return InvalidParameterError("dataset", name, "a name not already registered", "a registered dataset is never replaced (its budgets refer to it)")
+
+
 def _exceeded(cost: QueryCost, text: str, budget: BudgetRecord, analyst: str, dataset: str) -> BudgetExceededError:
     """The analyst's refusal: the request and the budget, in the same words however it was
     refused (no ledger path, nothing about the data)."""
@@ -813,10 +816,6 @@ def _exceeded(cost: QueryCost, text: str, budget: BudgetRecord, analyst: str, da
         f"ε={cost.epsilon!r}, δ={cost.delta!r} for {text[:80]!r}",
         f"ε={budget.remaining_epsilon!r}, δ={budget.remaining_delta!r} of the budget of analyst {analyst!r} on dataset {dataset!r}",
     )
-
-
-def _sql_string(text: str) -> str:
-    return "'" + text.replace("'", "''") + "'"
 
 
 def _describe_source(info: DatasetInfo) -> str:

@@ -14,7 +14,7 @@ import pandas as pd
 
 from dpkit.analytics.plan import AggregationPlan
 
-__all__ = ["Engine", "ColumnKind", "ReadType", "quote_identifier", "ROW_SALT_MASK", "SUM_LIMIT", "GAUSSIAN_SUM_LIMIT"]
+__all__ = ["Engine", "ColumnKind", "ReadType", "quote_identifier", "ROW_SALT_MASK", "SUM_LIMIT", "GAUSSIAN_SUM_LIMIT", "EXACT_INTEGER_LIMIT"]
 
 #: A source column's physical kind, from the source's own schema (never from its rows).
 #: ``nested`` (LIST, STRUCT, MAP, arrays, …) cannot be declared.
@@ -31,8 +31,10 @@ ReadType = Literal["double", "integer", "string", "boolean", "unit"]
 #: Exact integer sums are clamped to ±SUM_LIMIT grid steps inside the engine (clamping is
 #: 1-Lipschitz, so no sensitivity grows) instead of failing on an overflow after the debit.
 SUM_LIMIT = 2**62
-#: Sums released with Gaussian noise are exact doubles: clamped to ±2**53 grid steps.
-GAUSSIAN_SUM_LIMIT = 2**53
+#: The largest magnitude below which every integer is an exact double: integers read from a
+#: source must lie within it (else NULL), and sums released with Gaussian noise are clamped to it.
+EXACT_INTEGER_LIMIT = 2**53
+GAUSSIAN_SUM_LIMIT = EXACT_INTEGER_LIMIT
 
 #: The row priority is keyed by a second salt derived from the plan's (62-bit) salt.
 ROW_SALT_MASK = 0x2545F4914F6CDD1D

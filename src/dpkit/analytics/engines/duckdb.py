@@ -20,7 +20,7 @@ from typing import Any
 
 import pandas as pd
 
-from dpkit.analytics.engines.base import ROW_SALT_MASK, SUM_LIMIT, ColumnKind, ReadType, quote_identifier as q
+from dpkit.analytics.engines.base import EXACT_INTEGER_LIMIT, ROW_SALT_MASK, SUM_LIMIT, ColumnKind, ReadType, quote_identifier as q
 from dpkit.analytics.plan import (
     AggregationPlan,
     And,
@@ -36,12 +36,15 @@ from dpkit.analytics.plan import (
 )
 from dpkit.errors import InvalidParameterError
 
-__all__ = ["DuckDBEngine", "csv_source_sql"]
+__all__ = ["DuckDBEngine", "csv_source_sql", "sql_string"]
 
 _counter = itertools.count()
+_INTEGER_TYPES = ("TINYINT", "SMALLINT", "INTEGER", "BIGINT", "HUGEINT", "UTINYINT", "USMALLINT", "UINTEGER", "UBIGINT", "UHUGEINT")
+_FLOAT_TYPES = ("FLOAT", "DOUBLE", "REAL")
 
 
-def _sql_string(text: str) -> str:
+def sql_string(text: str) -> str:
+    """``text`` as a single-quoted SQL string literal (embedded quotes doubled)."""
     return "'" + text.replace("'", "''") + "'"
 
 
@@ -62,7 +65,7 @@ def _kind(type_name: str) -> ColumnKind:
         return "nested"
     if t == "BOOLEAN":
         return "boolean"
-    if any(t.startswith(p) for p in ("TINYINT", "SMALLINT", "INTEGER", "BIGINT", "HUGEINT", "UTINYINT", "USMALLINT", "UINTEGER", "UBIGINT", "UHUGEINT", "FLOAT", "DOUBLE", "REAL", "DECIMAL")):
+    if t.startswith((*_INTEGER_TYPES, *_FLOAT_TYPES, "DECIMAL")):
         return "numeric"
     if t in ("VARCHAR", "STRING", "TEXT") or t.startswith("VARCHAR") or t.startswith("ENUM"):
         return "string"
@@ -108,15 +111,11 @@ def csv_source_sql(path: str | os.PathLike[str]) -> str:
     names = _csv_header(p)
     if not names or any(not n for n in names) or len(set(names)) != len(names):
         raise InvalidParameterError("data", p.name, "a CSV file whose first line names every column once")
-    columns = "{" + ", ".join(f"{_sql_string(n)}: 'VARCHAR'" for n in names) + "}"
+    columns = "{" + ", ".join(f"{sql_string(n)}: 'VARCHAR'" for n in names) + "}"
     return (
-        f"read_csv({_sql_string(str(p))}, header = true, auto_detect = false, columns = {columns}, "
+        f"read_csv({sql_string(str(p))}, header = true, auto_detect = false, columns = {columns}, "
         "delim = ',', quote = '\"', escape = '\"', null_padding = true, ignore_errors = true, strict_mode = false)"
     )
-
-
-_INTEGER_TYPES = ("TINYINT", "SMALLINT", "INTEGER", "BIGINT", "HUGEINT", "UTINYINT", "USMALLINT", "UINTEGER", "UBIGINT", "UHUGEINT")
-_FLOAT_TYPES = ("FLOAT", "DOUBLE", "REAL")
 
 
 def _read(x: str, read: ReadType, kind: ColumnKind, strip: bool, sql_type: str = "") -> str:
@@ -131,23 +130,29 @@ def _read(x: str, read: ReadType, kind: ColumnKind, strip: bool, sql_type: str =
     if read == "double" and sql_type in _FLOAT_TYPES:
         return f"CASE WHEN isfinite({x}) THEN CAST({x} AS DOUBLE) END"
     if read == "integer" and sql_type in _INTEGER_TYPES:
-        return f"CASE WHEN {x} BETWEEN -9007199254740992 AND 9007199254740992 THEN CAST({x} AS BIGINT) END"
-    text = f"trim({x})" if kind == "string" and strip else x if kind == "string" else f"CAST({x} AS VARCHAR)"
-    if read in ("string", "unit"):
-        return text
+        return f"CASE WHEN {x} BETWEEN {-EXACT_INTEGER_LIMIT} AND {EXACT_INTEGER_LIMIT} THEN CAST({x} AS BIGINT) END"
+    if kind != "string":
+        if read in ("string", "unit"):
+            return f"CAST({x} AS VARCHAR)"
+        cast_from = x  # numbers and booleans cast directly, not through their text
+    else:
+        text = f"trim({x})" if strip else x
+        if read in ("string", "unit"):
+            return text
+        cast_from = text
     if read == "boolean":
-        return f"TRY_CAST({text if kind == 'string' else x} AS BOOLEAN)"
+        return f"TRY_CAST({cast_from} AS BOOLEAN)"
     if kind == "string" and strip:
         # = TRY_CAST(trim(x) AS DOUBLE): the cast already skips plain surrounding spaces, and a
         # text it parses untrimmed parses to the same number trimmed; trim only where it fails
         # (NBSP and other Unicode spaces). A fifth cheaper on text-heavy CSVs.
-        d = f"coalesce(TRY_CAST({x} AS DOUBLE), TRY_CAST({text} AS DOUBLE))"
+        d = f"coalesce(TRY_CAST({x} AS DOUBLE), TRY_CAST({cast_from} AS DOUBLE))"
     else:
-        d = f"TRY_CAST({text if kind == 'string' else x} AS DOUBLE)"
+        d = f"TRY_CAST({cast_from} AS DOUBLE)"
     if read == "double":
         return f"CASE WHEN isfinite({d}) THEN {d} END"
     # integer: an exact double with an integral value (3.5 and 1e300 are not integers)
-    return f"CASE WHEN isfinite({d}) AND abs({d}) <= 9007199254740992 AND {d} = round({d}) THEN CAST({d} AS BIGINT) END"
+    return f"CASE WHEN isfinite({d}) AND abs({d}) <= {EXACT_INTEGER_LIMIT} AND {d} = round({d}) THEN CAST({d} AS BIGINT) END"
 
 
 class DuckDBEngine:
@@ -169,14 +174,11 @@ class DuckDBEngine:
         self._view = f"__dpkit_t{os.getpid()}_{next(_counter)}"
         self._frame: pd.DataFrame | None = None
         self._sql_types: dict[str, str] = {}
-        self._kinds: dict[str, ColumnKind]
         if table is not None:  # an existing table or view of ``connection``
             self._raw = q(table)
-            self._kinds = self._sql_kinds()
         elif isinstance(source, pd.DataFrame):
             self._frame = source
             self._raw = q(self._view)
-            self._kinds = {str(c): _pandas_kind(t) for c, t in source.dtypes.items()}
         elif isinstance(source, (str, os.PathLike)):
             path = Path(source)
             if not path.is_file():
@@ -189,26 +191,29 @@ class DuckDBEngine:
             else:
                 self._con.execute(f"CREATE VIEW {q(self._view)} AS SELECT * FROM {csv_source_sql(path)}")
             self._raw = q(self._view)
-            self._kinds = self._sql_kinds()
         elif isinstance(source, duckdb.DuckDBPyRelation):
             self._con = duckdb.default_connection() if connection is None else connection
             try:
                 source.create_view(self._view)
                 self._con.execute(f"SELECT * FROM {q(self._view)} LIMIT 0")
-            except duckdb.Error as exc:
+            except duckdb.Error:
                 raise InvalidParameterError(
-                    "data", "a DuckDB relation", "a relation of the default connection (duckdb.sql(...)), or Session.from_duckdb(connection, table)", str(exc)
-                ) from exc
+                    "data", "a DuckDB relation", "a relation of the default connection (duckdb.sql(...)), or Session.from_duckdb(connection, table)"
+                ) from None
             self._raw = q(self._view)
-            self._kinds = self._sql_kinds()
         else:
             raise InvalidParameterError("data", type(source).__name__, "a pandas DataFrame, a CSV or Parquet path, or a DuckDB relation")
+        if self._frame is not None:  # a pandas frame is registered at bind, from its dtypes until then
+            self._kinds = {str(c): _pandas_kind(t) for c, t in self._frame.dtypes.items()}
+        else:
+            self._read_sql_types()
+            self._kinds = {name: _kind(t) for name, t in self._sql_types.items()}
         self._from = self._raw
 
-    def _sql_kinds(self) -> dict[str, ColumnKind]:
+    def _read_sql_types(self) -> None:
+        """The physical SQL type of every column of ``_raw`` (from the schema; no row is read)."""
         rel = self._con.sql(f"SELECT * FROM {self._raw} LIMIT 0")
         self._sql_types = {name: str(t).upper() for name, t in zip(rel.columns, rel.types)}
-        return {name: _kind(t) for name, t in self._sql_types.items()}
 
     # -- schema -----------------------------------------------------------------------------------
 
@@ -223,11 +228,11 @@ class DuckDBEngine:
             # (a new frame of the same column objects: pandas copies nothing it does not convert)
             columns = {c: self._frame[c] for c in types} or {"__dpkit_one": pd.Series(1, index=self._frame.index)}
             for c, col in columns.items():
-                if c in self._kinds and (self._kinds[c] == "string" and not pd.api.types.is_string_dtype(col.dtype) or col.dtype == object):
+                if self._kinds.get(c) == "string" and not isinstance(col.dtype, pd.StringDtype):
                     columns[c] = col.astype("string")
             self._con.register(self._view, pd.DataFrame(columns, copy=False))
             self._frame = None
-            self._sql_kinds()
+            self._read_sql_types()
         items = [f"{_read(q(c), t, self._kinds[c], strip_strings, self._sql_types.get(c, ''))} AS {q(c)}" for c, t in types.items()]
         typed = f"{self._view}_typed"
         self._con.execute(f"CREATE OR REPLACE TEMP VIEW {q(typed)} AS SELECT {', '.join(items) or '1 AS __one'} FROM {self._raw}")

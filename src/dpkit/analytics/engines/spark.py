@@ -57,7 +57,7 @@ from typing import Any
 
 import pandas as pd
 
-from dpkit.analytics.engines.base import ROW_SALT_MASK, SUM_LIMIT, ColumnKind, ReadType
+from dpkit.analytics.engines.base import EXACT_INTEGER_LIMIT, ROW_SALT_MASK, SUM_LIMIT, ColumnKind, ReadType
 from dpkit.analytics.plan import (
     AggregationPlan,
     And,
@@ -85,7 +85,6 @@ _DIGITS = r"[0-9]+(?:_[0-9]+)*"
 _NUMBER = rf"^{_WS}\+?(-?)((?:{_DIGITS}(?:\.(?:{_DIGITS})?)?|\.{_DIGITS})(?:[eE][+-]?{_DIGITS})?){_WS}\z"
 _TRUE = ("true", "t", "yes", "y", "1")
 _FALSE = ("false", "f", "no", "n", "0")
-_MAX_EXACT = float(2**53)
 
 
 def _col(name: str) -> Any:
@@ -151,7 +150,7 @@ def _read(x: Any, read: ReadType, kind: ColumnKind, strip: bool) -> Any:
     if read == "double":
         return F.when(_finite(d), d)
     # integer: an exact double with an integral value (3.5 and 1e300 are not integers)
-    return F.when(_finite(d) & (F.abs(d) <= F.lit(_MAX_EXACT)) & (d == F.round(d)), d.try_cast("long"))
+    return F.when(_finite(d) & (F.abs(d) <= F.lit(float(EXACT_INTEGER_LIMIT))) & (d == F.round(d)), d.try_cast("long"))
 
 
 class SparkEngine:
