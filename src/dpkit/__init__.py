@@ -17,6 +17,7 @@ from dpkit.errors import (
     InvalidDataError,
     QueryFailedError,
     InvalidParameterError,
+    LimitExceededError,
     LedgerError,
 )
 from dpkit.mechanisms import (
@@ -94,6 +95,7 @@ __all__ = [
     "SmoothSensitivityMedian",
     "DPError",
     "InvalidParameterError",
+    "LimitExceededError",
     "InvalidDataError",
     "QueryFailedError",
     "BudgetExceededError",

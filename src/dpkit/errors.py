@@ -9,6 +9,7 @@ from __future__ import annotations
 __all__ = [
     "DPError",
     "InvalidParameterError",
+    "LimitExceededError",
     "InvalidDataError",
     "BudgetExceededError",
     "QueryFailedError",
@@ -42,6 +43,18 @@ class InvalidDataError(DPError, ValueError):
         self.problem = problem
         self.accepted = accepted
         super().__init__(f"{name}: {problem}; accepted: {accepted}")
+
+
+class LimitExceededError(InvalidParameterError):
+    """A request is larger than a limit its operator set (the product of public group keys, the
+    rows of a result, the size of an answer, the depth of a query). Decided on the request and
+    the declared metadata only, before anything is paid or read; the message names the limit
+    and the setting that controls it."""
+
+    def __init__(self, name: str, value: object, limit: int | float, setting: str) -> None:
+        self.limit = limit
+        self.setting = setting
+        super().__init__(name, value, f"at most {limit:,}", f"The limit is {setting}={limit!r}, set by the operator")
 
 
 class BudgetExceededError(DPError):
