@@ -68,6 +68,7 @@ from dpkit.analytics import aggregates as A
 from dpkit.analytics.check import DataCheck, check_data
 from dpkit.analytics.engines.base import quote_identifier
 from dpkit.analytics.engines.duckdb import csv_source_sql, sql_string
+from dpkit.analytics.limits import QueryLimits
 from dpkit.analytics.metadata import Metadata
 from dpkit.analytics.results import QueryCost
 from dpkit.analytics.session import Query, Session
@@ -93,6 +94,9 @@ _PRINCIPAL = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.@-]{0,63}")
 _TABLE = re.compile(r"[A-Za-z_][A-Za-z0-9_]{0,62}(\.[A-Za-z_][A-Za-z0-9_]{0,62})?")
 _SOURCES = (".csv", ".parquet", ".pq", ".duckdb")
 _DATASET_COLUMNS = "name, source, metadata, neighbours, created_at, source_table"
+#: The largest ε a curator may grant one analyst on one dataset unless the administrator sets
+#: another maximum (``--max-grant-epsilon``): a guard against a typo or a stolen curator key.
+DEFAULT_MAX_GRANT_EPSILON = 10.0
 _DETAIL_LIMIT = 4096  # characters of query text kept in the audit log per request
 _AGGREGATES: dict[str, type] = {
     "count": A.Count,
@@ -248,8 +252,28 @@ class Service:
     would charge for privacy that was not given (DESIGN, "Declared schema").
     """
 
-    def __init__(self, ledger: str | os.PathLike[str] = "sqlite:///.dpkit/ledger.sqlite", *, timeout: float = 30.0, rng: RNG = None) -> None:
+    def __init__(
+        self,
+        ledger: str | os.PathLike[str] = "sqlite:///.dpkit/ledger.sqlite",
+        *,
+        timeout: float = 30.0,
+        rng: RNG = None,
+        data_root: str | os.PathLike[str] | None = None,
+        limits: QueryLimits | None = None,
+        max_grant_epsilon: float = DEFAULT_MAX_GRANT_EPSILON,
+        audit_key: str | os.PathLike[str] | bytes | None = None,
+    ) -> None:
         check_service_rng(rng)
+        if limits is not None and not isinstance(limits, QueryLimits):
+            raise InvalidParameterError("limits", _short(limits), "a dpkit.analytics.limits.QueryLimits or None")
+        if isinstance(max_grant_epsilon, bool) or not isinstance(max_grant_epsilon, (int, float)) or not (math.isfinite(max_grant_epsilon) and max_grant_epsilon > 0):
+            raise InvalidParameterError("max_grant_epsilon", max_grant_epsilon, "a finite number > 0")
+        #: Datasets are registered only from under this directory (None: anywhere — the
+        #: in-process API is the administrator's own; the HTTP service always sets one).
+        self._data_root = None if data_root is None else Path(os.fspath(data_root)).expanduser().resolve()
+        self._limits = limits if limits is not None else QueryLimits()
+        self._max_grant_epsilon = float(max_grant_epsilon)
+        self._audit_key_source = audit_key
         url = normalise_url(ledger)
         self.url = url
         self._ledger: LedgerBackend = _open_ledger(url, timeout)
