@@ -262,6 +262,7 @@ class Service:
         limits: QueryLimits | None = None,
         max_grant_epsilon: float = DEFAULT_MAX_GRANT_EPSILON,
         audit_key: str | os.PathLike[str] | bytes | None = None,
+        dataset_dir: str | os.PathLike[str] | None = None,
     ) -> None:
         check_service_rng(rng)
         if limits is not None and not isinstance(limits, QueryLimits):
@@ -274,6 +275,9 @@ class Service:
         self._limits = limits if limits is not None else QueryLimits()
         self._max_grant_epsilon = float(max_grant_epsilon)
         self._audit_key_source = audit_key
+        #: Where registered datasets are kept as read-only DuckDB files shared by every worker
+        #: (None: derived from the ledger URL; see dpkit.server.datasets).
+        self._dataset_dir_source = dataset_dir
         url = normalise_url(ledger)
         self.url = url
         self._ledger: LedgerBackend = _open_ledger(url, timeout)
