@@ -19,10 +19,11 @@ A backend (SQLite now, PostgreSQL later) implements :class:`LedgerBackend`; the 
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import datetime
 from fractions import Fraction
-from typing import Protocol, runtime_checkable
+from typing import Any, Literal, Protocol, runtime_checkable
 
 from dpkit._validate import NEIGHBOUR_RELATIONS, exact_amount
 from dpkit._validate import short_repr as _short
@@ -35,6 +36,9 @@ __all__ = [
     "BudgetRecord",
     "SpendRecord",
     "LedgerBackend",
+    "SQLRunner",
+    "DebitFacts",
+    "GrantFacts",
     "debit_cost",
     "budget_amounts",
     "fraction_to_text",
@@ -92,6 +96,50 @@ class SpendRecord:
     created_at: datetime
 
 
+class SQLRunner(Protocol):
+    """The open transaction of a debit or a budget's creation, handed to ``on_debit`` /
+    ``on_create`` so that a caller can write its own rows (the curator service's audit entry) in
+    the same transaction: they commit together or not at all. SQL uses ``?`` placeholders."""
+
+    dialect: Literal["sqlite", "postgres"]
+
+    def run(self, sql: str, params: tuple[Any, ...] = ()) -> list[tuple[Any, ...]]: ...
+
+
+@dataclass(frozen=True)
+class DebitFacts:
+    """What a debit is writing, exactly: the spend's id, its cost and the budget's new totals
+    (fractions, as stored), and its time (ISO 8601)."""
+
+    spend_id: int
+    dataset: str
+    analyst: str
+    query_text: str
+    epsilon: Fraction
+    delta: Fraction
+    spent_epsilon: Fraction
+    spent_delta: Fraction
+    created_at: str
+
+
+@dataclass(frozen=True)
+class GrantFacts:
+    """What the creation of a budget is writing: the budget's exact (ε, δ) and its time."""
+
+    dataset: str
+    analyst: str
+    epsilon: Fraction
+    delta: Fraction
+    created_at: str
+
+
+#: Called inside the debit's transaction, after the spend and the totals are written and before
+#: COMMIT; if it raises, nothing of the debit is kept.
+OnDebit = Callable[[SQLRunner, DebitFacts], None]
+#: Called inside the transaction that creates a budget, before COMMIT.
+OnCreate = Callable[[SQLRunner, GrantFacts], None]
+
+
 @runtime_checkable
 class LedgerBackend(Protocol):
     """A persistent store of budgets and spends with an atomic check-and-debit.
@@ -103,10 +151,11 @@ class LedgerBackend(Protocol):
     """
 
     def create_budget(
-        self, dataset: str, analyst: str, *, epsilon: float, delta: float = 0.0, exist_ok: bool = False
+        self, dataset: str, analyst: str, *, epsilon: float, delta: float = 0.0, exist_ok: bool = False, on_create: OnCreate | None = None
     ) -> BudgetRecord:
         """Create the budget of ``analyst`` on ``dataset``. If it exists: with ``exist_ok`` and
-        the same (ε, δ), return it; otherwise raise LedgerError (a budget is never changed)."""
+        the same (ε, δ), return it; otherwise raise LedgerError (a budget is never changed).
+        ``on_create`` runs inside the creating transaction (not when the budget existed)."""
         ...
 
     def get_budget(self, dataset: str, analyst: str) -> BudgetRecord:
@@ -122,10 +171,12 @@ class LedgerBackend(Protocol):
         *,
         epsilon_cost: float | Fraction | None = None,
         delta_cost: float | Fraction | None = None,
+        on_debit: OnDebit | None = None,
     ) -> SpendRecord:
         """Check and debit in one transaction: record the spend if the new totals stay within the
         budget, else raise BudgetExceededError and write nothing. The cost is the event's
-        basic-composition cost unless both ``epsilon_cost`` and ``delta_cost`` are given."""
+        basic-composition cost unless both ``epsilon_cost`` and ``delta_cost`` are given.
+        ``on_debit`` runs inside that transaction before it commits (see :data:`OnDebit`)."""
         ...
 
     def list_spends(self, dataset: str, analyst: str) -> list[SpendRecord]:

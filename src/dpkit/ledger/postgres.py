@@ -59,6 +59,10 @@ from dpkit.accounting.rounding import up
 from dpkit.errors import InvalidParameterError, LedgerError
 from dpkit.ledger.base import (
     BudgetRecord,
+    DebitFacts,
+    GrantFacts,
+    OnCreate,
+    OnDebit,
     SpendRecord,
     budget_amounts,
     budget_from_row,
@@ -225,6 +229,20 @@ def _encodable(name: str, value: str) -> None:
         value.encode("utf-8")
     except UnicodeEncodeError:
         raise InvalidParameterError(name, _short(value), "valid Unicode text (no lone surrogates)") from None
+
+
+class _Runner:
+    """The debit's open transaction, for ``on_debit`` / ``on_create`` (see dpkit.ledger.base.SQLRunner):
+    ``?`` placeholders become psycopg's ``%s``."""
+
+    dialect = "postgres"
+
+    def __init__(self, conn: Any) -> None:
+        self._conn = conn
+
+    def run(self, sql: str, params: tuple[object, ...] = ()) -> list[tuple[object, ...]]:
+        cur = self._conn.execute(sql.replace("?", "%s"), params)
+        return list(cur.fetchall()) if cur.description is not None else []
 
 
 class PostgresLedger:
@@ -512,7 +530,7 @@ class PostgresLedger:
     # -- the LedgerBackend interface ----------------------------------------------------------------
 
     def create_budget(
-        self, dataset: str, analyst: str, *, epsilon: float, delta: float = 0.0, exist_ok: bool = False
+        self, dataset: str, analyst: str, *, epsilon: float, delta: float = 0.0, exist_ok: bool = False, on_create: OnCreate | None = None
     ) -> BudgetRecord:
         """Create the (ε, δ) budget of ``analyst`` on ``dataset`` and return it.
 
@@ -533,6 +551,8 @@ class PostgresLedger:
                 f"ON CONFLICT (dataset, analyst) DO NOTHING RETURNING {_BUDGET_COLUMNS}",
                 (dataset, analyst, fraction_to_text(eps), fraction_to_text(dlt)),
             ).fetchone()
+            if row is not None and on_create is not None:
+                on_create(_Runner(conn), GrantFacts(dataset, analyst, eps, dlt, row[6].isoformat()))
             if row is None:
                 row = conn.execute(
                     f"SELECT {_BUDGET_COLUMNS} FROM {self._budgets} WHERE dataset = %s AND analyst = %s",
@@ -597,6 +617,7 @@ class PostgresLedger:
         *,
         epsilon_cost: float | Fraction | None = None,
         delta_cost: float | Fraction | None = None,
+        on_debit: OnDebit | None = None,
     ) -> SpendRecord:
         """Pay for ``event`` from the budget of ``analyst`` on ``dataset``, or raise and write nothing.
 
@@ -642,6 +663,8 @@ class PostgresLedger:
                 "WHERE dataset = %s AND analyst = %s",
                 (fraction_to_text(new_eps), fraction_to_text(new_dlt), relation, dataset, analyst),
             )
+            if on_debit is not None:
+                on_debit(_Runner(conn), DebitFacts(int(spend_id), dataset, analyst, query_text, eps, dlt, new_eps, new_dlt, created.isoformat()))
         return SpendRecord(
             id=int(spend_id),
             dataset=dataset,

@@ -43,6 +43,10 @@ from dpkit.errors import InvalidParameterError, LedgerError
 from dpkit.accounting.rounding import up
 from dpkit.ledger.base import (
     BudgetRecord,
+    DebitFacts,
+    GrantFacts,
+    OnCreate,
+    OnDebit,
     SpendRecord,
     budget_amounts,
     budget_from_row,
@@ -125,6 +129,18 @@ _SPEND_COLUMNS = "id, dataset, analyst, event, query_text, epsilon_cost, delta_c
 
 def _now() -> str:
     return datetime.now(timezone.utc).isoformat()
+
+
+class _Runner:
+    """The debit's open transaction, for ``on_debit`` / ``on_create`` (see dpkit.ledger.base.SQLRunner)."""
+
+    dialect = "sqlite"
+
+    def __init__(self, conn: sqlite3.Connection) -> None:
+        self._conn = conn
+
+    def run(self, sql: str, params: tuple[object, ...] = ()) -> list[tuple[object, ...]]:
+        return list(self._conn.execute(sql, params).fetchall())
 
 
 class SQLiteLedger:
@@ -387,7 +403,7 @@ class SQLiteLedger:
     # -- the LedgerBackend interface ----------------------------------------------------------------
 
     def create_budget(
-        self, dataset: str, analyst: str, *, epsilon: float, delta: float = 0.0, exist_ok: bool = False
+        self, dataset: str, analyst: str, *, epsilon: float, delta: float = 0.0, exist_ok: bool = False, on_create: OnCreate | None = None
     ) -> BudgetRecord:
         """Create the (ε, δ) budget of ``analyst`` on ``dataset`` and return it.
 
@@ -403,6 +419,8 @@ class SQLiteLedger:
             if row is None:
                 row = (dataset, analyst, fraction_to_text(eps), fraction_to_text(dlt), "0/1", "0/1", _now(), None)
                 conn.execute(f"INSERT INTO budgets ({_BUDGET_COLUMNS}) VALUES (?, ?, ?, ?, ?, ?, ?, ?)", row)
+                if on_create is not None:
+                    on_create(_Runner(conn), GrantFacts(dataset, analyst, eps, dlt, row[6]))
             else:
                 same = (self._fraction(row[2], "epsilon"), self._fraction(row[3], "delta")) == (eps, dlt)
                 if not (exist_ok and same):
@@ -451,6 +469,7 @@ class SQLiteLedger:
         *,
         epsilon_cost: float | Fraction | None = None,
         delta_cost: float | Fraction | None = None,
+        on_debit: OnDebit | None = None,
     ) -> SpendRecord:
         """Pay for ``event`` from the budget of ``analyst`` on ``dataset``, or raise and write nothing.
 
@@ -489,6 +508,8 @@ class SQLiteLedger:
                 "WHERE dataset = ? AND analyst = ?",
                 (fraction_to_text(new_eps), fraction_to_text(new_dlt), relation, dataset, analyst),
             )
+            if on_debit is not None:
+                on_debit(_Runner(conn), DebitFacts(int(spend_id), dataset, analyst, query_text, eps, dlt, new_eps, new_dlt, created))  # type: ignore[arg-type]
         return SpendRecord(
             id=int(spend_id),  # type: ignore[arg-type]
             dataset=dataset,

@@ -42,9 +42,10 @@ True
 >>> answer = svc.query(who, "people", QueryRequest(epsilon=0.5, sql="SELECT COUNT(*) FROM people"))
 >>> answer["budget"]["remaining_epsilon"]
 0.5
->>> _ = svc.audit(actor="alice", action="query", status=200, outcome="ok", dataset="people", epsilon=0.5)
+>>> [(e.action, e.outcome) for e in svc.audit_entries()]  # the grant and the debit, each chained in its own transaction
+[('grant', 'granted'), ('query', 'paid')]
 >>> svc.verify_log().entries
-1
+2
 >>> svc.close()
 """
 
@@ -73,12 +74,16 @@ from dpkit.analytics.metadata import Metadata
 from dpkit.analytics.results import QueryCost
 from dpkit.analytics.session import Query, Session
 from dpkit.budget import Budget
-from dpkit.errors import AuthError, BudgetExceededError, DPError, InvalidDataError, InvalidParameterError, LedgerError, QueryFailedError
-from dpkit.ledger.base import BudgetRecord, LedgerBackend, fraction_to_text
+from dpkit.accounting.rounding import up
+from dpkit.errors import (
+    AuthError, BudgetExceededError, DPError, InvalidDataError, InvalidParameterError, LedgerError, LimitExceededError, QueryFailedError,
+)
+from dpkit.ledger.base import BudgetRecord, DebitFacts, GrantFacts, LedgerBackend, OnCreate, OnDebit, SpendRecord, SQLRunner, fraction_to_text
 from dpkit.noise.source import RNG, is_seeded
-from dpkit.server.audit import GENESIS, AuditEntry, ChainReport, verify_chain
+from dpkit.server.datasets import DatasetCopies, check_declared_columns, default_dataset_dir, resolve_source, source_kind
+from dpkit.server.audit import GENESIS, KEY_BYTES, AuditEntry, ChainReport, cross_check, default_key_path, load_key, verify_chain
 from dpkit.server.keys import key_hash, key_id, looks_like_key, new_key
-from dpkit.server.store import ServiceStore, normalise_url, now, open_store, sqlite_path
+from dpkit.server.store import AUDIT_LOCK, ServiceStore, normalise_url, now, open_store, sqlite_path
 
 __all__ = [
     "Service", "Principal", "DatasetInfo", "QueryRequest", "QuerySpec", "NotFoundError", "DatasetUnavailableError",
@@ -239,6 +244,8 @@ def check_principal_name(value: object) -> str:
 
 @dataclass
 class _Loaded:
+    """One process's read-only connection to a dataset's shared copy."""
+
     connection: Any
     lock: threading.Lock = field(default_factory=threading.Lock)
 
@@ -287,14 +294,43 @@ class Service:
         except BaseException:
             self._ledger.close()
             raise
+        try:
+            self._key = self._audit_key(url, audit_key)
+        except BaseException:
+            self._store.close()
+            self._ledger.close()
+            raise
         self._rng = rng
-        self._data: dict[str, _Loaded] = {}
+        self._data: dict[str, _Loaded] = {}  # this process's read-only connections to dataset copies
         self._data_lock = threading.Lock()
+        self._data_pid = os.getpid()  # a forked child opens its own connections
+        try:
+            self._copies = DatasetCopies(default_dataset_dir(url) if dataset_dir is None else dataset_dir)
+        except BaseException:
+            self.close()
+            raise
         self._batcher: _GroupCommit | None = None
 
     @property
     def ledger(self) -> LedgerBackend:
         return self._ledger
+
+    def _audit_key(self, url: str, source: str | os.PathLike[str] | bytes | None) -> bytes:
+        """The audit chain's key: given as bytes, or read from a file (created with a fresh key
+        only while the log is still empty — a log with entries and no key is refused)."""
+        if isinstance(source, (bytes, bytearray)):
+            if len(source) != KEY_BYTES:
+                raise InvalidParameterError("audit_key", f"<{len(source)} bytes>", f"{KEY_BYTES} random bytes, or the path of a key file")
+            return bytes(source)
+        if source is None:
+            path = default_key_path(url)
+        elif isinstance(source, (str, os.PathLike)) and os.fspath(source):
+            path = Path(os.fspath(source)).expanduser().absolute()
+        else:
+            raise InvalidParameterError("audit_key", _short(source), f"{KEY_BYTES} random bytes, the path of a key file, or None")
+        with self._store.transaction() as tx:
+            empty = not tx.run("SELECT 1 FROM audit_log LIMIT 1")
+        return load_key(path, create=empty)
 
     def close(self) -> None:
         self._store.close()
@@ -475,9 +511,16 @@ class Service:
         except LedgerError:
             return None
 
-    def grant(self, analyst: str, dataset: str, *, epsilon: float, delta: float = 0.0) -> BudgetRecord:
-        """Give ``analyst`` an (ε, δ) budget on ``dataset`` (budgets are never changed later)."""
+    def grant(self, analyst: str, dataset: str, *, epsilon: float, delta: float = 0.0, actor: str | None = None) -> BudgetRecord:
+        """Give ``analyst`` an (ε, δ) budget on ``dataset`` (budgets are never changed later).
+
+        ε above the administrator's maximum (``max_grant_epsilon``) is refused with
+        LimitExceededError. The budget and its ``grant`` entry in the audit chain (by ``actor``,
+        the curator) are written in one transaction, so every budget in the ledger has exactly
+        one chained grant and :meth:`verify_log` can check the two against each other."""
         check_principal_name(analyst)
+        if isinstance(epsilon, (int, float)) and not isinstance(epsilon, bool) and math.isfinite(epsilon) and epsilon > self._max_grant_epsilon:
+            raise LimitExceededError("epsilon", epsilon, self._max_grant_epsilon, "max_grant_epsilon")
         self.dataset(dataset)
         with self._store.transaction() as tx:
             rows = tx.run("SELECT role FROM principals WHERE name = ?", (analyst,))
@@ -490,7 +533,13 @@ class Service:
                 "analyst", analyst, f"an analyst without a budget on {dataset!r}",
                 "a granted budget is never changed or replaced: every answer already released was paid from it",
             )
-        return self._ledger.create_budget(dataset, analyst, epsilon=epsilon, delta=delta)
+        def chain_grant(tx: SQLRunner, facts: GrantFacts) -> None:
+            self._chain(tx, [self._fields(
+                actor=actor, action="grant", status=201, outcome="granted", dataset=facts.dataset,
+                detail={"analyst": facts.analyst, "budget_epsilon": fraction_to_text(facts.epsilon), "budget_delta": fraction_to_text(facts.delta)},
+            )])
+
+        return self._ledger.create_budget(dataset, analyst, epsilon=epsilon, delta=delta, on_create=chain_grant)
 
     def budgets(self, principal: Principal | None = None) -> list[BudgetRecord]:
         """Every budget (curator, or the command line), or the analyst's own."""
@@ -564,27 +613,30 @@ class Service:
         with loaded.lock:  # cursors are created one at a time; each is then used by one thread
             return loaded.connection.cursor()
 
-    def _session(self, principal: Principal, dataset: str) -> tuple[Session, DatasetInfo, BudgetRecord]:
-        """A session for the analyst on a dataset they were granted, and their budget as it
-        stood (404 — NotFoundError — for a dataset that does not exist or was not granted)."""
+    def _session(self, principal: Principal, dataset: str) -> tuple[Session, DatasetInfo, _QueryLedger]:
+        """A session for the analyst on a dataset they were granted, over a view of the ledger
+        for this one query (its budget read once; its debit chained in the audit log in the
+        same transaction). NotFoundError (404) for a dataset that does not exist or was not
+        granted."""
         if principal.role != "analyst":
             raise AuthError("only analysts run queries")
         info = self.dataset(dataset)
         budget = self._grant(principal.name, info.name)
         if budget is None:
             raise NotFoundError(f"there is no dataset named {dataset!r} that you may query")
+        view = _QueryLedger(self, budget, principal)
         cursor = self._cursor(info)
         try:
             session = Session.from_duckdb(
                 cursor, info.name, metadata=info.metadata, neighbours=info.neighbours,  # type: ignore[arg-type]
-                ledger=self._ledger, dataset=info.name, analyst=principal.name, rng=self._rng,
+                ledger=view, dataset=info.name, analyst=principal.name, rng=self._rng,
             )
         except (InvalidParameterError, InvalidDataError):
             # The metadata was checked against this table at registration: a mismatch now means
             # the source changed since. The analyst passed nothing here, so nothing is theirs to fix.
             _curator_log.warning("dataset %r no longer matches its metadata", info.name, exc_info=True)
             raise DatasetUnavailableError() from None
-        return session, info, budget
+        return session, info, view
 
     @staticmethod
     def _compile(session: Session, request: QueryRequest) -> tuple[Query, list[A.Aggregate]]:
@@ -651,7 +703,8 @@ class Service:
         and :class:`PaidQueryFailedError` — a QueryFailedError with the fixed message, the
         ``spend_id`` and the ``cost`` — when anything fails after the debit (the debit stands;
         the details go to the ``dpkit.curator`` log)."""
-        session, info, before = self._session(principal, dataset)
+        session, info, view = self._session(principal, dataset)
+        before = view.budget
         q, aggs = self._compile(session, request)
         options = self._options(request)
         text = _clip(request.text())
@@ -672,7 +725,7 @@ class Service:
             raise _exceeded(cost, text, self._ledger.get_budget(info.name, principal.name), principal.name, info.name) from None
         # Paid and computed: from here on nothing may fail on data either.
         try:
-            after = self._ledger.get_budget(info.name, principal.name)
+            after = view.budget  # the totals the debit wrote: no second read
             answer = result.to_dict()
             answer.pop("remaining_epsilon", None)
             answer["dataset"] = info.name
@@ -698,23 +751,40 @@ class Service:
         delta: float | None = None,
         detail: dict[str, Any] | None = None,
     ) -> AuditEntry:
-        """Append one entry to the hash chain and return it once it is committed.
+        """Append one entry to the keyed chain and return it once it is committed.
 
-        Concurrent appends are group-committed: the first caller writes every entry waiting at
-        that moment in one transaction (one fsync) while the others wait for it, so the chain's
-        write lock is taken once per batch instead of once per request."""
-        fields = {
+        Every text is made storable first (a lone surrogate or NUL from a hostile client
+        becomes U+FFFD), so no request's entry can fail another's. Concurrent appends are
+        group-committed: the first caller writes every entry waiting at that moment in one
+        transaction (one fsync) while the others wait for it; if that batch fails, its entries
+        are retried one by one, so one bad entry cannot take the others down with it.
+
+        ``epsilon``/``delta`` record an amount *debited*; only the ledger's debit writes them
+        (:class:`_QueryLedger`), so an entry passed here with an amount would not match a spend
+        and :meth:`verify_log` would report it."""
+        fields = self._fields(actor=actor, action=action, status=status, outcome=outcome, dataset=dataset, detail=detail)
+        if epsilon is not None or delta is not None:
+            fields["epsilon"] = fraction_to_text(Fraction(epsilon or 0.0))
+            fields["delta"] = fraction_to_text(Fraction(delta or 0.0))
+        return self._group_commit().append(fields)
+
+    @staticmethod
+    def _fields(
+        *, actor: str | None, action: str, status: int, outcome: str, dataset: str | None = None, detail: dict[str, Any] | None = None,
+        epsilon: Fraction | None = None, delta: Fraction | None = None,
+    ) -> dict[str, Any]:
+        """An entry's fields, every text storable (see :func:`_storable`)."""
+        return {
             "at": now(),
-            "actor": actor,
-            "action": action,
-            "dataset": dataset,
+            "actor": None if actor is None else _storable(str(actor))[:200],
+            "action": _storable(str(action))[:200],
+            "dataset": None if dataset is None else _storable(str(dataset))[:200],
             "status": int(status),
-            "outcome": outcome,
-            "epsilon": None if epsilon is None else fraction_to_text(Fraction(epsilon)),
-            "delta": None if delta is None else fraction_to_text(Fraction(delta)),
+            "outcome": _storable(str(outcome))[:1000],
+            "epsilon": None if epsilon is None else fraction_to_text(epsilon),
+            "delta": None if delta is None else fraction_to_text(delta),
             "detail": _jsonable(detail or {}),
         }
-        return self._group_commit().append(fields)
 
     def _group_commit(self) -> _GroupCommit:
         if self._batcher is None or self._batcher.pid != os.getpid():
@@ -722,22 +792,29 @@ class Service:
         return self._batcher
 
     def _append_batch(self, batch: list[dict[str, Any]]) -> list[AuditEntry]:
-        """Chain and insert entries in one transaction under the database's write lock."""
-        entries = []
         with self._store.transaction(audit=True) as tx:
-            last = tx.run("SELECT seq, hash FROM audit_log ORDER BY seq DESC LIMIT 1")
-            seq, prev = (int(last[0][0]), last[0][1]) if last else (0, GENESIS)
-            for fields in batch:
-                seq += 1
-                entry = AuditEntry.new(seq, prev, **fields)
-                tx.run(
-                    "INSERT INTO audit_log (seq, at, actor, action, dataset, status, outcome, epsilon, delta, detail, prev_hash, hash) "
-                    "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
-                    (entry.seq, entry.at, entry.actor, entry.action, entry.dataset, entry.status, entry.outcome, entry.epsilon, entry.delta,
-                     json.dumps(entry.detail, sort_keys=True), entry.prev_hash, entry.hash),
-                )
-                prev = entry.hash
-                entries.append(entry)
+            return self._chain(tx, batch)
+
+    def _chain(self, tx: SQLRunner, batch: list[dict[str, Any]]) -> list[AuditEntry]:
+        """Chain and insert entries in the open transaction ``tx`` — the service's own, or the
+        ledger's debit or grant — under the chain's write lock (SQLite: the transaction's
+        ``BEGIN IMMEDIATE``; PostgreSQL: the chain's advisory lock, held to COMMIT)."""
+        if tx.dialect == "postgres":
+            tx.run("SELECT pg_advisory_xact_lock(?)", (AUDIT_LOCK,))
+        last = tx.run("SELECT seq, hash FROM audit_log ORDER BY seq DESC LIMIT 1")
+        seq, prev = (int(last[0][0]), str(last[0][1])) if last else (0, GENESIS)
+        entries = []
+        for fields in batch:
+            seq += 1
+            entry = AuditEntry.new(seq, prev, self._key, **fields)
+            tx.run(
+                "INSERT INTO audit_log (seq, at, actor, action, dataset, status, outcome, epsilon, delta, detail, prev_hash, hash) "
+                "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+                (entry.seq, entry.at, entry.actor, entry.action, entry.dataset, entry.status, entry.outcome, entry.epsilon, entry.delta,
+                 json.dumps(entry.detail, sort_keys=True), entry.prev_hash, entry.hash),
+            )
+            prev = entry.hash
+            entries.append(entry)
         return entries
 
     def audit_entries(
@@ -759,26 +836,108 @@ class Service:
             rows = tx.run(sql, tuple(params))
         return [_entry(r) for r in rows]
 
-    def verify_log(self, *, head: str | None = None) -> ChainReport:
-        """Verify the whole audit chain (see :func:`dpkit.server.audit.verify_chain`) and the
-        ledger's own consistency; raise LedgerError on the first problem."""
-        self._ledger.verify()
-        with self._store.transaction() as tx:
+    def _snapshot(self) -> tuple[list[AuditEntry], list[tuple[Any, ...]], list[tuple[Any, ...]]]:
+        """The whole chain, the budgets and the spends, read together under the chain's lock
+        (a debit writes its spend and its entry in one transaction, so they are seen together)."""
+        with self._store.transaction(audit=True) as tx:
+            if tx.dialect == "postgres":
+                tx.run("SELECT pg_advisory_xact_lock(?)", (AUDIT_LOCK,))
             rows = tx.run("SELECT seq, at, actor, action, dataset, status, outcome, epsilon, delta, detail, prev_hash, hash FROM audit_log ORDER BY seq")
-        return verify_chain((_entry(r) for r in rows), head=head)
+            budgets = tx.run("SELECT dataset, analyst, epsilon, delta, spent_epsilon, spent_delta FROM budgets")
+            spends = tx.run("SELECT id, dataset, analyst, epsilon_cost, delta_cost FROM spends ORDER BY id")
+        return [_entry(r) for r in rows], budgets, spends
+
+    def verify_log(self, *, head: str | None = None) -> ChainReport:
+        """Verify the ledger, the keyed audit chain, and each against the other; raise
+        LedgerError saying what was found.
+
+        * the ledger: integrity, and every budget's totals equal the exact sum of its spends;
+        * the chain (:func:`dpkit.server.audit.verify_chain`): every entry's keyed hash, in
+          order from the first, and with ``head`` that the recorded head is still in it;
+        * both ways (:func:`dpkit.server.audit.cross_check`): every spend has exactly one paying
+          entry with the same analyst, dataset and exact (ε, δ), and every paying entry a
+          spend; every budget exactly one chained grant with its (ε, δ); every budget's spent
+          totals equal the sum of its chained spends."""
+        self._ledger.verify()
+        entries, budgets, spends = self._snapshot()
+        report = verify_chain(entries, key=self._key, head=head)
+        problems = cross_check(entries, budgets, spends)
+        if problems:
+            more = f" (and {len(problems) - 5} more)" if len(problems) > 5 else ""
+            raise LedgerError("the audit log and the ledger disagree: " + "; ".join(problems[:5]) + more)
+        return report
 
     def unlogged_spends(self) -> list[int]:
-        """Ledger spends with no audit entry: debits made just before the service stopped
-        (crashed between paying and answering — no answer was sent for them)."""
-        logged: set[int] = set()
-        for e in self.audit_entries(actions=["query"], limit=2**62):
-            sid = e.detail.get("spend_id")
-            if isinstance(sid, int):
-                logged.add(sid)
-        missing = []
-        for b in self._ledger.list_budgets():
-            missing += [s.id for s in self._ledger.list_spends(b.dataset, b.analyst) if s.id not in logged]
-        return sorted(missing)
+        """Ledger spends with no paying audit entry. A debit and its entry commit in one
+        transaction, so this is empty unless someone wrote the ledger outside the service
+        (:meth:`verify_log` reports each)."""
+        entries, _, spends = self._snapshot()
+        logged = {e.detail.get("spend_id") for e in entries if e.epsilon is not None}
+        return [int(r[0]) for r in spends if int(r[0]) not in logged]
+
+
+class _QueryLedger:
+    """The ledger as one analyst's query sees it: the budget read once when the query arrives,
+    and the debit — the only write — chained in the audit log in the ledger's own transaction,
+    so the spend and its entry commit together or not at all. After the debit it reports the
+    totals the debit wrote, so answering needs no second read.
+
+    Only ``get_budget`` and ``debit`` of this budget are used by a session; the rest forward
+    to the ledger (or refuse: a query's view never creates budgets)."""
+
+    def __init__(self, service: Service, budget: BudgetRecord, principal: Principal) -> None:
+        self._service = service
+        self._ledger = service.ledger
+        self.budget = budget
+        self._principal = principal
+
+    def _mine(self, dataset: str, analyst: str) -> bool:
+        return (dataset, analyst) == (self.budget.dataset, self.budget.analyst)
+
+    def get_budget(self, dataset: str, analyst: str) -> BudgetRecord:
+        return self.budget if self._mine(dataset, analyst) else self._ledger.get_budget(dataset, analyst)
+
+    def debit(
+        self, dataset: str, analyst: str, event: Any, query_text: str = "", *,
+        epsilon_cost: float | Fraction | None = None, delta_cost: float | Fraction | None = None, on_debit: OnDebit | None = None,
+    ) -> SpendRecord:
+        if not self._mine(dataset, analyst) or on_debit is not None:
+            raise LedgerError("a query's ledger view debits only its own budget")
+        service, who = self._service, self._principal
+
+        def chain_spend(tx: SQLRunner, facts: DebitFacts) -> None:
+            detail = {"spend_id": facts.spend_id, "query": facts.query_text, "key_id": who.key_id}
+            service._chain(tx, [service._fields(
+                actor=facts.analyst, action="query", status=200, outcome="paid", dataset=facts.dataset, detail=detail,
+                epsilon=facts.epsilon, delta=facts.delta,
+            )])
+            self._after = (facts.spent_epsilon, facts.spent_delta)
+
+        spend = self._ledger.debit(dataset, analyst, event, query_text, epsilon_cost=epsilon_cost, delta_cost=delta_cost, on_debit=chain_spend)
+        spent_eps, spent_dlt = self._after
+        self.budget = replace(self.budget, spent_epsilon=up(spent_eps), spent_delta=up(spent_dlt))
+        return spend
+
+    def create_budget(self, *args: Any, **kwargs: Any) -> BudgetRecord:
+        raise LedgerError("a query's ledger view does not create budgets")
+
+    def list_spends(self, dataset: str, analyst: str) -> list[SpendRecord]:
+        return self._ledger.list_spends(dataset, analyst)
+
+    def list_budgets(self) -> list[BudgetRecord]:
+        return self._ledger.list_budgets()
+
+    def verify(self) -> None:
+        self._ledger.verify()
+
+    def close(self) -> None:
+        """Nothing to close: the service owns the ledger."""
+
+    def __enter__(self) -> _QueryLedger:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        pass
 
 
 class _Slot:
@@ -815,9 +974,19 @@ class _GroupCommit:
                 self._writing = True
         if not slot.done:
             try:
-                entries = self._write([s.fields for s in batch])
-                for s, e in zip(batch, entries):
-                    s.entry = e
+                try:
+                    entries = self._write([s.fields for s in batch])
+                    for s, e in zip(batch, entries):
+                        s.entry = e
+                except Exception:
+                    if len(batch) == 1:
+                        raise
+                    # One bad entry must not fail the others: write each on its own.
+                    for s in batch:
+                        try:
+                            s.entry = self._write([s.fields])[0]
+                        except Exception as exc:
+                            s.error = exc
             except BaseException as exc:
                 for s in batch:
                     s.error = exc
@@ -874,17 +1043,33 @@ def _clip(text: str) -> str:
     return text if len(text) <= _DETAIL_LIMIT else text[:_DETAIL_LIMIT] + "…"
 
 
-def _jsonable(value: Any) -> Any:
-    """A JSON-safe copy: non-finite floats and unknown objects become strings."""
+def _storable(text: str) -> str:
+    """``text`` as every database stores it: a lone surrogate (not UTF-8) becomes '?' and NUL
+    (refused by PostgreSQL) U+FFFD. What a client sent is still recognisable; it can no longer
+    make an entry — or the batch it was written in — fail."""
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError:
+        text = text.encode("utf-8", "replace").decode("utf-8")
+    return text.replace("\x00", "\ufffd")
+
+
+def _jsonable(value: Any, depth: int = 0) -> Any:
+    """A JSON-safe, storable copy: non-finite floats and unknown objects become strings, texts
+    are made storable, and nesting is cut at 16 levels."""
+    if depth > 16:
+        return "…"
     if isinstance(value, dict):
-        return {str(k): _jsonable(x) for k, x in value.items()}
+        return {_storable(str(k)): _jsonable(x, depth + 1) for k, x in value.items()}
     if isinstance(value, (list, tuple)):
-        return [_jsonable(x) for x in value]
+        return [_jsonable(x, depth + 1) for x in value]
     if isinstance(value, float) and not math.isfinite(value):
         return repr(value)
-    if value is None or isinstance(value, (str, int, float, bool)):
+    if isinstance(value, str):
+        return _storable(value)
+    if value is None or isinstance(value, (int, float, bool)):
         return value
-    return str(value)
+    return _storable(str(value))
 
 
 def _entry(row: tuple[Any, ...]) -> AuditEntry:

@@ -23,8 +23,10 @@ from dpkit.errors import InvalidParameterError, LedgerError
 __all__ = ["ServiceStore", "open_store", "SQLITE_DEFAULT"]
 
 SQLITE_DEFAULT = "sqlite:///.dpkit/ledger.sqlite"
-_SCHEMA_VERSION = 1
-_AUDIT_LOCK = 0x64706B61  # advisory-lock key of the audit chain ("dpka")
+# 2: the audit chain is keyed (HMAC), grants and debits are chain entries written in the ledger's
+# own transactions. A version-1 database's unkeyed chain cannot be extended under a key.
+_SCHEMA_VERSION = 2
+AUDIT_LOCK = 0x64706B61  # advisory-lock key of the audit chain ("dpka")
 
 _TABLES = (
     """CREATE TABLE IF NOT EXISTS dpkit_service (
@@ -92,6 +94,7 @@ class _Rows:
     def __init__(self, conn: Any, rewrite: bool) -> None:
         self._conn = conn
         self._rewrite = rewrite
+        self.dialect = "postgres" if rewrite else "sqlite"
 
     def run(self, sql: str, params: tuple[Any, ...] = ()) -> list[tuple[Any, ...]]:
         if self._rewrite:
@@ -176,7 +179,7 @@ class _Postgres:
         self._all: list[Any] = []
         self._lock = threading.Lock()
         with self.transaction(write=True) as tx:
-            tx.run("SELECT pg_advisory_xact_lock(?)", (_AUDIT_LOCK,))
+            tx.run("SELECT pg_advisory_xact_lock(?)", (AUDIT_LOCK,))
             for statement in _TABLES:
                 tx.run(statement)
             _claim(tx)
@@ -206,7 +209,7 @@ class _Postgres:
             with conn.transaction():
                 rows = _Rows(conn, rewrite=True)
                 if audit:
-                    rows.run("SELECT pg_advisory_xact_lock(?)", (_AUDIT_LOCK,))
+                    rows.run("SELECT pg_advisory_xact_lock(?)", (AUDIT_LOCK,))
                 yield rows
         except self._psycopg.Error as exc:
             raise LedgerError(f"service database {masked_url(self.url)}: {exc}") from exc
@@ -224,7 +227,12 @@ def _claim(tx: _Rows) -> None:
     if not rows:
         tx.run("INSERT INTO dpkit_service (id, application, version) VALUES (1, ?, ?)", ("dpkit-server", _SCHEMA_VERSION))
     elif tuple(rows[0]) != ("dpkit-server", _SCHEMA_VERSION):
-        raise LedgerError(f"the service tables have version {rows[0][1]!r}; this dpkit reads version {_SCHEMA_VERSION}")
+        older = rows[0][0] == "dpkit-server" and isinstance(rows[0][1], int) and rows[0][1] < _SCHEMA_VERSION
+        raise LedgerError(
+            f"the service tables have version {rows[0][1]!r}; this dpkit reads version {_SCHEMA_VERSION}"
+            + ("; they were written by an earlier dpkit whose audit chain was not keyed: keep that database as the "
+               "record of its period (dpkit admin verify-log with that dpkit) and start a new ledger" if older else "")
+        )
 
 
 def masked_url(url: str) -> str:
