@@ -2,17 +2,17 @@
 
 Run as a child of the crash test; one command per line on stdin:
 
-* ``start POINT URL`` — bind a loopback socket, fork a server over the ledger ``URL`` that dies
-  at ``POINT``; answers ``port N``;
+* ``start POINT URL KEYFILE`` — bind a loopback socket, fork a server over the ledger ``URL``
+  (its audit key in ``KEYFILE``) that dies at ``POINT``; answers ``port N``;
 * ``reap`` — SIGKILL the server if it is still alive, wait for it; answers ``exit STATUS``.
 
 Forking from this process (which imports everything once and runs no threads) makes a trial
 cost milliseconds instead of an interpreter start. Points, in the order a query passes them:
 
 ``in_debit``       inside the ledger's debit transaction, after the spend row, before COMMIT
-``after_debit``    the debit committed, no noise drawn yet
+``in_entry``       inside the same transaction, the audit entry written, before COMMIT
+``after_debit``    the debit and its entry committed, no noise drawn yet
 ``after_noise``    noise drawn, the answer not yet serialised
-``after_audit``    the answer's audit entry committed, not one byte of the response sent
 ``none``           no crash: the test kills the server after reading the answer
 """
 
@@ -30,7 +30,7 @@ from dpkit.analytics.results import QueryResult
 from dpkit.analytics.session import Session
 from dpkit.server import Service, create_app
 
-POINTS = ("in_debit", "after_debit", "after_noise", "after_audit", "none")
+POINTS = ("in_debit", "in_entry", "after_debit", "after_noise", "none")
 
 
 def _die() -> None:
@@ -61,21 +61,21 @@ def _arm(point: str, url: str) -> None:
             return {}
 
         QueryResult.to_dict = die_before_serialising  # type: ignore[method-assign]
-    elif point == "after_audit":
-        audit = Service.audit
+    elif point == "in_entry":
+        chain = Service._chain
 
-        def audit_then_die(self: Service, **kwargs: object):  # type: ignore[no-untyped-def]
-            entry = audit(self, **kwargs)  # type: ignore[arg-type]
-            if kwargs.get("action") == "query" and kwargs.get("status") == 200:
+        def chain_then_die(self: Service, tx, batch):  # type: ignore[no-untyped-def]
+            entries = chain(self, tx, batch)
+            if any(fields.get("outcome") == "paid" for fields in batch):
                 _die()
-            return entry
+            return entries
 
-        Service.audit = audit_then_die  # type: ignore[method-assign]
+        Service._chain = chain_then_die  # type: ignore[method-assign]
 
 
-def _serve(point: str, url: str, sock: socket.socket) -> None:
+def _serve(point: str, url: str, key_file: str, sock: socket.socket) -> None:
     _arm(point, url)
-    app = create_app(Service(url), rate=1e9, burst=10**9)
+    app = create_app(Service(url, audit_key=key_file), rate=1e9, burst=10**9)
     uvicorn.Server(uvicorn.Config(app, log_level="critical", lifespan="off")).run(sockets=[sock])
 
 
@@ -84,14 +84,14 @@ def main() -> None:
     for line in sys.stdin:
         cmd = line.split()
         if cmd[0] == "start":
-            point, url = cmd[1], cmd[2]
+            point, url, key_file = cmd[1], cmd[2], cmd[3]
             sock = socket.socket()
             sock.bind(("127.0.0.1", 0))
             sock.listen(16)
             child = os.fork()
             if child == 0:
                 try:
-                    _serve(point, url, sock)
+                    _serve(point, url, key_file, sock)
                 finally:
                     os._exit(3)
             print("port", sock.getsockname()[1], flush=True)

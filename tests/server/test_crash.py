@@ -1,13 +1,14 @@
 """Crash consistency: the server is SIGKILLed at injected points between debit and response.
 
 For each trial a fresh server process (forked by ``crash_factory.py``) answers one query and
-kills itself at a point drawn from a seeded generator: inside the debit transaction, after the
-debit commits, after the noise is drawn, after the audit entry commits, or not at all. After
-every trial the ledger must verify (totals equal the exact sum of the spends), the audit chain
-must verify, the spend must be there exactly when the server got past COMMIT, and an answer that
-reached the client must name a committed spend — no response is ever sent without a committed
-debit. The checks are deterministic (false-failure rate 0); the "none" point keeps the test
-honest: it proves answers do arrive and are checked.
+kills itself at a point drawn from a seeded generator: inside the debit transaction (after the
+spend row; after the audit entry), after the debit and its entry commit, after the noise is
+drawn, or not at all. After every trial the ledger must verify (totals equal the exact sum of
+the spends), the keyed chain must verify and agree with the ledger both ways (every spend has
+exactly one entry, every paying entry a spend: 0 unlogged spends), the spend must be there
+exactly when the server got past COMMIT, and an answer that reached the client must name a
+committed spend with its entry. The checks are deterministic (false-failure rate 0); the "none"
+point keeps the test honest: it proves answers do arrive and are checked.
 """
 
 from __future__ import annotations
@@ -29,8 +30,8 @@ pytest.importorskip("uvicorn")
 from dpkit.server import Service  # noqa: E402
 
 FACTORY = Path(__file__).with_name("crash_factory.py")
-POINTS = ("in_debit", "after_debit", "after_noise", "after_audit", "none")
-COMMITTED = {"in_debit": False, "after_debit": True, "after_noise": True, "after_audit": True, "none": True}
+POINTS = ("in_debit", "in_entry", "after_debit", "after_noise", "none")
+COMMITTED = {"in_debit": False, "in_entry": False, "after_debit": True, "after_noise": True, "none": True}
 
 
 def _ask(port: int, key: str) -> tuple[int | None, dict | None]:
@@ -78,7 +79,8 @@ class _Factory:
 
 def _trials(tmp_path: Path, url: str, trials: int, seed: int) -> None:
     pd.DataFrame({"age": np.arange(300) % 70 + 18}).to_csv(tmp_path / "people.csv", index=False)
-    with Service(url) as service:
+    key_file = tmp_path / "audit.key"
+    with Service(url, audit_key=key_file) as service:
         service.register_dataset("people", tmp_path / "people.csv", {"row_level": True, "columns": {"age": {"type": "numeric", "lower": 0, "upper": 100}}})
         _, key = service.create_principal("mallory", "analyst")
         service.grant("mallory", "people", epsilon=10.0)
@@ -89,14 +91,15 @@ def _trials(tmp_path: Path, url: str, trials: int, seed: int) -> None:
         for trial in range(trials):
             point = POINTS[int(rng.integers(len(POINTS)))]
             seen[point] += 1
-            with Service(url) as service:
+            with Service(url, audit_key=key_file) as service:
                 spends_before = len(service.ledger.list_spends("people", "mallory"))
-            port = int(factory.send(f"start {point} {url}")[1])
+            port = int(factory.send(f"start {point} {url} {key_file}")[1])
             status, body = _ask(port, key)
             exit_code = int(factory.send("reap")[1])
             assert exit_code == -9, f"trial {trial} ({point}): the server ended with {exit_code}, not SIGKILL"
-            with Service(url) as service:
-                service.verify_log()  # also runs the ledger's own verify(): totals == exact sum of spends
+            with Service(url, audit_key=key_file) as service:
+                service.verify_log()  # the ledger's totals, the chain, and each against the other
+                assert service.unlogged_spends() == [], f"trial {trial} ({point}): a spend without its entry"
                 spends = service.ledger.list_spends("people", "mallory")
                 ids = {s.id for s in spends}
                 assert len(spends) == spends_before + COMMITTED[point], f"trial {trial} ({point}): {len(spends) - spends_before} new spends"
@@ -106,11 +109,9 @@ def _trials(tmp_path: Path, url: str, trials: int, seed: int) -> None:
                     assert status is None, f"trial {trial} ({point}): a response was sent ({status})"
                 if status == 200:
                     assert body["spend_id"] in ids, f"trial {trial}: an answer was sent for spend {body['spend_id']}, which is not committed"
-                audited = {e.detail.get("spend_id") for e in service.audit_entries(actor="mallory", actions=["query"], limit=10**6)}
-                if point in ("after_audit", "none"):
-                    assert max(ids) in audited
-                # every answered query in the log has its committed spend
-                assert audited - {None} <= ids
+                paid = [e.detail.get("spend_id") for e in service.audit_entries(actor="mallory", actions=["query"], limit=10**6) if e.epsilon is not None]
+                # exactly one paying entry per committed spend, and none for a spend that is not
+                assert sorted(paid) == sorted(ids), f"trial {trial} ({point}): entries {sorted(paid)} for spends {sorted(ids)}"
     finally:
         factory.close()
     assert set(seen) == set(POINTS), f"not every point was drawn: {dict(seen)}"

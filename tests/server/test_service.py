@@ -82,12 +82,13 @@ def test_issue_and_revoke_keys(world: World) -> None:
     svc = world.service
     second = svc.issue_key("bob")
     assert second != world.keys["bob"] and svc.authenticate(second).name == "bob"
-    assert svc.revoke(key_id(world.keys["bob"])) == [key_id(world.keys["bob"])]
+    assert svc.revoke_key(key_id(world.keys["bob"])) == [key_id(world.keys["bob"])]
+    assert svc.revoke_key(key_id(world.keys["bob"])) == []
     with pytest.raises(AuthError):
         svc.authenticate(world.keys["bob"])
     assert svc.authenticate(second).key_id == key_id(second)
-    assert svc.revoke("bob") == [key_id(second)]
-    assert svc.revoke("bob") == []
+    assert svc.revoke_principal("bob") == [key_id(second)]
+    assert svc.revoke_principal("bob") == []
     with pytest.raises(AuthError):
         svc.authenticate(second)
     third = svc.issue_key("bob")
@@ -95,9 +96,14 @@ def test_issue_and_revoke_keys(world: World) -> None:
     with pytest.raises(NotFoundError):
         svc.issue_key("nobody")
     with pytest.raises(NotFoundError):
-        svc.revoke("nobody")
+        svc.revoke_principal("nobody")
+    with pytest.raises(NotFoundError):
+        svc.revoke_key("0123456789abcdef")
+    for bad in ("", "bob", "0123456789ABCDEF", "0123456789abcde", None):
+        with pytest.raises(InvalidParameterError):
+            svc.revoke_key(bad)  # type: ignore[arg-type]
     with pytest.raises(InvalidParameterError):
-        svc.revoke("")
+        svc.revoke_principal("")
 
 
 @pytest.mark.parametrize("key", [None, "", "dpk_", "not a key", 12, b"dpk_" + b"a" * 43, "dpk_" + "a" * 43])
@@ -309,7 +315,7 @@ def test_budgets_are_immutable(world: World) -> None:
     svc = world.service
     svc.query(who(world, "alice"), "people", QueryRequest(epsilon=1.0, sql=COUNT_SQL))
     before = svc.ledger.get_budget("people", "alice")
-    for epsilon, delta in ((10.0, 1e-5), (100.0, 1e-5), (1.0, 0.0)):
+    for epsilon, delta in ((10.0, 1e-5), (5.0, 1e-5), (1.0, 0.0)):
         with pytest.raises(InvalidParameterError, match="never changed or replaced"):
             svc.grant("alice", "people", epsilon=epsilon, delta=delta)
     assert svc.ledger.get_budget("people", "alice") == before
@@ -470,24 +476,27 @@ def test_refused_queries_debit_nothing(world: World) -> None:
 
 def test_audit_entries_and_filters(world: World) -> None:
     svc = world.service
+    grants = svc.audit_entries()
+    assert [e.action for e in grants] == ["grant"] * len(grants) and grants
+    n = len(grants)
     alice = who(world, "alice")
     answer = svc.query(alice, "people", QueryRequest(epsilon=0.5, sql=COUNT_SQL))
-    assert svc.unlogged_spends() == [answer["spend_id"]], "a debit without its audit entry is reported"
-    e1 = svc.audit(actor="alice", action="query", status=200, outcome="ok", dataset="people", epsilon=0.5, delta=0.0,
-                   detail={"query": COUNT_SQL, "spend_id": answer["spend_id"]})
+    (e1,) = svc.audit_entries(after=n)  # written by the debit, in its transaction
     assert svc.unlogged_spends() == []
+    assert (e1.actor, e1.action, e1.outcome, e1.epsilon, e1.delta) == ("alice", "query", "paid", "1/2", "0/1")
+    assert e1.detail["spend_id"] == answer["spend_id"] and e1.detail["query"] == COUNT_SQL
     e2 = svc.audit(actor="bob", action="cost", status=200, outcome="ok (preview)", dataset="people", detail={"query": "x"})
-    e3 = svc.audit(actor="curator", action="grant", status=0, outcome="ok", detail={"bad": float("nan"), "obj": object.__name__})
+    e3 = svc.audit(actor="curator", action="note", status=0, outcome="ok", detail={"bad": float("nan"), "obj": object.__name__})
     e4 = svc.audit(actor=None, action="GET /v1/me", status=401, outcome="unauthenticated")
-    assert [e.seq for e in (e1, e2, e3, e4)] == [1, 2, 3, 4]
-    assert e1.epsilon == "1/2" and e1.delta == "0/1" and e2.epsilon is None
+    assert [e.seq for e in (e1, e2, e3, e4)] == [n + 1, n + 2, n + 3, n + 4]
+    assert e2.epsilon is None and e3.epsilon is None
     assert e3.detail["bad"] == "nan"  # non-finite floats are stored as text (the log stays JSON)
-    assert svc.audit_entries() == [e1, e2, e3, e4]
+    assert svc.audit_entries() == [*grants, e1, e2, e3, e4]
     assert svc.audit_entries(actor="alice") == [e1]
     assert svc.audit_entries(actions=["query", "cost"]) == [e1, e2]
-    assert svc.audit_entries(after=2) == [e3, e4]
-    assert svc.audit_entries(limit=1) == [e1]
-    assert svc.verify_log().entries == 4 and svc.verify_log().head == e4.hash
+    assert svc.audit_entries(after=n + 2) == [e3, e4]
+    assert svc.audit_entries(limit=1) == [grants[0]]
+    assert svc.verify_log().entries == n + 4 and svc.verify_log().head == e4.hash
 
 
 def test_long_query_text_is_clipped_in_the_log(world: World) -> None:

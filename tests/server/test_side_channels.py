@@ -153,10 +153,12 @@ def test_a_poisoned_row_cannot_fail_a_query_or_reach_an_analyst(declaration: str
 def test_the_poisoned_csv_is_copied_with_the_engines_fixed_read(tmp_path: Path) -> None:
     """The service's copy has every CSV column as text (typed only when a session binds it), so
     the poisoned row is in the copy, as NULL once read as an integer."""
+    import duckdb
+
     csv, _ = _write_poisoned(tmp_path / "people.csv")
     with Service(f"sqlite:///{tmp_path / 'ledger.sqlite'}") as svc:
         info = svc.register_dataset("people", csv, {"row_level": True, "columns": {"zip": {"type": "categorical", "value_type": "integer"}}})
-        conn = svc._load(info)
+        conn = duckdb.connect(str(svc._load(info)), read_only=True)
         try:
             types = dict(conn.execute("SELECT column_name, data_type FROM information_schema.columns WHERE table_name = 'people'").fetchall())
             assert types == {"zip": "VARCHAR", "age": "VARCHAR"}
@@ -337,12 +339,15 @@ def test_an_unexpected_error_before_the_debit_is_a_fixed_answer(people_env: Env,
 
 
 def test_a_source_that_can_no_longer_be_read_is_a_fixed_answer(tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
-    """The CSV disappears between registration and the first query: a fixed 503 before any spend,
-    naming no path (the curator's log says what happened)."""
+    """The CSV and the service's copy of it disappear between registration and the first query
+    (the copy alone would still answer, and a missing copy alone is re-made from the CSV): a
+    fixed 503 before any spend, naming no path (the curator's log says what happened)."""
     csv, _ = _write_poisoned(tmp_path / "people.csv")
     env = Env(tmp_path, csv, {"row_level": True, "columns": {"zip": {"type": "numeric"}}})
     try:
         csv.unlink()
+        for copy in (tmp_path / "ledger.sqlite.datasets").glob("people-*.duckdb"):
+            copy.unlink()
         with caplog.at_level(logging.WARNING, logger="dpkit.curator"):
             r = env.query("SELECT COUNT(*) FROM people")
         assert r.status_code == 503

@@ -57,7 +57,7 @@ import math
 import os
 import re
 import threading
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field, replace
 from fractions import Fraction
 from pathlib import Path
@@ -67,8 +67,6 @@ from dpkit import _validate as v
 from dpkit._validate import short_repr as _short
 from dpkit.analytics import aggregates as A
 from dpkit.analytics.check import DataCheck, check_data
-from dpkit.analytics.engines.base import quote_identifier
-from dpkit.analytics.engines.duckdb import csv_source_sql, sql_string
 from dpkit.analytics.limits import QueryLimits
 from dpkit.analytics.metadata import Metadata
 from dpkit.analytics.results import QueryCost
@@ -80,7 +78,7 @@ from dpkit.errors import (
 )
 from dpkit.ledger.base import BudgetRecord, DebitFacts, GrantFacts, LedgerBackend, OnCreate, OnDebit, SpendRecord, SQLRunner, fraction_to_text
 from dpkit.noise.source import RNG, is_seeded
-from dpkit.server.datasets import DatasetCopies, check_declared_columns, default_dataset_dir, resolve_source, source_kind
+from dpkit.server.datasets import DatasetCopies, SourceReadError, check_declared_columns, default_dataset_dir, resolve_source, source_kind
 from dpkit.server.audit import GENESIS, KEY_BYTES, AuditEntry, ChainReport, cross_check, default_key_path, load_key, verify_chain
 from dpkit.server.keys import key_hash, key_id, looks_like_key, new_key
 from dpkit.server.store import AUDIT_LOCK, ServiceStore, normalise_url, now, open_store, sqlite_path
@@ -97,7 +95,6 @@ Role = Literal["curator", "analyst"]
 _NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]{0,62}")
 _PRINCIPAL = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.@-]{0,63}")
 _TABLE = re.compile(r"[A-Za-z_][A-Za-z0-9_]{0,62}(\.[A-Za-z_][A-Za-z0-9_]{0,62})?")
-_SOURCES = (".csv", ".parquet", ".pq", ".duckdb")
 _DATASET_COLUMNS = "name, source, metadata, neighbours, created_at, source_table"
 #: The largest ε a curator may grant one analyst on one dataset unless the administrator sets
 #: another maximum (``--max-grant-epsilon``): a guard against a typo or a stolen curator key.
@@ -162,6 +159,10 @@ class Principal:
 @dataclass(frozen=True)
 class DatasetInfo:
     """A registered dataset: where its rows are, its curator-declared metadata, its neighbours.
+
+    ``source`` is the file it was registered from, relative to the service's data root when
+    there is one (an absolute path otherwise); queries read the shared copy made from it at
+    registration (:mod:`dpkit.server.datasets`), named by ``name`` and ``created_at``.
 
     ``check`` is the curator's data check made at registration (how well the rows conform to the
     metadata; :class:`~dpkit.analytics.check.DataCheck`). It holds exact counts and raw values:
@@ -336,8 +337,9 @@ class Service:
         self._store.close()
         self._ledger.close()
         with self._data_lock:
-            for loaded in self._data.values():
-                loaded.connection.close()
+            if self._data_pid == os.getpid():  # a forked child leaves its parent's connections alone
+                for loaded in self._data.values():
+                    loaded.connection.close()
             self._data.clear()
 
     def __enter__(self) -> Service:
@@ -372,16 +374,29 @@ class Service:
             tx.run("INSERT INTO api_keys (key_id, key_hash, principal, created_at) VALUES (?, ?, ?, ?)", (key_id(key), key_hash(key), name, now()))
         return key
 
-    def revoke(self, target: str) -> list[str]:
-        """Revoke one key (by its id) or every key of a principal (by name); the revoked ids."""
-        if not isinstance(target, str) or not target:
-            raise InvalidParameterError("key", target, "a key id or a principal name")
+    def revoke_key(self, key_id: str) -> list[str]:
+        """Revoke the key with id ``key_id`` (16 lower-case hex digits, as listed; never a
+        principal's name): ``[key_id]``, or ``[]`` if it was already revoked."""
+        if not isinstance(key_id, str) or not re.fullmatch(r"[0-9a-f]{16}", key_id):
+            raise InvalidParameterError("key_id", key_id, "a key id: 16 lower-case hex digits (see the key listing)")
+        with self._store.transaction(write=True) as tx:
+            rows = tx.run("SELECT revoked_at FROM api_keys WHERE key_id = ?", (key_id,))
+            if not rows:
+                raise NotFoundError(f"there is no key with id {key_id!r}")
+            if rows[0][0] is not None:
+                return []
+            tx.run("UPDATE api_keys SET revoked_at = ? WHERE key_id = ?", (now(), key_id))
+        return [key_id]
+
+    def revoke_principal(self, name: str) -> list[str]:
+        """Revoke every key of the principal ``name``: the ids revoked now (``[]`` if all
+        were already revoked)."""
+        check_principal_name(name)
         stamp = now()
         with self._store.transaction(write=True) as tx:
-            rows = tx.run("SELECT key_id FROM api_keys WHERE (key_id = ? OR principal = ?) AND revoked_at IS NULL", (target, target))
-            ids = [r[0] for r in rows]
-            if not ids and not tx.run("SELECT 1 FROM api_keys WHERE key_id = ? OR principal = ?", (target, target)):
-                raise NotFoundError(f"there is no key with id {target!r} and no principal named {target!r}")
+            if not tx.run("SELECT 1 FROM principals WHERE name = ?", (name,)):
+                raise NotFoundError(f"there is no principal named {name!r}")
+            ids = [r[0] for r in tx.run("SELECT key_id FROM api_keys WHERE principal = ? AND revoked_at IS NULL ORDER BY key_id", (name,))]
             for kid in ids:
                 tx.run("UPDATE api_keys SET revoked_at = ? WHERE key_id = ?", (stamp, kid))
         return ids
@@ -429,19 +444,27 @@ class Service:
         unit (``privacy_unit``, or ``row_level: true`` when every row is a different person —
         metadata declaring neither is refused). Analysts write ``FROM <name>`` whatever the source.
 
-        The source is read as queries will read it (a CSV with the fixed, non-sniffing rules of
-        :func:`~dpkit.analytics.engines.duckdb.csv_source_sql`; Parquet and DuckDB tables with
-        their own schema), the metadata is checked against its schema, and the curator's data
-        check (:func:`~dpkit.analytics.check.check_data`) is run. The check is returned in
+        With a data root (``data_root``), ``source`` is a file under it, given relative to it or
+        as an absolute path inside it; a path with ``..``, one whose real path (symlinks
+        followed) leaves the root, anything but a regular .csv/.parquet/.duckdb file is refused
+        with InvalidParameterError naming ``source`` (see
+        :func:`dpkit.server.datasets.resolve_source`), and the source is stored and shown
+        relative to the root. Without one, any such file is taken (the administrator's own use).
+
+        The source is copied, as queries will read it (a CSV with the fixed, non-sniffing rules
+        of :func:`~dpkit.analytics.engines.duckdb.csv_source_sql`; Parquet and DuckDB tables
+        with their own schema), into the dataset's shared read-only copy (a DuckDB file in the
+        dataset directory that every worker process opens; :mod:`dpkit.server.datasets`); the
+        metadata is checked against its schema (a missing declared column is named, the
+        source's other columns only counted), and the curator's data check
+        (:func:`~dpkit.analytics.check.check_data`) is run. The check is returned in
         :attr:`DatasetInfo.check` — for the curator only: it is neither stored nor shown to
         analysts (None, with the reason in the ``dpkit.curator`` log, if the check itself could
         not be made). A source that cannot be read is refused with a description that names no data
         value or engine message (the details go to the ``dpkit.curator`` log)."""
         check_dataset_name(name)
-        path = Path(os.fspath(source)).expanduser().absolute() if isinstance(source, (str, os.PathLike)) and source else None
-        if path is None or not path.is_file() or path.suffix.lower() not in _SOURCES:
-            raise InvalidParameterError("source", str(source), "an existing .csv, .parquet or .duckdb file")
-        if (path.suffix.lower() == ".duckdb") != (table is not None):
+        located = resolve_source(source, self._data_root)
+        if (source_kind(located.path) == "duckdb") != (table is not None):
             raise InvalidParameterError("table", table, "a table name with a .duckdb source, and no table otherwise")
         if table is not None and not _TABLE.fullmatch(table):
             raise InvalidParameterError("table", table, "a table name ('people' or 'schema.people')")
@@ -453,24 +476,30 @@ class Service:
                 "the service answers every analyst with the metadata's privacy unit, so the metadata must say who is protected",
             )
         v.neighbours(neighbours)
-        if self._registered(name):  # before loading the data; the insert below re-checks under its lock
+        if self._registered(name):  # before copying the data; the insert below re-checks under its lock
             raise _already_registered(name)
-        info = DatasetInfo(name, str(path), meta, neighbours, now(), table)
-        conn = self._load(info)
-        try:
-            # Validates the metadata against the schema: nothing is released, nothing is paid.
+        info = DatasetInfo(name, located.stored, meta, neighbours, now(), table)
+
+        def inspect(conn: Any) -> DataCheck | None:
+            # Validates the metadata against the copy's schema: nothing is released, nothing is
+            # paid. Missing declared columns are named; the source's other columns only counted.
+            check_declared_columns(conn, name, meta)
             Session.from_duckdb(conn.cursor(), name, metadata=meta, neighbours=neighbours, budget=Budget(epsilon=1.0))  # type: ignore[arg-type]
-            report = self._check(info, conn)
-        finally:
-            conn.close()
+            return self._check(info, conn)
+
+        report = self._copy(info, lambda: self._copies.build(name, info.created_at, located.path, table, inspect))
         info = replace(info, check=report)
-        with self._store.transaction(write=True) as tx:
-            if tx.run("SELECT 1 FROM datasets WHERE name = ?", (name,)):
-                raise _already_registered(name)
-            tx.run(
-                f"INSERT INTO datasets ({_DATASET_COLUMNS}) VALUES (?, ?, ?, ?, ?, ?)",
-                (name, info.source, json.dumps(meta.to_dict(), sort_keys=True), neighbours, info.created_at, table),
-            )
+        try:
+            with self._store.transaction(write=True) as tx:
+                if tx.run("SELECT 1 FROM datasets WHERE name = ?", (name,)):
+                    raise _already_registered(name)
+                tx.run(
+                    f"INSERT INTO datasets ({_DATASET_COLUMNS}) VALUES (?, ?, ?, ?, ?, ?)",
+                    (name, info.source, json.dumps(meta.to_dict(), sort_keys=True), neighbours, info.created_at, table),
+                )
+        except BaseException:
+            self._copies.discard(name, info.created_at)  # a copy nobody will ever read
+            raise
         return info
 
     def _registered(self, name: str) -> bool:
@@ -562,52 +591,70 @@ class Service:
 
     # -- queries -----------------------------------------------------------------------------------
 
-    def _load(self, info: DatasetInfo) -> Any:
-        """A private in-memory DuckDB database holding the dataset as table ``info.name``.
-
-        A CSV is copied with the engine's fixed reading rules (:func:`csv_source_sql`: the
-        header's names, every column as text, nothing sniffed, malformed lines skipped), so no
-        row can fail the copy or change a column's type; the declared types are applied when a
-        session binds the table. Parquet files and DuckDB tables keep their own schema.
-
-        Raises InvalidDataError for the curator: it names the file and what kind of source it
-        should be, never the engine's message (which may quote a row); the details go to the
-        ``dpkit.curator`` log. (Analysts never see this error: see :meth:`_cursor`.)"""
-        import duckdb
-
-        conn = duckdb.connect()
+    def _copy(self, info: DatasetInfo, make: Callable[[], Any]) -> Any:
+        """Run ``make`` (which copies the dataset's source into its shared copy) with its failures
+        worded for the curator: a source that cannot be read is InvalidDataError naming the kind
+        and file name and what it should be, never the engine's message (which may quote a row)
+        nor a server path; the details go to the ``dpkit.curator`` log."""
         try:
-            target = quote_identifier(info.name)
-            if info.table is not None:
-                # The file is attached read-only just long enough to copy the table.
-                conn.execute(f"ATTACH {sql_string(info.source)} AS dpkit_source (READ_ONLY)")
-                qualified = ".".join(quote_identifier(part) for part in ("dpkit_source", *info.table.split(".")))
-                conn.execute(f"CREATE TABLE {target} AS SELECT * FROM {qualified}")
-                conn.execute("DETACH dpkit_source")
-            elif info.source.lower().endswith((".parquet", ".pq")):
-                conn.execute(f"CREATE TABLE {target} AS SELECT * FROM read_parquet({sql_string(info.source)})")
-            else:
-                conn.execute(f"CREATE TABLE {target} AS SELECT * FROM {csv_source_sql(info.source)}")
-        except Exception as exc:
-            conn.close()
-            _curator_log.warning("dataset %r: %s could not be loaded", info.name, info.source, exc_info=True)
-            why = exc.accepted if isinstance(exc, InvalidParameterError) else type(exc).__name__
+            return make()
+        except SourceReadError as exc:
+            _curator_log.warning("dataset %r: %s could not be read", info.name, info.source, exc_info=exc.__cause__)
+            cause = exc.__cause__
+            why = cause.accepted if isinstance(cause, InvalidParameterError) else str(exc)
             raise InvalidDataError(
                 "source", f"{_describe_source(info)} could not be read ({why}; details in the dpkit.curator log)",
                 "a UTF-8 CSV file whose first line names every column once, a Parquet file, or a table of a DuckDB database file",
             ) from None
-        return conn
+        except OSError:
+            _curator_log.exception("dataset %r: its copy could not be written in %s", info.name, self._copies.directory)
+            raise InvalidDataError(
+                "source", f"{_describe_source(info)} could not be copied into the service's dataset directory (details in the dpkit.curator log)",
+                "a dataset directory the service can write (dataset_dir)",
+            ) from None
+
+    def _source_path(self, info: DatasetInfo) -> Path:
+        """The file a dataset is re-read from, checked again as at registration (the data root's
+        rules: a link may have been changed since)."""
+        if self._data_root is None and not Path(info.source).is_absolute():
+            raise InvalidParameterError("source", info.source, "an absolute path, or a service with the data root it was registered under")
+        return resolve_source(info.source, self._data_root).path
+
+    def _load(self, info: DatasetInfo) -> Path:
+        """The path of the dataset's shared, read-only copy (a DuckDB database file holding the
+        dataset as table ``info.name``; see :mod:`dpkit.server.datasets`).
+
+        The copy is made at registration. One that is missing (a dataset registered before
+        copies were kept, or a deleted file) is re-created from the source, read by the same
+        fixed rules (a CSV by :func:`~dpkit.analytics.engines.duckdb.csv_source_sql`: the header's names, every column as text,
+        nothing sniffed; Parquet files and DuckDB tables with their own schema), under a file
+        lock so that several workers never write it at once.
+
+        Raises InvalidDataError for the curator (see :meth:`_copy`); a source that is no longer
+        a file under the data root is InvalidParameterError naming ``source``. Analysts never
+        see either: see :meth:`_cursor`."""
+        return self._copy(info, lambda: self._copies.ensure(info.name, info.created_at, lambda: self._source_path(info), info.table))
 
     def _cursor(self, info: DatasetInfo) -> Any:
-        """A cursor on the loaded copy of the dataset (loaded on first use). For analysts: a
-        source that cannot be loaded any more is one fixed DatasetUnavailableError, before any
-        spend (the reason is in the curator's log)."""
+        """A cursor on the dataset's shared copy, opened read-only once per process (any number
+        of worker processes read the same file; none holds the rows in its own memory). For
+        analysts: a copy that cannot be opened or re-created is one fixed
+        DatasetUnavailableError, before any spend (the reason is in the curator's log)."""
         with self._data_lock:
+            if self._data_pid != os.getpid():
+                # A forked child: the parent's connections are not safe to use (or close) here.
+                self._data, self._data_pid = {}, os.getpid()
             loaded = self._data.get(info.name)
             if loaded is None:
                 try:
-                    connection = self._load(info)
-                except DPError:
+                    connection = self._copies.open(self._load(info))
+                except InvalidDataError:  # _load has told the curator why
+                    raise DatasetUnavailableError() from None
+                except DPError as exc:
+                    _curator_log.warning("dataset %r: its copy is missing and cannot be re-made: %s", info.name, exc)
+                    raise DatasetUnavailableError() from None
+                except Exception:
+                    _curator_log.exception("dataset %r: its copy could not be opened", info.name)
                     raise DatasetUnavailableError() from None
                 loaded = self._data[info.name] = _Loaded(connection)
         with loaded.lock:  # cursors are created one at a time; each is then used by one thread
@@ -747,8 +794,6 @@ class Service:
         status: int,
         outcome: str,
         dataset: str | None = None,
-        epsilon: float | None = None,
-        delta: float | None = None,
         detail: dict[str, Any] | None = None,
     ) -> AuditEntry:
         """Append one entry to the keyed chain and return it once it is committed.
@@ -759,14 +804,10 @@ class Service:
         transaction (one fsync) while the others wait for it; if that batch fails, its entries
         are retried one by one, so one bad entry cannot take the others down with it.
 
-        ``epsilon``/``delta`` record an amount *debited*; only the ledger's debit writes them
-        (:class:`_QueryLedger`), so an entry passed here with an amount would not match a spend
-        and :meth:`verify_log` would report it."""
-        fields = self._fields(actor=actor, action=action, status=status, outcome=outcome, dataset=dataset, detail=detail)
-        if epsilon is not None or delta is not None:
-            fields["epsilon"] = fraction_to_text(Fraction(epsilon or 0.0))
-            fields["delta"] = fraction_to_text(Fraction(delta or 0.0))
-        return self._group_commit().append(fields)
+        Entries written here record no amount: an amount debited is recorded only by the entry
+        the debit itself writes, in its own transaction (:class:`_QueryLedger`), and a grant by
+        the entry written with the budget (:meth:`grant`)."""
+        return self._group_commit().append(self._fields(actor=actor, action=action, status=status, outcome=outcome, dataset=dataset, detail=detail))
 
     @staticmethod
     def _fields(
@@ -1017,7 +1058,7 @@ def _exceeded(cost: QueryCost, text: str, budget: BudgetRecord, analyst: str, da
 
 def _describe_source(info: DatasetInfo) -> str:
     """The source in words for the curator: the file's name (and table), no path, no content."""
-    kind = "DuckDB table" if info.table is not None else "Parquet file" if info.source.lower().endswith((".parquet", ".pq")) else "CSV file"
+    kind = "DuckDB table" if info.table is not None else "Parquet file" if source_kind(info.source) == "parquet" else "CSV file"
     return f"{kind} {Path(info.source).name}" + ("" if info.table is None else f" {info.table}")
 
 
