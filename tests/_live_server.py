@@ -23,11 +23,20 @@ def listening_socket(backlog: int = 4096) -> socket.socket:
 
 
 @contextlib.contextmanager
-def live_server(app: Any) -> Iterator[str]:
-    """Serve ``app`` until the block ends; yields the base URL."""
+def live_server(app: Any, **limits: Any) -> Iterator[str]:
+    """Serve ``app`` until the block ends; yields the base URL. ``limits`` (``header_timeout``,
+    ``body_timeout``, ``max_connections``) serve it as ``dpkit serve`` does, with
+    :class:`dpkit.server.serving.ServingConfig`."""
     sock = listening_socket()
     port = sock.getsockname()[1]
-    server = uvicorn.Server(uvicorn.Config(app, log_level="error", lifespan="off", backlog=4096, timeout_keep_alive=30))
+    settings = {"log_level": "error", "lifespan": "off", "backlog": 4096, "timeout_keep_alive": 30}
+    if limits:
+        from dpkit.server.serving import ServingConfig
+
+        config: Any = ServingConfig(app, **limits, **settings)
+    else:
+        config = uvicorn.Config(app, **settings)
+    server = uvicorn.Server(config)
     thread = threading.Thread(target=server.run, kwargs={"sockets": [sock]}, daemon=True)
     thread.start()
     deadline = time.monotonic() + 30

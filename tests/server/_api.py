@@ -91,6 +91,8 @@ class World:
 
         kwargs.setdefault("rate", 1e6)
         kwargs.setdefault("burst", 1_000_000)
+        kwargs.setdefault("address_rate", 1e6)
+        kwargs.setdefault("address_burst", 1_000_000)
         return create_app(self.service, **kwargs)
 
     def client(self, **kwargs: Any) -> Any:
@@ -154,6 +156,7 @@ def make_world(
         ("bob", "people", 10.0, 1e-5),
         ("alice", "secret", 5.0, 0.0),
     ),
+    max_grant_epsilon: float = 10.0,
 ) -> World:
     """The world's service draws its noise from the OS CSPRNG (a seeded generator is refused by
     the service), so tests that look at noisy values bound them by a stated tail probability."""
@@ -161,7 +164,7 @@ def make_world(
     people = write_people(directory / "people.csv")
     secret = write_secret(directory / "secret.csv")
     db = directory / "ledger.sqlite"
-    service = Service(f"sqlite:///{db}")
+    service = Service(f"sqlite:///{db}", max_grant_epsilon=max_grant_epsilon)
     keys: dict[str, str] = {}
     try:
         service.register_dataset("people", people, PEOPLE_METADATA)

@@ -34,7 +34,7 @@ LIMIT = 4096  # max_body_bytes of the app under test
 
 @pytest.fixture(scope="module")
 def env(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[World, Any]]:
-    world = make_world(tmp_path_factory.mktemp("bad"), grants=(("alice", "people", 1000.0, 1e-3), ("bob", "people", 1000.0, 1e-3), ("alice", "secret", 5.0, 0.0)))
+    world = make_world(tmp_path_factory.mktemp("bad"), grants=(("alice", "people", 1000.0, 1e-3), ("bob", "people", 1000.0, 1e-3), ("alice", "secret", 5.0, 0.0)), max_grant_epsilon=1000.0)
     client = world.client(max_body_bytes=LIMIT)
     yield world, client
     world.close()
@@ -149,8 +149,8 @@ AMOUNTS = [
 
 SCHEMA = [
     Case("unknown-dataset", q(COUNT_SQL), ("nosuch",), status=404, code="not_found", dataset="nosuch"),
-    Case("dataset-name-injection", q(COUNT_SQL), ("people;DROP",), status=404, code="not_found", dataset="people;DROP"),
-    Case("dataset-name-tautology", q(COUNT_SQL), ("people OR 1=1",), status=404, code="not_found", dataset="people OR 1=1"),
+    Case("dataset-name-injection", q(COUNT_SQL), ("people;DROP", "a name of letters"), parameter="dataset", dataset="people;DROP"),
+    Case("dataset-name-tautology", q(COUNT_SQL), ("people OR 1=1", "a name of letters"), parameter="dataset", dataset="people OR 1=1"),
     Case("other-table-in-from", q("SELECT SUM(salary) FROM secret"), ("secret", "the session's table 'people'"), parameter="sql"),
     Case("unknown-column-aggregate", q("SELECT AVG(height) FROM people"), ("height", "unknown column"), parameter="sql"),
     Case("unknown-column-where", q("SELECT COUNT(*) FROM people WHERE height > 3"), ("height", "unknown column"), parameter="sql"),

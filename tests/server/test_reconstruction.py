@@ -66,7 +66,8 @@ METADATA = {"row_level": True, "columns": {"id": {"type": "categorical", "value_
 
 def _attack_service(tmp_path, x: np.ndarray, budget: float, seed: int) -> tuple[float, list[int], Service]:
     pd.DataFrame({"id": np.arange(N), "secret": x}).to_csv(tmp_path / "people.csv", index=False)
-    service = Service(f"sqlite:///{tmp_path / f'ledger-{budget:g}.sqlite'}")  # secure noise: the only kind it accepts
+    # secure noise: the only kind it accepts; a budget far above the default maximum grant
+    service = Service(f"sqlite:///{tmp_path / f'ledger-{budget:g}.sqlite'}", max_grant_epsilon=max(10.0, budget))
     service.register_dataset("people", tmp_path / "people.csv", METADATA)
     _, key = service.create_principal("eve", "analyst")
     service.grant("eve", "people", epsilon=budget)

@@ -286,12 +286,15 @@ def _assert_query_failed(env: Env, r: Any, epsilon: float, caplog: pytest.LogCap
     spend_id = body["error"]["spend_id"]
     assert body == {"error": {"code": "query_failed", "message": QueryFailedError.MESSAGE, "spend_id": spend_id}}
     assert "SECRET" not in r.text and "Traceback" not in r.text
-    # the spend stands, and the audit log records it (so it is not an unlogged spend)
+    # the spend stands with the entry its debit wrote; the request's own entry says the answer
+    # failed and names the spend without recording the amount twice
     spends = env.spends()
     assert [s.id for s in spends] == [spend_id] and spends[0].epsilon_cost == pytest.approx(epsilon)
-    entry = env.service.audit_entries(limit=10**6)[-1]
-    assert (entry.action, entry.status, entry.detail.get("spend_id")) == ("query", 500, spend_id)
-    assert entry.outcome.startswith("query_failed") and entry.epsilon is not None and "SECRET" not in json.dumps(entry.to_dict())
+    paid, entry = env.service.audit_entries(limit=10**6)[-2:]
+    assert (paid.action, paid.outcome, paid.detail.get("spend_id")) == ("query", "paid", spend_id) and paid.epsilon is not None
+    assert (entry.action, entry.status, entry.detail.get("spend_id")) == ("query_failed", 500, spend_id)
+    assert entry.outcome.startswith("query_failed") and entry.epsilon is None and "SECRET" not in json.dumps(entry.to_dict())
+    env.service.verify_log()
     assert env.service.unlogged_spends() == []
     history = env.ask("GET", "/v1/history")
     assert history.status_code == 200 and "SECRET" not in history.text

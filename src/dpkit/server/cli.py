@@ -15,6 +15,7 @@ import typer
 from rich.console import Console
 from rich.table import Table
 
+from dpkit.analytics.limits import QueryLimits
 from dpkit.errors import DPError
 from dpkit.server.service import Service, budget_dict
 from dpkit.server.store import masked_url
@@ -32,6 +33,7 @@ LedgerOption = Annotated[
 ]
 JsonOption = Annotated[bool, typer.Option("--json", help="Print machine-readable JSON on stdout instead of tables.")]
 _ACTOR = "admin-cli"
+_LIMITS = QueryLimits()
 
 admin_app = typer.Typer(help="Manage the curator service: principals and keys, datasets, grants, the audit log.", no_args_is_help=True)
 
@@ -41,23 +43,27 @@ def _fail(message: str, code: int = 1) -> NoReturn:
     raise typer.Exit(code)
 
 
-def _open(ledger: str) -> Service:
+def _open(ledger: str, *, max_grant_epsilon: float | None = None) -> Service:
     try:
+        if max_grant_epsilon is not None:
+            return Service(ledger, max_grant_epsilon=max_grant_epsilon)
         return Service(ledger)
     except DPError as exc:
         _fail(str(exc))
 
 
-def _run(ledger: str, action: str, fn: Any, **facts: Any) -> Any:
-    """Run one administrative action and audit it (also when it fails)."""
-    service = _open(ledger)
+def _run(ledger: str, action: str, fn: Any, *, recorded: bool = False, max_grant_epsilon: float | None = None, **facts: Any) -> Any:
+    """Run one administrative action and audit it (also when it fails). ``recorded``: the action
+    writes its own entry with its change, in one transaction (a grant)."""
+    service = _open(ledger, max_grant_epsilon=max_grant_epsilon)
     try:
         try:
             result = fn(service)
         except DPError as exc:
             service.audit(actor=_ACTOR, action=action, status=400, outcome=f"error: {exc}"[:1000], detail=facts)
             _fail(str(exc))
-        service.audit(actor=_ACTOR, action=action, status=200, outcome="ok", detail=facts)
+        if not recorded:
+            service.audit(actor=_ACTOR, action=action, status=200, outcome="ok", detail=facts)
         return result
     finally:
         service.close()
@@ -93,11 +99,18 @@ def issue_key(name: str, ledger: LedgerOption = _DEFAULT, as_json: JsonOption = 
     _show_key(name, "key for", key, as_json)
 
 
-@admin_app.command("revoke")
-def revoke(target: Annotated[str, typer.Argument(help="A key id, or a principal's name to revoke all their keys.")], ledger: LedgerOption = _DEFAULT) -> None:
-    """Revoke a key (by id) or every key of a principal (by name); effective at the next request."""
-    ids = _run(ledger, "revoke", lambda s: s.revoke(target), target=target)
-    typer.echo(f"revoked {len(ids)} key(s): {', '.join(ids) or '(all were already revoked)'}")
+@admin_app.command("revoke-key")
+def revoke_key(key: Annotated[str, typer.Argument(metavar="KEY_ID", help="The key's id (16 hex digits, as `dpkit admin list` shows it).")], ledger: LedgerOption = _DEFAULT) -> None:
+    """Revoke one key, by its id; effective at the next request."""
+    ids = _run(ledger, "revoke_key", lambda s: s.revoke_key(key), key=key)
+    typer.echo(f"revoked key {key}" if ids else f"key {key} was already revoked")
+
+
+@admin_app.command("revoke-principal")
+def revoke_principal(name: Annotated[str, typer.Argument(help="The principal whose keys to revoke.")], ledger: LedgerOption = _DEFAULT) -> None:
+    """Revoke every key of a principal (curator or analyst); effective at the next request."""
+    ids = _run(ledger, "revoke_principal", lambda s: s.revoke_principal(name), name=name)
+    typer.echo(f"revoked {len(ids)} key(s) of {name!r}: {', '.join(ids) or '(all were already revoked)'}")
 
 
 @admin_app.command("register-dataset")
@@ -135,10 +148,15 @@ def grant(
     dataset: str,
     epsilon: Annotated[float, typer.Option("--epsilon", help="The analyst's total ε on this dataset.")],
     delta: Annotated[float, typer.Option("--delta", help="The analyst's total δ on this dataset.")] = 0.0,
+    max_grant_epsilon: Annotated[float, typer.Option("--max-grant-epsilon", help="Refuse a larger ε (a guard against typos).")] = 10.0,
     ledger: LedgerOption = _DEFAULT,
 ) -> None:
-    """Give an analyst a budget on a dataset (a budget is never changed afterwards)."""
-    b = _run(ledger, "grant", lambda s: s.grant(analyst, dataset, epsilon=epsilon, delta=delta), analyst=analyst, dataset=dataset, epsilon=epsilon, delta=delta)
+    """Give an analyst a budget on a dataset (a budget is never changed afterwards). The budget
+    and its grant entry in the audit chain are written in one transaction."""
+    b = _run(
+        ledger, "grant", lambda s: s.grant(analyst, dataset, epsilon=epsilon, delta=delta, actor=_ACTOR),
+        recorded=True, max_grant_epsilon=max_grant_epsilon, analyst=analyst, dataset=dataset, epsilon=epsilon, delta=delta,
+    )
     typer.echo(f"granted {analyst!r} ε={b.epsilon:g}, δ={b.delta:g} on {dataset!r}")
 
 
@@ -214,17 +232,38 @@ def serve(
     rate: Annotated[float, typer.Option("--rate", help="Requests per second allowed per principal (average), per worker.")] = 20.0,
     burst: Annotated[int, typer.Option("--burst", min=1, help="Requests a principal may make at once, per worker.")] = 100,
     max_body: Annotated[int, typer.Option("--max-body", min=1024, help="Largest request body accepted, in bytes.")] = 64 * 1024,
-    workers: Annotated[int, typer.Option("--workers", min=1, max=64, help="Server processes (each holds its own copy of the datasets and its own rate limits).")] = 1,
+    workers: Annotated[int, typer.Option("--workers", min=1, max=64, help="Server processes (each with its own rate limits and connection cap).")] = 1,
+    address_rate: Annotated[float, typer.Option("--address-rate", help="Refused (401) requests per second allowed per client address before it gets 429, per worker.")] = 1.0,
+    address_burst: Annotated[int, typer.Option("--address-burst", min=1, help="Refused requests a client address may make at once, per worker.")] = 30,
+    header_timeout: Annotated[float, typer.Option("--header-timeout", help="Seconds a client has to send a request's headers.")] = 10.0,
+    body_timeout: Annotated[float, typer.Option("--body-timeout", help="Seconds a client has to send a request's body (else 408).")] = 30.0,
+    max_connections: Annotated[int, typer.Option("--max-connections", min=1, help="Open connections accepted per worker (more are closed at once).")] = 1000,
+    data_root: Annotated[Path | None, typer.Option("--data-root", help="Datasets may be registered only from under this directory (default: the current directory).")] = None,
+    max_grant_epsilon: Annotated[float, typer.Option("--max-grant-epsilon", help="The largest ε the curator may grant one analyst on one dataset.")] = 10.0,
+    audit_key: Annotated[Path | None, typer.Option("--audit-key", help="The file holding the audit chain's key (keep it outside the database).")] = None,
+    dataset_dir: Annotated[Path | None, typer.Option("--dataset-dir", help="Where registered datasets are kept for the workers to share (default: beside the ledger).")] = None,
+    max_keys: Annotated[int, typer.Option("--max-keys", min=1, help="Largest product of public group-by keys one query may have.")] = _LIMITS.max_keys,
+    max_result_rows: Annotated[int, typer.Option("--max-result-rows", min=1, help="Most rows one answer may hold.")] = _LIMITS.max_result_rows,
+    max_response_bytes: Annotated[int, typer.Option("--max-response-bytes", min=1, help="Largest answer, in bytes (estimated before paying).")] = _LIMITS.max_response_bytes,
+    max_query_depth: Annotated[int, typer.Option("--max-query-depth", min=1, help="Deepest nesting of parentheses and boolean operators in a query.")] = _LIMITS.max_query_depth,
 ) -> None:
     """Run the curator service: the /v1 API and the dashboard at http://HOST:PORT/."""
     try:
-        import uvicorn
-
         from dpkit.server.app import ServerConfig, create_app
+        from dpkit.server.serving import serve as run_server
     except ImportError:
         _fail("dpkit serve needs the server extra: pip install 'dpkit[server]'")
     try:
-        config = ServerConfig(ledger=ledger, rate=rate, burst=burst, max_body_bytes=max_body)
+        config = ServerConfig(
+            ledger=ledger, rate=rate, burst=burst, max_body_bytes=max_body, address_rate=address_rate, address_burst=address_burst,
+            header_timeout=header_timeout, body_timeout=body_timeout, max_connections=max_connections,
+            # Resolved now, so that every worker uses the same directories whatever its own.
+            data_root=str((data_root or Path.cwd()).expanduser().resolve()),
+            max_grant_epsilon=max_grant_epsilon,
+            audit_key=None if audit_key is None else str(audit_key.expanduser().resolve()),
+            dataset_dir=None if dataset_dir is None else str(dataset_dir.expanduser().resolve()),
+            max_keys=max_keys, max_result_rows=max_result_rows, max_response_bytes=max_response_bytes, max_query_depth=max_query_depth,
+        )
         # One worker serves this app; with several, this one only checks the ledger opens (each
         # worker builds its own), so a bad --ledger fails here with a clear message.
         app = create_app(config)
@@ -234,14 +273,15 @@ def serve(
         Console(stderr=True).print(f"[yellow]warning:[/] listening on {host}: API keys travel in headers, so serve this only behind TLS")
     Console(stderr=True).print(f"dpkit curator on http://{host}:{port}/ (ledger {masked_url(ledger)}, {workers} worker(s)); Ctrl-C to stop")
     log_level = os.environ.get("DPKIT_LOG_LEVEL", "warning")
+    limits = {"header_timeout": header_timeout, "body_timeout": body_timeout, "max_connections": max_connections}
     if workers == 1:
-        uvicorn.run(app, host=host, port=port, log_level=log_level, server_header=False)
+        run_server(app, host=host, port=port, log_level=log_level, **limits)
         return
     app.state.service.close()
     # Several processes: uvicorn imports the app factory in each, which reads the configuration
     # from the environment. The ledger and the audit chain are safe across processes.
     os.environ[_CONFIG_ENV] = json.dumps(config.__dict__)
-    uvicorn.run("dpkit.server.cli:app_from_environment", factory=True, workers=workers, host=host, port=port, log_level=log_level, server_header=False)
+    run_server("dpkit.server.cli:app_from_environment", factory=True, workers=workers, host=host, port=port, log_level=log_level, **limits)
 
 
 _CONFIG_ENV = "DPKIT_SERVER_CONFIG"

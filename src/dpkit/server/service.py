@@ -99,6 +99,8 @@ _DATASET_COLUMNS = "name, source, metadata, neighbours, created_at, source_table
 #: The largest ε a curator may grant one analyst on one dataset unless the administrator sets
 #: another maximum (``--max-grant-epsilon``): a guard against a typo or a stolen curator key.
 DEFAULT_MAX_GRANT_EPSILON = 10.0
+#: The audit key file's location when none is passed (``--audit-key``); else beside the ledger.
+AUDIT_KEY_ENV = "DPKIT_AUDIT_KEY"
 _DETAIL_LIMIT = 4096  # characters of query text kept in the audit log per request
 _AGGREGATES: dict[str, type] = {
     "count": A.Count,
@@ -316,6 +318,11 @@ class Service:
     def ledger(self) -> LedgerBackend:
         return self._ledger
 
+    @property
+    def store(self) -> ServiceStore:
+        """The service's own tables (principals, keys, datasets, the audit log, refusal counts)."""
+        return self._store
+
     def _audit_key(self, url: str, source: str | os.PathLike[str] | bytes | None) -> bytes:
         """The audit chain's key: given as bytes, or read from a file (created with a fresh key
         only while the log is still empty — a log with entries and no key is refused)."""
@@ -323,6 +330,8 @@ class Service:
             if len(source) != KEY_BYTES:
                 raise InvalidParameterError("audit_key", f"<{len(source)} bytes>", f"{KEY_BYTES} random bytes, or the path of a key file")
             return bytes(source)
+        if source is None and os.environ.get(AUDIT_KEY_ENV):
+            source = os.environ[AUDIT_KEY_ENV]
         if source is None:
             path = default_key_path(url)
         elif isinstance(source, (str, os.PathLike)) and os.fspath(source):
