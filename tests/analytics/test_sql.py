@@ -13,7 +13,7 @@ import sqlglot
 from sqlglot import exp
 
 import dpkit as dp
-from dpkit.analytics import Categorical, Metadata, Numeric
+from dpkit.analytics import Categorical, Metadata, Numeric, QueryLimits
 from dpkit.analytics import aggregates as A
 from dpkit.analytics import sql as sql_module
 from dpkit.analytics.plan import And, Between, Compare, InList, IsNull, Not, Or
@@ -53,7 +53,7 @@ def session() -> dp.Session:
 
 
 # -- a stand-in session for compile-only tests -------------------------------------------------
-# compile_sql reads session.table, session.columns, session.privacy_unit and calls
+# compile_sql reads session.table, session.columns, session.privacy_unit, session.limits and calls
 # session.query().where(...).group_by(...); these tests pin down the compiler on its own.
 
 
@@ -71,6 +71,7 @@ class FakeQuery:
 
 
 class FakeSession:
+    limits = QueryLimits()
     table = "adult"
     privacy_unit = "uid"
     columns = {"uid": "categorical", "age": "numeric", "hours": "numeric", "sex": "categorical",
@@ -426,8 +427,9 @@ def test_refusals_echo_at_most_200_characters_of_the_fragment() -> None:
         compile_(f"SELECT COUNT(*) FROM adult {long_alias}")
     assert info.value.value == long_alias[:200]
     with pytest.raises(InvalidParameterError) as info:
-        compile_("SELECT COUNT(*) FROM adult WHERE " + " OR ".join(["age > 1"] * 100) + " LIMIT 1")
-    assert len(info.value.value) <= 200
+        # a long condition (within the default nesting limit of 32) before the refused LIMIT
+        compile_("SELECT COUNT(*) FROM adult WHERE " + " OR ".join(["age > 1000000"] * 30) + " LIMIT 1")
+    assert "LIMIT" in str(info.value) and len(info.value.value) <= 200
 
 
 def test_rejections_name_the_offending_fragment() -> None:

@@ -13,6 +13,7 @@
 
 from dpkit.analytics.aggregates import Aggregate, Count, CountUnits, Mean, Quantile, Std, Sum, Variance
 from dpkit.analytics.check import DataCheck, check_data
+from dpkit.analytics.limits import QueryLimits
 from dpkit.analytics.metadata import Categorical, Metadata, Numeric
 from dpkit.analytics.results import AggregateInfo, QueryCost, QueryResult
 from dpkit.analytics.session import Query, Session
@@ -22,6 +23,7 @@ __all__ = [
     "Query",
     "QueryCost",
     "QueryResult",
+    "QueryLimits",
     "AggregateInfo",
     "Metadata",
     "Numeric",

@@ -73,6 +73,11 @@ class QueryResult:
     person, as the curator declared), the contribution bounds ``max_groups`` / ``max_rows`` each
     unit was held to, and the ``neighbours`` relation. ``seeded`` is True when the noise came from
     a seeded generator (reproducible, not private: tests and teaching only).
+
+    ``truncated`` is True when keys selected privately were more than the session's limits allow
+    (``max_result_rows``, ``max_response_bytes``) and only the first rows in key order are in
+    ``table`` — a cut made on the released keys alone (post-processing); ``notes`` say how many
+    were released. With public keys an answer over the limits is refused before paying instead.
     """
 
     table: pd.DataFrame
@@ -91,6 +96,7 @@ class QueryResult:
     max_rows: int = 1
     neighbours: str = "add_remove"
     seeded: bool = False
+    truncated: bool = False
 
     def _only(self) -> AggregateInfo:
         if len(self.aggregates) != 1:
@@ -145,6 +151,7 @@ class QueryResult:
             "spend_id": self.spend_id,
             "privacy_unit": {"column": self.privacy_unit, "row_level": self.privacy_unit is None, "max_groups": self.max_groups, "max_rows": self.max_rows, "neighbours": self.neighbours},
             "seeded": self.seeded,
+            "truncated": self.truncated,
         }
 
     @property
@@ -154,7 +161,7 @@ class QueryResult:
             who = "privacy unit: a row (declared: every row is a different person)"
         else:
             who = f"privacy unit: {self.privacy_unit} (at most {self.max_groups} group(s) and {self.max_rows} row(s) per group each)"
-        return f"{who}; neighbours: {self.neighbours}" + ("; SEEDED noise, not private" if self.seeded else "")
+        return f"{who}; neighbours: {self.neighbours}" + ("; SEEDED noise, not private" if self.seeded else "") + ("; TRUNCATED to the session's limits" if self.truncated else "")
 
     def __repr__(self) -> str:
         return (

@@ -5,7 +5,10 @@ budget (an in-memory :class:`dpkit.Budget` or a ledger entry for (dataset, analy
 curator's declared schema (:class:`~dpkit.analytics.Metadata`). Every query runs the same steps
 (DESIGN core idea 1: pay before the data is touched):
 
-1. validate the request against the *declared* schema and metadata only (no row is read);
+1. validate the request against the *declared* schema and metadata only (no row is read),
+   including the session's size limits (:class:`~dpkit.analytics.limits.QueryLimits`: public
+   keys and result rows are counted as integers, never listed; the answer's size is bounded
+   from the metadata);
 2. price it: build every mechanism and the composed event (no data);
 3. debit the budget atomically — a refusal never touches the data, so neither its content nor
    its timing depends on it;
@@ -50,7 +53,9 @@ With each row its own unit, G = R = 1. Quantiles use the exponential mechanism p
 
 from __future__ import annotations
 
+import functools
 import itertools
+import json
 import logging
 import math
 import os
@@ -66,10 +71,20 @@ from dpkit import _validate as v
 from dpkit._validate import Neighbours
 from dpkit._validate import short_repr as _short
 from dpkit.accounting.composition import basic_cost
-from dpkit.accounting.events import ComposedEvent, DPEvent, ExponentialEvent, SelfComposedEvent, ApproxDPEvent
+from dpkit.accounting.events import ApproxDPEvent, ComposedEvent, DPEvent, ExponentialEvent, SelfComposedEvent, event_to_dict
 from dpkit.analytics import aggregates as A
 from dpkit.analytics.engines.base import GAUSSIAN_SUM_LIMIT, Engine, ReadType
 from dpkit.analytics.key_selection import KEY_SELECTIONS, KeySelector, key_selector
+from dpkit.analytics.limits import (
+    JSON_BIN_LABEL_BYTES,
+    JSON_BOOLEAN_BYTES,
+    JSON_NULL_BYTES,
+    JSON_NUMBER_BYTES,
+    QueryLimits,
+    json_text_bound,
+    json_text_bounds,
+    public_key_count,
+)
 from dpkit.analytics.metadata import Categorical, Metadata, Numeric
 from dpkit.analytics.plan import (
     AggregationPlan,
@@ -180,6 +195,11 @@ class Session:
         ``numpy.random.Generator`` is for tests and teaching only: it is refused with a ledger
         (seeded noise can be replayed and subtracted, so the ledger's charge would be a lie), and
         results drawn with it say so.
+    limits:
+        How large one query may be (:class:`~dpkit.analytics.limits.QueryLimits`; default
+        ``QueryLimits()``): public group keys, result rows, the answer's size and the nesting of
+        SQL text. Checked on the request and the metadata before paying; a query over a limit
+        raises :class:`~dpkit.errors.LimitExceededError` and spends nothing.
     """
 
     def __init__(
@@ -200,7 +220,11 @@ class Session:
         portable: bool = False,
         rng: RNG = None,
         row_level: bool | None = None,
+        limits: QueryLimits | None = None,
     ) -> None:
+        if limits is not None and not isinstance(limits, QueryLimits):
+            raise InvalidParameterError("limits", _short(limits), "a dpkit.analytics.QueryLimits or None (the defaults)")
+        self._limits = limits if limits is not None else QueryLimits()
         self._metadata = self._check_metadata(metadata)
         self._neighbours = v.neighbours(neighbours)
         if not isinstance(table, str) or not table:
@@ -360,6 +384,11 @@ class Session:
         return self._table
 
     @property
+    def limits(self) -> QueryLimits:
+        """How large one query may be (see :class:`~dpkit.analytics.limits.QueryLimits`)."""
+        return self._limits
+
+    @property
     def columns(self) -> dict[str, ColumnKind]:
         """The declared columns and their kinds (from the metadata, never from the data)."""
         return dict(self._schema)
@@ -468,11 +497,81 @@ class Session:
 def _literal_kind(value: object) -> ColumnKind | None:
     if isinstance(value, bool):
         return "boolean"
-    if isinstance(value, (int, float)) and not isinstance(value, bool):
-        return "numeric" if math.isfinite(value) else None
+    if isinstance(value, (int, float)):
+        try:
+            return "numeric" if math.isfinite(value) else None
+        except OverflowError:  # an integer beyond the doubles: no column value can equal it
+            return None
     if isinstance(value, str):
         return "string"
     return None
+
+
+def _public_counts(metadata: Metadata, groups: Sequence[GroupKey]) -> list[int | None]:
+    """Per group column: how many public values it has (bins, declared categories), or None
+    when its keys are selected privately."""
+    out: list[int | None] = []
+    for g in groups:
+        spec = metadata.columns.get(g.column)
+        if g.edges is not None:
+            out.append(len(g.edges) - 1)
+        elif isinstance(spec, Categorical) and spec.categories is not None:
+            out.append(len(spec.categories))
+        else:
+            out.append(None)
+    return out
+
+
+def _public_key_count(metadata: Metadata, groups: Sequence[GroupKey]) -> int:
+    """The number of public keys of a group-by without ``keys=`` (with a privately selected
+    column: the product of the other columns' public values, which still filter the table)."""
+    return public_key_count(c for c in _public_counts(metadata, groups) if c is not None)
+
+
+def _predicate_depth(p: Predicate) -> int:
+    """How deep a predicate tree is (walked without recursion, so any depth can be measured)."""
+    deepest = 0
+    stack: list[tuple[Predicate, int]] = [(p, 1)]
+    while stack:
+        node, depth = stack.pop()
+        deepest = max(deepest, depth)
+        if isinstance(node, (And, Or)):
+            stack.extend((x, depth + 1) for x in node.parts)
+        elif isinstance(node, Not):
+            stack.append((node.part, depth + 1))
+    return deepest
+
+
+@functools.lru_cache(maxsize=256)
+def _category_bytes(spec: Categorical) -> int:
+    """The longest JSON text of one of a column's declared categories (metadata only)."""
+    assert spec.categories is not None
+    if spec.value_type == "boolean":
+        return JSON_BOOLEAN_BYTES
+    if spec.value_type == "integer":
+        return JSON_NUMBER_BYTES  # within ±2**53, even when read back as a double
+    return int(json_text_bounds(pd.Series(spec.categories, dtype=object)).max())
+
+
+def _bin_label_bytes(edges: Sequence[float]) -> int:
+    """The longest JSON text of a bin label ``"[a, b)"`` (the edges are the request's own and
+    number at most max_keys + 1 by now)."""
+    widest = max(len(f"{e:g}") for e in edges)
+    return min(2 * widest + 6, JSON_BIN_LABEL_BYTES)
+
+
+def _literal_bytes(values: Sequence[Any]) -> int:
+    """The longest JSON text of explicit key values (the analyst's own request)."""
+    texts = [x for x in values if isinstance(x, str)]
+    out = JSON_NULL_BYTES
+    if texts:
+        out = max(out, int(json_text_bounds(pd.Series(texts, dtype=object)).max()))
+    if any(isinstance(x, bool) for x in values):
+        out = max(out, JSON_BOOLEAN_BYTES)
+    for x in values:
+        if isinstance(x, (int, float)) and not isinstance(x, bool):
+            out = max(out, JSON_NUMBER_BYTES if isinstance(x, float) or abs(x) < 10**20 else len(str(x)))
+    return out
 
 
 @dataclass(frozen=True)
@@ -504,10 +603,13 @@ class Query:
     def where(self, predicate: str | Predicate) -> Query:
         """Keep rows matching ``predicate`` (SQL text such as ``"age > 30 AND sex = 'F'"``, or a
         predicate object). Filters run before contribution bounding."""
+        limits = self.session._limits
         if isinstance(predicate, str):
             from dpkit.analytics.sql import parse_predicate
 
-            predicate = parse_predicate(predicate)
+            predicate = parse_predicate(predicate, limits=limits)  # its text's nesting is checked there
+        elif isinstance(predicate, (Compare, InList, Between, IsNull, And, Or, Not)):
+            limits.check("where nesting depth", _predicate_depth(predicate), "max_query_depth")
         if not isinstance(predicate, (Compare, InList, Between, IsNull, And, Or, Not)):
             raise InvalidParameterError("predicate", _short(predicate), "SQL text such as \"age > 30\" or a dpkit.analytics.plan predicate")
         self._check_predicate(predicate)
@@ -545,6 +647,8 @@ class Query:
         key_tuples = None
         if keys is not None:
             key_tuples = self._check_keys(out, keys)
+        else:  # counted, never listed: refused before the product is built anywhere
+            self.session._limits.check("group_by keys", _public_key_count(self.session._metadata, out), "max_keys")
         return replace(self, groups=tuple(out), keys=key_tuples)
 
     def bound(self, *, max_groups: int | None = None, max_rows: int | None = None) -> Query:
@@ -557,6 +661,10 @@ class Query:
     def _check_edges(self, column: str, edges: object) -> tuple[float, ...]:
         if self.session._schema[column] != "numeric":
             raise InvalidParameterError(f"bins[{column!r}]", _short(edges), "edges only for numeric columns")
+        if not isinstance(edges, (str, bytes)) and hasattr(edges, "__iter__"):
+            if not hasattr(edges, "__len__"):  # read no more of an iterator than the limit allows
+                edges = tuple(itertools.islice(edges, self.session._limits.max_keys + 2))  # type: ignore[call-overload]
+            self.session._limits.check("group_by keys", max(len(edges) - 1, 0), "max_keys")  # type: ignore[arg-type]
         try:
             e = tuple(float(x) for x in edges)  # type: ignore[union-attr]
         except (TypeError, ValueError):
@@ -568,6 +676,10 @@ class Query:
     def _check_keys(self, groups: list[GroupKey], keys: object) -> tuple[tuple[Any, ...], ...]:
         if isinstance(keys, (str, bytes)) or not hasattr(keys, "__iter__"):
             raise InvalidParameterError("keys", _short(keys), "a list of public keys (values, or tuples for several columns)")
+        limit = self.session._limits.max_keys
+        if not hasattr(keys, "__len__"):
+            keys = tuple(itertools.islice(keys, limit + 1))  # type: ignore[call-overload]
+        self.session._limits.check("group_by keys", len(keys), "max_keys")  # type: ignore[arg-type]
         out = []
         for k in keys:  # type: ignore[union-attr]
             t = tuple(k) if len(groups) > 1 and isinstance(k, (tuple, list)) else (k,)
@@ -703,6 +815,17 @@ class _Priced:
     selector: KeySelector | None
 
 
+@dataclass(frozen=True)
+class _Sizes:
+    """The answer's size bound, from the request and the metadata: bytes per row (without the
+    ``texts`` key columns, counted per released key), bytes around the rows, and the most rows."""
+
+    row: int
+    texts: tuple[int, ...]
+    overhead: int
+    max_rows: int
+
+
 class _Runner:
     """Validates, plans, pays for and releases one query (see the module docstring)."""
 
@@ -722,8 +845,8 @@ class _Runner:
         _check_rng(rng, self.s._ledger)
         self.rng = rng if rng is not None else self.s._rng
         self.text = text or self._describe()
-        self.public = self._public_keys()
-        self.private = bool(self.q.groups) and self.public is None
+        self.private = bool(self.q.groups) and self.q.keys is None and None in _public_counts(self.s._metadata, self.q.groups)
+        self._check_rows()
         if self.private and self.delta == 0:
             missing = [g.column for g, allowed in zip(self.q.groups, self._allowed()) if allowed is None]
             raise InvalidParameterError(
@@ -792,15 +915,89 @@ class _Runner:
             out.append(spec.categories if isinstance(spec, Categorical) and spec.categories is not None else None)
         return out
 
-    def _public_keys(self) -> tuple[tuple[Any, ...], ...] | None:
-        if not self.q.groups:
-            return None
+    def _public_keys(self) -> tuple[tuple[Any, ...], ...]:
+        """Every public key, listed (only when releasing: their number is within max_keys)."""
         if self.q.keys is not None:
             return self.q.keys
-        allowed = self._allowed()
-        if any(a is None for a in allowed):
-            return None
-        return tuple(itertools.product(*allowed))  # type: ignore[arg-type]
+        return tuple(itertools.product(*self._allowed()))  # type: ignore[arg-type]
+
+    # -- limits --------------------------------------------------------------------------------
+
+    def _check_rows(self) -> None:
+        """Refuse, from the request and the metadata only, a group-by with more public keys
+        than ``max_keys`` or an answer with more rows than ``max_result_rows`` (with public keys,
+        the rows are the keys). Nothing is listed: the counts are integer products."""
+        limits = self.s._limits
+        if not self.q.groups:
+            return
+        keys = self._row_count()
+        limits.check("group_by keys", keys, "max_keys")
+        if not self.private:
+            limits.check("result rows", keys, "max_result_rows")
+
+    def _sizes(self, priced: _Priced) -> _Sizes:
+        """An upper bound on the answer's JSON size from the request and the metadata (see
+        :mod:`dpkit.analytics.limits`); refuses, before paying, an answer that cannot fit
+        ``max_response_bytes`` — with public keys, all of it; with private keys, one row."""
+        limits = self.s._limits
+        meta = self.s._metadata
+        texts: list[int] = []  # released key columns whose text length is not declared
+        row = 4  # braces, and the separator before the next record
+        for j, g in enumerate(self.q.groups):
+            spec = meta.columns.get(g.column)
+            row += json_text_bound(g.column) + 4  # "name": and the separator
+            if g.edges is not None:
+                row += _bin_label_bytes(g.edges)
+            elif self.q.keys is not None:
+                row += _literal_bytes([k[j] for k in self.q.keys])
+            elif isinstance(spec, Categorical) and spec.categories is not None:
+                row += max(_category_bytes(spec), JSON_NULL_BYTES)
+            elif isinstance(spec, Categorical) and spec.value_type == "string":
+                texts.append(j)  # counted per released key, after the release (see _cut)
+            elif isinstance(spec, Categorical) and spec.value_type == "boolean":
+                row += JSON_BOOLEAN_BYTES
+            else:
+                row += JSON_NUMBER_BYTES
+        for spec in self.specs:
+            for suffix in ("", "_low", "_high"):
+                row += json_text_bound(spec.alias + suffix) + 4 + JSON_NUMBER_BYTES
+        # Everything around the rows: the aggregates' descriptions, the event, the notes, the
+        # privacy unit and the fixed fields, with room for a caller's envelope (a service adds
+        # the dataset's name, the cost and the budget).
+        overhead = 4096 + len(json.dumps(event_to_dict(priced.event)))
+        overhead += sum(512 + 2 * json_text_bound(spec.alias) + json_text_bound(spec.column or "") for spec in self.specs)
+        overhead += sum(json_text_bound(g.column) for g in self.q.groups) + 2 * json_text_bound(self.s._unit or "")
+        if not self.private:
+            rows = self._row_count()
+            limits.check("response bytes", overhead + rows * row, "max_response_bytes")
+            return _Sizes(row, tuple(texts), overhead, rows)
+        smallest = row + JSON_NULL_BYTES * len(texts)  # one row, its text keys at their shortest
+        limits.check("response bytes", overhead + smallest, "max_response_bytes")
+        fits = (limits.max_response_bytes - overhead) // row
+        return _Sizes(row, tuple(texts), overhead, min(limits.max_result_rows, fits))
+
+    def _row_count(self) -> int:
+        """The rows of an answer with public keys (one per key; one without a group-by)."""
+        if not self.q.groups:
+            return 1
+        if self.q.keys is not None:
+            return len(self.q.keys)
+        return _public_key_count(self.s._metadata, self.q.groups)
+
+    def _cut(self, frame: pd.DataFrame, sizes: _Sizes) -> tuple[pd.DataFrame, bool]:
+        """Privately selected rows cut to the limits: the first rows in key order (the frame is
+        sorted by key) whose encoded size fits. Post-processing: which rows stay depends on the
+        released keys only."""
+        limits = self.s._limits
+        n = min(len(frame), sizes.max_rows)
+        if sizes.texts and n:
+            per_row = np.full(n, sizes.row, dtype=np.int64)
+            for j in sizes.texts:
+                per_row += json_text_bounds(frame[f"g{j}"].iloc[:n])
+            n = int(np.searchsorted(np.cumsum(per_row), limits.max_response_bytes - sizes.overhead, side="right"))
+        if n == len(frame):
+            return frame, False
+        return frame.iloc[:n].reset_index(drop=True), True
 
     def _describe(self) -> str:
         parts = [", ".join(f"{s.kind}({s.column or '*'})" for s in self.specs)]
@@ -913,9 +1110,11 @@ class _Runner:
         return _Priced(event, total_delta, pending, deltas, sel_eps, sel_delta, fan_out, G, R, selector)
 
     def cost(self) -> QueryCost:
-        """What the query would debit, computed without touching the data."""
+        """What the query would debit, computed without touching the data (refused, as
+        :meth:`run` would refuse it, when it is over a limit)."""
         plan, uses = self._plan(0)
         p = self.price(plan, uses)
+        self._sizes(p)
         return QueryCost(epsilon=self.epsilon, delta=p.delta, event=p.event, text=self.text)
 
     def run(self) -> QueryResult:
@@ -923,25 +1122,33 @@ class _Runner:
         # The salt keys the bounding priorities: randomness, not data, so drawing it first is free.
         plan, uses = self._plan(int(uniform_below(2**62, 1, rng=src)[0]))
         priced = self.price(plan, uses)
+        sizes = self._sizes(priced)  # refuses an answer over max_response_bytes, before paying
         # ---- pay: a refusal raises here, before the engine has touched a row ----
         spend_id = self.s._pay(priced.event, self.epsilon, priced.delta, self.text)
         # ---- compute and release: total functions; any failure keeps the debit, says nothing ----
         try:
-            return self._release_all(plan, uses, priced, src, spend_id)
+            return self._release_all(plan, uses, priced, sizes, src, spend_id)
         except Exception:
             _curator_log.exception("query %r failed after its debit (spend %s)", self.text, spend_id)
             raise QueryFailedError(spend_id) from None
 
-    def _release_all(self, plan: AggregationPlan, uses: dict[int, dict[str, Any]], p: _Priced, src: RandomSource, spend_id: int | None) -> QueryResult:
+    def _release_all(self, plan: AggregationPlan, uses: dict[int, dict[str, Any]], p: _Priced, sizes: _Sizes, src: RandomSource, spend_id: int | None) -> QueryResult:
         frame = self._keyed(self.s._engine.aggregate(plan))
         vals = self.s._engine.values(plan) if plan.values else None
         event, total_delta, pending, deltas = p.event, p.delta, p.pending, p.deltas
         sel_eps, sel_delta, G, R = p.sel_eps, p.sel_delta, p.G, p.R
         beta = 1.0 - self.confidence
         keys_mode = "none"
+        truncated = False
+        released = 0
         if p.selector is not None:
             keep = p.selector.select(frame["units"].to_numpy(), rng=src)
             frame = frame.loc[keep].reset_index(drop=True)
+            released = len(frame)
+            # Cut before the values are noised (each row's noise is calibrated to the same
+            # sensitivity whatever the number of rows); which rows stay depends on the released
+            # keys only, so the cut is post-processing of the selection.
+            frame, truncated = self._cut(frame, sizes)
             keys_mode = self.key_selection
         elif self.q.groups:
             keys_mode = "public"
@@ -971,7 +1178,13 @@ class _Runner:
             infos.append(AggregateInfo(spec.alias, spec.kind, spec.column, eps_i, deltas.get(i, 0.0), mech_name, scale, sens, ComposedEvent(tuple(m[2].event for m in payload)) if len(payload) > 1 else payload[0][2].event))
         notes = []
         if p.selector is not None:
-            notes.append(f"keys selected privately ({self.key_selection}, ε={sel_eps:.6g}, δ={sel_delta:.3g}); {len(out)} of the groups released")
+            notes.append(f"keys selected privately ({self.key_selection}, ε={sel_eps:.6g}, δ={sel_delta:.3g}); {released} of the groups released")
+        if truncated:
+            limits = self.s._limits
+            notes.append(
+                f"TRUNCATED: the first {len(out)} of the {released} released groups in key order are shown "
+                f"(max_result_rows={limits.max_result_rows}, max_response_bytes={limits.max_response_bytes})"
+            )
         groups_bound = G if self.q.groups else 1
         if self.s._unit is not None:
             notes.append(f"privacy unit: {self.s._unit}; each contributes at most {groups_bound} group(s) and {R} row(s) per group")
@@ -1001,6 +1214,7 @@ class _Runner:
             max_rows=R,
             neighbours=self.s._neighbours,
             seeded=seeded,
+            truncated=truncated,
         )
 
     def _delta_shares(self) -> dict[Any, float]:
@@ -1100,9 +1314,9 @@ class _Runner:
         gcols = [f"g{j}" for j in range(len(self.q.groups))]
         if not gcols:
             return frame.reset_index(drop=True)
-        if self.public is None:
+        if self.private:
             return frame.sort_values(gcols, na_position="last", kind="stable").reset_index(drop=True)
-        keys = pd.DataFrame(list(self.public), columns=gcols)
+        keys = pd.DataFrame(list(self._public_keys()), columns=gcols)
         for c in gcols:  # align dtypes so the merge matches values, not representations
             if frame[c].dtype.kind in "iuf" and keys[c].dtype.kind in "iuf":
                 keys[c] = keys[c].astype(frame[c].dtype) if frame[c].dtype.kind == "f" or keys[c].dtype.kind != "f" else keys[c]

@@ -32,6 +32,11 @@ Accepted — exactly this::
   case-insensitively when that is unambiguous, as DuckDB does; a group column keeps the declared
   spelling in the result).
 * Comments (``-- ...``, ``/* ... */``) are ignored, as in SQL; hint comments are not (below).
+* Nesting is bounded by the session's ``limits.max_query_depth`` (default 32): parentheses and
+  brackets count one level each, and so does each AND, OR and NOT chained at one level. It is
+  measured by one linear pass over the text before it is parsed; deeper text is refused with
+  :class:`~dpkit.errors.LimitExceededError`, as is anything the parser cannot follow within
+  Python's recursion limit.
 
 The result carries every GROUP BY column (selected or not), then, for each aggregate with name
 ``X`` (its alias, or the default: ``count``, ``count_units``, ``sum_c``, ``mean_c``, ``var_c``,
@@ -64,6 +69,7 @@ And(parts=(Compare(column='age', op='>', value=30), InList(column='sex', values=
 from __future__ import annotations
 
 import math
+import re
 from decimal import Decimal
 from typing import TYPE_CHECKING, Any
 
@@ -71,13 +77,14 @@ import sqlglot
 from sqlglot import exp
 
 from dpkit.analytics import aggregates as A
+from dpkit.analytics.limits import QueryLimits
 from dpkit.analytics.plan import And, Between, Compare, InList, IsNull, Not, Or, Predicate
-from dpkit.errors import InvalidParameterError
+from dpkit.errors import InvalidParameterError, LimitExceededError
 
 if TYPE_CHECKING:
     from dpkit.analytics.session import Query, Session
 
-__all__ = ["parse_predicate", "compile_sql"]
+__all__ = ["parse_predicate", "compile_sql", "query_depth"]
 
 _SUBSET = (
     "SELECT <group columns and aggregates> FROM <table> [WHERE <condition>] [GROUP BY <column>, ...] with the "
@@ -240,9 +247,58 @@ def _check_comments(text: str, what: str) -> None:
                 raise InvalidParameterError(what, f"/*{comment}*/"[:200], "SQL without optimizer hints (plain comments are fine)", "a hint comment (/*+ ... */, /*! ... */) would be ignored")
 
 
-def _parse(text: object, what: str) -> exp.Expression:
+# What the nesting scan reads: string literals, quoted identifiers and comments are skipped
+# whole (to the end of the text when unterminated, so every alternative matches where it starts
+# and the scan stays linear); brackets and the boolean keywords are counted.
+_NESTING = re.compile(
+    r"'(?:[^']|'')*'?"
+    r'|"(?:[^"]|"")*"?'
+    r"|--[^\n]*"
+    r"|/\*(?:.*?\*/|.*)"
+    r"|[(\[{]|[)\]}]"
+    r"|\b(?:and|or|not)\b",
+    re.IGNORECASE | re.DOTALL,
+)
+
+
+def query_depth(text: str) -> int:
+    """How deeply ``text`` nests, in one linear pass without parsing: each open parenthesis
+    (or bracket) is a level, and each AND, OR and NOT adds one to the level it is in — a bound on
+    the depth of the condition tree the parser builds.
+
+    >>> query_depth("a > 1"), query_depth("a > 1 AND (b < 2 OR NOT c = 3)"), query_depth("((((a))))")
+    (1, 5, 5)
+    """
+    levels = [1]
+    depth = deepest = 1
+    for match in _NESTING.finditer(text):
+        token = match.group()
+        first = token[0]
+        if first in "'\"" or token.startswith(("--", "/*")):
+            continue
+        if first in "([{":
+            levels.append(1)
+            depth += 1
+        elif first in ")]}":
+            if len(levels) > 1:  # an unbalanced ")" is the parser's to refuse
+                depth -= levels.pop()
+        else:
+            levels[-1] += 1
+            depth += 1
+        deepest = max(deepest, depth)
+    return deepest
+
+
+def _too_deep(what: str, limits: QueryLimits) -> LimitExceededError:
+    return LimitExceededError(f"{what} nesting depth", "more than the parser can follow", limits.max_query_depth, "max_query_depth")
+
+
+def _parse(text: object, what: str, limits: QueryLimits) -> exp.Expression:
     if not isinstance(text, str) or not text.strip():
         raise InvalidParameterError(what, text, "non-empty SQL text")
+    # Before the tokenizer and the parser, which recurse per level: deep text is refused here,
+    # in time linear in its length.
+    limits.check(f"{what} nesting depth", query_depth(text), "max_query_depth")
     _check_comments(text, what)
     try:
         trees = sqlglot.parse(text, read="duckdb")
@@ -347,10 +403,24 @@ def _is_null(node: exp.Is, *, negated: bool) -> Predicate:
     return IsNull(_column_name(node.this), negated)
 
 
-def parse_predicate(text: str) -> Predicate:
-    """A row filter from SQL text (the WHERE clause's grammar above)."""
-    tree = _parse(text, "where")
-    return _backstop(tree, _CONDITION_NODES, _CONDITION, lambda: _predicate(tree))  # type: ignore[no-any-return]
+def _limits(limits: object) -> QueryLimits:
+    if limits is None:
+        return QueryLimits()
+    if not isinstance(limits, QueryLimits):
+        raise InvalidParameterError("limits", type(limits).__name__, "a dpkit.analytics.QueryLimits or None (the defaults)")
+    return limits
+
+
+def parse_predicate(text: str, *, limits: QueryLimits | None = None) -> Predicate:
+    """A row filter from SQL text (the WHERE clause's grammar above). ``limits``: whose
+    ``max_query_depth`` bounds the text's nesting (default ``QueryLimits()``; a session passes
+    its own when given text in :meth:`Query.where`)."""
+    limits = _limits(limits)
+    try:
+        tree = _parse(text, "where", limits)
+        return _backstop(tree, _CONDITION_NODES, _CONDITION, lambda: _predicate(tree))  # type: ignore[no-any-return]
+    except RecursionError:
+        raise _too_deep("where", limits) from None
 
 
 def _resolve(session: Session, name: str) -> str:
@@ -531,8 +601,16 @@ def _compile_select(session: Session, tree: exp.Select) -> tuple[Predicate | Non
 
 
 def compile_sql(session: Session, text: str) -> tuple[Query, list[A.Aggregate]]:
-    """The query and aggregates a SQL text asks for (raises before anything runs)."""
-    tree = _parse(text, "sql")
+    """The query and aggregates a SQL text asks for (raises before anything runs; text nested
+    deeper than ``session.limits.max_query_depth`` raises LimitExceededError)."""
+    try:
+        return _compile(session, text)
+    except RecursionError:
+        raise _too_deep("sql", session.limits) from None
+
+
+def _compile(session: Session, text: str) -> tuple[Query, list[A.Aggregate]]:
+    tree = _parse(text, "sql", session.limits)
     if not isinstance(tree, exp.Select):
         raise _reject(f"only SELECT is accepted, not {type(tree).__name__}", tree)
     predicate, groups, aggs, outputs = _backstop(tree, _NODES, _SUBSET, lambda: _compile_select(session, tree))

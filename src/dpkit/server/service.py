@@ -685,7 +685,7 @@ class Service:
         try:
             session = Session.from_duckdb(
                 cursor, info.name, metadata=info.metadata, neighbours=info.neighbours,  # type: ignore[arg-type]
-                ledger=view, dataset=info.name, analyst=principal.name, rng=self._rng,
+                ledger=view, dataset=info.name, analyst=principal.name, rng=self._rng, limits=self._limits,
             )
         except (InvalidParameterError, InvalidDataError):
             # The metadata was checked against this table at registration: a mismatch now means
@@ -708,7 +708,7 @@ class Service:
         assert spec is not None
         q = session.query()
         if spec.where is not None:
-            q = q.where(parse_predicate(spec.where))
+            q = q.where(parse_predicate(spec.where, limits=session.limits))
         if spec.group_by:
             q = q.group_by(*spec.group_by, keys=spec.keys, bins=spec.bins)
         elif spec.keys is not None or spec.bins is not None:

@@ -315,7 +315,7 @@ class DuckDBEngine:
         src = f"src AS (SELECT {', '.join(inner) or '1 AS __one'} FROM {self._from} WHERE {' AND '.join(where)})"
         base = f"{src}, base AS (SELECT {', '.join(select) or '1 AS __one'} FROM src)"
         if plan.unit is None:
-            return f"WITH {base}, r AS (SELECT *, 1 AS __ri FROM base)", gcols, scols, xcols
+            return f"WITH {base}, r AS (SELECT * FROM base)", gcols, scols, xcols
         salt_g, salt_r = params.add(plan.salt), params.add(plan.salt ^ ROW_SALT_MASK)
         row_cols = ["__u", *gcols, *scols, *hcols]
         if plan.portable:
@@ -338,7 +338,10 @@ class DuckDBEngine:
         """The statement and parameters :meth:`aggregate` runs (for inspection and benchmarks)."""
         params = _Params()
         ctes, gcols, scols, _ = self._base(plan, params)
-        aggs = ["count(*) AS rows", "count(*) FILTER (WHERE __ri = 1) AS units"]
+        # Row-level data: every row is its own unit, so units = rows (a plain count is several
+        # times cheaper than the filtered one DuckDB cannot push down).
+        units = "count(*)" if plan.unit is None else "count(*) FILTER (WHERE __ri = 1)"
+        aggs = ["count(*) AS rows", f"{units} AS units"]
         for s in scols:
             # clamped, not overflowing: a failure after the debit would itself be a release
             aggs += [f"CAST(greatest(least(coalesce(sum({s}), 0), {SUM_LIMIT}), {-SUM_LIMIT}) AS BIGINT) AS {s}", f"count({s}) AS {s}_n"]
