@@ -80,7 +80,7 @@ class _Factory:
 def _trials(tmp_path: Path, url: str, trials: int, seed: int) -> None:
     pd.DataFrame({"age": np.arange(300) % 70 + 18}).to_csv(tmp_path / "people.csv", index=False)
     key_file = tmp_path / "audit.key"
-    with Service(url, audit_key=key_file) as service:
+    with Service(url, audit_key=key_file, dataset_dir=tmp_path / "datasets") as service:
         service.register_dataset("people", tmp_path / "people.csv", {"row_level": True, "columns": {"age": {"type": "numeric", "lower": 0, "upper": 100}}})
         _, key = service.create_principal("mallory", "analyst")
         service.grant("mallory", "people", epsilon=10.0)
@@ -91,13 +91,13 @@ def _trials(tmp_path: Path, url: str, trials: int, seed: int) -> None:
         for trial in range(trials):
             point = POINTS[int(rng.integers(len(POINTS)))]
             seen[point] += 1
-            with Service(url, audit_key=key_file) as service:
+            with Service(url, audit_key=key_file, dataset_dir=tmp_path / "datasets") as service:
                 spends_before = len(service.ledger.list_spends("people", "mallory"))
             port = int(factory.send(f"start {point} {url} {key_file}")[1])
             status, body = _ask(port, key)
             exit_code = int(factory.send("reap")[1])
             assert exit_code == -9, f"trial {trial} ({point}): the server ended with {exit_code}, not SIGKILL"
-            with Service(url, audit_key=key_file) as service:
+            with Service(url, audit_key=key_file, dataset_dir=tmp_path / "datasets") as service:
                 service.verify_log()  # the ledger's totals, the chain, and each against the other
                 assert service.unlogged_spends() == [], f"trial {trial} ({point}): a spend without its entry"
                 spends = service.ledger.list_spends("people", "mallory")

@@ -291,7 +291,7 @@ def test_an_exhausted_budget_names_no_path_sqlite(world: World) -> None:
 def test_an_exhausted_budget_names_no_url_postgres(tmp_path: Path, pg_url: str) -> None:
     from server._api import PEOPLE_METADATA, write_people
 
-    service = Service(pg_url)
+    service = Service(pg_url, audit_key=tmp_path / "audit.key", dataset_dir=tmp_path / "datasets")
     try:
         people = write_people(tmp_path / "people.csv")
         service.register_dataset("people", people, PEOPLE_METADATA)

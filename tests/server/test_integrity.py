@@ -102,7 +102,8 @@ def world(request: pytest.FixtureRequest, sqlite_template: Path, tmp_path: Path)
         return
     pg_url = request.getfixturevalue("pg_url")
     psycopg = pytest.importorskip("psycopg")
-    with Service(pg_url, audit_key=KEY) as svc:
+    datasets = tmp_path / "datasets"
+    with Service(pg_url, audit_key=KEY, dataset_dir=datasets) as svc:
         build(svc, write_people(tmp_path / "people.csv"))
 
     def execute_pg(sql: str, params: tuple[Any, ...] = ()) -> list[tuple[Any, ...]]:
@@ -116,7 +117,7 @@ def world(request: pytest.FixtureRequest, sqlite_template: Path, tmp_path: Path)
                 conn.execute(f"ALTER TABLE {table} ENABLE TRIGGER USER")
             return rows
 
-    yield Backend(lambda: Service(pg_url, audit_key=KEY), execute_pg)
+    yield Backend(lambda: Service(pg_url, audit_key=KEY, dataset_dir=datasets), execute_pg)
 
 
 def test_untampered_world_verifies(world: Backend) -> None:
@@ -230,7 +231,7 @@ def test_cut_tail_with_its_spends_is_found_by_the_head(world: Backend) -> None:
 @pytest.fixture(params=["sqlite", "postgres"])
 def service(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Service]:
     url = f"sqlite:///{tmp_path / 'ledger.sqlite'}" if request.param == "sqlite" else request.getfixturevalue("pg_url")
-    with Service(url, audit_key=tmp_path / "audit.key") as svc:
+    with Service(url, audit_key=tmp_path / "audit.key", dataset_dir=tmp_path / "datasets") as svc:
         svc.register_dataset("people", write_people(tmp_path / "people.csv"), PEOPLE_METADATA)
         yield svc
 

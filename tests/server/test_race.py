@@ -61,7 +61,8 @@ def _race(service: Service, base: str, rng: np.random.Generator, rep: int, reque
     _, key = service.create_principal(name, "analyst")
     service.grant(name, "people", epsilon=k * COST)
     statuses = asyncio.run(_fire(base, key, requests))
-    assert statuses.count(200) == k, f"repetition {rep}: {statuses.count(200)} answered, budget admits {k}"
+    seen = {code: statuses.count(code) for code in sorted(set(statuses))}
+    assert statuses.count(200) == k, f"repetition {rep}: {statuses.count(200)} answered, budget admits {k} (statuses {seen})"
     assert statuses.count(409) == requests - k, sorted(set(statuses))
     spends = service.ledger.list_spends("people", name)
     assert len(spends) == k
@@ -72,14 +73,15 @@ def _race(service: Service, base: str, rng: np.random.Generator, rep: int, reque
 def _setup(tmp_path: Path, url: str) -> Service:
     rng = np.random.default_rng(1)
     pd.DataFrame({"age": rng.integers(18, 90, 200)}).to_csv(tmp_path / "people.csv", index=False)
-    service = Service(url)
+    service = Service(url, audit_key=tmp_path / "audit.key", dataset_dir=tmp_path / "datasets")
     service.register_dataset("people", tmp_path / "people.csv", {"row_level": True, "columns": {"age": {"type": "numeric", "lower": 0, "upper": 100}}})
     return service
 
 
-def _run(service: Service) -> None:
+def _run(service: Service, tmp_path: Path) -> None:
     rng = np.random.default_rng(2026)
-    with dpkit_serve(service.url, "--rate", "1e9", "--burst", "1000000000", "--workers", "2") as base:
+    where = ("--audit-key", str(tmp_path / "audit.key"), "--dataset-dir", str(tmp_path / "datasets"), "--data-root", str(tmp_path))
+    with dpkit_serve(service.url, "--rate", "1e9", "--burst", "1000000000", "--workers", "2", *where) as base:
         for rep in range(REPEATS):
             _race(service, base, rng, rep)
     service.verify_log()
@@ -90,7 +92,7 @@ def _run(service: Service) -> None:
 def test_race_sqlite(tmp_path: Path) -> None:
     service = _setup(tmp_path, f"sqlite:///{tmp_path / 'ledger.sqlite'}")
     try:
-        _run(service)
+        _run(service, tmp_path)
     finally:
         service.close()
 
@@ -99,7 +101,7 @@ def test_race_sqlite(tmp_path: Path) -> None:
 def test_race_postgres(tmp_path: Path, pg_url: str) -> None:
     service = _setup(tmp_path, pg_url)
     try:
-        _run(service)
+        _run(service, tmp_path)
     finally:
         service.close()
 

@@ -68,6 +68,8 @@ And(parts=(Compare(column='age', op='>', value=30), InList(column='sex', values=
 
 from __future__ import annotations
 
+import functools
+
 import math
 import re
 from decimal import Decimal
@@ -300,6 +302,13 @@ def _parse(text: object, what: str, limits: QueryLimits) -> exp.Expression:
     # in time linear in its length.
     limits.check(f"{what} nesting depth", query_depth(text), "max_query_depth")
     _check_comments(text, what)
+    return _parsed(text, what).copy()  # the compiler may annotate its tree: each caller gets its own
+
+
+@functools.lru_cache(maxsize=512)
+def _parsed(text: str, what: str) -> exp.Expression:
+    """The one statement of ``text`` (cached by text: analysts repeat their queries, and parsing
+    costs more than the rest of compiling; nothing here depends on a session or on data)."""
     try:
         trees = sqlglot.parse(text, read="duckdb")
     except sqlglot.errors.SqlglotError as exc:

@@ -53,6 +53,7 @@ server's protocol (:mod:`dpkit.server.serving`).
 from __future__ import annotations
 
 import asyncio
+import json
 import logging
 import math
 import os
@@ -301,7 +302,9 @@ class _AuditLog:
             nonlocal logged
             if message["type"] == "http.response.start" and not logged:
                 logged = True
-                await run_in_threadpool(self._log, scope, int(message["status"]))
+                status = int(message["status"])
+                if not (state["audit"].get("recorded_in_transaction") and status < 400):
+                    await run_in_threadpool(self._log, scope, status)
             await send(message)
 
         try:
@@ -660,19 +663,21 @@ def create_app(config: ServerConfig | Service | str | None = None, *, rng: RNG =
 
     # -- authentication -------------------------------------------------------------------------
 
-    def principal(request: Request) -> Principal:
+    # The dependencies do no I/O (the middleware authenticated the key): async, so that FastAPI
+    # runs them on the event loop instead of sending each through the thread pool.
+    async def principal(request: Request) -> Principal:
         # Authenticated (and throttled) by the middleware before the body was read.
         who = request.scope.get("state", {}).get("principal")
         if not isinstance(who, Principal):
             raise _Problem(401, "unauthenticated", "a valid API key is required (Authorization: Bearer dpk_...)", headers={"WWW-Authenticate": "Bearer"})
         return who
 
-    def curator(who: Principal = Depends(principal)) -> Principal:
+    async def curator(who: Principal = Depends(principal)) -> Principal:
         if who.role != "curator":
             raise _Problem(403, "forbidden", f"this endpoint is for the curator; {who.name!r} is an {who.role}")
         return who
 
-    def analyst(who: Principal = Depends(principal)) -> Principal:
+    async def analyst(who: Principal = Depends(principal)) -> Principal:
         if who.role != "analyst":
             raise _Problem(403, "forbidden", f"this endpoint is for analysts; {who.name!r} is the {who.role}")
         return who
@@ -759,7 +764,9 @@ def create_app(config: ServerConfig | Service | str | None = None, *, rng: RNG =
     @app.post("/v1/datasets/{name}/query")
     def query(name: str, body: QueryBody, request: Request, who: Principal = Depends(analyst)) -> Any:
         check_dataset_name(name)
-        return _guarded(request, name, body, who, preview=False)
+        # Encoded here, in the worker thread: the service has checked that it encodes, and a
+        # ready Response skips FastAPI's generic serialisation (another trip through the pool).
+        return Response(json.dumps(_guarded(request, name, body, who, preview=False), allow_nan=False), media_type="application/json")
 
     @app.post("/v1/datasets/{name}/query/cost")
     def query_cost(name: str, body: QueryBody, request: Request, who: Principal = Depends(analyst)) -> Any:

@@ -203,12 +203,13 @@ def verify_log(
     head: Annotated[str | None, typer.Option("--head", help="A head hash printed by an earlier verify-log: also detect entries cut from the end.")] = None,
     as_json: JsonOption = False,
 ) -> None:
-    """Verify the audit log's hash chain and the ledger's totals; print the head hash to keep."""
+    """Verify the ledger, the audit log's keyed hash chain, and each against the other (every
+    spend has exactly one entry, every budget its grant, the totals their chained spends); print
+    the head hash to keep. The chain's key is read from DPKIT_AUDIT_KEY, else beside the ledger."""
     service = _open(ledger)
     try:
         try:
             report = service.verify_log(head=head)
-            unlogged = service.unlogged_spends()
         except DPError as exc:
             if as_json:
                 typer.echo(json.dumps({"ok": False, "error": str(exc)}))
@@ -217,12 +218,13 @@ def verify_log(
     finally:
         service.close()
     if as_json:
-        typer.echo(json.dumps({"ok": True, "entries": report.entries, "head": report.head, "unlogged_spends": unlogged}))
+        typer.echo(json.dumps({"ok": True, "entries": report.entries, "head": report.head, "unlogged_spends": []}))
         return
-    typer.echo(f"audit log OK: {report.entries} entries, hash chain intact; ledger totals match their spends")
+    typer.echo(
+        f"audit log OK: {report.entries} entries, keyed chain intact; the ledger and the log agree "
+        "(every spend has its entry, every budget its grant, the totals their chained spends)"
+    )
     typer.echo(f"head: {report.head}  (keep it elsewhere; pass --head to detect entries cut from the end)")
-    if unlogged:
-        typer.echo(f"note: {len(unlogged)} debit(s) without an audit entry (the server stopped after paying and before answering; no answer was sent): spends {unlogged[:10]}")
 
 
 def serve(

@@ -51,6 +51,7 @@ True
 
 from __future__ import annotations
 
+import contextlib
 import json
 import logging
 import math
@@ -101,7 +102,8 @@ _DATASET_COLUMNS = "name, source, metadata, neighbours, created_at, source_table
 DEFAULT_MAX_GRANT_EPSILON = 10.0
 #: The audit key file's location when none is passed (``--audit-key``); else beside the ledger.
 AUDIT_KEY_ENV = "DPKIT_AUDIT_KEY"
-_DETAIL_LIMIT = 4096  # characters of query text kept in the audit log per request
+_DETAIL_LIMIT = 4096
+_IDLE_ENGINES = 32  # bound engines kept per dataset and process (about one per concurrent query)  # characters of query text kept in the audit log per request
 _AGGREGATES: dict[str, type] = {
     "count": A.Count,
     "count_units": A.CountUnits,
@@ -247,10 +249,28 @@ def check_principal_name(value: object) -> str:
 
 @dataclass
 class _Loaded:
-    """One process's read-only connection to a dataset's shared copy."""
+    """One process's read-only connection to a dataset's shared copy, and its idle engines: each
+    a cursor of that connection with the declared schema already read and its typed view
+    already bound, so a query does not redo either (they never change for a registered dataset).
+    An engine serves one query at a time."""
 
     connection: Any
     lock: threading.Lock = field(default_factory=threading.Lock)
+    idle: list[Any] = field(default_factory=list)
+
+    def take(self, table: str) -> Any:
+        from dpkit.analytics.engines.duckdb import DuckDBEngine
+
+        with self.lock:
+            if self.idle:
+                return self.idle.pop()
+            cursor = self.connection.cursor()  # cursors are created one at a time
+        return DuckDBEngine(None, connection=cursor, table=table)
+
+    def give_back(self, engine: Any) -> None:
+        with self.lock:
+            if len(self.idle) < _IDLE_ENGINES:
+                self.idle.append(engine)
 
 
 class Service:
@@ -641,11 +661,11 @@ class Service:
 
         Raises InvalidDataError for the curator (see :meth:`_copy`); a source that is no longer
         a file under the data root is InvalidParameterError naming ``source``. Analysts never
-        see either: see :meth:`_cursor`."""
+        see either: see :meth:`_opened`."""
         return self._copy(info, lambda: self._copies.ensure(info.name, info.created_at, lambda: self._source_path(info), info.table))
 
-    def _cursor(self, info: DatasetInfo) -> Any:
-        """A cursor on the dataset's shared copy, opened read-only once per process (any number
+    def _opened(self, info: DatasetInfo) -> _Loaded:
+        """The dataset's shared copy, opened read-only once per process (any number
         of worker processes read the same file; none holds the rows in its own memory). For
         analysts: a copy that cannot be opened or re-created is one fixed
         DatasetUnavailableError, before any spend (the reason is in the curator's log)."""
@@ -666,14 +686,14 @@ class Service:
                     _curator_log.exception("dataset %r: its copy could not be opened", info.name)
                     raise DatasetUnavailableError() from None
                 loaded = self._data[info.name] = _Loaded(connection)
-        with loaded.lock:  # cursors are created one at a time; each is then used by one thread
-            return loaded.connection.cursor()
+        return loaded
 
-    def _session(self, principal: Principal, dataset: str) -> tuple[Session, DatasetInfo, _QueryLedger]:
+    @contextlib.contextmanager
+    def _session(self, principal: Principal, dataset: str) -> Iterator[tuple[Session, DatasetInfo, _QueryLedger]]:
         """A session for the analyst on a dataset they were granted, over a view of the ledger
         for this one query (its budget read once; its debit chained in the audit log in the
-        same transaction). NotFoundError (404) for a dataset that does not exist or was not
-        granted."""
+        same transaction), on an engine borrowed from the dataset's pool for the block.
+        NotFoundError (404) for a dataset that does not exist or was not granted."""
         if principal.role != "analyst":
             raise AuthError("only analysts run queries")
         info = self.dataset(dataset)
@@ -681,10 +701,11 @@ class Service:
         if budget is None:
             raise NotFoundError(f"there is no dataset named {dataset!r} that you may query")
         view = _QueryLedger(self, budget, principal)
-        cursor = self._cursor(info)
+        loaded = self._opened(info)
         try:
-            session = Session.from_duckdb(
-                cursor, info.name, metadata=info.metadata, neighbours=info.neighbours,  # type: ignore[arg-type]
+            engine = loaded.take(info.name)
+            session = Session(
+                None, engine=engine, table=info.name, metadata=info.metadata, neighbours=info.neighbours,  # type: ignore[arg-type]
                 ledger=view, dataset=info.name, analyst=principal.name, rng=self._rng, limits=self._limits,
             )
         except (InvalidParameterError, InvalidDataError):
@@ -692,7 +713,13 @@ class Service:
             # the source changed since. The analyst passed nothing here, so nothing is theirs to fix.
             _curator_log.warning("dataset %r no longer matches its metadata", info.name, exc_info=True)
             raise DatasetUnavailableError() from None
-        return session, info, view
+        except Exception:
+            _curator_log.exception("dataset %r: its copy could not be read", info.name)
+            raise DatasetUnavailableError() from None
+        try:
+            yield session, info, view
+        finally:
+            loaded.give_back(engine)
 
     @staticmethod
     def _compile(session: Session, request: QueryRequest) -> tuple[Query, list[A.Aggregate]]:
@@ -746,9 +773,9 @@ class Service:
     def cost(self, principal: Principal, dataset: str, request: QueryRequest) -> QueryCost:
         """What ``request`` would debit — validated exactly like :meth:`query`, without reading
         the data or spending."""
-        session, _, _ = self._session(principal, dataset)
-        q, aggs = self._compile(session, request)
-        return q.cost(aggs, _text=_clip(request.text()), **self._options(request))
+        with self._session(principal, dataset) as (session, _, _):
+            q, aggs = self._compile(session, request)
+            return q.cost(aggs, _text=_clip(request.text()), **self._options(request))
 
     def query(self, principal: Principal, dataset: str, request: QueryRequest) -> dict[str, Any]:
         """Answer ``request`` for an analyst: validate and price against the declared metadata,
@@ -759,7 +786,10 @@ class Service:
         and :class:`PaidQueryFailedError` — a QueryFailedError with the fixed message, the
         ``spend_id`` and the ``cost`` — when anything fails after the debit (the debit stands;
         the details go to the ``dpkit.curator`` log)."""
-        session, info, view = self._session(principal, dataset)
+        with self._session(principal, dataset) as (session, info, view):
+            return self._answer(principal, session, info, view, request)
+
+    def _answer(self, principal: Principal, session: Session, info: DatasetInfo, view: _QueryLedger, request: QueryRequest) -> dict[str, Any]:
         before = view.budget
         q, aggs = self._compile(session, request)
         options = self._options(request)

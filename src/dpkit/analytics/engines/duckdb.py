@@ -174,6 +174,7 @@ class DuckDBEngine:
         self._view = f"__dpkit_t{os.getpid()}_{next(_counter)}"
         self._frame: pd.DataFrame | None = None
         self._sql_types: dict[str, str] = {}
+        self._bound: tuple[Any, bool] | None = None
         if table is not None:  # an existing table or view of ``connection``
             self._raw = q(table)
         elif isinstance(source, pd.DataFrame):
@@ -233,10 +234,14 @@ class DuckDBEngine:
             self._con.register(self._view, pd.DataFrame(columns, copy=False))
             self._frame = None
             self._read_sql_types()
+        signature = (tuple(types.items()), strip_strings)
+        if signature == self._bound:
+            return  # the typed view of these exact declarations exists (an engine reused by the service)
         items = [f"{_read(q(c), t, self._kinds[c], strip_strings, self._sql_types.get(c, ''))} AS {q(c)}" for c, t in types.items()]
         typed = f"{self._view}_typed"
         self._con.execute(f"CREATE OR REPLACE TEMP VIEW {q(typed)} AS SELECT {', '.join(items) or '1 AS __one'} FROM {self._raw}")
         self._from = q(typed)
+        self._bound = signature
 
     # -- SQL generation ---------------------------------------------------------------------------
 
