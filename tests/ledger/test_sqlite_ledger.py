@@ -309,7 +309,7 @@ def test_creation_without_hard_links_falls_back_to_an_exclusive_copy(tmp_path: P
         ledger.create_budget("d", "a", epsilon=1.0)
         ledger.debit("d", "a", MILLI)
         ledger.verify()
-    assert sorted(p.name for p in target.parent.iterdir()) == ["ledger.sqlite"]
+    assert sorted(p.name for p in target.parent.iterdir()) == ["ledger.sqlite", "ledger.sqlite.write-lock"]  # the file and its writer queue
 
 
 def test_spends_are_append_only(ledger: SQLiteLedger) -> None:

@@ -15,6 +15,9 @@ Guarantees:
 * **Crash consistency.** The database runs in WAL mode with ``synchronous=FULL``: a process killed
   at any point leaves each debit wholly recorded (spend row and totals) or wholly absent, and a
   committed debit survives power loss.
+* **Writers queue, readers do not wait.** Write transactions of every process queue on an
+  ``flock`` of ``PATH.write-lock`` (a companion file, like SQLite's ``-wal``), which hands over
+  at once; read transactions use a connection per thread and never wait for a writer (WAL).
 * **Append-only.** Triggers refuse UPDATE or DELETE of spends, DELETE of budgets and any change of
   a budget's (ε, δ), so a budget cannot grow through SQL by mistake either.
 
@@ -26,11 +29,17 @@ from __future__ import annotations
 
 import contextlib
 import math
+
+try:
+    import fcntl
+except ImportError:  # pragma: no cover - not POSIX
+    fcntl = None  # type: ignore[assignment]
 import os
 import secrets
 import sqlite3
 import stat
 import threading
+import time
 import urllib.parse
 from collections.abc import Callable, Iterator
 from datetime import datetime, timezone
@@ -173,6 +182,12 @@ class SQLiteLedger:
         self._timeout = float(timeout)
         self._lock = threading.Lock()
         self._pid = os.getpid()
+        self._queue_fd: int | None = None
+        self._queue_pid = 0
+        # Read-only transactions run on a connection per thread, without the write lock: in WAL
+        # mode readers see the last committed state and never wait for a writer.
+        self._readers = threading.local()
+        self._reader_conns: list[tuple[int, sqlite3.Connection]] = []
         if not os.path.lexists(self._path):
             self._create()
         self._conn: sqlite3.Connection | None = self._open()
@@ -326,12 +341,62 @@ class SQLiteLedger:
             self._pid = os.getpid()
         return self._conn
 
-    @property
-    def process_lock(self) -> threading.Lock:
-        """The lock this object holds around each of its transactions. Code writing other tables
-        of the same file from this process (the curator service's audit log) takes it too, so
-        writers queue in order instead of sleeping in SQLite's busy handler."""
-        return self._locked()
+    def _reader(self) -> sqlite3.Connection:
+        """This thread's read connection (opened on first use; a forked child opens its own)."""
+        if self._conn is None:
+            raise LedgerError(f"the ledger {self._path} is closed")
+        conn = getattr(self._readers, "conn", None)
+        if conn is None or getattr(self._readers, "pid", None) != os.getpid():
+            conn = self._connect()
+            self._readers.conn, self._readers.pid = conn, os.getpid()
+            with self._locked():
+                self._reader_conns.append((os.getpid(), conn))
+        return conn
+
+    @contextlib.contextmanager
+    def write_lock(self) -> Iterator[None]:
+        """This process's lock, then the file's writer queue: held around every write
+        transaction of this file — the ledger's and, through this, the curator service's.
+        Writers of one process queue on the thread lock; writers of several processes (``dpkit
+        serve --workers N``) on an ``flock`` of ``PATH.write-lock``, which hands over the moment
+        it is released — SQLite's own busy handler sleeps 1, 2, 5, … 100 ms between tries, and
+        under contention that sleeping, not the work, would bound throughput. Waiting is bounded
+        by ``timeout``, after which LedgerError."""
+        with self._locked():
+            with self._writer_queue():
+                yield
+
+    def _writer_queue(self) -> contextlib.AbstractContextManager[None]:
+        if fcntl is None:  # pragma: no cover - not POSIX: SQLite's busy handler alone
+            return contextlib.nullcontext()
+        return self._flocked()
+
+    @contextlib.contextmanager
+    def _flocked(self) -> Iterator[None]:
+        if self._queue_fd is None or self._queue_pid != os.getpid():
+            # (an inherited descriptor would share the parent's lock: each process opens its own)
+            try:
+                self._queue_fd = os.open(f"{self._path}.write-lock", os.O_RDWR | os.O_CREAT | getattr(os, "O_CLOEXEC", 0), 0o600)
+            except OSError as exc:
+                raise LedgerError(f"cannot open the writer queue of {self._path}: {exc}") from exc
+            self._queue_pid = os.getpid()
+        fd = self._queue_fd
+        deadline = time.monotonic() + self._timeout
+        pause = 0.0
+        while True:
+            try:
+                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+                break
+            except BlockingIOError:
+                if time.monotonic() > deadline:
+                    raise LedgerError(f"another process held the ledger {self._path} for more than {self._timeout} s") from None
+                # Short, growing pauses: hand-over within tens of microseconds under load.
+                pause = min(0.001, pause * 2 + 0.00002)
+                time.sleep(pause)
+        try:
+            yield
+        finally:
+            fcntl.flock(fd, fcntl.LOCK_UN)
 
     def _locked(self) -> threading.Lock:
         if os.getpid() != self._pid:
@@ -355,8 +420,8 @@ class SQLiteLedger:
     def _transaction(self, action: str, *, write: bool) -> Iterator[sqlite3.Connection]:
         """One transaction: BEGIN IMMEDIATE (write) or BEGIN (a consistent read); COMMIT on
         success, ROLLBACK on any exception."""
-        with self._locked(), self._db(action):
-            conn = self._connection()
+        with self.write_lock() if write else contextlib.nullcontext(), self._db(action):
+            conn = self._connection() if write else self._reader()
             conn.execute("BEGIN IMMEDIATE" if write else "BEGIN")
             try:
                 yield conn
@@ -372,6 +437,11 @@ class SQLiteLedger:
         with self._locked():
             if self._conn is not None and os.getpid() == self._pid:
                 self._conn.close()
+            for pid, conn in self._reader_conns:
+                if pid == os.getpid():  # (never a connection inherited through fork())
+                    with contextlib.suppress(sqlite3.Error):
+                        conn.close()
+            self._reader_conns = []
             self._conn = None
 
     def __enter__(self) -> SQLiteLedger:

@@ -135,7 +135,8 @@ class ServerConfig:
     The service (used when :func:`create_app` opens it): datasets are registered only from under
     ``data_root`` (None: the current directory when the app is created); grants above
     ``max_grant_epsilon`` are refused; ``audit_key`` is the file holding the audit chain's key;
-    ``dataset_dir`` where registered datasets are kept; ``max_keys``, ``max_result_rows``,
+    ``dataset_dir`` where registered datasets are kept; ``engine_threads`` the DuckDB threads of
+    one query (None: one per core); ``max_keys``, ``max_result_rows``,
     ``max_response_bytes`` and ``max_query_depth`` are the
     :class:`~dpkit.analytics.limits.QueryLimits` of every query.
     """
@@ -154,6 +155,7 @@ class ServerConfig:
     max_grant_epsilon: float = 10.0
     audit_key: str | None = None
     dataset_dir: str | None = None
+    engine_threads: int | None = None
     max_keys: int = _LIMITS.max_keys
     max_result_rows: int = _LIMITS.max_result_rows
     max_response_bytes: int = _LIMITS.max_response_bytes
@@ -175,6 +177,8 @@ class ServerConfig:
             value = getattr(self, name)
             if value is not None and (not isinstance(value, str) or not value):
                 raise InvalidParameterError(name, value, "a path, or None")
+        if self.engine_threads is not None and (isinstance(self.engine_threads, bool) or not isinstance(self.engine_threads, int) or self.engine_threads < 1):
+            raise InvalidParameterError("engine_threads", self.engine_threads, "an integer >= 1, or None (one per core)")
         self.limits()  # checks max_keys, max_result_rows, max_response_bytes, max_query_depth
 
     def limits(self) -> QueryLimits:
@@ -189,6 +193,7 @@ class ServerConfig:
         return Service(
             self.ledger, rng=rng, data_root=self.data_root if self.data_root is not None else os.getcwd(),
             limits=self.limits(), max_grant_epsilon=self.max_grant_epsilon, audit_key=self.audit_key, dataset_dir=self.dataset_dir,
+            engine_threads=self.engine_threads,
         )
 
 

@@ -244,6 +244,7 @@ def serve(
     max_grant_epsilon: Annotated[float, typer.Option("--max-grant-epsilon", help="The largest ε the curator may grant one analyst on one dataset.")] = 10.0,
     audit_key: Annotated[Path | None, typer.Option("--audit-key", help="The file holding the audit chain's key (keep it outside the database).")] = None,
     dataset_dir: Annotated[Path | None, typer.Option("--dataset-dir", help="Where registered datasets are kept for the workers to share (default: beside the ledger).")] = None,
+    engine_threads: Annotated[int | None, typer.Option("--engine-threads", min=1, help="DuckDB threads per query (default: the cores divided among the workers).")] = None,
     max_keys: Annotated[int, typer.Option("--max-keys", min=1, help="Largest product of public group-by keys one query may have.")] = _LIMITS.max_keys,
     max_result_rows: Annotated[int, typer.Option("--max-result-rows", min=1, help="Most rows one answer may hold.")] = _LIMITS.max_result_rows,
     max_response_bytes: Annotated[int, typer.Option("--max-response-bytes", min=1, help="Largest answer, in bytes (estimated before paying).")] = _LIMITS.max_response_bytes,
@@ -265,6 +266,8 @@ def serve(
             audit_key=None if audit_key is None else str(audit_key.expanduser().resolve()),
             dataset_dir=None if dataset_dir is None else str(dataset_dir.expanduser().resolve()),
             max_keys=max_keys, max_result_rows=max_result_rows, max_response_bytes=max_response_bytes, max_query_depth=max_query_depth,
+            # Workers share the cores: more engine threads than a worker's share only contend.
+            engine_threads=engine_threads if engine_threads is not None or workers == 1 else max(1, (os.cpu_count() or 1) // workers),
         )
         # One worker serves this app; with several, this one only checks the ledger opens (each
         # worker builds its own), so a bad --ledger fails here with a clear message.

@@ -267,11 +267,13 @@ class DatasetCopies:
             self.path(name, created_at).unlink()
 
     @staticmethod
-    def open(path: Path) -> Any:
-        """A read-only DuckDB connection to a copy (any number of processes may hold one)."""
+    def open(path: Path, threads: int | None = None) -> Any:
+        """A read-only DuckDB connection to a copy (any number of processes may hold one),
+        running each query on ``threads`` threads (None: DuckDB's default, one per core)."""
         import duckdb
 
-        return duckdb.connect(str(path), read_only=True)
+        config = {} if threads is None else {"threads": threads}
+        return duckdb.connect(str(path), read_only=True, config=config)
 
     @contextlib.contextmanager
     def _lock(self, final: Path) -> Iterator[None]:

@@ -293,6 +293,7 @@ class Service:
         max_grant_epsilon: float = DEFAULT_MAX_GRANT_EPSILON,
         audit_key: str | os.PathLike[str] | bytes | None = None,
         dataset_dir: str | os.PathLike[str] | None = None,
+        engine_threads: int | None = None,
     ) -> None:
         check_service_rng(rng)
         if limits is not None and not isinstance(limits, QueryLimits):
@@ -304,6 +305,12 @@ class Service:
         self._data_root = None if data_root is None else Path(os.fspath(data_root)).expanduser().resolve()
         self._limits = limits if limits is not None else QueryLimits()
         self._max_grant_epsilon = float(max_grant_epsilon)
+        if engine_threads is not None and (isinstance(engine_threads, bool) or not isinstance(engine_threads, int) or engine_threads < 1):
+            raise InvalidParameterError("engine_threads", engine_threads, "an integer >= 1, or None (one per core)")
+        #: DuckDB threads per query in this process: several server processes share the cores,
+        #: and threads beyond a process's share only contend (``dpkit serve --workers N`` sets
+        #: cores / N).
+        self._engine_threads = engine_threads
         self._audit_key_source = audit_key
         #: Where registered datasets are kept as read-only DuckDB files shared by every worker
         #: (None: derived from the ledger URL; see dpkit.server.datasets).
@@ -312,8 +319,8 @@ class Service:
         self.url = url
         self._ledger: LedgerBackend = _open_ledger(url, timeout)
         try:
-            shared = getattr(self._ledger, "process_lock", None)
-            self._store: ServiceStore = open_store(url, timeout=timeout, lock=(lambda: self._ledger.process_lock) if shared is not None else None)  # type: ignore[attr-defined]
+            shared = getattr(self._ledger, "write_lock", None)
+            self._store: ServiceStore = open_store(url, timeout=timeout, lock=shared)
         except BaseException:
             self._ledger.close()
             raise
@@ -676,7 +683,7 @@ class Service:
             loaded = self._data.get(info.name)
             if loaded is None:
                 try:
-                    connection = self._copies.open(self._load(info))
+                    connection = self._copies.open(self._load(info), self._engine_threads)
                 except InvalidDataError:  # _load has told the curator why
                     raise DatasetUnavailableError() from None
                 except DPError as exc:

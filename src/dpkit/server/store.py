@@ -104,7 +104,7 @@ class _Rows:
 
 
 class _SQLite:
-    def __init__(self, path: Path, url: str, timeout: float, lock: Callable[[], threading.Lock] | None = None) -> None:
+    def __init__(self, path: Path, url: str, timeout: float, lock: Callable[[], contextlib.AbstractContextManager[Any]] | None = None) -> None:
         self.url = url
         self._shared_lock = lock
         self._path = path
@@ -136,9 +136,10 @@ class _SQLite:
     @contextlib.contextmanager
     def transaction(self, *, write: bool = False, audit: bool = False) -> Iterator[_Rows]:
         if write or audit:
-            # Writers of this process queue on a lock — the ledger's own, when it shares the
-            # file: left to SQLite's busy handler, which sleeps with growing back-off, threads
-            # writing at once would wait milliseconds each for a lock held for a fraction of one.
+            # Writers queue on the ledger's write lock (threads of this process, then the file's
+            # writer queue across processes): left to SQLite's busy handler, which sleeps with
+            # growing back-off, writers would wait milliseconds each for a lock held for a
+            # fraction of one.
             with self._shared_lock() if self._shared_lock is not None else self._write_lock:
                 yield from self._transaction(write=True)
         else:
@@ -266,9 +267,10 @@ def normalise_url(value: object) -> str:
     return "sqlite:///" + str(Path(value).expanduser().absolute())
 
 
-def open_store(url: str, *, timeout: float = 30.0, lock: Callable[[], threading.Lock] | None = None) -> ServiceStore:
+def open_store(url: str, *, timeout: float = 30.0, lock: Callable[[], contextlib.AbstractContextManager[Any]] | None = None) -> ServiceStore:
     """Open (creating the tables if needed) the service tables at a ledger URL. On SQLite,
-    ``lock`` returns the lock that this process's writers of the file share (the ledger's)."""
+    ``lock`` returns the lock every writer of the file takes (the ledger's ``write_lock``: this
+    process's thread lock and the file's writer queue across processes)."""
     url = normalise_url(url)
     if url.startswith("sqlite:///"):
         path = sqlite_path(url)

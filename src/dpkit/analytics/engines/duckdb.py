@@ -18,6 +18,7 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 import pandas as pd
 
 from dpkit.analytics.engines.base import EXACT_INTEGER_LIMIT, ROW_SALT_MASK, SUM_LIMIT, ColumnKind, ReadType, quote_identifier as q
@@ -356,8 +357,9 @@ class DuckDBEngine:
     def aggregate(self, plan: AggregationPlan) -> pd.DataFrame:
         sql, params = self.aggregate_sql(plan)
         frame = self._run(sql, params)
+        sums = {s.name for s in plan.sums}
         for c in frame.columns:
-            if c == "rows" or c == "units" or c in {s.name for s in plan.sums} or c.endswith("_n"):
+            if (c == "rows" or c == "units" or c in sums or c.endswith("_n")) and frame[c].dtype != np.int64:
                 frame[c] = frame[c].astype("int64")
         return frame
 
