@@ -8,7 +8,8 @@ A scripted session against a local ``dpkit serve`` (started here on a free loopb
    well the rows conform — creates an analyst and grants her ε = 1 on it;
 2. the analyst previews a query's cost, runs queries over HTTP and watches her budget go down;
 3. a query her budget cannot pay for is refused with 409 — nothing is released or debited;
-4. the curator verifies the hash-chained audit log.
+4. the curator verifies the audit log (a keyed hash chain) and that it agrees with the ledger:
+   every spend has its entry and every budget its grant.
 
 Run: ``python examples/curator_service.py [OUT_DIR]`` (``make demo`` runs it). Needs the
 ``server`` extra (``pip install 'dpkit[server]'``).
@@ -18,6 +19,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import socket
 import subprocess
 import sys
@@ -46,8 +48,8 @@ def call(base: str, key: str, method: str, path: str, body: dict | None = None) 
 def main(out: Path) -> None:
     out.mkdir(parents=True, exist_ok=True)
     ledger = f"sqlite:///{(out / 'service.sqlite').absolute()}"
-    for leftover in out.glob("service.sqlite*"):
-        leftover.unlink()
+    for leftover in out.glob("service.sqlite*"):  # the ledger, its audit key, its dataset copies
+        shutil.rmtree(leftover) if leftover.is_dir() else leftover.unlink()
 
     # 1. The curator's side, from the shell.
     dpkit("generate", "census", str(out / "census.csv"), "--people", "5000", "--metadata", str(out / "census.json"))

@@ -60,13 +60,17 @@ class _Recorder:
 
 @pytest.fixture
 def engine(monkeypatch: pytest.MonkeyPatch) -> list[tuple[str, list[Any]]]:
+    """Every statement the service's engines run from here on (each query gets a fresh engine
+    over a recording cursor, instead of a pooled one whose statements ran earlier)."""
+    from dpkit.analytics.engines.duckdb import DuckDBEngine
+    from dpkit.server.service import _Loaded
+
     calls: list[tuple[str, list[Any]]] = []
-    original = Service._cursor
 
-    def recording(self: Service, info: Any) -> Any:
-        return _Recorder(original(self, info), calls)
+    def recording(self: _Loaded, table: str) -> Any:
+        return DuckDBEngine(None, connection=_Recorder(self.connection.cursor(), calls), table=table)
 
-    monkeypatch.setattr(Service, "_cursor", recording)
+    monkeypatch.setattr(_Loaded, "take", recording)
     return calls
 
 

@@ -331,6 +331,7 @@ class Service:
             self._ledger.close()
             raise
         self._rng = rng
+        self._known: dict[str, DatasetInfo] = {}  # registered datasets read so far (immutable rows)
         self._data: dict[str, _Loaded] = {}  # this process's read-only connections to dataset copies
         self._data_lock = threading.Lock()
         self._data_pid = os.getpid()  # a forked child opens its own connections
@@ -564,11 +565,18 @@ class Service:
         the same answer as for a dataset that does not exist)."""
         if not isinstance(name, str) or not _NAME.fullmatch(name):
             raise NotFoundError(f"there is no dataset named {name!r}")
-        with self._store.transaction() as tx:
-            rows = tx.run(f"SELECT {_DATASET_COLUMNS} FROM datasets WHERE name = ?", (name,))
-        if not rows or (principal is not None and principal.role == "analyst" and self._grant(principal.name, name) is None):
+        # A registered dataset is never changed or replaced, so once read it is kept (no store
+        # read and no metadata parsing per query); a name not found is always looked up again.
+        info = self._known.get(name)
+        if info is None:
+            with self._store.transaction() as tx:
+                rows = tx.run(f"SELECT {_DATASET_COLUMNS} FROM datasets WHERE name = ?", (name,))
+            info = _dataset(rows[0]) if rows else None
+            if info is not None:
+                self._known[name] = info
+        if info is None or (principal is not None and principal.role == "analyst" and self._grant(principal.name, name) is None):
             raise NotFoundError(f"there is no dataset named {name!r} that you may query")
-        return _dataset(rows[0])
+        return info
 
     def _grant(self, analyst: str, dataset: str) -> BudgetRecord | None:
         try:
