@@ -210,7 +210,7 @@ def test_a_limit_exceeded_is_400_naming_the_limit(world: World, monkeypatch: pyt
         raise LimitExceededError("keys", 10**9, 100_000, "max_keys")
 
     monkeypatch.setattr(Service, "cost", over)
-    monkeypatch.setattr(Service, "query", over)
+    monkeypatch.setattr(Service, "query_encoded", over)
     client = world.client()
     for endpoint in ("query", "query/cost"):
         before, n = world.snapshot(), len(world.entries())
@@ -229,7 +229,7 @@ def test_a_recursion_error_in_validation_is_400_and_unpaid(world: World, monkeyp
         raise RecursionError("maximum recursion depth exceeded")
 
     monkeypatch.setattr(Service, "cost", deep)
-    monkeypatch.setattr(Service, "query", deep)
+    monkeypatch.setattr(Service, "query_encoded", deep)
     client = world.client()
     for endpoint in ("query", "query/cost"):
         before, n = world.snapshot(), len(world.entries())

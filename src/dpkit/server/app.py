@@ -53,7 +53,6 @@ server's protocol (:mod:`dpkit.server.serving`).
 from __future__ import annotations
 
 import asyncio
-import json
 import logging
 import math
 import os
@@ -737,7 +736,7 @@ def create_app(config: ServerConfig | Service | str | None = None, *, rng: RNG =
             _note(request, outcome="ok (preview, nothing spent)")
             return {"dataset": name, "cost": {"epsilon": cost.epsilon, "delta": cost.delta}, "query": cost.text, "budget": _own_budget(service, who, name)}
         try:
-            answer = service.query(who, name, req)
+            answer, encoded = service.query_encoded(who, name, req)
         except BudgetExceededError as exc:
             raise _Problem(409, "budget_exceeded", str(exc), budget=_own_budget(service, who, name)) from None
         except PaidQueryFailedError as exc:
@@ -747,7 +746,7 @@ def create_app(config: ServerConfig | Service | str | None = None, *, rng: RNG =
             raise _query_failed(exc.spend_id) from None
         # The debit's entry, committed with the spend, is this request's record.
         _note(request, recorded_in_transaction=True, spend_id=answer.get("spend_id"))
-        return answer
+        return Response(encoded, media_type="application/json")
 
     def _guarded(request: Request, name: str, body: QueryBody, who: Principal, *, preview: bool) -> Any:
         """A query's only answers: the result, a refusal decided before the debit on the request
@@ -769,9 +768,8 @@ def create_app(config: ServerConfig | Service | str | None = None, *, rng: RNG =
     @app.post("/v1/datasets/{name}/query")
     def query(name: str, body: QueryBody, request: Request, who: Principal = Depends(analyst)) -> Any:
         check_dataset_name(name)
-        # Encoded here, in the worker thread: the service has checked that it encodes, and a
-        # ready Response skips FastAPI's generic serialisation (another trip through the pool).
-        return Response(json.dumps(_guarded(request, name, body, who, preview=False), allow_nan=False), media_type="application/json")
+        # A ready Response (encoded by the service) skips FastAPI's generic serialisation.
+        return _guarded(request, name, body, who, preview=False)
 
     @app.post("/v1/datasets/{name}/query/cost")
     def query_cost(name: str, body: QueryBody, request: Request, who: Principal = Depends(analyst)) -> Any:

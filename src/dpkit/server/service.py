@@ -801,10 +801,15 @@ class Service:
         and :class:`PaidQueryFailedError` — a QueryFailedError with the fixed message, the
         ``spend_id`` and the ``cost`` — when anything fails after the debit (the debit stands;
         the details go to the ``dpkit.curator`` log)."""
+        return self.query_encoded(principal, dataset, request)[0]
+
+    def query_encoded(self, principal: Principal, dataset: str, request: QueryRequest) -> tuple[dict[str, Any], str]:
+        """:meth:`query`, with the answer also as the JSON text the HTTP layer sends (encoded
+        once, here, where its failure is still a failure after the debit)."""
         with self._session(principal, dataset) as (session, info, view):
             return self._answer(principal, session, info, view, request)
 
-    def _answer(self, principal: Principal, session: Session, info: DatasetInfo, view: _QueryLedger, request: QueryRequest) -> dict[str, Any]:
+    def _answer(self, principal: Principal, session: Session, info: DatasetInfo, view: _QueryLedger, request: QueryRequest) -> tuple[dict[str, Any], str]:
         before = view.budget
         q, aggs = self._compile(session, request)
         options = self._options(request)
@@ -832,11 +837,11 @@ class Service:
             answer["dataset"] = info.name
             answer["cost"] = {"epsilon": cost.epsilon, "delta": cost.delta}
             answer["budget"] = budget_dict(after)
-            json.dumps(answer, allow_nan=False)  # what the HTTP layer will send must encode
+            encoded = json.dumps(answer, allow_nan=False)  # what the HTTP layer sends
         except Exception:
             _curator_log.exception("query %r on %r by %r failed after its debit (spend %s)", text[:200], info.name, principal.name, result.spend_id)
             raise PaidQueryFailedError(result.spend_id, cost) from None
-        return answer
+        return answer, encoded
 
     # -- audit -------------------------------------------------------------------------------------
 
