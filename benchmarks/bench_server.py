@@ -139,6 +139,16 @@ def cpu_seconds(pid: int) -> float | None:
     return total / os.sysconf("SC_CLK_TCK")
 
 
+def cpu_by_process(pid: int) -> dict[int, float]:
+    """CPU seconds of each process of the tree (to see how the workers shared the load)."""
+    out = {}
+    for p in descendants(pid):
+        fields = _proc_stat(p)
+        if fields is not None:
+            out[p] = (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+    return out
+
+
 def _serve_options() -> dict[str, list[str]]:
     """The option names ``dpkit serve`` accepts, by parameter name (read from the command)."""
     import typer
@@ -488,9 +498,12 @@ def http_load(server: Server, keys: list[str], scale: float, backend: str, label
         sql, per16, n1 = QUERIES[kind]
         per_client = max(1, round((n1 if clients == 1 else per16) * scale))
         assert server.proc is not None
-        cpu0, me0 = cpu_seconds(server.proc.pid), time.process_time()
+        cpu0, me0, split0 = cpu_seconds(server.proc.pid), time.process_time(), cpu_by_process(server.proc.pid)
         res = asyncio.run(_load(server.port, keys[:clients], sql, per_client))
-        cpu1, me1 = cpu_seconds(server.proc.pid), time.process_time()
+        cpu1, me1, split1 = cpu_seconds(server.proc.pid), time.process_time(), cpu_by_process(server.proc.pid)
+        # How the load fell on the processes (the kernel spreads connections over the workers'
+        # sockets by a hash: 16 keep-alive connections rarely split evenly).
+        split = sorted((round(split1[p] - split0.get(p, 0.0), 2) for p in split1 if split1[p] - split0.get(p, 0.0) > 0.02), reverse=True)
         lat = res.pop("latencies")
         spend_ids += res["spend_ids"]
         row = {
@@ -501,11 +514,12 @@ def http_load(server: Server, keys: list[str], scale: float, backend: str, label
             "answered_total": res["answered"],
             "server_cpu_ms_per_query": None if cpu0 is None or cpu1 is None else 1e3 * (cpu1 - cpu0) / max(1, res["answered"]),
             "client_cpu_ms_per_query": 1e3 * (me1 - me0) / max(1, res["answered"]),
+            "cpu_s_by_process": split,
         }
         rows.append(row)
         print(f"[bench] {backend:8s} workers={server.workers} {kind:24s} clients={clients:2d} {row['qps']:7.1f} q/s  p50 {row.get('p50_ms', float('nan')):7.1f} ms"
               f"  p99 {row.get('p99_ms', float('nan')):7.1f} ms  server CPU {row['server_cpu_ms_per_query'] or float('nan'):5.2f} ms/q"
-              f"  client CPU {row['client_cpu_ms_per_query']:5.2f} ms/q  errors {row['errors']}", file=sys.stderr)
+              f"  client CPU {row['client_cpu_ms_per_query']:5.2f} ms/q  errors {row['errors']}  CPU s by process {split}", file=sys.stderr)
     return rows, spend_ids
 
 
