@@ -205,36 +205,29 @@ def test_the_shipped_assets_are_served(world: World) -> None:
         assert r.status_code == 200 and r.headers["content-type"].startswith(kind)
 
 
-def test_a_limit_exceeded_is_400_naming_the_limit(world: World, monkeypatch: pytest.MonkeyPatch) -> None:
-    def over(self: Service, *args: Any, **kwargs: Any) -> Any:
-        raise LimitExceededError("keys", 10**9, 100_000, "max_keys")
+@pytest.mark.parametrize(
+    "raised",
+    [LimitExceededError("keys", 10**9, 100_000, "max_keys"), RecursionError("maximum recursion depth exceeded")],
+    ids=["limit", "recursion"],
+)
+def test_a_refusal_in_validation_is_400_limit_exceeded_and_unpaid(world: World, monkeypatch: pytest.MonkeyPatch, raised: Exception) -> None:
+    """A limit exceeded is 400 ``limit_exceeded`` naming the limit and its setting; the power
+    check of the fallback: whatever part of validation recurses too deeply, the answer is the
+    same kind of 400 and nothing is spent (not a 500 or query_failed)."""
 
-    monkeypatch.setattr(Service, "cost", over)
-    monkeypatch.setattr(Service, "query_encoded", over)
+    def refuse(self: Service, *args: Any, **kwargs: Any) -> Any:
+        raise raised
+
+    monkeypatch.setattr(Service, "cost", refuse)
+    monkeypatch.setattr(Service, "query_encoded", refuse)
     client = world.client()
     for endpoint in ("query", "query/cost"):
         before, n = world.snapshot(), len(world.entries())
         r = client.post(f"/v1/datasets/people/{endpoint}", headers=world.h("alice"), json={"epsilon": 0.1, "sql": COUNT_SQL})
         err = _refused_and_logged(world, r, n, code="limit_exceeded")
-        assert err["parameter"] == "keys" and err["limit"] == 100_000 and err["setting"] == "max_keys"
-        assert "100,000" in err["message"] and "max_keys" in err["message"]
-        assert world.snapshot() == before
-
-
-def test_a_recursion_error_in_validation_is_400_and_unpaid(world: World, monkeypatch: pytest.MonkeyPatch) -> None:
-    """Power check of the fallback: whatever part of validation recurses too deeply, the answer is
-    a 400 and nothing is spent (not a 500 or query_failed)."""
-
-    def deep(self: Service, *args: Any, **kwargs: Any) -> Any:
-        raise RecursionError("maximum recursion depth exceeded")
-
-    monkeypatch.setattr(Service, "cost", deep)
-    monkeypatch.setattr(Service, "query_encoded", deep)
-    client = world.client()
-    for endpoint in ("query", "query/cost"):
-        before, n = world.snapshot(), len(world.entries())
-        r = client.post(f"/v1/datasets/people/{endpoint}", headers=world.h("alice"), json={"epsilon": 0.1, "sql": COUNT_SQL})
-        _refused_and_logged(world, r, n, code="limit_exceeded")
+        if isinstance(raised, LimitExceededError):
+            assert err["parameter"] == "keys" and err["limit"] == 100_000 and err["setting"] == "max_keys"
+            assert "100,000" in err["message"] and "max_keys" in err["message"]
         assert world.snapshot() == before
 
 

@@ -128,12 +128,29 @@ class DeadlineProtocol(_base()):  # type: ignore[misc]
 
     def _expired(self, what: str) -> None:
         self._deadline, self._waiting_for = None, None
+        if self.transport is not None and not self.transport.is_closing() and _unread(self.transport):
+            # The bytes are here and the server has not read them yet: it is the server that
+            # is late (a loaded event loop runs due timers before pending reads), not the client.
+            self._arm(what, self._header_timeout if what == "head" else self._body_timeout)
+            return
         if self.transport is not None and not self.transport.is_closing():
             self.logger.info("closed a connection whose request %s did not arrive in time", what)
             if self.cycle is not None and not self.cycle.response_complete:
                 self.cycle.disconnected = True
                 self.cycle.message_event.set()
             self.transport.close()
+
+
+def _unread(transport: asyncio.BaseTransport) -> bool:
+    """Whether bytes the client sent wait in the socket, not yet read by the event loop."""
+    sock = transport.get_extra_info("socket")
+    if sock is None:
+        return False
+    try:
+        with socket.fromfd(sock.fileno(), sock.family, sock.type) as peek:  # (a duplicate: closing it leaves the connection open)
+            return bool(peek.recv(1, socket.MSG_PEEK | socket.MSG_DONTWAIT))
+    except OSError:  # nothing waiting (EAGAIN), or the connection is gone
+        return False
 
 
 def serve(app: Any, *, host: str, port: int, workers: int = 1, header_timeout: float = 10.0, body_timeout: float = 30.0,
