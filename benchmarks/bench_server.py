@@ -330,9 +330,9 @@ def service_options(workdir: Path) -> tuple[dict[str, Any], dict[str, str]]:
     """What the :class:`Service` constructor and ``dpkit serve`` need here, read from the code
     being measured: (keyword arguments of Service, ``dpkit serve`` options by parameter name).
 
-    The data root is the working directory (where the Parquet file is); an audit key file is made
-    there when both take one (else both use their default); the grant maximum is raised to the
-    benchmark's budget."""
+    The data root is the working directory (where the Parquet file is); an audit key file and the
+    dataset copies are kept there when both take them (else both use their defaults); the grant
+    maximum is raised to the benchmark's budget."""
     from dpkit.server.service import Service
 
     params, options = _parameters(Service.__init__), _serve_options()
@@ -352,6 +352,10 @@ def service_options(workdir: Path) -> tuple[dict[str, Any], dict[str, str]]:
             audit.load_key(key, create=True)
         kwargs["audit_key"] = key
         cli["audit_key"] = str(key)
+    if "dataset_dir" in params and "dataset_dir" in options:
+        # (for a PostgreSQL ledger the default would be .dpkit/ under the working directory)
+        kwargs["dataset_dir"] = workdir / "datasets"
+        cli["dataset_dir"] = str(workdir / "datasets")
     return kwargs, cli
 
 
