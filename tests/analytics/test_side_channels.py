@@ -25,7 +25,7 @@ import pytest
 import dpkit as dp
 from dpkit.analytics import Categorical, Metadata, Numeric, QueryResult
 from dpkit.analytics.engines.duckdb import DuckDBEngine
-from dpkit.errors import BudgetExceededError, InvalidParameterError, QueryFailedError
+from dpkit.errors import InvalidParameterError, QueryFailedError
 
 SEED = 20261126
 

@@ -19,7 +19,6 @@ from typing import Any
 import pandas as pd
 import pytest
 
-from dpkit.server import Service
 from server._api import COUNT_SQL, World, error_of, make_world
 
 ENDPOINTS = ["query", "query/cost"]

@@ -36,13 +36,16 @@ raises :class:`~dpkit.errors.LimitExceededError` naming the limit and its settin
 
 from __future__ import annotations
 
+import math
+import re
 from collections.abc import Iterable
 from dataclasses import dataclass
 
 import numpy as np
 import pandas as pd
 
-from dpkit.errors import InvalidParameterError, LimitExceededError
+from dpkit import _validate as v
+from dpkit.errors import LimitExceededError
 
 __all__ = [
     "QueryLimits",
@@ -68,6 +71,7 @@ _EXTRA_PER_SPECIAL_CHAR = 11
 #: Any character but printable ASCII without the quote and the backslash (those take one byte
 #: whatever the encoder).
 _SPECIAL = r"[^\x20\x21\x23-\x5b\x5d-\x7e]"
+_SPECIAL_RE = re.compile(_SPECIAL)
 
 
 @dataclass(frozen=True)
@@ -87,9 +91,7 @@ class QueryLimits:
 
     def __post_init__(self) -> None:
         for name in ("max_keys", "max_result_rows", "max_response_bytes", "max_query_depth"):
-            value = getattr(self, name)
-            if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-                raise InvalidParameterError(name, value, "an integer >= 1")
+            v.positive_int(getattr(self, name), name)
 
     def check(self, name: str, value: int, setting: str) -> None:
         """Raise :class:`LimitExceededError` if ``value`` exceeds the limit ``setting``."""
@@ -101,17 +103,13 @@ class QueryLimits:
 def public_key_count(counts: Iterable[int]) -> int:
     """The number of keys in the product of per-column key counts, as an exact integer (the
     product is never listed)."""
-    n = 1
-    for c in counts:
-        n *= int(c)
-    return n
+    return math.prod(int(c) for c in counts)
 
 
 def json_text_bound(text: str) -> int:
     """An upper bound on the bytes of ``text`` as a JSON string, quotes included, whether the
     encoder escapes non-ASCII characters (``ensure_ascii=True``) or writes UTF-8."""
-    special = len(text) - sum(1 for ch in text if ch.isascii() and ch.isprintable() and ch not in '"\\')
-    return len(text) + 2 + _EXTRA_PER_SPECIAL_CHAR * special
+    return len(text) + 2 + _EXTRA_PER_SPECIAL_CHAR * len(_SPECIAL_RE.findall(text))
 
 
 def json_text_bounds(values: pd.Series) -> np.ndarray:

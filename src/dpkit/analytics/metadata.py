@@ -37,7 +37,6 @@ and is validated against its own rules when it is built, before any data is read
 from __future__ import annotations
 
 import json
-import math
 import os
 from collections.abc import Mapping
 from dataclasses import dataclass, field

@@ -56,14 +56,13 @@ import asyncio
 import logging
 import math
 import os
-import threading
-import time
 from dataclasses import dataclass, fields
 from fractions import Fraction
 from importlib import resources
 from pathlib import Path
 from typing import Any, Literal
 
+from dpkit import _validate as v
 from dpkit.analytics.limits import QueryLimits
 from dpkit.errors import (
     AuthError,
@@ -78,7 +77,7 @@ from dpkit.errors import (
 from dpkit.noise.source import RNG
 from dpkit.server import edge
 from dpkit.server.keys import key_id, looks_like_key
-from dpkit.server.refusals import AddressLimiter, RefusalCounter
+from dpkit.server.refusals import AddressLimiter, RefusalCounter, TokenBuckets
 from dpkit.server.store import masked_url, sqlite_path
 from dpkit.server.service import (
     DatasetUnavailableError,
@@ -162,22 +161,17 @@ class ServerConfig:
 
     def __post_init__(self) -> None:
         for name in ("rate", "address_rate", "max_grant_epsilon"):
-            value = getattr(self, name)
-            if isinstance(value, bool) or not isinstance(value, (int, float)) or not (math.isfinite(value) and value > 0):
-                raise InvalidParameterError(name, value, "a finite number > 0")
+            v.positive(getattr(self, name), name)
         for name in ("burst", "address_burst", "max_addresses"):
-            value = getattr(self, name)
-            if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-                raise InvalidParameterError(name, value, "an integer >= 1")
-        if isinstance(self.max_body_bytes, bool) or not isinstance(self.max_body_bytes, int) or self.max_body_bytes < 1024:
-            raise InvalidParameterError("max_body_bytes", self.max_body_bytes, "an integer >= 1024")
+            v.positive_int(getattr(self, name), name)
+        v.positive_int(self.max_body_bytes, "max_body_bytes", minimum=1024)
         check_limits(self.header_timeout, self.body_timeout, self.max_connections)
         for name in ("data_root", "audit_key", "dataset_dir"):
             value = getattr(self, name)
             if value is not None and (not isinstance(value, str) or not value):
                 raise InvalidParameterError(name, value, "a path, or None")
-        if self.engine_threads is not None and (isinstance(self.engine_threads, bool) or not isinstance(self.engine_threads, int) or self.engine_threads < 1):
-            raise InvalidParameterError("engine_threads", self.engine_threads, "an integer >= 1, or None (one per core)")
+        if self.engine_threads is not None:
+            v.positive_int(self.engine_threads, "engine_threads")
         self.limits()  # checks max_keys, max_result_rows, max_response_bytes, max_query_depth
 
     def limits(self) -> QueryLimits:
@@ -472,7 +466,7 @@ class _Throttle:
     """The per-principal token bucket, before the body is read (so that no principal can send
     bodies faster than its rate either). Its 429 is audited."""
 
-    def __init__(self, app: Any, limiter: _RateLimiter) -> None:
+    def __init__(self, app: Any, limiter: TokenBuckets) -> None:
         self.app, self.limiter = app, limiter
 
     async def __call__(self, scope: dict[str, Any], receive: Any, send: Any) -> None:
@@ -487,27 +481,6 @@ class _Throttle:
                 await response(scope, receive, send)
                 return
         await self.app(scope, receive, send)
-
-
-class _RateLimiter:
-    """A token bucket per principal: ``burst`` requests at once, ``rate`` per second after."""
-
-    def __init__(self, rate: float, burst: int) -> None:
-        self.rate, self.burst = float(rate), float(burst)
-        self._buckets: dict[str, tuple[float, float]] = {}
-        self._lock = threading.Lock()
-
-    def take(self, who: str) -> float:
-        """0 if the request may go ahead, else the seconds to wait."""
-        t = time.monotonic()
-        with self._lock:
-            tokens, last = self._buckets.get(who, (self.burst, t))
-            tokens = min(self.burst, tokens + (t - last) * self.rate)
-            if tokens >= 1.0:
-                self._buckets[who] = (tokens - 1.0, t)
-                return 0.0
-            self._buckets[who] = (tokens, t)
-            return (1.0 - tokens) / self.rate
 
 
 # ------------------------------------------------------------------------------------------------
@@ -618,7 +591,7 @@ def create_app(config: ServerConfig | Service | str | None = None, *, rng: RNG =
         if overrides:
             cfg = ServerConfig(**{**cfg.__dict__, **overrides})
         service, owned = cfg.service(rng=rng), True
-    limiter = _RateLimiter(cfg.rate, cfg.burst)
+    limiter = TokenBuckets(cfg.rate, cfg.burst, names=("rate", "burst", "max_keys"))
     addresses = AddressLimiter(cfg.address_rate, cfg.address_burst, cfg.max_addresses)
     refusals = RefusalCounter(service.store)  # a small table of the service's own database
 
@@ -847,7 +820,8 @@ def create_app(config: ServerConfig | Service | str | None = None, *, rng: RNG =
             # A failed verification is the answer, not a server error: say which entry broke.
             _note(request, outcome=f"verification failed: {exc}")
             return {"ok": False, "error": str(exc)}
-        return {"ok": True, "entries": report.entries, "head": report.head, "unlogged_spends": service.unlogged_spends()}
+        # (verify_log fails on any spend without its entry: a verified log has none unlogged)
+        return {"ok": True, "entries": report.entries, "head": report.head, "unlogged_spends": []}
 
     @app.get("/v1/refusals")
     def refused(request: Request, who: Principal = Depends(curator)) -> dict[str, Any]:

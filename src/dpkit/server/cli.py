@@ -17,7 +17,7 @@ from rich.table import Table
 
 from dpkit.analytics.limits import QueryLimits
 from dpkit.errors import DPError
-from dpkit.server.service import Service, budget_dict
+from dpkit.server.service import DEFAULT_MAX_GRANT_EPSILON, Service, budget_dict
 from dpkit.server.store import masked_url
 
 __all__ = ["admin_app", "serve"]
@@ -45,9 +45,7 @@ def _fail(message: str, code: int = 1) -> NoReturn:
 
 def _open(ledger: str, *, max_grant_epsilon: float | None = None) -> Service:
     try:
-        if max_grant_epsilon is not None:
-            return Service(ledger, max_grant_epsilon=max_grant_epsilon)
-        return Service(ledger)
+        return Service(ledger, max_grant_epsilon=DEFAULT_MAX_GRANT_EPSILON if max_grant_epsilon is None else max_grant_epsilon)
     except DPError as exc:
         _fail(str(exc))
 

@@ -33,6 +33,7 @@ from typing import Any
 import numpy as np
 
 from dpkit.errors import InvalidParameterError
+from dpkit.server.keys import KEY_ID
 
 __all__ = [
     "MAX_JSON_DEPTH", "MAX_INT", "KEY_ID", "check_json_body", "json_depth", "check_int", "check_key_id", "printable",
@@ -43,8 +44,6 @@ __all__ = [
 MAX_JSON_DEPTH = 32
 #: The largest integer a query parameter may hold (the databases' signed 64-bit integers).
 MAX_INT = 2**63 - 1
-#: A key's public id: 16 lower-case hex digits (:func:`dpkit.server.keys.key_id`).
-KEY_ID = re.compile(r"[0-9a-f]{16}")
 
 _STRING = re.compile(r'"(?:[^"\\]|\\.)*"', re.S)
 _BAD_CHAR = re.compile("[\x00\ud800-\udfff]")

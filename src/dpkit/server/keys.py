@@ -19,10 +19,12 @@ import hashlib
 import re
 import secrets
 
-__all__ = ["new_key", "key_hash", "key_id", "looks_like_key"]
+__all__ = ["new_key", "key_hash", "key_id", "looks_like_key", "KEY_ID"]
 
 _PREFIX = "dpk_"
 _SHAPE = re.compile(r"dpk_[A-Za-z0-9_-]{43}")
+#: The shape of a key's public id: 16 lower-case hex digits (:func:`key_id`).
+KEY_ID = re.compile(r"[0-9a-f]{16}")
 
 
 def new_key() -> str:

@@ -21,7 +21,6 @@ Behind a reverse proxy every client has the proxy's address: run uvicorn with
 
 from __future__ import annotations
 
-import math
 import threading
 import time
 from collections import OrderedDict
@@ -29,10 +28,10 @@ from dataclasses import dataclass
 from datetime import datetime, timedelta, timezone
 from typing import Any
 
-from dpkit.errors import InvalidParameterError
+from dpkit import _validate as v
 from dpkit.server.store import ServiceStore
 
-__all__ = ["AddressLimiter", "RefusalCounter", "REASONS"]
+__all__ = ["TokenBuckets", "AddressLimiter", "RefusalCounter", "REASONS"]
 
 #: Why a request was refused before authentication.
 REASONS = ("unauthenticated", "address_rate_limited", "ledger_unavailable")
@@ -45,49 +44,66 @@ _TABLE = """CREATE TABLE IF NOT EXISTS edge_refusals (
 )"""
 
 
-class AddressLimiter:
-    """A token bucket per client address: ``burst`` refusals at once, ``rate`` per second after.
+class TokenBuckets:
+    """A token bucket per key: ``burst`` tokens at once, ``rate`` per second after. At most
+    ``max_keys`` buckets are kept (the least recently used is dropped: a forgotten key starts
+    again with a full bucket), so memory is bounded whatever the number of keys.
 
-    :meth:`wait` says whether an address is throttled (without charging it); :meth:`charge`
-    takes one token for a refused request. At most ``max_addresses`` buckets are kept (the least
-    recently used is dropped: a forgotten address starts again with a full bucket)."""
+    :meth:`take` spends a token if there is one (a request that may go ahead); :meth:`wait`
+    looks without spending; :meth:`charge` spends one even from an empty bucket (a refusal)."""
 
-    def __init__(self, rate: float, burst: int, max_addresses: int = 10_000) -> None:
-        if isinstance(rate, bool) or not isinstance(rate, (int, float)) or not (math.isfinite(rate) and rate > 0):
-            raise InvalidParameterError("address_rate", rate, "a finite number of refusals per second > 0")
-        if isinstance(burst, bool) or not isinstance(burst, int) or burst < 1:
-            raise InvalidParameterError("address_burst", burst, "an integer >= 1")
-        if isinstance(max_addresses, bool) or not isinstance(max_addresses, int) or max_addresses < 1:
-            raise InvalidParameterError("max_addresses", max_addresses, "an integer >= 1")
-        self.rate, self.burst, self.max_addresses = float(rate), float(burst), max_addresses
+    def __init__(self, rate: float, burst: int, max_keys: int = 10_000, *, names: tuple[str, str, str] = ("rate", "burst", "max_keys")) -> None:
+        self.rate = v.positive(rate, names[0])
+        self.burst = float(v.positive_int(burst, names[1]))
+        self.max_keys = v.positive_int(max_keys, names[2])
         self._buckets: OrderedDict[str, tuple[float, float]] = OrderedDict()
         self._lock = threading.Lock()
 
-    def _level(self, address: str, t: float) -> float:
-        tokens, last = self._buckets.get(address, (self.burst, t))
+    def _level(self, key: str, t: float) -> float:
+        tokens, last = self._buckets.get(key, (self.burst, t))
         return min(self.burst, tokens + (t - last) * self.rate)
 
-    def wait(self, address: str) -> float:
-        """0 if ``address`` may be served, else the seconds until it may."""
-        t = time.monotonic()
-        with self._lock:
-            if address not in self._buckets:
-                return 0.0
-            tokens = self._level(address, t)
+    def _set(self, key: str, tokens: float, t: float) -> None:
+        self._buckets[key] = (tokens, t)
+        self._buckets.move_to_end(key)
+        while len(self._buckets) > self.max_keys:
+            self._buckets.popitem(last=False)
+
+    def _delay(self, tokens: float) -> float:
         return 0.0 if tokens >= 1.0 else (1.0 - tokens) / self.rate
 
-    def charge(self, address: str) -> None:
-        """Take one token from ``address``'s bucket (a request from it was refused)."""
+    def wait(self, key: str) -> float:
+        """0 if ``key`` may go ahead, else the seconds until it may (nothing is spent)."""
         t = time.monotonic()
         with self._lock:
-            tokens = self._level(address, t)
-            self._buckets[address] = (max(0.0, tokens - 1.0), t)
-            self._buckets.move_to_end(address)
-            while len(self._buckets) > self.max_addresses:
-                self._buckets.popitem(last=False)
+            if key not in self._buckets:
+                return 0.0
+            return self._delay(self._level(key, t))
+
+    def take(self, key: str) -> float:
+        """0 and one token spent if ``key`` may go ahead, else the seconds until it may."""
+        t = time.monotonic()
+        with self._lock:
+            tokens = self._level(key, t)
+            self._set(key, tokens - 1.0 if tokens >= 1.0 else tokens, t)
+            return self._delay(tokens)
+
+    def charge(self, key: str) -> None:
+        """Spend one token of ``key``'s bucket, down to empty (a request from it was refused)."""
+        t = time.monotonic()
+        with self._lock:
+            self._set(key, max(0.0, self._level(key, t) - 1.0), t)
 
     def __len__(self) -> int:
         return len(self._buckets)
+
+
+class AddressLimiter(TokenBuckets):
+    """:class:`TokenBuckets` per client address, charged by each refused request: ``burst``
+    refusals at once, ``rate`` per second after; at most ``max_addresses`` addresses."""
+
+    def __init__(self, rate: float, burst: int, max_addresses: int = 10_000) -> None:
+        super().__init__(rate, burst, max_addresses, names=("address_rate", "address_burst", "max_addresses"))
 
 
 @dataclass(frozen=True)

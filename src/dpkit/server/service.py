@@ -58,7 +58,7 @@ import math
 import os
 import re
 import threading
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field, replace
 from fractions import Fraction
 from pathlib import Path
@@ -77,11 +77,11 @@ from dpkit.accounting.rounding import up
 from dpkit.errors import (
     AuthError, BudgetExceededError, DPError, InvalidDataError, InvalidParameterError, LedgerError, LimitExceededError, QueryFailedError,
 )
-from dpkit.ledger.base import BudgetRecord, DebitFacts, GrantFacts, LedgerBackend, OnCreate, OnDebit, SpendRecord, SQLRunner, fraction_to_text
+from dpkit.ledger.base import BudgetRecord, DebitFacts, GrantFacts, LedgerBackend, OnDebit, SpendRecord, SQLRunner, fraction_to_text
 from dpkit.noise.source import RNG, is_seeded
 from dpkit.server.datasets import DatasetCopies, SourceReadError, check_declared_columns, default_dataset_dir, resolve_source, source_kind
 from dpkit.server.audit import GENESIS, KEY_BYTES, AuditEntry, ChainReport, cross_check, default_key_path, load_key, verify_chain
-from dpkit.server.keys import key_hash, key_id, looks_like_key, new_key
+from dpkit.server.keys import KEY_ID, key_hash, key_id, looks_like_key, new_key
 from dpkit.server.store import AUDIT_LOCK, ServiceStore, normalise_url, now, open_store, sqlite_path
 
 __all__ = [
@@ -102,8 +102,8 @@ _DATASET_COLUMNS = "name, source, metadata, neighbours, created_at, source_table
 DEFAULT_MAX_GRANT_EPSILON = 10.0
 #: The audit key file's location when none is passed (``--audit-key``); else beside the ledger.
 AUDIT_KEY_ENV = "DPKIT_AUDIT_KEY"
-_DETAIL_LIMIT = 4096
-_IDLE_ENGINES = 32  # bound engines kept per dataset and process (about one per concurrent query)  # characters of query text kept in the audit log per request
+_DETAIL_LIMIT = 4096  # characters of query text kept in the audit log per request
+_IDLE_ENGINES = 32  # bound engines kept per dataset and process (about one per concurrent query)
 _AGGREGATES: dict[str, type] = {
     "count": A.Count,
     "count_units": A.CountUnits,
@@ -298,15 +298,14 @@ class Service:
         check_service_rng(rng)
         if limits is not None and not isinstance(limits, QueryLimits):
             raise InvalidParameterError("limits", _short(limits), "a dpkit.analytics.limits.QueryLimits or None")
-        if isinstance(max_grant_epsilon, bool) or not isinstance(max_grant_epsilon, (int, float)) or not (math.isfinite(max_grant_epsilon) and max_grant_epsilon > 0):
-            raise InvalidParameterError("max_grant_epsilon", max_grant_epsilon, "a finite number > 0")
+        v.positive(max_grant_epsilon, "max_grant_epsilon")
         #: Datasets are registered only from under this directory (None: anywhere — the
         #: in-process API is the administrator's own; the HTTP service always sets one).
         self._data_root = None if data_root is None else Path(os.fspath(data_root)).expanduser().resolve()
         self._limits = limits if limits is not None else QueryLimits()
         self._max_grant_epsilon = float(max_grant_epsilon)
-        if engine_threads is not None and (isinstance(engine_threads, bool) or not isinstance(engine_threads, int) or engine_threads < 1):
-            raise InvalidParameterError("engine_threads", engine_threads, "an integer >= 1, or None (one per core)")
+        if engine_threads is not None:
+            v.positive_int(engine_threads, "engine_threads")
         #: DuckDB threads per query in this process: several server processes share the cores,
         #: and threads beyond a process's share only contend (``dpkit serve --workers N`` sets
         #: cores / N).
@@ -414,7 +413,7 @@ class Service:
     def revoke_key(self, key_id: str) -> list[str]:
         """Revoke the key with id ``key_id`` (16 lower-case hex digits, as listed; never a
         principal's name): ``[key_id]``, or ``[]`` if it was already revoked."""
-        if not isinstance(key_id, str) or not re.fullmatch(r"[0-9a-f]{16}", key_id):
+        if not isinstance(key_id, str) or not KEY_ID.fullmatch(key_id):
             raise InvalidParameterError("key_id", key_id, "a key id: 16 lower-case hex digits (see the key listing)")
         with self._store.transaction(write=True) as tx:
             rows = tx.run("SELECT revoked_at FROM api_keys WHERE key_id = ?", (key_id,))
@@ -939,9 +938,7 @@ class Service:
     def _snapshot(self) -> tuple[list[AuditEntry], list[tuple[Any, ...]], list[tuple[Any, ...]]]:
         """The whole chain, the budgets and the spends, read together under the chain's lock
         (a debit writes its spend and its entry in one transaction, so they are seen together)."""
-        with self._store.transaction(audit=True) as tx:
-            if tx.dialect == "postgres":
-                tx.run("SELECT pg_advisory_xact_lock(?)", (AUDIT_LOCK,))
+        with self._store.transaction(audit=True) as tx:  # (the store takes the chain's lock)
             rows = tx.run("SELECT seq, at, actor, action, dataset, status, outcome, epsilon, delta, detail, prev_hash, hash FROM audit_log ORDER BY seq")
             budgets = tx.run("SELECT dataset, analyst, epsilon, delta, spent_epsilon, spent_delta FROM budgets")
             spends = tx.run("SELECT id, dataset, analyst, epsilon_cost, delta_cost FROM spends ORDER BY id")

@@ -21,14 +21,13 @@ from __future__ import annotations
 
 import asyncio
 import logging
-import math
 import socket
 import sys
 from typing import Any
 
 import uvicorn
 
-from dpkit.errors import InvalidParameterError
+from dpkit import _validate as v
 
 __all__ = ["ServingConfig", "DeadlineProtocol", "serve", "check_limits", "PROTOCOL"]
 
@@ -40,11 +39,9 @@ SWITCH_INTERVAL = 0.0005  # seconds; see _short_switches
 
 def check_limits(header_timeout: float, body_timeout: float, max_connections: int) -> None:
     """Refuse timeouts that are not finite positive numbers and a cap below 1."""
-    for name, value in (("header_timeout", header_timeout), ("body_timeout", body_timeout)):
-        if isinstance(value, bool) or not isinstance(value, (int, float)) or not (math.isfinite(value) and value > 0):
-            raise InvalidParameterError(name, value, "a finite number of seconds > 0")
-    if isinstance(max_connections, bool) or not isinstance(max_connections, int) or max_connections < 1:
-        raise InvalidParameterError("max_connections", max_connections, "an integer >= 1")
+    v.positive(header_timeout, "header_timeout")
+    v.positive(body_timeout, "body_timeout")
+    v.positive_int(max_connections, "max_connections")
 
 
 class ServingConfig(uvicorn.Config):
