@@ -7,7 +7,6 @@ of its own, so they run in parallel under pytest-xdist."""
 
 from __future__ import annotations
 
-import gc
 import multiprocessing
 import os
 import random
@@ -706,14 +705,21 @@ def test_process_killed_at_random_moments_leaves_whole_debits(ledger: PostgresLe
         assert len(costs) >= round_ + 1
 
 
-@needs_fork
-def test_a_forked_child_uses_its_own_connections(ledger: PostgresLedger) -> None:
+# Run in a fresh interpreter: forking the test worker (threads of its own, DuckDB and JVM state
+# left by earlier tests) can crash the child for reasons that have nothing to do with the ledger.
+_FORKED_CHILD = """
+import gc, os, sys
+from dpkit.accounting import LaplaceEvent
+from dpkit.ledger import PostgresLedger
+
+MILLI = LaplaceEvent(noise_multiplier=1000)
+with PostgresLedger(sys.argv[1]) as ledger:
     ledger.debit("census", "alice", MILLI, "parent before")
     # The parent's pooled session (white-box: the ledger keeps idle connections in _idle).
     (parent_conn,) = ledger._idle
     parent_backend = parent_conn.info.backend_pid
     pid = os.fork()
-    if pid == 0:  # pragma: no cover - child
+    if pid == 0:
         code = 1
         try:
             ledger.debit("census", "alice", MILLI, "child")
@@ -723,11 +729,21 @@ def test_a_forked_child_uses_its_own_connections(ledger: PostgresLedger) -> None
         finally:
             os._exit(code)
     _, status = os.waitpid(pid, 0)
-    assert os.WIFEXITED(status) and os.WEXITSTATUS(status) == 0
-    assert not parent_conn.broken and parent_conn.execute("SELECT pg_backend_pid()").fetchone() == (parent_backend,)
+    assert os.WIFEXITED(status) and os.WEXITSTATUS(status) == 0, f"child status {status}"
+    assert not parent_conn.broken, "the child closed the parent's session"
+    assert parent_conn.execute("SELECT pg_backend_pid()").fetchone() == (parent_backend,)
     ledger.debit("census", "alice", MILLI, "parent after")
-    assert [s.query_text for s in ledger.list_spends("census", "alice")] == ["parent before", "child", "parent after"]
+    texts = [s.query_text for s in ledger.list_spends("census", "alice")]
+    assert texts == ["parent before", "child", "parent after"], texts
     ledger.verify()
+print("ok")
+"""
+
+
+@needs_fork
+def test_a_forked_child_uses_its_own_connections(ledger: PostgresLedger, pg_url: str) -> None:
+    done = subprocess.run([sys.executable, "-c", _FORKED_CHILD, pg_url], capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0 and done.stdout.strip() == "ok", done.stderr[-2000:]
 
 
 def test_fresh_schemas_are_isolated() -> None:
