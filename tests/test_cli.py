@@ -156,6 +156,20 @@ def test_account_prints_every_accountant(tmp_path) -> None:
     assert by_name["basic"]["epsilon"] is None  # basic composition cannot price a Gaussian
 
 
+def test_account_can_run_chosen_accountants_by_name() -> None:
+    import json as _json
+
+    result = runner.invoke(
+        app, ["account", "--mechanism", "laplace", "--steps", "3", "--accountant", "basic", "--accountant", "zcdp", "--json"]
+    )
+    assert result.exit_code == 0, result.output
+    names = [r["accountant"] for r in _json.loads(result.stdout)["results"]]
+    assert names == ["zcdp", "basic"]  # the report's own order
+    bad = runner.invoke(app, ["account", "--accountant", "moments"])
+    assert bad.exit_code == 1
+    assert "moments" in bad.output and "zcdp" in bad.output
+
+
 def test_account_rejects_a_bad_mechanism() -> None:
     result = runner.invoke(app, ["account", "--mechanism", "cauchy"])
     assert result.exit_code == 1

@@ -33,13 +33,23 @@ class AccountingRow:
         return asdict(self)
 
 
-def _accountants() -> dict[str, Callable[[], Accountant]]:
-    from dpkit.accounting.composition import BasicAccountant
-    from dpkit.accounting.pld import PLDAccountant
-    from dpkit.accounting.rdp import RDPAccountant
-    from dpkit.accounting.zcdp import ZCDPAccountant
+# The order the report lists accountants in: the two tight ones first.
+_REPORT_ORDER = ("rdp", "pld", "zcdp", "basic")
 
-    return {"rdp": RDPAccountant, "pld": PLDAccountant, "zcdp": ZCDPAccountant, "basic": BasicAccountant}
+
+def _accountants() -> dict[str, Callable[[], Accountant]]:
+    from dpkit.accounting.registry import resolve_accountant
+
+    return {name: resolve_accountant(name) for name in _REPORT_ORDER}
+
+
+def check_names(names: list[str] | None) -> list[str] | None:
+    """The accountant names asked for, each checked against the registry (None: all)."""
+    from dpkit.accounting.registry import resolve_accountant
+
+    for name in names or ():
+        resolve_accountant(name, parameter="--accountant")
+    return list(names) if names else None
 
 
 def build_event(mechanism: Mechanism, noise_multiplier: float, sample_rate: float, steps: int) -> DPEvent:

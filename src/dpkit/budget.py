@@ -4,8 +4,8 @@
 spend is priced *before* it is recorded: a fresh accountant composes every event spent so far and
 then the new one, and the spend is accepted only if that accountant proves ε <= the budget at the
 budget's δ. Check and record happen in one critical section under a lock, so concurrent spends
-from many threads can never overshoot (DESIGN core idea 1; STYLE §2: validate, price, debit
-atomically, then sample).
+from many threads can never overshoot (validate, price, debit atomically, then sample: nothing
+is drawn before the budget is paid).
 
 Pricing the whole history with the chosen accountant makes the budget a *privacy filter*: with an
 adaptive sequence of mechanisms, stopping as soon as the next one would exceed the budget keeps
@@ -20,7 +20,7 @@ The default accountant is basic composition with exact :class:`~fractions.Fracti
 Pass ``accountant=dpkit.accounting.RDPAccountant`` (or ``PLDAccountant``) for Gaussian noise and
 subsampled events.
 
-Rounding (STYLE §3): accountants round ε up; ``remaining`` is rounded down; the budget itself is
+Rounding: accountants round ε up; ``remaining`` is rounded down; the budget itself is
 rounded down when given as an exact fraction that no double equals. Budgets compare exactly: a
 ``LaplaceEvent.for_epsilon(0.01)`` costs the exact binary value of the double 0.01, which is a
 little more than 1/100, so a budget of ε = 1.0 pays for 99 of them, not 100; spend
@@ -49,6 +49,7 @@ from dpkit._validate import short_repr as _short
 from dpkit.accounting.accountant import Accountant
 from dpkit.accounting.composition import BasicAccountant
 from dpkit.accounting.events import DPEvent, SelfComposedEvent
+from dpkit.accounting.registry import resolve_accountant
 from dpkit.accounting.rounding import sub_down, to_float_down
 from dpkit.errors import BudgetExceededError, DPError, InvalidParameterError
 
@@ -85,7 +86,9 @@ class Budget:
         The δ at which ε is measured, in [0, 1). Default 0 (pure DP).
     accountant:
         A zero-argument callable returning a *fresh* accountant (a class such as
-        ``dpkit.accounting.RDPAccountant``, or a ``functools.partial``). Default: basic
+        ``dpkit.accounting.RDPAccountant``, or a ``functools.partial``), or a registry name
+        (``"basic"``, ``"rdp"``, ``"zcdp"``, ``"pld"``; see
+        :func:`dpkit.accounting.resolve_accountant`). Default: basic
         composition (ε's and δ's add, exactly), which supports pure and approximate DP events
         but not Gaussian noise or subsampling.
 
@@ -113,7 +116,7 @@ class Budget:
         *,
         epsilon: float,
         delta: float = 0.0,
-        accountant: Callable[[], Accountant] | None = None,
+        accountant: str | Callable[[], Accountant] | None = None,
     ) -> None:
         v.epsilon(epsilon)
         v.delta(delta)
@@ -135,6 +138,8 @@ class Budget:
     def _check_factory(accountant: object) -> Callable[[], Accountant]:
         if accountant is None:
             return BasicAccountant
+        if isinstance(accountant, str):  # a registry name: "basic", "rdp", "zcdp" or "pld"
+            return resolve_accountant(accountant)
         if not isinstance(accountant, type) and isinstance(accountant, Accountant):
             raise InvalidParameterError(
                 "accountant",

@@ -111,6 +111,10 @@ def account(
     steps: Annotated[int, typer.Option("--steps", help="Number of repetitions (e.g. DP-SGD steps).")] = 1,
     delta: Annotated[float, typer.Option("--delta", help="Target δ.")] = 1e-5,
     plot: Annotated[Path | None, typer.Option("--plot", help="Save ε against steps (RDP vs PLD) as a PNG here.")] = None,
+    accountants: Annotated[
+        list[str] | None,
+        typer.Option("--accountant", help="Only this accountant: basic, rdp, zcdp or pld (repeatable; default: all)."),
+    ] = None,
     json_output: JsonOption = False,
 ) -> None:
     """ε of a repeated (optionally subsampled) mechanism by every accountant, with timings.
@@ -121,7 +125,7 @@ def account(
 
     try:
         event = rep.build_event(mechanism, noise_multiplier, sample_rate, steps)  # type: ignore[arg-type]
-        rows = rep.account(event, delta)
+        rows = rep.account(event, delta, rep.check_names(accountants))
         curve_path = None
         if plot is not None:
             curves = rep.epsilon_curve(mechanism, noise_multiplier, sample_rate, steps, delta)  # type: ignore[arg-type]

@@ -8,6 +8,10 @@ Accountants share one small interface (:class:`Accountant`): ``compose(event, co
   and without-replacement subsampled Gaussians).
 - :class:`ZCDPAccountant` — zero-concentrated DP.
 - :class:`PLDAccountant` — privacy loss distributions: the tightest numbers.
+
+:data:`ACCOUNTANTS` maps the names ``"basic"``, ``"rdp"``, ``"zcdp"`` and ``"pld"`` to these
+classes; :func:`resolve_accountant` turns a name, a class or a factory into a factory of fresh
+accountants.
 """
 
 from dpkit.accounting.accountant import Accountant
@@ -42,6 +46,7 @@ from dpkit.accounting.events import (
 )
 from dpkit.accounting.pld import PLDAccountant
 from dpkit.accounting.rdp import RDPAccountant
+from dpkit.accounting.registry import ACCOUNTANTS, resolve_accountant
 from dpkit.accounting.tight import TightEpsilon, tight_epsilon
 from dpkit.accounting.zcdp import ZCDPAccountant
 
@@ -51,6 +56,8 @@ __all__ = [
     "RDPAccountant",
     "ZCDPAccountant",
     "PLDAccountant",
+    "ACCOUNTANTS",
+    "resolve_accountant",
     "basic_composition",
     "parallel_composition",
     "post_processing",

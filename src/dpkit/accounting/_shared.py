@@ -12,10 +12,12 @@ from typing import Generic, TypeVar
 from dpkit._validate import Neighbours
 from dpkit.accounting.events import DPEvent, RandomizedResponseEvent
 from dpkit.accounting.rounding import log_up
+from dpkit.accounting.walk import COMPOSITES, leaves
 from dpkit.errors import InvalidParameterError
 
 __all__ = ["check_leaf_neighbours", "rule_for", "rr_epsilon", "Registry", "Rule", "CheckFunction"]
 
+_COMPOSITE_NAMES = tuple(c.__name__ for c in COMPOSITES)
 R = TypeVar("R")
 F = TypeVar("F")
 CheckFunction = Callable[[DPEvent, Neighbours], None]
@@ -34,13 +36,16 @@ def check_leaf_neighbours(event: DPEvent, neighbours: Neighbours) -> None:
         )
 
 
-def rule_for(rules: dict[type[DPEvent], R], event: DPEvent, accountant: str, hint: str = "") -> R:
-    """The registered rule for the event's type (or its nearest registered base class)."""
+def rule_for(
+    rules: dict[type[DPEvent], R], event: DPEvent, accountant: str, hint: str = "", also: tuple[str, ...] = ()
+) -> R:
+    """The registered rule for the event's type (or its nearest registered base class); ``also``
+    names further supported types for the error message (the composites the walker expands)."""
     for cls in type(event).__mro__:
         rule = rules.get(cls)
         if rule is not None:
             return rule
-    supported = ", ".join(sorted(c.__name__ for c in rules))
+    supported = ", ".join(sorted({c.__name__ for c in rules} | set(also)))
     raise InvalidParameterError("event", event, f"an event the {accountant} accountant supports ({supported})", hint)
 
 
@@ -67,8 +72,11 @@ class Rule(Generic[F]):
 
 
 class Registry(Generic[F]):
-    """Event type → :class:`Rule`, looked up along the event's class hierarchy (STYLE §9: a table,
-    not an if/elif ladder). Each accountant module holds one."""
+    """Leaf event type → :class:`Rule`, looked up along the event's class hierarchy (a table, not
+    an if/elif ladder, so a new event type is one registration). Each accountant module holds one.
+
+    Composite events (:data:`dpkit.accounting.walk.COMPOSITES`) have no rule: :meth:`check` walks
+    them with :func:`dpkit.accounting.walk.leaves` and checks every leaf, in order."""
 
     def __init__(self, accountant: str, hint: str = "") -> None:
         self.rules: dict[type[DPEvent], Rule[F]] = {}
@@ -79,10 +87,13 @@ class Registry(Generic[F]):
         self.rules[event_type] = Rule(compute, check or check_leaf_neighbours)
 
     def rule_for(self, event: DPEvent) -> Rule[F]:
-        return rule_for(self.rules, event, self._accountant, self._hint)
+        return rule_for(self.rules, event, self._accountant, self._hint, _COMPOSITE_NAMES)
 
     def check(self, event: DPEvent, neighbours: Neighbours) -> None:
-        self.rule_for(event).check(event, neighbours)
+        """The dry pass: raise InvalidParameterError for the first leaf (depth first) that is not
+        supported or not valid under ``neighbours``."""
+        for leaf, _ in leaves(event):
+            self.rule_for(leaf).check(leaf, neighbours)  # type: ignore[arg-type]
 
     def supports(self, event: DPEvent, neighbours: Neighbours) -> bool:
         try:

@@ -7,14 +7,30 @@ Opacus #346, where a calibration returned a σ that missed its target).
 from __future__ import annotations
 
 import math
+import warnings
 from collections.abc import Callable
 
 from dpkit import _validate as v
 from dpkit.accounting.accountant import Accountant
 from dpkit.accounting.events import DPEvent, GaussianEvent, PoissonSampledEvent, SelfComposedEvent
+from dpkit.accounting.registry import resolve_accountant
 from dpkit.errors import DPError, InvalidParameterError
 
 __all__ = ["calibrate_noise_multiplier", "dp_sgd_event"]
+
+#: What ``accountant=`` may be: a registry name, an accountant class, or a factory.
+AccountantSpec = str | type[Accountant] | Callable[[], Accountant]
+
+
+def _renamed(name: str, value: float | None, old: str, old_value: float | None) -> tuple[str, float | None]:
+    """The value of a parameter that may still be passed under its deprecated name ``old``,
+    with the name errors should use (the one the caller wrote)."""
+    if old_value is None:
+        return name, value
+    if value is not None:
+        raise InvalidParameterError(old, old_value, f"omitted when {name} is given ({old} is its deprecated spelling)")
+    warnings.warn(f"{old}= is deprecated; use {name}=", DeprecationWarning, stacklevel=3)
+    return old, old_value
 
 
 def dp_sgd_event(noise_multiplier: float, sample_rate: float, steps: int) -> DPEvent:
@@ -28,28 +44,37 @@ def dp_sgd_event(noise_multiplier: float, sample_rate: float, steps: int) -> DPE
 
 def calibrate_noise_multiplier(
     *,
-    target_epsilon: float,
-    delta: float,
-    accountant: Callable[[], Accountant],
+    epsilon: float | None = None,
+    delta: float | None = None,
+    accountant: AccountantSpec,
     event_for: Callable[[float], DPEvent] | None = None,
     sample_rate: float = 1.0,
     steps: int = 1,
     tolerance: float = 0.005,
+    target_epsilon: float | None = None,
+    target_delta: float | None = None,
 ) -> float:
     """The smallest σ (within ``tolerance`` relative, rounded up) whose event meets the target.
 
-    ``event_for(σ)`` builds the event to price (default: :func:`dp_sgd_event` with
-    ``sample_rate`` and ``steps``); ``accountant`` is a factory, e.g. ``RDPAccountant``. The
+    ``epsilon`` and ``delta`` are the target guarantee. ``event_for(σ)`` builds the event to
+    price (default: :func:`dp_sgd_event` with ``sample_rate`` and ``steps``); ``accountant`` is a
+    registry name (``"rdp"``, ``"pld"``, ``"zcdp"``, ``"basic"``), an accountant
+    class, or a zero-argument factory (see :func:`~dpkit.accounting.resolve_accountant`). The
     search is a bisection on σ, over which ε is non-increasing; the returned σ has been checked:
-    ``accountant().compose(event_for(σ)).get_epsilon(delta) <= target_epsilon``.
+    ``accountant().compose(event_for(σ)).get_epsilon(delta) <= epsilon``.
 
-    >>> from dpkit.accounting.rdp import RDPAccountant
-    >>> sigma = calibrate_noise_multiplier(target_epsilon=1.0, delta=1e-5, accountant=RDPAccountant)
+    ``target_epsilon`` / ``target_delta`` are deprecated spellings of ``epsilon`` / ``delta``
+    (they still work, with a :class:`DeprecationWarning`; errors then name the old spelling).
+
+    >>> sigma = calibrate_noise_multiplier(epsilon=1.0, delta=1e-5, accountant="rdp")
     >>> round(sigma, 1)
     4.0
     """
-    target = v.epsilon(target_epsilon, "target_epsilon")
-    delta = v.delta(delta, allow_zero=False)
+    eps_name, epsilon = _renamed("epsilon", epsilon, "target_epsilon", target_epsilon)
+    delta_name, delta = _renamed("delta", delta, "target_delta", target_delta)
+    target = v.epsilon(epsilon, eps_name)
+    delta = v.delta(delta, delta_name, allow_zero=False)
+    accountant = resolve_accountant(accountant)
     if not (isinstance(tolerance, float) and 0 < tolerance < 0.5):
         raise InvalidParameterError("tolerance", tolerance, "a float in (0, 0.5)")
     if event_for is None:
@@ -65,7 +90,7 @@ def calibrate_noise_multiplier(
     while epsilon_at(hi) > target:
         lo, hi = hi, hi * 2.0
         if hi > 1e6:
-            raise InvalidParameterError("target_epsilon", target, "a value some σ <= 1e6 can meet with this δ")
+            raise InvalidParameterError(eps_name, target, "a value some σ <= 1e6 can meet with this δ")
     while lo > 1e-6 and epsilon_at(lo) <= target:
         hi, lo = lo, lo / 2.0
     while hi - lo > tolerance * hi / 2:

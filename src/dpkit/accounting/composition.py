@@ -7,11 +7,10 @@ and every transcendental step (exp, log, sqrt) is followed by :func:`math.nextaf
 on an argument that was itself rounded up, so a returned ε or δ is never below the true bound.
 A δ that reaches 1 is returned as 1.0 (a vacuous guarantee).
 
-Sources: Dwork & Roth, *The Algorithmic Foundations of Differential Privacy* (2014) — "DR";
-seed 004 (study notes on DR: Thm 3.5/4.4 group privacy, Thm 3.6/4.5 composition, §4.4 advanced
-composition), seed 000 (Prop. 5.4–5.7: composition, post-processing, group privacy), seed 002
-(DR Prop. 2.1, post-processing); Dwork, Rothblum & Vadhan (FOCS 2010) — "DRV"; McSherry (SIGMOD
-2009, PINQ); Kairouz, Oh & Viswanath (ICML 2015) — "KOV".
+Sources: Dwork & Roth, *The Algorithmic Foundations of Differential Privacy* (2014) — "DR"
+(Prop. 2.1 post-processing, Thm 2.2 group privacy, Thm 3.16 composition, §3.5.2 advanced
+composition); Dwork, Rothblum & Vadhan (FOCS 2010) — "DRV"; McSherry (SIGMOD 2009, PINQ);
+Kairouz, Oh & Viswanath (ICML 2015) — "KOV".
 """
 
 from __future__ import annotations
@@ -25,18 +24,18 @@ from scipy.special import gammaln, logsumexp
 
 from dpkit import _validate as v
 from dpkit._validate import Neighbours
+from dpkit.accounting._shared import rr_epsilon
+from dpkit.accounting.accountant import Accountant, check_epsilon
 from dpkit.accounting.events import (
     ApproxDPEvent,
-    ComposedEvent,
     DPEvent,
     ExponentialEvent,
     LaplaceEvent,
     PureDPEvent,
     RandomizedResponseEvent,
-    SelfComposedEvent,
 )
-from dpkit.accounting._shared import rr_epsilon
 from dpkit.accounting.rounding import exp_up, expm1_up, log_down, log_up, sqrt_up, to_float_up, up, up2
+from dpkit.accounting.walk import fold
 from dpkit.errors import InvalidParameterError
 
 __all__ = [
@@ -91,7 +90,7 @@ def basic_composition(guarantees: Sequence[tuple[float, float]]) -> tuple[float,
 
     If M_i is (ε_i, δ_i)-DP for i = 1..k, and each M_i may see the data and the outputs of
     M_1..M_{i−1}, then (M_1, …, M_k) is (Σ ε_i, Σ δ_i)-DP — Dwork, McSherry, Nissim & Smith 2006;
-    Dwork, Kenthapadi et al. 2006; DR Thm 3.16; seed 004 Thm 3.6/4.5; seed 000 Prop. 5.5.
+    Dwork, Kenthapadi et al. 2006; DR Thm 3.16.
     Holds for either neighbour relation, provided all guarantees are for the same one.
 
     Both sums are exact (:class:`~fractions.Fraction`) and rounded up once; δ is capped at 1.
@@ -113,7 +112,7 @@ def parallel_composition(guarantees: Sequence[tuple[float, float]]) -> tuple[flo
     If the data set is split into disjoint parts D_1..D_k by a rule that does not depend on the
     private data (a public function of each record, e.g. its age band), and M_i, which is
     (ε_i, δ_i)-DP, sees only D_i, then (M_1(D_1), …, M_k(D_k)) is (max ε_i, max δ_i)-DP —
-    McSherry 2009 (PINQ), Thm 4; seed 004 (the notes' "并行组合性").
+    McSherry 2009 (PINQ), Thm 4 (并行组合性, parallel composition).
 
     **Requirement: under the neighbour relation, one record changes at most one part.** This holds
     for ``add_remove`` neighbours (the added or removed record lands in exactly one part). Under
@@ -134,7 +133,7 @@ def post_processing(guarantee: tuple[float, float]) -> tuple[float, float]:
     """Post-processing: any data-independent (possibly random) map f of an (ε, δ)-DP output is
     (ε, δ)-DP, so the guarantee is returned unchanged.
 
-    DR Prop 2.1 (seed 002, 命题2.1); seed 000 Prop 5.6. f must not read the private data again;
+    DR Prop 2.1 (命题2.1). f must not read the private data again;
     if it does, it is a new mechanism to be composed, not post-processing.
 
     >>> post_processing((1.0, 1e-6))
@@ -147,7 +146,7 @@ def group_privacy(epsilon: float, delta: float, k: int) -> tuple[float, float]:
     """The guarantee of an (ε, δ)-DP mechanism for data sets that differ in k records.
 
     (kε, k·e^{(k−1)ε}·δ) — DR Thm 2.2 (pure case, δ = 0 gives kε) and the approximate-DP version
-    after it; seed 004 Thm 3.5 and Thm 4.4; seed 000 Prop 5.7. Proof: a chain of k neighbours.
+    after it. Proof: a chain of k neighbours.
     "Differ in k records" is k steps of the same neighbour relation the guarantee is stated for.
     (δ·Σ_{j<k} e^{jε} is a slightly tighter δ from the same chain; this follows DR's statement.)
 
@@ -210,7 +209,7 @@ def advanced_composition(epsilon: float, delta: float, k: int, delta_prime: floa
 
     It beats basic composition (kε) only for large k, k > 2 ln(1/δ')/(2 − e^ε)²: for ε = 0.1 and
     δ' = 1e-5 that is k >= 29, and at k = 100 it gives 5.85 against 10. (The simplified form
-    needs k > 8 ln(1/δ') = 92.1 there; seed 004 remarks that below k ≈ 70 basic composition wins.)
+    needs k > 8 ln(1/δ') = 92.1 there, and below k ≈ 70 basic composition wins.)
 
     ε' is rounded up term by term (ln, √ and e^ε − 1 each on safely rounded arguments, sums
     exact); kδ + δ' is exact, rounded up, capped at 1.
@@ -397,7 +396,7 @@ def _leaf_rr(event: RandomizedResponseEvent) -> tuple[Fraction, Fraction]:
     return rr_epsilon(event), Fraction(0)
 
 
-# The dispatch table (STYLE §9): exact event type → (ε, δ) as exact fractions.
+# The dispatch table (a table, not an if/elif ladder): exact event type → (ε, δ) as exact fractions.
 _LEAVES: dict[type, Callable[..., tuple[Fraction, Fraction]]] = {
     PureDPEvent: _leaf_pure,
     ExponentialEvent: _leaf_pure,
@@ -416,23 +415,27 @@ class _Unsupported(Exception):
 
 def _cost(event: object, relations: set[str]) -> tuple[Fraction, Fraction]:
     """(Σε, Σδ) of an event tree, exactly; collects the neighbour relations of its leaves."""
-    if type(event) is ComposedEvent:
-        eps, dlt = Fraction(0), Fraction(0)
-        for inner in event.events:
-            e, d = _cost(inner, relations)
-            eps, dlt = eps + e, dlt + d
-        return eps, dlt
-    if type(event) is SelfComposedEvent:
-        count = event.count  # type: ignore[attr-defined]
-        if not isinstance(count, int) or isinstance(count, bool) or count < 1:
-            raise InvalidParameterError("event.count", count, "an integer >= 1")
-        e, d = _cost(event.event, relations)  # type: ignore[attr-defined]
-        return count * e, count * d
-    leaf = _LEAVES.get(type(event))
-    if leaf is None:
-        raise _Unsupported(event)
-    relations.add(v.neighbours(event.neighbours, "event.neighbours"))  # type: ignore[attr-defined]
-    return leaf(event)
+
+    def leaf(e: object) -> tuple[Fraction, Fraction]:
+        rule = _LEAVES.get(type(e))
+        if rule is None:
+            raise _Unsupported(e)
+        relations.add(v.neighbours(e.neighbours, "event.neighbours"))  # type: ignore[attr-defined]
+        return rule(e)
+
+    return fold(event, leaf, zero=_ZERO, add=_add, scale=_scale)
+
+
+def _ZERO() -> tuple[Fraction, Fraction]:
+    return Fraction(0), Fraction(0)
+
+
+def _add(a: tuple[Fraction, Fraction], b: tuple[Fraction, Fraction]) -> tuple[Fraction, Fraction]:
+    return a[0] + b[0], a[1] + b[1]
+
+
+def _scale(count: int, c: tuple[Fraction, Fraction]) -> tuple[Fraction, Fraction]:
+    return count * c[0], count * c[1]
 
 
 def basic_cost(event: DPEvent) -> tuple[Fraction, Fraction, str | None]:
@@ -445,7 +448,7 @@ def basic_cost(event: DPEvent) -> tuple[Fraction, Fraction, str | None]:
     return acc._epsilon, acc._delta, acc._neighbours
 
 
-class BasicAccountant:
+class BasicAccountant(Accountant):
     """Sequential composition of pure and approximate DP events: ε and δ add (DR Thm 3.16).
 
     Supports :class:`PureDPEvent`, :class:`ApproxDPEvent`, :class:`LaplaceEvent`
@@ -493,7 +496,15 @@ class BasicAccountant:
         Raises :class:`~dpkit.errors.InvalidParameterError`, recording nothing, for a ``count``
         that is not an integer >= 1, an unsupported event, or a neighbour-relation mismatch.
         """
-        count = v.positive_int(count, "count")
+        return super().compose(event, count)
+
+    # -- the Accountant hooks ----------------------------------------------------------------------
+
+    def _check(self, event: DPEvent) -> None:
+        self._price(event)  # pricing is exact and cheap: the check is the price, discarded
+
+    def _price(self, event: DPEvent) -> tuple[Fraction, Fraction, set[str]]:
+        """(ε, δ, neighbour relations) of one run; raises for unsupported or mixed events."""
         relations: set[str] = set()
         try:
             eps, dlt = _cost(event, relations)
@@ -516,12 +527,14 @@ class BasicAccountant:
                 (f"this accountant already holds {self._neighbours!r} events" if self._neighbours else f"the event mixes {sorted(relations)}")
                 + "; a guarantee for one relation is not a guarantee for the other, so they cannot be added up",
             )
-        # Nothing below can raise: record.
+        return eps, dlt, relations
+
+    def _record(self, cost: tuple[Fraction, Fraction, set[str]], count: int) -> None:
+        eps, dlt, relations = cost
         if relations and self._neighbours is None:
             self._neighbours = next(iter(relations))
         self._epsilon += count * eps
         self._delta += count * dlt
-        return self
 
     def get_epsilon(self, delta: float) -> float:
         """The total ε, rounded up, if the total δ is at most ``delta``; otherwise ``inf``
@@ -531,9 +544,8 @@ class BasicAccountant:
 
     def get_delta(self, epsilon: float) -> float:
         """The total δ, rounded up, if the total ε is at most ``epsilon``; otherwise 1.0."""
-        if not v._is_real(epsilon) or not math.isfinite(float(epsilon)) or float(epsilon) < 0:
-            raise InvalidParameterError("epsilon", epsilon, "a finite number >= 0")
-        return self.delta if self._epsilon <= Fraction(float(epsilon)) else 1.0
+        epsilon = check_epsilon(epsilon)
+        return self.delta if self._epsilon <= Fraction(epsilon) else 1.0
 
     # -- totals -----------------------------------------------------------------------------------
 

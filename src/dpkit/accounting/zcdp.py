@@ -37,6 +37,7 @@ allowance for its floating-point error and rounded up. δ = 0 gives ε = ∞ unl
 from __future__ import annotations
 
 import math
+import operator
 from collections.abc import Callable
 from fractions import Fraction
 
@@ -44,19 +45,19 @@ import numpy as np
 
 from dpkit import _validate as v
 from dpkit._validate import Neighbours
+from dpkit.accounting._shared import CheckFunction, Registry, check_leaf_neighbours, rr_epsilon
+from dpkit.accounting.accountant import Accountant, check_epsilon
 from dpkit.accounting.events import (
     ApproxDPEvent,
-    ComposedEvent,
     DPEvent,
     ExponentialEvent,
     GaussianEvent,
     LaplaceEvent,
     PureDPEvent,
     RandomizedResponseEvent,
-    SelfComposedEvent,
 )
-from dpkit.accounting._shared import CheckFunction, Registry, check_leaf_neighbours, rr_epsilon
 from dpkit.accounting.rounding import to_float_up
+from dpkit.accounting.walk import fold
 from dpkit.errors import InvalidParameterError
 
 __all__ = [
@@ -242,7 +243,7 @@ def zcdp_to_approx_dp(rho: float, delta: float, conversion: str = "improved") ->
 def zcdp_to_delta(rho: float, epsilon: float, conversion: str = "improved") -> float:
     """The δ for which ρ-zCDP implies (ε, δ)-DP, rounded up and capped at 1."""
     rho = _check_rho(rho)
-    epsilon = v.epsilon(epsilon)
+    epsilon = check_epsilon(epsilon)
     fn = _DELTA_CONVERSIONS.get(conversion) if isinstance(conversion, str) else None
     if fn is None:
         raise InvalidParameterError("conversion", conversion, "'improved' or 'classic'")
@@ -275,11 +276,19 @@ _check_event = _REGISTRY.check
 
 def event_rho(event: DPEvent) -> float:
     """ρ of ``event`` (no neighbour checks), rounded up."""
-    return to_float_up(_REGISTRY.rule_for(event).compute(event))
+    return to_float_up(_rho(event))
 
 
 def _rho(event: DPEvent) -> Fraction:
-    return _REGISTRY.rule_for(event).compute(event)
+    # ρ adds up under composition (Bun & Steinke 2016, Lemma 2.3); a repeated event's ρ is
+    # multiplied by its count. Exact Fraction arithmetic: the order of the sum does not matter.
+    return fold(
+        event,
+        lambda e: _REGISTRY.rule_for(e).compute(e),  # type: ignore[arg-type]
+        zero=Fraction,
+        add=operator.add,
+        scale=operator.mul,
+    )
 
 
 def _gaussian_rho(event: DPEvent) -> Fraction:
@@ -327,35 +336,12 @@ def _check_approx(event: DPEvent, neighbours: Neighbours) -> None:
     _check_leaf(event, neighbours)
 
 
-def _composed_rho(event: DPEvent) -> Fraction:
-    assert isinstance(event, ComposedEvent)
-    return sum((_rho(e) for e in event.events), Fraction(0))
-
-
-def _check_composed(event: DPEvent, neighbours: Neighbours) -> None:
-    assert isinstance(event, ComposedEvent)
-    for e in event.events:
-        _check_event(e, neighbours)
-
-
-def _self_composed_rho(event: DPEvent) -> Fraction:
-    assert isinstance(event, SelfComposedEvent)
-    return event.count * _rho(event.event)
-
-
-def _check_self_composed(event: DPEvent, neighbours: Neighbours) -> None:
-    assert isinstance(event, SelfComposedEvent)
-    _check_event(event.event, neighbours)
-
-
 register_zcdp(GaussianEvent, _gaussian_rho)
 register_zcdp(PureDPEvent, _pure_rho)
 register_zcdp(ApproxDPEvent, _pure_rho, _check_approx)
 register_zcdp(LaplaceEvent, _laplace_rho)
 register_zcdp(ExponentialEvent, _exponential_rho)
 register_zcdp(RandomizedResponseEvent, _rr_rho, _check_rr)
-register_zcdp(ComposedEvent, _composed_rho, _check_composed)
-register_zcdp(SelfComposedEvent, _self_composed_rho, _check_self_composed)
 
 
 # --------------------------------------------------------------------------------------------
@@ -363,7 +349,7 @@ register_zcdp(SelfComposedEvent, _self_composed_rho, _check_self_composed)
 # --------------------------------------------------------------------------------------------
 
 
-class ZCDPAccountant:
+class ZCDPAccountant(Accountant):
     """Adds up ρ exactly (as a Fraction) and converts to (ε, δ) at the end.
 
     >>> acc = ZCDPAccountant().compose(PureDPEvent(1.0), count=4)
@@ -389,21 +375,25 @@ class ZCDPAccountant:
     def neighbours(self) -> Neighbours:
         return self._neighbours
 
-    def supports(self, event: DPEvent) -> bool:
-        return _REGISTRY.supports(event, self._neighbours)
+    # -- the Accountant hooks: check every leaf, price ρ exactly, add it up ----------------------
+
+    def _check(self, event: DPEvent) -> None:
+        _check_event(event, self._neighbours)
+
+    def _price(self, event: DPEvent) -> Fraction:
+        return _rho(event)
+
+    def _record(self, cost: Fraction, count: int) -> None:
+        self._rho += count * cost
 
     def compose(self, event: DPEvent, count: int = 1) -> ZCDPAccountant:
         """Record ``count`` repetitions of ``event``; a raise records nothing."""
-        count = v.positive_int(count, "count")
-        _check_event(event, self._neighbours)
-        increment = count * _rho(event)
-        self._rho += increment
-        return self
+        return super().compose(event, count)
 
     def get_epsilon(self, delta: float, conversion: str = "improved") -> float:
         """ε at this δ, rounded up: the smaller of the classic and CKS conversions."""
         return _epsilon(self.rho, v.delta(delta), conversion)
 
     def get_delta(self, epsilon: float, conversion: str = "improved") -> float:
-        """δ at this ε, rounded up and capped at 1."""
+        """δ at this ε >= 0, rounded up and capped at 1."""
         return zcdp_to_delta(self.rho, epsilon, conversion)
