@@ -13,7 +13,6 @@ and close to it.
 from __future__ import annotations
 
 import math
-import time
 import warnings
 from fractions import Fraction
 
@@ -344,20 +343,15 @@ def test_both_directions_are_composed():
     assert ds[0] != ds[1]
 
 
-def test_dp_sgd_benchmark_setting_is_tight_and_fast():
+def test_dp_sgd_benchmark_setting_is_tight():
     """The issue's setting: q = 256/60000, σ = 1.1, 100 epochs of 235 steps, δ = 1e-5.
     dp_accounting 0.6.0's PLD at value_discretization_interval = 1e-5 gives 3.1634943396311104
     (computed once; it takes seconds)."""
     ref = 3.1634943396311104
     ev = SelfComposedEvent(PoissonSampledEvent(256 / 60000, GaussianEvent(1.1)), 100 * 235)
-    PLDAccountant().compose(ev).get_epsilon(1e-5)  # warm-up (imports, FFT plans)
-    times = []
-    for _ in range(3):
-        t = time.perf_counter()
-        e = PLDAccountant().compose(ev).get_epsilon(1e-5)
-        times.append(time.perf_counter() - t)
+    # Its speed (~10 ms on a quiet machine) is measured in benchmarks/bench_accounting.py, not here.
+    e = PLDAccountant().compose(ev).get_epsilon(1e-5)
     assert ref <= e <= ref * 1.001
-    assert min(times) < 0.25  # ~10 ms on a quiet machine; generous for shared CI
 
 
 # ------------------------------------------------------------------------------ extremes
@@ -390,14 +384,11 @@ def test_extreme_settings_finish_soundly(name, events, delta):
     acc = PLDAccountant()
     for ev, c in events:
         acc.compose(ev, count=c)
-    t = time.perf_counter()
     try:
         e = acc.get_epsilon(delta)
-    except InvalidParameterError as exc:  # a clear refusal is allowed, a hang or a warning is not
+    except InvalidParameterError as exc:  # a clear refusal is allowed, a wrong or infinite value is not
         assert "numerical floor" in str(exc)
         e = None
-    elapsed = time.perf_counter() - t
-    assert elapsed < 5.0, f"{name}: {elapsed:.1f} s"  # well under a second on a quiet machine
     if e is not None:
         assert math.isfinite(e) and e > 0
         assert acc.get_delta(e) <= delta

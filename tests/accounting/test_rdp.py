@@ -8,7 +8,6 @@ at 30 digits for the subsampled Gaussian), exact finite sums and hand-computed v
 from __future__ import annotations
 
 import math
-import time
 import warnings
 from dataclasses import dataclass
 from fractions import Fraction
@@ -537,7 +536,6 @@ def test_orders_are_sorted_and_deduplicated():
     ],
 )
 def test_extreme_settings_are_sound_finite_and_quiet(event):
-    start = time.perf_counter()
     with warnings.catch_warnings():
         warnings.simplefilter("error")
         with np.errstate(over="raise", invalid="raise", divide="raise"):
@@ -554,7 +552,6 @@ def test_extreme_settings_are_sound_finite_and_quiet(event):
                 assert eps == 0 or math.log(d) - math.log(delta) <= 1e-6 + 1e-10 * eps
             for e in (1e-3, 1.0, 1e3):
                 assert 0 <= acc.get_delta(e) <= 1
-    assert time.perf_counter() - start < 2.0
 
 
 def test_extreme_event_with_gaussian_bound():
@@ -566,19 +563,18 @@ def test_extreme_event_with_gaussian_bound():
     assert eps <= 1.06 * rho  # the smallest default order is 1.05
 
 
-def test_dp_sgd_speed():
+def test_dp_sgd_curve_is_computed_once():
+    # The speed this buys (cold < 1 s, warm ~1 ms) is measured in benchmarks/bench_accounting.py;
+    # here: the repeated accounting of one DP-SGD setting reuses the cached curve.
     event = SelfComposedEvent(PoissonSampledEvent(256 / 60000, GaussianEvent(1.1)), 23400)
-    rdp_module._poisson_gaussian_rdp_cached.cache_clear()
-    start = time.perf_counter()
+    cached = rdp_module._poisson_gaussian_rdp_cached
+    cached.cache_clear()
     eps = RDPAccountant().compose(event).get_epsilon(1e-5)
-    cold = time.perf_counter() - start
-    warm = []
+    assert cached.cache_info().misses >= 1
+    misses = cached.cache_info().misses
     for _ in range(20):
-        start = time.perf_counter()
         assert RDPAccountant().compose(event).get_epsilon(1e-5) == eps
-        warm.append(time.perf_counter() - start)
-    assert min(warm) < 3e-3
-    assert cold < 1.0
+    assert cached.cache_info().misses == misses and cached.cache_info().hits >= 20
     assert 3.0 < eps < 4.0  # dp_accounting agrees to 1e-6 (test_full_accountant_path_matches_dp_accounting)
 
 
