@@ -1,18 +1,20 @@
-# Two commands for a new user: `make demo` and `make test`.
+# Two commands for a new user: `make demo` and `make test`. While working: `make test-fast` (unit tests,
+# no statistical audits, Spark, PostgreSQL or browser) and `make lint`.
 PYTHON ?= python3
 VENV   := .venv
 BIN    := $(VENV)/bin
 STAMP_RUN := $(VENV)/.installed-run
 STAMP_DEV := $(VENV)/.installed-dev
 
-.PHONY: demo test bench clean
+.PHONY: demo test test-fast lint bench clean
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install --quiet --upgrade pip
 
+# The demo needs the command line, the service and the analytics engine; not torch or Spark.
 $(STAMP_RUN): pyproject.toml | $(BIN)/python
-	$(BIN)/python -m pip install --quiet -e ".[server]"
+	$(BIN)/python -m pip install --quiet -e ".[analytics,ml,cli,server]"
 	touch $@
 
 $(STAMP_DEV): pyproject.toml | $(BIN)/python
@@ -30,6 +32,16 @@ test: $(STAMP_DEV)
 	@pg=$$(bash scripts/postgres.sh start) || echo "make test: PostgreSQL could not be started; its tests will be skipped" >&2; \
 	chromium=$$(bash scripts/chromium.sh) || echo "make test: no Chromium; the dashboard test will be skipped" >&2; \
 	DPKIT_TEST_POSTGRES_URL="$$pg" DPKIT_CHROMIUM="$$chromium" $(BIN)/python -m pytest -n 2 --doctest-modules src tests
+
+# The markers are applied in tests/conftest.py; a fresh clone needs no service for this target.
+FAST_MARKERS := not (slow or statistical or spark or postgres or browser)
+test-fast: $(STAMP_DEV)
+	DPKIT_TEST_POSTGRES_URL= DPKIT_CHROMIUM= $(BIN)/python -m pytest -n 2 -m "$(FAST_MARKERS)" tests
+
+lint: $(STAMP_DEV)
+	$(BIN)/ruff check src tests benchmarks
+	$(BIN)/ruff format --check src tests benchmarks
+	$(BIN)/mypy
 
 # Peer libraries live in their own environment: their pins clash with dpkit's.
 bench: $(STAMP_RUN)
