@@ -17,7 +17,8 @@ from _stats import CountingSource, binomial_z
 import dpkit as dp
 from dpkit.accounting import ComposedEvent, LaplaceEvent
 from dpkit.accounting.composition import basic_cost
-from dpkit.analytics import Categorical, Count, CountUnits, Mean, Metadata, Numeric, Quantile, Std, Sum, Variance
+from dpkit.analytics import Categorical, Count, CountUnits, Mean, Metadata, Numeric, Std, Sum, Variance
+from dpkit.analytics import QuantileAgg as Quantile
 from dpkit.errors import BudgetExceededError, InvalidDataError, InvalidParameterError, LedgerError
 
 SEED = 20261127

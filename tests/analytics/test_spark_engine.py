@@ -310,7 +310,7 @@ def test_a_seeded_session_gives_the_same_release_on_both_engines(spark):
     """End to end through dp.Session: with portable priorities and the same seeded noise, the
     DuckDB and Spark engines release identical tables (same rows kept, same noise)."""
     import dpkit as dp
-    from dpkit.analytics import Categorical, Mean, Count, Metadata, Numeric, Quantile as Q
+    from dpkit.analytics import Categorical, Mean, Count, Metadata, Numeric, QuantileAgg as Q
 
     rng = np.random.default_rng(5)
     n = 3000

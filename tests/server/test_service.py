@@ -166,7 +166,7 @@ def test_register_with_a_privacy_unit_column(world: World) -> None:
 
 
 def test_a_failing_data_check_does_not_block_registration(world: World, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture) -> None:
-    import dpkit.server.service as service_module
+    import dpkit.server.catalog as service_module
 
     def broken(*args: Any, **kwargs: Any) -> Any:
         raise RuntimeError("the check broke")

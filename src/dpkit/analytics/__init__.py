@@ -11,12 +11,13 @@
 (1.0, 10.0)
 """
 
-from dpkit.analytics.aggregates import Aggregate, Count, CountUnits, Mean, Quantile, Std, Sum, Variance
+from dpkit.analytics.aggregates import Aggregate, Count, CountUnits, Mean, QuantileAgg, Std, Sum, Variance
 from dpkit.analytics.check import DataCheck, check_data
 from dpkit.analytics.limits import QueryLimits
 from dpkit.analytics.metadata import Categorical, Metadata, Numeric
 from dpkit.analytics.results import AggregateInfo, QueryCost, QueryResult
 from dpkit.analytics.session import Query, Session
+from dpkit.analytics.spec import QueryOptions, QuerySpec
 
 __all__ = [
     "Session",
@@ -35,7 +36,18 @@ __all__ = [
     "Mean",
     "Variance",
     "Std",
-    "Quantile",
+    "QuantileAgg",
+    "QuerySpec",
+    "QueryOptions",
     "check_data",
     "DataCheck",
 ]
+
+
+def __getattr__(name: str) -> object:
+    """Deprecated names, still importable (they warn): ``Quantile`` is now ``QuantileAgg``."""
+    if name == "Quantile":
+        from dpkit.analytics import aggregates
+
+        return aggregates.__getattr__(name)
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

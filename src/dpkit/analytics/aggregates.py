@@ -1,70 +1,105 @@
 """The aggregates a private query can ask for (one spec per output column).
 
->>> Mean("age").alias, Quantile("age", 0.9).alias, Count().alias
-('mean_age', 'q90_age', 'count')
+Each aggregate has one output ``name``: the one given, else a default built from its kind and
+column (``mean_age``, ``median_age``, ``q90_age``, ``count``). Each also writes
+``<name>_low`` and ``<name>_high`` (the ends of its confidence interval).
+
+>>> Mean("age").name, QuantileAgg("age", 0.9).name, Count().name, Sum("x", name="total").name
+('mean_age', 'q90_age', 'count', 'total')
+
+``QuantileAgg`` is the aggregate; :class:`dpkit.Quantile` is the exponential mechanism it runs
+per group (Smith 2011, "Privacy-preserving statistical estimation with optimal convergence
+rates"). The old spellings ``Quantile`` (for the aggregate) and ``.alias`` (for ``.name``) still
+work and warn (:class:`DeprecationWarning`).
 """
 
 from __future__ import annotations
 
+import warnings
 from dataclasses import dataclass, field
+from typing import Any
 
 from dpkit import _validate as v
 from dpkit.errors import InvalidParameterError
 
-__all__ = ["Aggregate", "Count", "CountUnits", "Sum", "Mean", "Variance", "Std", "Quantile"]
+__all__ = ["Aggregate", "Count", "CountUnits", "Sum", "Mean", "Variance", "Std", "QuantileAgg"]
 
 
-def _check_alias(alias: object) -> None:
-    if alias is not None and (not isinstance(alias, str) or not alias):
-        raise InvalidParameterError("alias", alias, "a non-empty string or None")
+def _check_name(name: object) -> None:
+    # The parameter was reported as "alias" before it was called ``name``; the message an
+    # analyst sees is kept as it was.
+    if name is not None and (not isinstance(name, str) or not name):
+        raise InvalidParameterError("alias", name, "a non-empty string or None")
 
 
-@dataclass(frozen=True)
-class Count:
-    """The number of rows (after contribution bounding)."""
+class _Named:
+    """The output name: the one given (``name=``), else the kind's default. ``named`` says
+    whether it was given (a JSON spec writes it back only then)."""
 
-    name: str | None = None
-    kind = "count"
+    name: str | None
+    named: bool
 
-    def __post_init__(self) -> None:
-        _check_alias(self.name)
+    def _resolve_name(self) -> None:
+        _check_name(self.name)
+        object.__setattr__(self, "named", self.name is not None)
+        if self.name is None:
+            object.__setattr__(self, "name", self._default_name())
+
+    def _default_name(self) -> str:  # pragma: no cover - every aggregate overrides it
+        raise NotImplementedError
 
     @property
     def alias(self) -> str:
-        return self.name or "count"
-
-    column = None
+        """Deprecated spelling of :attr:`name`."""
+        warnings.warn("the aggregate's .alias is deprecated: use .name", DeprecationWarning, stacklevel=2)
+        return self.name  # type: ignore[return-value]
 
 
 @dataclass(frozen=True)
-class CountUnits:
+class Count(_Named):
+    """The number of rows (after contribution bounding)."""
+
+    name: str | None = None
+    named: bool = field(default=False, init=False, repr=False, compare=False)
+    kind = "count"
+    column = None
+
+    def __post_init__(self) -> None:
+        self._resolve_name()
+
+    def _default_name(self) -> str:
+        return "count"
+
+
+@dataclass(frozen=True)
+class CountUnits(_Named):
     """The number of distinct privacy units (``COUNT(DISTINCT unit)``); sensitivity 1 per group."""
 
     name: str | None = None
+    named: bool = field(default=False, init=False, repr=False, compare=False)
     kind = "count_units"
     column = None
 
     def __post_init__(self) -> None:
-        _check_alias(self.name)
+        self._resolve_name()
 
-    @property
-    def alias(self) -> str:
-        return self.name or "count_units"
+    def _default_name(self) -> str:
+        return "count_units"
 
 
 @dataclass(frozen=True)
-class _OnColumn:
+class _OnColumn(_Named):
     column: str
     name: str | None = field(default=None, kw_only=True)
+    named: bool = field(default=False, init=False, repr=False, compare=False)
 
     def __post_init__(self) -> None:
         if not isinstance(self.column, str) or not self.column:
             raise InvalidParameterError("column", self.column, "a column name")
-        _check_alias(self.name)
+        self._resolve_name()
 
-    @property
-    def alias(self) -> str:
-        return self.name or f"{self.kind}_{self.column}"  # type: ignore[attr-defined]
+    def _default_name(self) -> str:
+        return f"{self.kind}_{self.column}"  # type: ignore[attr-defined]
 
 
 @dataclass(frozen=True)
@@ -96,21 +131,36 @@ class Std(_OnColumn):
 
 
 @dataclass(frozen=True)
-class Quantile(_OnColumn):
-    """The q-quantile of clipped values (exponential mechanism)."""
+class QuantileAgg(_OnColumn):
+    """The q-quantile of clipped values, per group, by the exponential mechanism
+    (:class:`dpkit.Quantile`)."""
 
     q: float = field(default=0.5)
     kind = "quantile"
 
     def __post_init__(self) -> None:
-        super().__post_init__()
+        if not isinstance(self.column, str) or not self.column:
+            raise InvalidParameterError("column", self.column, "a column name")
+        _check_name(self.name)
         object.__setattr__(self, "q", v.probability(self.q, "q", low_open=False, high_open=False))
+        self._resolve_name()
 
-    @property
-    def alias(self) -> str:
-        if self.name:
-            return self.name
+    def _default_name(self) -> str:
         return f"median_{self.column}" if self.q == 0.5 else f"q{round(self.q * 100):02d}_{self.column}"
 
 
-Aggregate = Count | CountUnits | Sum | Mean | Variance | Std | Quantile
+Aggregate = Count | CountUnits | Sum | Mean | Variance | Std | QuantileAgg
+
+#: Every aggregate class (for isinstance checks).
+AGGREGATE_TYPES = (Count, CountUnits, Sum, Mean, Variance, Std, QuantileAgg)
+
+_DEPRECATED = {"Quantile": ("QuantileAgg", QuantileAgg)}
+
+
+def __getattr__(name: str) -> Any:
+    """Old names, kept importable: they warn and give the new class."""
+    if name in _DEPRECATED:
+        new, value = _DEPRECATED[name]
+        warnings.warn(f"dpkit.analytics.{name} (the aggregate) is deprecated: use {new}", DeprecationWarning, stacklevel=2)
+        return value
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

@@ -10,7 +10,15 @@ from __future__ import annotations
 from typing import Any
 
 from dpkit.server.audit import AuditEntry, ChainReport, verify_chain
-from dpkit.server.service import DatasetInfo, DatasetUnavailableError, NotFoundError, Principal, QueryRequest, QuerySpec, Service
+from dpkit.server.service import (
+    DatasetInfo,
+    DatasetUnavailableError,
+    NotFoundError,
+    Principal,
+    QueryRequest,
+    QuerySpec,
+    Service,
+)
 
 __all__ = [
     "Service",

@@ -34,7 +34,16 @@ from typing import Any
 
 from dpkit.errors import LedgerError
 
-__all__ = ["GENESIS", "AuditEntry", "ChainReport", "verify_chain", "cross_check", "load_key", "default_key_path", "KEY_BYTES"]
+__all__ = [
+    "GENESIS",
+    "AuditEntry",
+    "ChainReport",
+    "verify_chain",
+    "cross_check",
+    "load_key",
+    "default_key_path",
+    "KEY_BYTES",
+]
 
 GENESIS = "0" * 64
 
@@ -105,7 +114,18 @@ class AuditEntry:
     hash: str = ""
 
     def body(self) -> list[Any]:
-        return [self.seq, self.at, self.actor, self.action, self.dataset, self.status, self.outcome, self.epsilon, self.delta, self.detail]
+        return [
+            self.seq,
+            self.at,
+            self.actor,
+            self.action,
+            self.dataset,
+            self.status,
+            self.outcome,
+            self.epsilon,
+            self.delta,
+            self.detail,
+        ]
 
     def expected_hash(self, key: bytes) -> str:
         return _digest(key, self.prev_hash, self.body())
@@ -151,7 +171,9 @@ def verify_chain(entries: Iterable[AuditEntry], *, key: bytes, head: str | None 
         if entry.seq != n:
             raise LedgerError(f"audit log: entry {n} is missing or out of order (found sequence number {entry.seq})")
         if entry.prev_hash != prev:
-            raise LedgerError(f"audit log: entry {n} does not follow entry {n - 1} (its previous-hash field was changed)")
+            raise LedgerError(
+                f"audit log: entry {n} does not follow entry {n - 1} (its previous-hash field was changed)"
+            )
         if not hmac.compare_digest(entry.hash, entry.expected_hash(key)):
             raise LedgerError(
                 f"audit log: entry {n} does not match its keyed hash: it was changed after it was written, or written "
@@ -195,7 +217,9 @@ def _show(value: Fraction | None) -> str:
     return "?" if value is None else f"{float(value):.6g}"
 
 
-def cross_check(entries: list[AuditEntry], budgets: Iterable[tuple[Any, ...]], spends: Iterable[tuple[Any, ...]]) -> list[str]:
+def cross_check(
+    entries: list[AuditEntry], budgets: Iterable[tuple[Any, ...]], spends: Iterable[tuple[Any, ...]]
+) -> list[str]:
     """What the chain and the ledger disagree on, in words (empty when they agree).
 
     ``budgets``: rows (dataset, analyst, ε, δ, spent ε, spent δ); ``spends``: rows (id,
@@ -232,8 +256,15 @@ def cross_check(entries: list[AuditEntry], budgets: Iterable[tuple[Any, ...]], s
     for sid, dataset, analyst, eps, dlt in spends:
         entry = paying.pop(int(sid), None)
         if entry is None:
-            problems.append(f"spend {sid} (analyst {analyst!r} on dataset {dataset!r}, ε={_show(_amount(eps))}) has no audit entry")
-        elif (entry.dataset, entry.actor, _amount(entry.epsilon), _amount(entry.delta)) != (dataset, analyst, _amount(eps), _amount(dlt)):
+            problems.append(
+                f"spend {sid} (analyst {analyst!r} on dataset {dataset!r}, ε={_show(_amount(eps))}) has no audit entry"
+            )
+        elif (entry.dataset, entry.actor, _amount(entry.epsilon), _amount(entry.delta)) != (
+            dataset,
+            analyst,
+            _amount(eps),
+            _amount(dlt),
+        ):
             problems.append(
                 f"spend {sid} (analyst {analyst!r} on dataset {dataset!r}, ε={_show(_amount(eps))}, δ={_show(_amount(dlt))}) differs from "
                 f"its audit entry {entry.seq} (analyst {entry.actor!r} on dataset {entry.dataset!r}, ε={_show(_amount(entry.epsilon))}, "
@@ -248,7 +279,9 @@ def cross_check(entries: list[AuditEntry], budgets: Iterable[tuple[Any, ...]], s
         what = f"the budget of analyst {analyst!r} on dataset {dataset!r}"
         granted = grants.pop((dataset, analyst), [])
         if len(granted) != 1:
-            problems.append(f"{what} has {len(granted)} grant entries in the audit log (a budget is granted exactly once)")
+            problems.append(
+                f"{what} has {len(granted)} grant entries in the audit log (a budget is granted exactly once)"
+            )
         else:
             g = granted[0]
             chained_grant = (_amount(g.detail.get("budget_epsilon")), _amount(g.detail.get("budget_delta")))
@@ -264,5 +297,7 @@ def cross_check(entries: list[AuditEntry], budgets: Iterable[tuple[Any, ...]], s
                 f"spends add up to ε={_show(total[0])}, δ={_show(total[1])}"
             )
     for (dataset, analyst), granted in sorted(grants.items(), key=lambda kv: kv[1][0].seq):
-        problems.append(f"audit entry {granted[0].seq} grants analyst {analyst!r} a budget on dataset {dataset!r}, which is not in the ledger")
+        problems.append(
+            f"audit entry {granted[0].seq} grants analyst {analyst!r} a budget on dataset {dataset!r}, which is not in the ledger"
+        )
     return problems

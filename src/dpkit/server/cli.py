@@ -35,7 +35,9 @@ JsonOption = Annotated[bool, typer.Option("--json", help="Print machine-readable
 _ACTOR = "admin-cli"
 _LIMITS = QueryLimits()
 
-admin_app = typer.Typer(help="Manage the curator service: principals and keys, datasets, grants, the audit log.", no_args_is_help=True)
+admin_app = typer.Typer(
+    help="Manage the curator service: principals and keys, datasets, grants, the audit log.", no_args_is_help=True
+)
 
 
 def _fail(message: str, code: int = 1) -> NoReturn:
@@ -45,12 +47,16 @@ def _fail(message: str, code: int = 1) -> NoReturn:
 
 def _open(ledger: str, *, max_grant_epsilon: float | None = None) -> Service:
     try:
-        return Service(ledger, max_grant_epsilon=DEFAULT_MAX_GRANT_EPSILON if max_grant_epsilon is None else max_grant_epsilon)
+        return Service(
+            ledger, max_grant_epsilon=DEFAULT_MAX_GRANT_EPSILON if max_grant_epsilon is None else max_grant_epsilon
+        )
     except DPError as exc:
         _fail(str(exc))
 
 
-def _run(ledger: str, action: str, fn: Any, *, recorded: bool = False, max_grant_epsilon: float | None = None, **facts: Any) -> Any:
+def _run(
+    ledger: str, action: str, fn: Any, *, recorded: bool = False, max_grant_epsilon: float | None = None, **facts: Any
+) -> Any:
     """Run one administrative action and audit it (also when it fails). ``recorded``: the action
     writes its own entry with its change, in one transaction (a grant)."""
     service = _open(ledger, max_grant_epsilon=max_grant_epsilon)
@@ -98,14 +104,21 @@ def issue_key(name: str, ledger: LedgerOption = _DEFAULT, as_json: JsonOption = 
 
 
 @admin_app.command("revoke-key")
-def revoke_key(key: Annotated[str, typer.Argument(metavar="KEY_ID", help="The key's id (16 hex digits, as `dpkit admin list` shows it).")], ledger: LedgerOption = _DEFAULT) -> None:
+def revoke_key(
+    key: Annotated[
+        str, typer.Argument(metavar="KEY_ID", help="The key's id (16 hex digits, as `dpkit admin list` shows it).")
+    ],
+    ledger: LedgerOption = _DEFAULT,
+) -> None:
     """Revoke one key, by its id; effective at the next request."""
     ids = _run(ledger, "revoke_key", lambda s: s.revoke_key(key), key=key)
     typer.echo(f"revoked key {key}" if ids else f"key {key} was already revoked")
 
 
 @admin_app.command("revoke-principal")
-def revoke_principal(name: Annotated[str, typer.Argument(help="The principal whose keys to revoke.")], ledger: LedgerOption = _DEFAULT) -> None:
+def revoke_principal(
+    name: Annotated[str, typer.Argument(help="The principal whose keys to revoke.")], ledger: LedgerOption = _DEFAULT
+) -> None:
     """Revoke every key of a principal (curator or analyst); effective at the next request."""
     ids = _run(ledger, "revoke_principal", lambda s: s.revoke_principal(name), name=name)
     typer.echo(f"revoked {len(ids)} key(s) of {name!r}: {', '.join(ids) or '(all were already revoked)'}")
@@ -115,24 +128,47 @@ def revoke_principal(name: Annotated[str, typer.Argument(help="The principal who
 def register_dataset(
     name: str,
     source: Annotated[Path, typer.Argument(help="A CSV, Parquet or DuckDB database (.duckdb) file.")],
-    metadata: Annotated[Path, typer.Option("--metadata", help="The curator's metadata JSON: privacy_unit, max_groups, max_rows, columns with bounds/categories.")],
+    metadata: Annotated[
+        Path,
+        typer.Option(
+            "--metadata",
+            help="The curator's metadata JSON: privacy_unit, max_groups, max_rows, columns with bounds/categories.",
+        ),
+    ],
     neighbours: Annotated[str, typer.Option("--neighbours", help="add_remove or replace.")] = "add_remove",
     table: Annotated[str | None, typer.Option("--table", help="The table to serve, with a .duckdb source.")] = None,
     ledger: LedgerOption = _DEFAULT,
-    as_json: Annotated[bool, typer.Option("--json", help="Print the registered dataset and its data check as JSON.")] = False,
+    as_json: Annotated[
+        bool, typer.Option("--json", help="Print the registered dataset and its data check as JSON.")
+    ] = False,
 ) -> None:
     """Register a dataset analysts can be granted budgets on, and print the data check: how well
     the rows conform to the metadata (for the curator only — it is not a private release, and no
     analyst ever sees it). The metadata must declare privacy_unit or row_level."""
     info = _run(
-        ledger, "register_dataset", lambda s: s.register_dataset(name, source, metadata, neighbours=neighbours, table=table),
-        dataset=name, source=str(source), table=table,
+        ledger,
+        "register_dataset",
+        lambda s: s.register_dataset(name, source, metadata, neighbours=neighbours, table=table),
+        dataset=name,
+        source=str(source),
+        table=table,
     )
     if as_json:
-        typer.echo(json.dumps({**info.public(), "source": info.source, "check": None if info.check is None else info.check.to_dict()}, default=str))
+        typer.echo(
+            json.dumps(
+                {**info.public(), "source": info.source, "check": None if info.check is None else info.check.to_dict()},
+                default=str,
+            )
+        )
         return
-    unit = f"privacy unit {info.metadata.privacy_unit!r}" if info.metadata.privacy_unit is not None else "row-level (every row a different person)"
-    typer.echo(f"registered dataset {info.name!r} ({len(info.metadata.columns)} declared columns, {unit}, neighbours={info.neighbours})")
+    unit = (
+        f"privacy unit {info.metadata.privacy_unit!r}"
+        if info.metadata.privacy_unit is not None
+        else "row-level (every row a different person)"
+    )
+    typer.echo(
+        f"registered dataset {info.name!r} ({len(info.metadata.columns)} declared columns, {unit}, neighbours={info.neighbours})"
+    )
     typer.echo("")
     if info.check is None:
         typer.echo("warning: the data check could not be made (the dpkit.curator log says why)")
@@ -146,14 +182,23 @@ def grant(
     dataset: str,
     epsilon: Annotated[float, typer.Option("--epsilon", help="The analyst's total ε on this dataset.")],
     delta: Annotated[float, typer.Option("--delta", help="The analyst's total δ on this dataset.")] = 0.0,
-    max_grant_epsilon: Annotated[float, typer.Option("--max-grant-epsilon", help="Refuse a larger ε (a guard against typos).")] = 10.0,
+    max_grant_epsilon: Annotated[
+        float, typer.Option("--max-grant-epsilon", help="Refuse a larger ε (a guard against typos).")
+    ] = 10.0,
     ledger: LedgerOption = _DEFAULT,
 ) -> None:
     """Give an analyst a budget on a dataset (a budget is never changed afterwards). The budget
     and its grant entry in the audit chain are written in one transaction."""
     b = _run(
-        ledger, "grant", lambda s: s.grant(analyst, dataset, epsilon=epsilon, delta=delta, actor=_ACTOR),
-        recorded=True, max_grant_epsilon=max_grant_epsilon, analyst=analyst, dataset=dataset, epsilon=epsilon, delta=delta,
+        ledger,
+        "grant",
+        lambda s: s.grant(analyst, dataset, epsilon=epsilon, delta=delta, actor=_ACTOR),
+        recorded=True,
+        max_grant_epsilon=max_grant_epsilon,
+        analyst=analyst,
+        dataset=dataset,
+        epsilon=epsilon,
+        delta=delta,
     )
     typer.echo(f"granted {analyst!r} ε={b.epsilon:g}, δ={b.delta:g} on {dataset!r}")
 
@@ -167,11 +212,16 @@ def list_all(ledger: LedgerOption = _DEFAULT, as_json: JsonOption = False) -> No
     finally:
         service.close()
     if as_json:
-        typer.echo(json.dumps({
-            "principals": people,
-            "datasets": [{**d.public(), "source": d.source} for d in datasets],
-            "budgets": [budget_dict(b) for b in budgets],
-        }, indent=2))
+        typer.echo(
+            json.dumps(
+                {
+                    "principals": people,
+                    "datasets": [{**d.public(), "source": d.source} for d in datasets],
+                    "budgets": [budget_dict(b) for b in budgets],
+                },
+                indent=2,
+            )
+        )
         return
     console = Console()
     t = Table(title="principals")
@@ -191,14 +241,21 @@ def list_all(ledger: LedgerOption = _DEFAULT, as_json: JsonOption = False) -> No
     for c in ("dataset", "analyst", "ε", "ε spent", "δ", "δ spent"):
         t.add_column(c)
     for b in budgets:
-        t.add_row(b.dataset, b.analyst, f"{b.epsilon:g}", f"{b.spent_epsilon:.6g}", f"{b.delta:g}", f"{b.spent_delta:.3g}")
+        t.add_row(
+            b.dataset, b.analyst, f"{b.epsilon:g}", f"{b.spent_epsilon:.6g}", f"{b.delta:g}", f"{b.spent_delta:.3g}"
+        )
     console.print(t)
 
 
 @admin_app.command("verify-log")
 def verify_log(
     ledger: LedgerOption = _DEFAULT,
-    head: Annotated[str | None, typer.Option("--head", help="A head hash printed by an earlier verify-log: also detect entries cut from the end.")] = None,
+    head: Annotated[
+        str | None,
+        typer.Option(
+            "--head", help="A head hash printed by an earlier verify-log: also detect entries cut from the end."
+        ),
+    ] = None,
     as_json: JsonOption = False,
 ) -> None:
     """Verify the ledger, the audit log's keyed hash chain, and each against the other (every
@@ -227,45 +284,125 @@ def verify_log(
 
 def serve(
     ledger: LedgerOption = _DEFAULT,
-    host: Annotated[str, typer.Option("--host", help="Interface to listen on (loopback by default; put TLS in front for anything else).")] = "127.0.0.1",
+    host: Annotated[
+        str,
+        typer.Option(
+            "--host", help="Interface to listen on (loopback by default; put TLS in front for anything else)."
+        ),
+    ] = "127.0.0.1",
     port: Annotated[int, typer.Option("--port", min=1, max=65535)] = 8000,
-    rate: Annotated[float, typer.Option("--rate", help="Requests per second allowed per principal (average), per worker.")] = 20.0,
-    burst: Annotated[int, typer.Option("--burst", min=1, help="Requests a principal may make at once, per worker.")] = 100,
-    max_body: Annotated[int, typer.Option("--max-body", min=1024, help="Largest request body accepted, in bytes.")] = 64 * 1024,
-    workers: Annotated[int, typer.Option("--workers", min=1, max=64, help="Server processes (each with its own rate limits and connection cap).")] = 1,
-    address_rate: Annotated[float, typer.Option("--address-rate", help="Refused (401) requests per second allowed per client address before it gets 429, per worker.")] = 1.0,
-    address_burst: Annotated[int, typer.Option("--address-burst", min=1, help="Refused requests a client address may make at once, per worker.")] = 30,
-    header_timeout: Annotated[float, typer.Option("--header-timeout", help="Seconds a client has to send a request's headers.")] = 10.0,
-    body_timeout: Annotated[float, typer.Option("--body-timeout", help="Seconds a client has to send a request's body (else 408).")] = 30.0,
-    max_connections: Annotated[int, typer.Option("--max-connections", min=1, help="Open connections accepted per worker (more are closed at once).")] = 1000,
-    data_root: Annotated[Path | None, typer.Option("--data-root", help="Datasets may be registered only from under this directory (default: the current directory).")] = None,
-    max_grant_epsilon: Annotated[float, typer.Option("--max-grant-epsilon", help="The largest ε the curator may grant one analyst on one dataset.")] = 10.0,
-    audit_key: Annotated[Path | None, typer.Option("--audit-key", help="The file holding the audit chain's key (keep it outside the database).")] = None,
-    dataset_dir: Annotated[Path | None, typer.Option("--dataset-dir", help="Where registered datasets are kept for the workers to share (default: beside the ledger).")] = None,
-    engine_threads: Annotated[int | None, typer.Option("--engine-threads", min=1, help="DuckDB threads per query (default: the cores divided among the workers).")] = None,
-    max_keys: Annotated[int, typer.Option("--max-keys", min=1, help="Largest product of public group-by keys one query may have.")] = _LIMITS.max_keys,
-    max_result_rows: Annotated[int, typer.Option("--max-result-rows", min=1, help="Most rows one answer may hold.")] = _LIMITS.max_result_rows,
-    max_response_bytes: Annotated[int, typer.Option("--max-response-bytes", min=1, help="Largest answer, in bytes (estimated before paying).")] = _LIMITS.max_response_bytes,
-    max_query_depth: Annotated[int, typer.Option("--max-query-depth", min=1, help="Deepest nesting of parentheses and boolean operators in a query.")] = _LIMITS.max_query_depth,
+    rate: Annotated[
+        float, typer.Option("--rate", help="Requests per second allowed per principal (average), per worker.")
+    ] = 20.0,
+    burst: Annotated[
+        int, typer.Option("--burst", min=1, help="Requests a principal may make at once, per worker.")
+    ] = 100,
+    max_body: Annotated[int, typer.Option("--max-body", min=1024, help="Largest request body accepted, in bytes.")] = 64
+    * 1024,
+    workers: Annotated[
+        int,
+        typer.Option(
+            "--workers", min=1, max=64, help="Server processes (each with its own rate limits and connection cap)."
+        ),
+    ] = 1,
+    address_rate: Annotated[
+        float,
+        typer.Option(
+            "--address-rate",
+            help="Refused (401) requests per second allowed per client address before it gets 429, per worker.",
+        ),
+    ] = 1.0,
+    address_burst: Annotated[
+        int,
+        typer.Option("--address-burst", min=1, help="Refused requests a client address may make at once, per worker."),
+    ] = 30,
+    header_timeout: Annotated[
+        float, typer.Option("--header-timeout", help="Seconds a client has to send a request's headers.")
+    ] = 10.0,
+    body_timeout: Annotated[
+        float, typer.Option("--body-timeout", help="Seconds a client has to send a request's body (else 408).")
+    ] = 30.0,
+    max_connections: Annotated[
+        int,
+        typer.Option(
+            "--max-connections", min=1, help="Open connections accepted per worker (more are closed at once)."
+        ),
+    ] = 1000,
+    data_root: Annotated[
+        Path | None,
+        typer.Option(
+            "--data-root",
+            help="Datasets may be registered only from under this directory (default: the current directory).",
+        ),
+    ] = None,
+    max_grant_epsilon: Annotated[
+        float,
+        typer.Option("--max-grant-epsilon", help="The largest ε the curator may grant one analyst on one dataset."),
+    ] = 10.0,
+    audit_key: Annotated[
+        Path | None,
+        typer.Option("--audit-key", help="The file holding the audit chain's key (keep it outside the database)."),
+    ] = None,
+    dataset_dir: Annotated[
+        Path | None,
+        typer.Option(
+            "--dataset-dir",
+            help="Where registered datasets are kept for the workers to share (default: beside the ledger).",
+        ),
+    ] = None,
+    engine_threads: Annotated[
+        int | None,
+        typer.Option(
+            "--engine-threads", min=1, help="DuckDB threads per query (default: the cores divided among the workers)."
+        ),
+    ] = None,
+    max_keys: Annotated[
+        int, typer.Option("--max-keys", min=1, help="Largest product of public group-by keys one query may have.")
+    ] = _LIMITS.max_keys,
+    max_result_rows: Annotated[
+        int, typer.Option("--max-result-rows", min=1, help="Most rows one answer may hold.")
+    ] = _LIMITS.max_result_rows,
+    max_response_bytes: Annotated[
+        int, typer.Option("--max-response-bytes", min=1, help="Largest answer, in bytes (estimated before paying).")
+    ] = _LIMITS.max_response_bytes,
+    max_query_depth: Annotated[
+        int,
+        typer.Option(
+            "--max-query-depth", min=1, help="Deepest nesting of parentheses and boolean operators in a query."
+        ),
+    ] = _LIMITS.max_query_depth,
 ) -> None:
     """Run the curator service: the /v1 API and the dashboard at http://HOST:PORT/."""
     try:
         from dpkit.server.app import ServerConfig, create_app
+        from dpkit.server.serving import ServingLimits
         from dpkit.server.serving import serve as run_server
     except ImportError:
         _fail("dpkit serve needs the server extra: pip install 'dpkit[server]'")
     try:
         config = ServerConfig(
-            ledger=ledger, rate=rate, burst=burst, max_body_bytes=max_body, address_rate=address_rate, address_burst=address_burst,
-            header_timeout=header_timeout, body_timeout=body_timeout, max_connections=max_connections,
+            ledger=ledger,
+            rate=rate,
+            burst=burst,
+            max_body_bytes=max_body,
+            address_rate=address_rate,
+            address_burst=address_burst,
+            header_timeout=header_timeout,
+            body_timeout=body_timeout,
+            max_connections=max_connections,
             # Resolved now, so that every worker uses the same directories whatever its own.
             data_root=str((data_root or Path.cwd()).expanduser().resolve()),
             max_grant_epsilon=max_grant_epsilon,
             audit_key=None if audit_key is None else str(audit_key.expanduser().resolve()),
             dataset_dir=None if dataset_dir is None else str(dataset_dir.expanduser().resolve()),
-            max_keys=max_keys, max_result_rows=max_result_rows, max_response_bytes=max_response_bytes, max_query_depth=max_query_depth,
+            max_keys=max_keys,
+            max_result_rows=max_result_rows,
+            max_response_bytes=max_response_bytes,
+            max_query_depth=max_query_depth,
             # Workers share the cores: more engine threads than a worker's share only contend.
-            engine_threads=engine_threads if engine_threads is not None or workers == 1 else max(1, (os.cpu_count() or 1) // workers),
+            engine_threads=engine_threads
+            if engine_threads is not None or workers == 1
+            else max(1, (os.cpu_count() or 1) // workers),
         )
         # One worker serves this app; with several, this one only checks the ledger opens (each
         # worker builds its own), so a bad --ledger fails here with a clear message.
@@ -273,10 +410,18 @@ def serve(
     except DPError as exc:
         _fail(str(exc))
     if host not in ("127.0.0.1", "localhost", "::1"):
-        Console(stderr=True).print(f"[yellow]warning:[/] listening on {host}: API keys travel in headers, so serve this only behind TLS")
-    Console(stderr=True).print(f"dpkit curator on http://{host}:{port}/ (ledger {masked_url(ledger)}, {workers} worker(s)); Ctrl-C to stop")
+        Console(stderr=True).print(
+            f"[yellow]warning:[/] listening on {host}: API keys travel in headers, so serve this only behind TLS"
+        )
+    Console(stderr=True).print(
+        f"dpkit curator on http://{host}:{port}/ (ledger {masked_url(ledger)}, {workers} worker(s)); Ctrl-C to stop"
+    )
     log_level = os.environ.get("DPKIT_LOG_LEVEL", "warning")
-    limits = {"header_timeout": header_timeout, "body_timeout": body_timeout, "max_connections": max_connections}
+    limits: ServingLimits = {
+        "header_timeout": header_timeout,
+        "body_timeout": body_timeout,
+        "max_connections": max_connections,
+    }
     if workers == 1:
         run_server(app, host=host, port=port, log_level=log_level, **limits)
         return
@@ -284,7 +429,15 @@ def serve(
     # Several processes: uvicorn imports the app factory in each, which reads the configuration
     # from the environment. The ledger and the audit chain are safe across processes.
     os.environ[_CONFIG_ENV] = json.dumps(config.__dict__)
-    run_server("dpkit.server.cli:app_from_environment", factory=True, workers=workers, host=host, port=port, log_level=log_level, **limits)
+    run_server(
+        "dpkit.server.cli:app_from_environment",
+        factory=True,
+        workers=workers,
+        host=host,
+        port=port,
+        log_level=log_level,
+        **limits,
+    )
 
 
 _CONFIG_ENV = "DPKIT_SERVER_CONFIG"

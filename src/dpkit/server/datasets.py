@@ -53,8 +53,16 @@ except ImportError:  # pragma: no cover
     fcntl = None  # type: ignore[assignment]
 
 __all__ = [
-    "SOURCE_SUFFIXES", "SourcePath", "resolve_source", "source_kind", "default_dataset_dir", "copy_name",
-    "DatasetCopies", "SourceReadError", "copy_table", "check_declared_columns",
+    "SOURCE_SUFFIXES",
+    "SourcePath",
+    "resolve_source",
+    "source_kind",
+    "default_dataset_dir",
+    "copy_name",
+    "DatasetCopies",
+    "SourceReadError",
+    "copy_table",
+    "check_declared_columns",
 ]
 
 SOURCE_SUFFIXES = (".csv", ".parquet", ".pq", ".duckdb")
@@ -193,7 +201,9 @@ def check_declared_columns(conn: Any, table: str, metadata: Metadata) -> None:
         parameter = f"metadata.columns.{first}" if first in metadata.columns else "privacy_unit"
         others = len(physical - set(declared))
         raise InvalidParameterError(
-            parameter, first, "a column of the source",
+            parameter,
+            first,
+            "a column of the source",
             f"the declared column(s) {', '.join(map(repr, missing))} are not in the source, "
             f"which has {others} other column(s) (not named here)",
         )
@@ -214,7 +224,9 @@ class DatasetCopies:
 
     def __init__(self, directory: str | os.PathLike[str]) -> None:
         if not isinstance(directory, (str, os.PathLike)) or not os.fspath(directory):
-            raise InvalidParameterError("dataset_dir", short_repr(directory), "a directory path, or None for the default beside the ledger")
+            raise InvalidParameterError(
+                "dataset_dir", short_repr(directory), "a directory path, or None for the default beside the ledger"
+            )
         self.directory = Path(os.fspath(directory)).expanduser().absolute()
 
     def path(self, name: str, created_at: str) -> Path:

@@ -36,7 +36,14 @@ from dpkit.errors import InvalidParameterError
 from dpkit.server.keys import KEY_ID
 
 __all__ = [
-    "MAX_JSON_DEPTH", "MAX_INT", "KEY_ID", "check_json_body", "json_depth", "check_int", "check_key_id", "printable",
+    "MAX_JSON_DEPTH",
+    "MAX_INT",
+    "KEY_ID",
+    "check_json_body",
+    "json_depth",
+    "check_int",
+    "check_key_id",
+    "printable",
 ]
 
 #: Nesting of arrays and objects accepted in a request body. The deepest legitimate body (a
@@ -96,10 +103,14 @@ def check_json_body(raw: bytes, *, max_depth: int = MAX_JSON_DEPTH) -> None:
     except RecursionError:  # (the depth check above makes this unreachable; kept as the backstop)
         raise InvalidParameterError("body", "<deeply nested JSON>", f"JSON nested at most {max_depth} levels") from None
     except ValueError as exc:
-        raise InvalidParameterError("body", printable(text, 40), f"valid JSON (the body is not valid JSON: {exc})") from None
+        raise InvalidParameterError(
+            "body", printable(text, 40), f"valid JSON (the body is not valid JSON: {exc})"
+        ) from None
     bad = _bad_string(document)
     if bad is not None:
-        raise InvalidParameterError("body", printable(bad, 40), "JSON whose strings are valid Unicode (no lone surrogate, no NUL character)")
+        raise InvalidParameterError(
+            "body", printable(bad, 40), "JSON whose strings are valid Unicode (no lone surrogate, no NUL character)"
+        )
 
 
 def check_int(name: str, raw: str | None, low: int, high: int, default: int | None = None) -> int:
@@ -117,7 +128,11 @@ def check_int(name: str, raw: str | None, low: int, high: int, default: int | No
 def check_key_id(value: object) -> str:
     """A key id (16 lower-case hex digits), or InvalidParameterError naming ``key_id``."""
     if not isinstance(value, str) or not KEY_ID.fullmatch(value):
-        raise InvalidParameterError("key_id", printable(value, 40) if isinstance(value, str) else value, "a key id: 16 lower-case hex digits (see the key listing)")
+        raise InvalidParameterError(
+            "key_id",
+            printable(value, 40) if isinstance(value, str) else value,
+            "a key id: 16 lower-case hex digits (see the key listing)",
+        )
     return value
 
 
@@ -125,4 +140,6 @@ def printable(text: str, limit: int = 200) -> str:
     """``text`` cut to ``limit`` characters with control characters and lone surrogates escaped
     (``\\x00``, ``\\ud800``): safe to store in the audit log, to print and to encode as UTF-8."""
     cut = text[:limit]
-    return _UNPRINTABLE.sub(lambda m: m.group().encode("unicode_escape", "backslashreplace").decode("ascii"), cut) + ("…" if len(text) > limit else "")
+    return _UNPRINTABLE.sub(lambda m: m.group().encode("unicode_escape", "backslashreplace").decode("ascii"), cut) + (
+        "…" if len(text) > limit else ""
+    )

@@ -25,7 +25,7 @@ import threading
 import time
 from collections import OrderedDict
 from dataclasses import dataclass
-from datetime import datetime, timedelta, timezone
+from datetime import UTC, datetime, timedelta
 from typing import Any
 
 from dpkit import _validate as v
@@ -52,7 +52,14 @@ class TokenBuckets:
     :meth:`take` spends a token if there is one (a request that may go ahead); :meth:`wait`
     looks without spending; :meth:`charge` spends one even from an empty bucket (a refusal)."""
 
-    def __init__(self, rate: float, burst: int, max_keys: int = 10_000, *, names: tuple[str, str, str] = ("rate", "burst", "max_keys")) -> None:
+    def __init__(
+        self,
+        rate: float,
+        burst: int,
+        max_keys: int = 10_000,
+        *,
+        names: tuple[str, str, str] = ("rate", "burst", "max_keys"),
+    ) -> None:
         self.rate = v.positive(rate, names[0])
         self.burst = float(v.positive_int(burst, names[1]))
         self.max_keys = v.positive_int(max_keys, names[2])
@@ -119,7 +126,7 @@ class RefusalCount:
 
 
 def _period(at: datetime | None = None) -> str:
-    return (at or datetime.now(timezone.utc)).strftime("%Y-%m-%dT%H")
+    return (at or datetime.now(UTC)).strftime("%Y-%m-%dT%H")
 
 
 class RefusalCounter:
@@ -154,7 +161,7 @@ class RefusalCounter:
                 self._last_flush = time.monotonic()
             if not pending:
                 return
-            cutoff = _period(datetime.now(timezone.utc) - timedelta(days=self._keep_days))
+            cutoff = _period(datetime.now(UTC) - timedelta(days=self._keep_days))
             try:
                 with self._store.transaction(write=True) as tx:
                     for (period, reason), n in sorted(pending.items()):

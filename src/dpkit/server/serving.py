@@ -23,7 +23,7 @@ import asyncio
 import logging
 import socket
 import sys
-from typing import Any
+from typing import Any, TypedDict
 
 import uvicorn
 
@@ -37,6 +37,14 @@ _log = logging.getLogger("uvicorn.error")
 SWITCH_INTERVAL = 0.0005  # seconds; see _short_switches
 
 
+class ServingLimits(TypedDict):
+    """The limits :func:`serve` takes, as keyword arguments passed along together."""
+
+    header_timeout: float
+    body_timeout: float
+    max_connections: int
+
+
 def check_limits(header_timeout: float, body_timeout: float, max_connections: int) -> None:
     """Refuse timeouts that are not finite positive numbers and a cap below 1."""
     v.positive(header_timeout, "header_timeout")
@@ -48,7 +56,15 @@ class ServingConfig(uvicorn.Config):
     """uvicorn's configuration plus the limits :class:`DeadlineProtocol` enforces (the protocol
     is selected here; the limits travel with the configuration to every worker process)."""
 
-    def __init__(self, app: Any, *, header_timeout: float = 10.0, body_timeout: float = 30.0, max_connections: int = 1000, **kwargs: Any) -> None:
+    def __init__(
+        self,
+        app: Any,
+        *,
+        header_timeout: float = 10.0,
+        body_timeout: float = 30.0,
+        max_connections: int = 1000,
+        **kwargs: Any,
+    ) -> None:
         check_limits(header_timeout, body_timeout, max_connections)
         kwargs.setdefault("limit_concurrency", max_connections)
         super().__init__(app, http=PROTOCOL, **kwargs)
@@ -82,7 +98,7 @@ class DeadlineProtocol(_base()):  # type: ignore[misc]
         self._deadline: asyncio.TimerHandle | None = None
         self._waiting_for: str | None = None  # "head", "body" or None
 
-    def connection_made(self, transport: asyncio.Transport) -> None:  # type: ignore[override]
+    def connection_made(self, transport: asyncio.Transport) -> None:
         super().connection_made(transport)
         if len(self.connections) > self._max_connections:
             self.logger.warning("connection refused: %d connections are open (the limit)", self._max_connections)
@@ -144,14 +160,26 @@ def _unread(transport: asyncio.BaseTransport) -> bool:
     if sock is None:
         return False
     try:
-        with socket.fromfd(sock.fileno(), sock.family, sock.type) as peek:  # (a duplicate: closing it leaves the connection open)
+        with socket.fromfd(
+            sock.fileno(), sock.family, sock.type
+        ) as peek:  # (a duplicate: closing it leaves the connection open)
             return bool(peek.recv(1, socket.MSG_PEEK | socket.MSG_DONTWAIT))
     except OSError:  # nothing waiting (EAGAIN), or the connection is gone
         return False
 
 
-def serve(app: Any, *, host: str, port: int, workers: int = 1, header_timeout: float = 10.0, body_timeout: float = 30.0,
-          max_connections: int = 1000, log_level: str = "warning", factory: bool = False) -> None:
+def serve(
+    app: Any,
+    *,
+    host: str,
+    port: int,
+    workers: int = 1,
+    header_timeout: float = 10.0,
+    body_timeout: float = 30.0,
+    max_connections: int = 1000,
+    log_level: str = "warning",
+    factory: bool = False,
+) -> None:
     """Run ``app`` (an ASGI application, or with ``workers`` > 1 the import string of an
     application factory and ``factory=True``) until interrupted, with the limits above.
 
@@ -160,12 +188,18 @@ def serve(app: Any, *, host: str, port: int, workers: int = 1, header_timeout: f
     whichever worker is awake accepts a burst of keep-alive connections and serves them all
     while the other workers idle. The supervisor (:func:`_supervise`) restarts a worker that
     dies and never kills a busy one."""
-    limits = {"header_timeout": header_timeout, "body_timeout": body_timeout, "max_connections": max_connections}
+    limits: ServingLimits = {
+        "header_timeout": header_timeout,
+        "body_timeout": body_timeout,
+        "max_connections": max_connections,
+    }
     _short_switches()
     if workers > 1 and hasattr(socket, "SO_REUSEPORT"):
         _supervise(app, host=host, port=port, workers=workers, log_level=log_level, factory=factory, **limits)
         return
-    config = ServingConfig(app, host=host, port=port, workers=workers, log_level=log_level, server_header=False, factory=factory, **limits)
+    config = ServingConfig(
+        app, host=host, port=port, workers=workers, log_level=log_level, server_header=False, factory=factory, **limits
+    )
     if workers > 1:  # pragma: no cover - platforms without SO_REUSEPORT
         from uvicorn.supervisors import Multiprocess
 

@@ -1,0 +1,65 @@
+"""What a query is checked and priced against: the curator's declared facts about one table.
+
+A :class:`DeclaredTable` holds only what was *declared* — the table's name, the column kinds from
+the metadata, the privacy unit, the neighbour relation, the contribution bounds and the size
+limits — never anything read from the rows. Pricing a query
+(:func:`dpkit.analytics.pricing.price`) reads nothing else, so a refusal cannot depend on the
+data: its content and its timing say nothing (Haeberlen, Pierce & Narayan 2011, "Differential
+privacy under fire", on why a refusal that reads the data leaks it).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Literal
+
+from dpkit import _validate as v
+from dpkit._validate import Neighbours
+from dpkit.analytics.limits import QueryLimits
+from dpkit.analytics.metadata import Metadata
+from dpkit.errors import InvalidParameterError
+
+__all__ = ["DeclaredTable", "ColumnKind", "check_bound"]
+
+#: A declared column's kind as queries see it (see Metadata.kind); ``unit`` is the privacy-unit
+#: column when it is not declared itself (usable as the unit and in COUNT(DISTINCT ...) only).
+ColumnKind = Literal["numeric", "string", "boolean", "unit"]
+
+
+@dataclass(frozen=True)
+class DeclaredTable:
+    """The declared facts a query is validated and priced against (no data).
+
+    ``columns`` maps every usable column to its kind; ``unit`` is the privacy-unit column (None
+    when each row is a different person); ``max_groups`` / ``max_rows`` are the default
+    contribution bounds; ``portable`` asks the engine for engine-independent row priorities.
+    """
+
+    table: str
+    columns: Mapping[str, ColumnKind]
+    metadata: Metadata
+    unit: str | None
+    neighbours: Neighbours
+    max_groups: int
+    max_rows: int
+    limits: QueryLimits
+    portable: bool = False
+
+    @property
+    def privacy_unit(self) -> str | None:
+        """The privacy-unit column (the name SQL compilation reads)."""
+        return self.unit
+
+
+def check_bound(name: str, value: object, default: int | None, unit: str | None) -> int:
+    """A contribution bound (``max_groups`` / ``max_rows``): a positive integer, or ``default``
+    (else 1) when None; always 1 when each row is the privacy unit."""
+    if value is None:
+        if unit is None:
+            return 1
+        return default if default is not None else 1
+    n = v.positive_int(value, name)
+    if unit is None and n != 1:
+        raise InvalidParameterError(name, value, "1 (or None) when each row is the privacy unit", "set privacy_unit= to bound a person's contributions")
+    return n

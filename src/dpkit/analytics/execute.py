@@ -1,0 +1,290 @@
+"""Executing a priced query: debit first, then the engine, the noise and the release.
+
+:func:`execute` takes a :class:`~dpkit.analytics.pricing.Priced` query and
+
+1. draws the salt of the bounding priorities (randomness, not data, so drawing it first is free);
+2. debits the query's event through the payer — a refusal raises here, before the engine has
+   touched a row, so neither its content nor its timing depends on the data;
+3. runs the engine (filter, contribution bounding, exact integer sums), selects keys privately
+   when they are not public, adds the noise and builds the
+   :class:`~dpkit.analytics.results.QueryResult`.
+
+Every step after the debit is total: if anything still fails, the debit stands and the analyst
+gets one :class:`~dpkit.errors.QueryFailedError` whose message names nothing (the details go to
+the ``dpkit.curator`` log). Noise is added on the integer grid (discrete Laplace / discrete
+Gaussian, Canonne, Kamath & Steinke 2020), so the floating-point attack of Mironov 2012 does not
+apply.
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+from dataclasses import dataclass, replace
+from typing import Any, Protocol
+
+import numpy as np
+import pandas as pd
+
+from dpkit.accounting.events import ComposedEvent, DPEvent
+from dpkit.analytics import aggregates as A
+from dpkit.analytics.engines.base import GAUSSIAN_SUM_LIMIT, Engine
+from dpkit.analytics.limits import json_text_bounds
+from dpkit.analytics.plan import AggregationPlan, SumSpec
+from dpkit.analytics.pricing import Priced, Sizes
+from dpkit.analytics.results import AggregateInfo, QueryResult
+from dpkit.errors import LedgerError, QueryFailedError
+from dpkit.mechanisms.laplace import Geometric
+from dpkit.mechanisms.quantiles import Quantile as QuantileMechanism
+from dpkit.noise.integers import uniform_below
+from dpkit.noise.source import RNG, RandomSource, is_seeded, resolve_rng
+
+__all__ = ["Payer", "execute"]
+
+#: Where the details of a query that failed after its debit go: the curator's log, never the analyst.
+_curator_log = logging.getLogger("dpkit.curator")
+
+
+class Payer(Protocol):
+    """Where a query pays: an in-memory budget or a ledger entry."""
+
+    def pay(self, event: DPEvent, epsilon: float, delta: float, text: str) -> int | None:
+        """Debit ``event`` atomically (BudgetExceededError, recording nothing, if refused); the
+        ledger's spend id, or None for an in-memory budget."""
+
+    @property
+    def remaining(self) -> float:
+        """ε left after the debit (may raise LedgerError)."""
+
+
+@dataclass(frozen=True)
+class _Noisy:
+    """One noisy integer quantity: the noisy values (integer units), its half-width at the
+    requested confidence share, its scale and sensitivity (integer units) and its event."""
+
+    values: np.ndarray
+    halfwidth: float
+    scale: float
+    sensitivity: float
+    event: DPEvent
+
+
+def execute(priced: Priced, engine: Engine, payer: Payer, rng: RNG) -> QueryResult:
+    """Pay for ``priced``, then compute and release it (see the module docstring)."""
+    src = resolve_rng(rng)
+    # The salt keys the bounding priorities: randomness, not data, so drawing it first is free.
+    plan = replace(priced.plan, salt=int(uniform_below(2**62, 1, rng=src)[0]))
+    # ---- pay: a refusal raises here, before the engine has touched a row ----
+    spend_id = payer.pay(priced.event, priced.options.epsilon, priced.delta, priced.text)
+    # ---- compute and release: total functions; any failure keeps the debit, says nothing ----
+    try:
+        return _release_all(priced, plan, engine, payer, src, rng, spend_id)
+    except Exception:
+        _curator_log.exception("query %r failed after its debit (spend %s)", priced.text, spend_id)
+        raise QueryFailedError(spend_id) from None
+
+
+def _release_all(p: Priced, plan: AggregationPlan, engine: Engine, payer: Payer, src: RandomSource, rng: RNG, spend_id: int | None) -> QueryResult:
+    t, built, opts = p.table, p.built, p.options
+    frame = _keyed(p, engine.aggregate(plan))
+    vals = engine.values(plan) if plan.values else None
+    beta = 1.0 - opts.confidence
+    keys_mode = "none"
+    truncated = False
+    released = 0
+    if p.selector is not None:
+        keep = p.selector.select(frame["units"].to_numpy(), rng=src)
+        frame = frame.loc[keep].reset_index(drop=True)
+        released = len(frame)
+        # Cut before the values are noised (each row's noise is calibrated to the same
+        # sensitivity whatever the number of rows); which rows stay depends on the released
+        # keys only, so the cut is post-processing of the selection.
+        frame, truncated = _cut(p, frame, p.sizes)
+        keys_mode = opts.key_selection
+    elif built.groups:
+        keys_mode = "public"
+    # The answer's columns are gathered first and framed once (a column set on a DataFrame
+    # one at a time costs more than the whole release of a small answer).
+    out: dict[str, Any] = {g.column: frame[f"g{j}"].reset_index(drop=True) for j, g in enumerate(built.groups)}
+    for j, g in enumerate(built.groups):
+        if g.edges is not None:
+            labels = [f"[{g.edges[k]:g}, {g.edges[k + 1]:g}{']' if k == len(g.edges) - 2 else ')'}" for k in range(len(g.edges) - 1)]
+            out[g.column] = [labels[int(k)] for k in frame[f"g{j}"]]
+    infos = []
+    for i, what, payload in p.pending:
+        spec = p.aggregates[i]
+        name: str = spec.name  # type: ignore[assignment]
+        eps_i = opts.epsilon * p.split[i]
+        if what == "quantile":
+            mech_q, ev_q = payload
+            est = _quantiles(p, mech_q, frame, vals, p.uses[i]["values"], src)
+            out[name], out[f"{name}_low"], out[f"{name}_high"] = est, np.nan, np.nan
+            infos.append(AggregateInfo(name, spec.kind, spec.column, eps_i, 0.0, "exponential", math.nan, math.nan, ev_q))
+            continue
+        noisy = {}
+        beta_each = beta / len(payload)
+        for label, col, mech, l1, l2 in payload:
+            noisy[label] = _release(mech, frame[col].to_numpy(), beta_each, src)
+        value, low, high, scale, sens = _finish(p, spec, p.uses[i], noisy)
+        out[name], out[f"{name}_low"], out[f"{name}_high"] = value, low, high
+        mech_name = "gaussian" if opts.noise == "gaussian" else "laplace"
+        infos.append(AggregateInfo(name, spec.kind, spec.column, eps_i, p.deltas.get(i, 0.0), mech_name, scale, sens, ComposedEvent(tuple(m[2].event for m in payload)) if len(payload) > 1 else payload[0][2].event))
+    table = pd.DataFrame(out, index=pd.RangeIndex(len(frame)))
+    notes = []
+    if p.selector is not None:
+        notes.append(f"keys selected privately ({opts.key_selection}, ε={p.sel_eps:.6g}, δ={p.sel_delta:.3g}); {released} of the groups released")
+    if truncated:
+        limits = t.limits
+        notes.append(
+            f"TRUNCATED: the first {len(table)} of the {released} released groups in key order are shown "
+            f"(max_result_rows={limits.max_result_rows}, max_response_bytes={limits.max_response_bytes})"
+        )
+    groups_bound = p.G if built.groups else 1
+    if t.unit is not None:
+        notes.append(f"privacy unit: {t.unit}; each contributes at most {groups_bound} group(s) and {p.R} row(s) per group")
+    else:
+        notes.append("privacy unit: a row (declared: every row is a different person)")
+    seeded = is_seeded(rng)
+    if seeded:
+        notes.append("SEEDED randomness: reproducible and NOT private (tests and teaching only)")
+    try:
+        remaining = payer.remaining
+    except LedgerError:
+        remaining = None
+    return QueryResult(
+        table=table,
+        aggregates=tuple(infos),
+        groups=tuple(g.column for g in built.groups),
+        epsilon=opts.epsilon,
+        delta=p.delta,
+        event=p.event,
+        confidence=opts.confidence,
+        keys=keys_mode,
+        remaining_epsilon=remaining,
+        spend_id=spend_id,
+        notes=tuple(notes),
+        privacy_unit=t.unit,
+        max_groups=groups_bound,  # G = R = 1 without a unit column (see pricing)
+        max_rows=p.R,
+        neighbours=t.neighbours,
+        seeded=seeded,
+        truncated=truncated,
+    )
+
+
+def _cut(p: Priced, frame: pd.DataFrame, sizes: Sizes) -> tuple[pd.DataFrame, bool]:
+    """Privately selected rows cut to the limits: the first rows in key order (the frame is
+    sorted by key) whose encoded size fits. Post-processing: which rows stay depends on the
+    released keys only."""
+    limits = p.table.limits
+    n = min(len(frame), sizes.max_rows)
+    if sizes.texts and n:
+        per_row = np.full(n, sizes.row, dtype=np.int64)
+        for j in sizes.texts:
+            per_row += json_text_bounds(frame[f"g{j}"].iloc[:n])
+        n = int(np.searchsorted(np.cumsum(per_row), limits.max_response_bytes - sizes.overhead, side="right"))
+    if n == len(frame):
+        return frame, False
+    return frame.iloc[:n].reset_index(drop=True), True
+
+
+def _release(mech: Any, ints: np.ndarray, beta: float, src: RandomSource) -> _Noisy:
+    ints = np.asarray(ints, dtype=np.int64)
+    if isinstance(mech, Geometric):
+        noisy = mech.release(ints, rng=src) if ints.size else np.zeros(0, dtype=np.int64)
+        half = float(mech.error_bound(beta) - 1)
+        return _Noisy(np.asarray(noisy, dtype=np.float64), half, mech.scale, float(mech.sensitivity), mech.event)
+    # exact doubles only: clamping is 1-Lipschitz, so the sensitivity is unchanged
+    ints = np.clip(ints, -GAUSSIAN_SUM_LIMIT, GAUSSIAN_SUM_LIMIT)
+    noisy = mech.release(ints.astype(np.float64), rng=src) if ints.size else np.zeros(0)
+    half = mech.error_bound(beta, size=max(ints.size, 1))
+    return _Noisy(np.asarray(noisy, dtype=np.float64), half, mech.noise_plan(max(ints.size, 1)).sigma, mech.sensitivity, mech.event)
+
+
+def _finish(p: Priced, spec: A.Aggregate, u: dict[str, Any], noisy: dict[str, _Noisy]) -> tuple[Any, Any, Any, float, float]:
+    """Values and interval ends (value units) from the noisy integer parts."""
+    if spec.kind in ("count", "count_units"):
+        part = noisy["count" if spec.kind == "count" else "units"]
+        val = part.values
+        return val, val - part.halfwidth, val + part.halfwidth, part.scale, part.sensitivity
+    s_spec: SumSpec = u["sum"]
+    unit = s_spec.unit
+    s = noisy["sum"]
+    if spec.kind == "sum":
+        val = s.values * unit
+        return val, val - s.halfwidth * unit, val + s.halfwidth * unit, s.scale * unit, s.sensitivity * unit
+    b = p.bounds(spec.column)  # type: ignore[arg-type]
+    lo, hi, m = b.lower, b.upper, s_spec.center
+    n = noisy["n"]
+    n_hat = np.maximum(n.values, 1.0)
+    n_lo, n_hi = n.values - n.halfwidth, n.values + n.halfwidth
+    ok = n_lo >= 1.0
+    n_lo_c = np.where(ok, n_lo, 1.0)
+    n_hi = np.maximum(n_hi, 1.0)  # only read where ok (then n_hi >= n_lo >= 1)
+    s_hat, s_lo, s_hi = s.values * unit, (s.values - s.halfwidth) * unit, (s.values + s.halfwidth) * unit
+    e1 = s_hat / n_hat
+    e1_lo = np.minimum(s_lo / n_lo_c, s_lo / n_hi)
+    e1_hi = np.maximum(s_hi / n_lo_c, s_hi / n_hi)
+    if spec.kind == "mean":
+        val = np.clip(m + e1, lo, hi)
+        low = np.where(ok, np.clip(m + e1_lo, lo, hi), lo)
+        high = np.where(ok, np.clip(m + e1_hi, lo, hi), hi)
+        return val, low, high, s.scale * unit, s.sensitivity * unit
+    sq_spec: SumSpec = u["sq"]
+    sq = noisy["sq"]
+    usq = sq_spec.unit
+    # Σ (x − m)² ≈ Σ q·usq: the engine's q is in [0, qmax]
+    e2 = sq.values * usq / n_hat
+    e2_lo = np.minimum((sq.values - sq.halfwidth) * usq / n_lo_c, (sq.values - sq.halfwidth) * usq / n_hi)
+    e2_hi = np.maximum((sq.values + sq.halfwidth) * usq / n_lo_c, (sq.values + sq.halfwidth) * usq / n_hi)
+    top = ((hi - lo) / 2) ** 2
+    var = np.clip(e2 - e1**2, 0.0, top)
+    sq1_lo = np.where((e1_lo <= 0) & (e1_hi >= 0), 0.0, np.minimum(e1_lo**2, e1_hi**2))
+    sq1_hi = np.maximum(e1_lo**2, e1_hi**2)
+    v_lo = np.where(ok, np.clip(e2_lo - sq1_hi, 0.0, top), 0.0)
+    v_hi = np.where(ok, np.clip(e2_hi - sq1_lo, 0.0, top), top)
+    if spec.kind == "std":
+        return np.sqrt(var), np.sqrt(v_lo), np.sqrt(v_hi), sq.scale * usq, sq.sensitivity * usq
+    return var, v_lo, v_hi, sq.scale * usq, sq.sensitivity * usq
+
+
+def _quantiles(p: Priced, mech: QuantileMechanism, frame: pd.DataFrame, vals: pd.DataFrame | None, col: str, src: RandomSource) -> np.ndarray:
+    assert vals is not None
+    gcols = [f"g{j}" for j in range(len(p.built.groups))]
+    x = vals[[*gcols, col]].dropna(subset=[col])
+    if not gcols:
+        return np.array([_quantile_one(mech, x[col].to_numpy(), src)])
+    groups = {k if isinstance(k, tuple) else (k,): g[col].to_numpy() for k, g in x.groupby(gcols, dropna=False, sort=False)}
+    empty = np.zeros(0)
+    out = np.empty(len(frame))
+    for r, key in enumerate(frame[gcols].itertuples(index=False, name=None)):  # one draw per released group
+        out[r] = _quantile_one(mech, groups.get(tuple(key), empty), src)
+    return out
+
+
+def _quantile_one(mech: QuantileMechanism, x: np.ndarray, src: RandomSource) -> float:
+    # The public ``release`` refuses empty input (an empty group must still get a draw, uniform
+    # on the lattice), so the sorted, clipped values go to the sampler directly.
+    data = np.sort(np.clip(np.asarray(x, dtype=np.float64), mech.lower, mech.upper))
+    return float(mech._sample(mech._prepare(data), 1, src)[0])
+
+
+def _keyed(p: Priced, frame: pd.DataFrame) -> pd.DataFrame:
+    """With public keys: exactly one row per key, in the declared order (zeros where the data
+    has none). Without: the observed groups, sorted."""
+    gcols = [f"g{j}" for j in range(len(p.built.groups))]
+    if not gcols:
+        return frame.reset_index(drop=True)
+    if p.private:
+        return frame.sort_values(gcols, na_position="last", kind="stable").reset_index(drop=True)
+    keys = pd.DataFrame(list(p.public_keys()), columns=gcols)
+    for c in gcols:  # align dtypes so the merge matches values, not representations
+        if frame[c].dtype.kind in "iuf" and keys[c].dtype.kind in "iuf":
+            keys[c] = keys[c].astype(frame[c].dtype) if frame[c].dtype.kind == "f" or keys[c].dtype.kind != "f" else keys[c]
+        elif frame[c].dtype != keys[c].dtype:
+            frame = frame.astype({c: object})
+            keys[c] = keys[c].astype(object)
+    merged = keys.merge(frame, on=gcols, how="left", sort=False)
+    value_cols = [c for c in merged.columns if c not in gcols]
+    merged[value_cols] = merged[value_cols].fillna(0).astype("int64")
+    return merged

@@ -1,0 +1,224 @@
+"""The query builder: :class:`Query`, an immutable filter + grouping + bounds over a session.
+
+``where``, ``group_by`` and ``bound`` check each step against the session's declared table as
+it is called (:mod:`dpkit.analytics.building`); the aggregate methods then price the query
+(:mod:`dpkit.analytics.pricing`, no data read) and execute it (:mod:`dpkit.analytics.execute`:
+debit first, then the engine and the noise). :meth:`Query.spec` gives the same query as a
+:class:`~dpkit.analytics.spec.QuerySpec`, the form SQL and the service's JSON compile to.
+
+Every aggregate method takes the spending options as keyword-only arguments — ``epsilon``
+(required), ``delta``, ``noise``, ``confidence``, ``key_selection``, ``split`` — with the
+defaults and checks of :class:`~dpkit.analytics.spec.QueryOptions`, and ``rng`` for the noise.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass, replace
+from typing import Any, Protocol
+
+from dpkit.analytics import aggregates as A
+from dpkit.analytics.building import Built, check_aggregates, check_bounds, check_group_by, check_where, spec_keys
+from dpkit.analytics.declared import DeclaredTable
+from dpkit.analytics.engines.base import Engine
+from dpkit.analytics.execute import Payer, execute
+from dpkit.analytics.metadata import Categorical, Metadata
+from dpkit.analytics.plan import GroupKey, Predicate
+from dpkit.analytics.pricing import price_built
+from dpkit.analytics.results import QueryCost, QueryResult
+from dpkit.analytics.spec import Noise, QueryOptions, QuerySpec
+from dpkit.errors import InvalidParameterError
+from dpkit.noise.source import RNG
+
+__all__ = ["Query"]
+
+
+class Session(Protocol):
+    """What a query runs on (a :class:`~dpkit.analytics.Session`; described here rather than
+    imported, so that this module does not import the session module that imports it)."""
+
+    _declared: DeclaredTable
+    _payer: Payer
+    _rng: RNG
+
+    @property
+    def engine(self) -> Engine: ...
+
+    @property
+    def metadata(self) -> Metadata: ...
+
+    def _check_query_rng(self, rng: object) -> None: ...
+
+
+# The option defaults, read from QueryOptions (the one place they are written).
+_DELTA: float = QueryOptions.delta
+_NOISE: Noise = QueryOptions.noise
+_CONFIDENCE: float = QueryOptions.confidence
+_KEY_SELECTION: str = QueryOptions.key_selection
+
+
+@dataclass(frozen=True)
+class Query:
+    """A query under construction: a filter, group keys and contribution bounds. Immutable:
+    ``where`` and ``group_by`` return new queries; the aggregate methods run it."""
+
+    session: Session
+    predicate: Predicate | None
+    groups: tuple[GroupKey, ...]
+    keys: tuple[tuple[Any, ...], ...] | None
+    max_groups: int
+    max_rows: int
+
+    # -- building -------------------------------------------------------------------------------
+
+    def where(self, predicate: str | Predicate) -> Query:
+        """Keep rows matching ``predicate`` (SQL text such as ``"age > 30 AND sex = 'F'"``, or a
+        predicate object). Filters run before contribution bounding."""
+        return replace(self, predicate=check_where(self.session._declared, self.predicate, predicate))
+
+    def group_by(self, *columns: str, keys: Sequence[Any] | None = None, bins: dict[str, Sequence[float]] | None = None) -> Query:
+        """Group by ``columns``. ``keys``: the public key list (values for one column, tuples for
+        several); without it, declared category lists (and ``bins``) are the keys, and columns
+        with neither get their keys selected privately (which needs δ > 0). ``bins``: edges per
+        numeric column; the key is the bin's label ``[a, b)``."""
+        groups, key_tuples = check_group_by(self.session._declared, self.groups, columns, keys, bins)
+        return replace(self, groups=groups, keys=key_tuples)
+
+    def bound(self, *, max_groups: int | None = None, max_rows: int | None = None) -> Query:
+        """Override the session's contribution bounds for this query."""
+        g, r = check_bounds(self.session._declared, (self.max_groups, self.max_rows), max_groups, max_rows)
+        return replace(self, max_groups=g, max_rows=r)
+
+    def spec(self, aggregates: Sequence[A.Aggregate], options: QueryOptions | None = None) -> QuerySpec:
+        """This query, with ``aggregates`` and ``options``, as a :class:`QuerySpec`."""
+        return QuerySpec(
+            aggregates=tuple(aggregates),
+            where=self.predicate,
+            group_by=tuple(g.column for g in self.groups),
+            keys=spec_keys(self.groups, self.keys),
+            bins={g.column: g.edges for g in self.groups if g.edges is not None} or None,
+            max_groups=self.max_groups,
+            max_rows=self.max_rows,
+            options=options,
+        )
+
+    def _built(self) -> Built:
+        return Built(self.predicate, self.groups, self.keys, self.max_groups, self.max_rows)
+
+    # -- aggregates ------------------------------------------------------------------------------
+
+    def count(
+        self, *, epsilon: float, delta: float = _DELTA, noise: Noise = _NOISE, confidence: float = _CONFIDENCE,
+        key_selection: str = _KEY_SELECTION, split: Sequence[float] | None = None, rng: RNG = None,
+    ) -> QueryResult:
+        """The number of rows (per group), each unit contributing at most max_rows per group."""
+        return self.aggregate([A.Count()], epsilon=epsilon, delta=delta, noise=noise, confidence=confidence, key_selection=key_selection, split=split, rng=rng)
+
+    def count_units(
+        self, *, epsilon: float, delta: float = _DELTA, noise: Noise = _NOISE, confidence: float = _CONFIDENCE,
+        key_selection: str = _KEY_SELECTION, split: Sequence[float] | None = None, rng: RNG = None,
+    ) -> QueryResult:
+        """The number of distinct privacy units (per group)."""
+        return self.aggregate([A.CountUnits()], epsilon=epsilon, delta=delta, noise=noise, confidence=confidence, key_selection=key_selection, split=split, rng=rng)
+
+    def sum(
+        self, column: str, *, epsilon: float, delta: float = _DELTA, noise: Noise = _NOISE, confidence: float = _CONFIDENCE,
+        key_selection: str = _KEY_SELECTION, split: Sequence[float] | None = None, rng: RNG = None,
+    ) -> QueryResult:
+        """The sum of ``column``'s values, clipped to its declared bounds."""
+        return self.aggregate([A.Sum(column)], epsilon=epsilon, delta=delta, noise=noise, confidence=confidence, key_selection=key_selection, split=split, rng=rng)
+
+    def mean(
+        self, column: str, *, epsilon: float, delta: float = _DELTA, noise: Noise = _NOISE, confidence: float = _CONFIDENCE,
+        key_selection: str = _KEY_SELECTION, split: Sequence[float] | None = None, rng: RNG = None,
+    ) -> QueryResult:
+        """The mean of ``column``'s clipped values."""
+        return self.aggregate([A.Mean(column)], epsilon=epsilon, delta=delta, noise=noise, confidence=confidence, key_selection=key_selection, split=split, rng=rng)
+
+    def variance(
+        self, column: str, *, epsilon: float, delta: float = _DELTA, noise: Noise = _NOISE, confidence: float = _CONFIDENCE,
+        key_selection: str = _KEY_SELECTION, split: Sequence[float] | None = None, rng: RNG = None,
+    ) -> QueryResult:
+        """The (population) variance of ``column``'s clipped values."""
+        return self.aggregate([A.Variance(column)], epsilon=epsilon, delta=delta, noise=noise, confidence=confidence, key_selection=key_selection, split=split, rng=rng)
+
+    def std(
+        self, column: str, *, epsilon: float, delta: float = _DELTA, noise: Noise = _NOISE, confidence: float = _CONFIDENCE,
+        key_selection: str = _KEY_SELECTION, split: Sequence[float] | None = None, rng: RNG = None,
+    ) -> QueryResult:
+        """The standard deviation of ``column``'s clipped values."""
+        return self.aggregate([A.Std(column)], epsilon=epsilon, delta=delta, noise=noise, confidence=confidence, key_selection=key_selection, split=split, rng=rng)
+
+    def quantile(
+        self, column: str, q: float, *, epsilon: float, delta: float = _DELTA, noise: Noise = _NOISE, confidence: float = _CONFIDENCE,
+        key_selection: str = _KEY_SELECTION, split: Sequence[float] | None = None, rng: RNG = None,
+    ) -> QueryResult:
+        """The ``q``-quantile of ``column``'s clipped values (exponential mechanism per group)."""
+        return self.aggregate([A.QuantileAgg(column, q)], epsilon=epsilon, delta=delta, noise=noise, confidence=confidence, key_selection=key_selection, split=split, rng=rng)
+
+    def median(
+        self, column: str, *, epsilon: float, delta: float = _DELTA, noise: Noise = _NOISE, confidence: float = _CONFIDENCE,
+        key_selection: str = _KEY_SELECTION, split: Sequence[float] | None = None, rng: RNG = None,
+    ) -> QueryResult:
+        """The median of ``column``'s clipped values."""
+        return self.aggregate([A.QuantileAgg(column, 0.5)], epsilon=epsilon, delta=delta, noise=noise, confidence=confidence, key_selection=key_selection, split=split, rng=rng)
+
+    def histogram(
+        self, column: str, *, bins: Sequence[float] | None = None, epsilon: float, delta: float = _DELTA, noise: Noise = _NOISE,
+        confidence: float = _CONFIDENCE, key_selection: str = _KEY_SELECTION, split: Sequence[float] | None = None, rng: RNG = None,
+    ) -> QueryResult:
+        """Counts over the declared categories of ``column`` (or over ``bins`` of a numeric one)."""
+        if self.groups:
+            raise InvalidParameterError("histogram", column, "a query without group_by (the histogram groups by its column)")
+        spec = self.session.metadata.columns.get(column)
+        if bins is None and not (isinstance(spec, Categorical) and spec.categories is not None):
+            raise InvalidParameterError(
+                "column", column, "a column with declared categories (Categorical([...]) in the metadata), or bins= for a numeric column",
+                "a histogram's keys must be public",
+            )
+        q = self.group_by(column, bins=None if bins is None else {column: bins})
+        return q.aggregate([A.Count()], epsilon=epsilon, delta=delta, noise=noise, confidence=confidence, key_selection=key_selection, split=split, rng=rng)
+
+    def aggregate(
+        self,
+        aggregates: Sequence[A.Aggregate],
+        *,
+        epsilon: float,
+        delta: float = _DELTA,
+        noise: Noise = _NOISE,
+        confidence: float = _CONFIDENCE,
+        key_selection: str = _KEY_SELECTION,
+        split: Sequence[float] | None = None,
+        rng: RNG = None,
+        _text: str | None = None,
+    ) -> QueryResult:
+        """Release several aggregates in one pass; ``epsilon`` (and ``delta``) are split across
+        them in proportion to ``split`` (equal shares by default; with private key selection the
+        selection takes one more share, last in ``split``). δ goes, in equal shares, to private
+        key selection and to Gaussian-noise aggregates; an unused δ is not spent."""
+        s = self.session
+        t = s._declared
+        specs = check_aggregates(t, self.groups, aggregates)
+        options = QueryOptions(epsilon, delta, noise, confidence, key_selection, split)  # type: ignore[arg-type]
+        s._check_query_rng(rng)
+        priced = price_built(self._built(), specs, options, t, text=_text)
+        return execute(priced, s.engine, s._payer, rng if rng is not None else s._rng)
+
+    def cost(
+        self,
+        aggregates: Sequence[A.Aggregate],
+        *,
+        epsilon: float,
+        delta: float = _DELTA,
+        noise: Noise = _NOISE,
+        confidence: float = _CONFIDENCE,
+        key_selection: str = _KEY_SELECTION,
+        split: Sequence[float] | None = None,
+        _text: str | None = None,
+    ) -> QueryCost:
+        """What :meth:`aggregate` with the same arguments would debit — validated the same way,
+        computed without reading the data, drawing noise or spending anything."""
+        t = self.session._declared
+        specs = check_aggregates(t, self.groups, aggregates)
+        options = QueryOptions(epsilon, delta, noise, confidence, key_selection, split)  # type: ignore[arg-type]
+        return price_built(self._built(), specs, options, t, text=_text).cost()

@@ -1,0 +1,315 @@
+"""The registered datasets: registration, lookup, and each process's read-only connections.
+
+A dataset's metadata declares every usable column and the privacy unit (``privacy_unit`` or
+``row_level``); the source is copied once, at registration, with the same fixed, non-sniffing
+read as :class:`~dpkit.analytics.engines.duckdb.DuckDBEngine` (every CSV column as text, cast to
+its declared type when queried), so no row can fail a load or change a type
+(:mod:`dpkit.server.datasets` holds the copies). A registered dataset is never changed or
+replaced: its budgets refer to it. At registration the curator (only) gets the data check
+(:func:`dpkit.analytics.check.check_data`).
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import threading
+from collections.abc import Callable
+from dataclasses import dataclass, field, replace
+from pathlib import Path
+from typing import Any
+
+from dpkit import _validate as v
+from dpkit.analytics.check import DataCheck, check_data
+from dpkit.analytics.metadata import Metadata
+from dpkit.analytics.session import Session
+from dpkit.budget import Budget
+from dpkit.errors import DPError, InvalidDataError, InvalidParameterError
+from dpkit.server.datasets import DatasetCopies, SourceReadError, check_declared_columns, resolve_source, source_kind
+from dpkit.server.errors import DatasetUnavailableError, NotFoundError
+from dpkit.server.names import DATASET_NAME, TABLE_NAME, check_dataset_name
+from dpkit.server.store import ServiceStore, now
+
+__all__ = ["DatasetInfo", "Catalog"]
+
+#: Where details that must not reach an analyst go (load failures, the data check's failures).
+_curator_log = logging.getLogger("dpkit.curator")
+
+_DATASET_COLUMNS = "name, source, metadata, neighbours, created_at, source_table"
+_IDLE_ENGINES = 32  # bound engines kept per dataset and process (about one per concurrent query)
+
+
+@dataclass(frozen=True)
+class DatasetInfo:
+    """A registered dataset: where its rows are, its curator-declared metadata, its neighbours.
+
+    ``source`` is the file it was registered from, relative to the service's data root when
+    there is one (an absolute path otherwise); queries read the shared copy made from it at
+    registration (:mod:`dpkit.server.datasets`), named by ``name`` and ``created_at``.
+
+    ``check`` is the curator's data check made at registration (how well the rows conform to the
+    metadata; :class:`~dpkit.analytics.check.DataCheck`). It holds exact counts and raw values:
+    curator only — it is not stored, and :meth:`public` never includes it.
+    """
+
+    name: str
+    source: str
+    metadata: Metadata
+    neighbours: str
+    created_at: str
+    table: str | None = None  # the table inside a DuckDB database file; None for CSV / Parquet
+    check: DataCheck | None = field(default=None, compare=False, repr=False)
+
+    def public(self) -> dict[str, Any]:
+        """What an analyst may see: the schema the curator declared, never the source or rows."""
+        return {"name": self.name, "neighbours": self.neighbours, **self.metadata.to_dict()}
+
+
+@dataclass
+class _Loaded:
+    """One process's read-only connection to a dataset's shared copy, and its idle engines: each
+    a cursor of that connection with the declared schema already read and its typed view
+    already bound, so a query does not redo either (they never change for a registered dataset).
+    An engine serves one query at a time."""
+
+    connection: Any
+    lock: threading.Lock = field(default_factory=threading.Lock)
+    idle: list[Any] = field(default_factory=list)
+
+    def take(self, table: str) -> Any:
+        from dpkit.analytics.engines.duckdb import DuckDBEngine
+
+        with self.lock:
+            if self.idle:
+                return self.idle.pop()
+            cursor = self.connection.cursor()  # cursors are created one at a time
+        return DuckDBEngine(None, connection=cursor, table=table)
+
+    def give_back(self, engine: Any) -> None:
+        with self.lock:
+            if len(self.idle) < _IDLE_ENGINES:
+                self.idle.append(engine)
+
+
+class Catalog:
+    """The ``datasets`` table of one service store, the shared copies in ``copies``, and this
+    process's connections to them.
+
+    ``data_root``: datasets are registered only from under this directory (None: anywhere — the
+    in-process API is the administrator's own; the HTTP service always sets one).
+    ``engine_threads``: DuckDB threads per query in this process (None: DuckDB's default)."""
+
+    def __init__(
+        self, store: ServiceStore, copies: DatasetCopies, *, data_root: Path | None, engine_threads: int | None
+    ) -> None:
+        self._store = store
+        self._copies = copies
+        self._data_root = data_root
+        self._engine_threads = engine_threads
+        self._known: dict[str, DatasetInfo] = {}  # registered datasets read so far (immutable rows)
+        self.data: dict[str, _Loaded] = {}  # this process's read-only connections to dataset copies
+        self._data_lock = threading.Lock()
+        self._data_pid = os.getpid()  # a forked child opens its own connections
+
+    def close(self) -> None:
+        with self._data_lock:
+            if self._data_pid == os.getpid():  # a forked child leaves its parent's connections alone
+                for loaded in self.data.values():
+                    loaded.connection.close()
+            self.data.clear()
+
+    # -- registration ----------------------------------------------------------------------------
+
+    def register(
+        self,
+        name: str,
+        source: str | os.PathLike[str],
+        metadata: Metadata | dict[str, Any] | str | os.PathLike[str],
+        *,
+        neighbours: str = "add_remove",
+        table: str | None = None,
+    ) -> DatasetInfo:
+        """See :meth:`dpkit.server.service.Service.register_dataset`."""
+        check_dataset_name(name)
+        located = resolve_source(source, self._data_root)
+        if (source_kind(located.path) == "duckdb") != (table is not None):
+            raise InvalidParameterError("table", table, "a table name with a .duckdb source, and no table otherwise")
+        if table is not None and not TABLE_NAME.fullmatch(table):
+            raise InvalidParameterError("table", table, "a table name ('people' or 'schema.people')")
+        meta = Session._check_metadata(str(metadata) if isinstance(metadata, os.PathLike) else metadata)
+        if meta.privacy_unit is None and not meta.row_level:
+            raise InvalidParameterError(
+                "metadata.privacy_unit",
+                None,
+                'the column naming the person ({"privacy_unit": "person_id"}), or {"row_level": true} when every row is a different person',
+                "the service answers every analyst with the metadata's privacy unit, so the metadata must say who is protected",
+            )
+        v.neighbours(neighbours)
+        if self._registered(name):  # before copying the data; the insert below re-checks under its lock
+            raise _already_registered(name)
+        info = DatasetInfo(name, located.stored, meta, neighbours, now(), table)
+
+        def inspect(conn: Any) -> DataCheck | None:
+            # Validates the metadata against the copy's schema: nothing is released, nothing is
+            # paid. Missing declared columns are named; the source's other columns only counted.
+            check_declared_columns(conn, name, meta)
+            Session.from_duckdb(conn.cursor(), name, metadata=meta, neighbours=neighbours, budget=Budget(epsilon=1.0))
+            return _check(info, conn)
+
+        report = self._copy(info, lambda: self._copies.build(name, info.created_at, located.path, table, inspect))
+        info = replace(info, check=report)
+        try:
+            with self._store.transaction(write=True) as tx:
+                if tx.run("SELECT 1 FROM datasets WHERE name = ?", (name,)):
+                    raise _already_registered(name)
+                tx.run(
+                    f"INSERT INTO datasets ({_DATASET_COLUMNS}) VALUES (?, ?, ?, ?, ?, ?)",
+                    (name, info.source, json.dumps(meta.to_dict(), sort_keys=True), neighbours, info.created_at, table),
+                )
+        except BaseException:
+            self._copies.discard(name, info.created_at)  # a copy nobody will ever read
+            raise
+        return info
+
+    def _registered(self, name: str) -> bool:
+        with self._store.transaction() as tx:
+            return bool(tx.run("SELECT 1 FROM datasets WHERE name = ?", (name,)))
+
+    # -- lookup ----------------------------------------------------------------------------------
+
+    def listing(self) -> list[DatasetInfo]:
+        with self._store.transaction() as tx:
+            rows = tx.run(f"SELECT {_DATASET_COLUMNS} FROM datasets ORDER BY name")
+        return [_dataset(r) for r in rows]
+
+    def get(self, name: object) -> DatasetInfo:
+        """The dataset ``name``; NotFoundError when there is none."""
+        if not isinstance(name, str) or not DATASET_NAME.fullmatch(name):
+            raise NotFoundError(f"there is no dataset named {name!r}")
+        # A registered dataset is never changed or replaced, so once read it is kept (no store
+        # read and no metadata parsing per query); a name not found is always looked up again.
+        info = self._known.get(name)
+        if info is None:
+            with self._store.transaction() as tx:
+                rows = tx.run(f"SELECT {_DATASET_COLUMNS} FROM datasets WHERE name = ?", (name,))
+            info = _dataset(rows[0]) if rows else None
+            if info is not None:
+                self._known[name] = info
+        if info is None:
+            raise NotFoundError(f"there is no dataset named {name!r} that you may query")
+        return info
+
+    # -- the shared copies -----------------------------------------------------------------------
+
+    def _copy(self, info: DatasetInfo, make: Callable[[], Any]) -> Any:
+        """Run ``make`` (which copies the dataset's source into its shared copy) with its failures
+        worded for the curator: a source that cannot be read is InvalidDataError naming the kind
+        and file name and what it should be, never the engine's message (which may quote a row)
+        nor a server path; the details go to the ``dpkit.curator`` log."""
+        try:
+            return make()
+        except SourceReadError as exc:
+            _curator_log.warning("dataset %r: %s could not be read", info.name, info.source, exc_info=exc.__cause__)
+            cause = exc.__cause__
+            why = cause.accepted if isinstance(cause, InvalidParameterError) else str(exc)
+            raise InvalidDataError(
+                "source",
+                f"{_describe_source(info)} could not be read ({why}; details in the dpkit.curator log)",
+                "a UTF-8 CSV file whose first line names every column once, a Parquet file, or a table of a DuckDB database file",
+            ) from None
+        except OSError:
+            _curator_log.exception("dataset %r: its copy could not be written in %s", info.name, self._copies.directory)
+            raise InvalidDataError(
+                "source",
+                f"{_describe_source(info)} could not be copied into the service's dataset directory (details in the dpkit.curator log)",
+                "a dataset directory the service can write (dataset_dir)",
+            ) from None
+
+    def _source_path(self, info: DatasetInfo) -> Path:
+        """The file a dataset is re-read from, checked again as at registration (the data root's
+        rules: a link may have been changed since)."""
+        if self._data_root is None and not Path(info.source).is_absolute():
+            raise InvalidParameterError(
+                "source", info.source, "an absolute path, or a service with the data root it was registered under"
+            )
+        return resolve_source(info.source, self._data_root).path
+
+    def load(self, info: DatasetInfo) -> Path:
+        """The path of the dataset's shared, read-only copy (a DuckDB database file holding the
+        dataset as table ``info.name``; see :mod:`dpkit.server.datasets`).
+
+        The copy is made at registration. One that is missing (a dataset registered before
+        copies were kept, or a deleted file) is re-created from the source, read by the same
+        fixed rules (a CSV by :func:`~dpkit.analytics.engines.duckdb.csv_source_sql`: the header's names, every column as text,
+        nothing sniffed; Parquet files and DuckDB tables with their own schema), under a file
+        lock so that several workers never write it at once.
+
+        Raises InvalidDataError for the curator (see :meth:`_copy`); a source that is no longer
+        a file under the data root is InvalidParameterError naming ``source``. Analysts never
+        see either: see :meth:`opened`."""
+        return self._copy(
+            info, lambda: self._copies.ensure(info.name, info.created_at, lambda: self._source_path(info), info.table)
+        )
+
+    def opened(self, info: DatasetInfo) -> _Loaded:
+        """The dataset's shared copy, opened read-only once per process (any number
+        of worker processes read the same file; none holds the rows in its own memory). For
+        analysts: a copy that cannot be opened or re-created is one fixed
+        DatasetUnavailableError, before any spend (the reason is in the curator's log)."""
+        with self._data_lock:
+            if self._data_pid != os.getpid():
+                # A forked child: the parent's connections are not safe to use (or close) here.
+                self.data, self._data_pid = {}, os.getpid()
+            loaded = self.data.get(info.name)
+            if loaded is None:
+                try:
+                    connection = self._copies.open(self.load(info), self._engine_threads)
+                except InvalidDataError:  # load has told the curator why
+                    raise DatasetUnavailableError() from None
+                except DPError as exc:
+                    _curator_log.warning("dataset %r: its copy is missing and cannot be re-made: %s", info.name, exc)
+                    raise DatasetUnavailableError() from None
+                except Exception:
+                    _curator_log.exception("dataset %r: its copy could not be opened", info.name)
+                    raise DatasetUnavailableError() from None
+                loaded = self.data[info.name] = _Loaded(connection)
+        return loaded
+
+
+def _check(info: DatasetInfo, conn: Any) -> DataCheck | None:
+    """The curator's data check of the loaded copy (exactly what queries will read), or None
+    when the check itself fails: it is a report, and the metadata has already been checked
+    against the table, so its failure is logged for the curator and does not block the
+    registration."""
+    try:
+        return check_data((conn.cursor(), info.name), info.metadata)
+    except Exception:
+        _curator_log.exception("the data check of dataset %r (%s) could not be made", info.name, info.source)
+        return None
+
+
+def _already_registered(name: str) -> InvalidParameterError:
+    return InvalidParameterError(
+        "dataset",
+        name,
+        "a name not already registered",
+        "a registered dataset is never replaced (its budgets refer to it)",
+    )
+
+
+def _describe_source(info: DatasetInfo) -> str:
+    """The source in words for the curator: the file's name (and table), no path, no content."""
+    kind = (
+        "DuckDB table"
+        if info.table is not None
+        else "Parquet file"
+        if source_kind(info.source) == "parquet"
+        else "CSV file"
+    )
+    return f"{kind} {Path(info.source).name}" + ("" if info.table is None else f" {info.table}")
+
+
+def _dataset(row: tuple[Any, ...]) -> DatasetInfo:
+    n, s, m, nb, c, t = row
+    return DatasetInfo(n, s, Metadata.from_dict(json.loads(m)), nb, c, t)

@@ -1,0 +1,308 @@
+"""Analysts' queries: the request, how it becomes a :class:`~dpkit.analytics.session.Query`,
+and the one path that prices, debits, runs and answers it.
+
+Every query goes: validate and price against the declared metadata only → refuse early if the
+budget obviously cannot pay → debit atomically (the ledger decides under concurrency; the spend
+and its audit entry commit together) → aggregate and noise → answer. A refusal never reaches the
+engine; a failure after the debit keeps the debit and is one fixed
+:class:`~dpkit.server.errors.PaidQueryFailedError` (details to the ``dpkit.curator`` log). This
+is the order of dp_accounting's dry run before it composes: a system that computes first leaks
+through its errors and its timing (Haeberlen, Pierce and Narayan, "Differential Privacy Under
+Fire", USENIX Security 2011).
+
+>>> QueryRequest(epsilon=0.5, spec=QuerySpec(aggregates=({"kind": "count"},), group_by=("sex",))).text()
+'{"aggregates": [{"kind": "count"}], "group_by": ["sex"]}'
+"""
+
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+import json
+import logging
+from collections.abc import Callable, Iterator, Sequence
+from dataclasses import dataclass
+from typing import Any, cast
+
+from dpkit.analytics import aggregates as A
+from dpkit.analytics.limits import QueryLimits
+from dpkit.analytics.results import QueryCost
+from dpkit.analytics.session import Query, Session
+from dpkit.analytics.spec import QueryOptions
+from dpkit.errors import AuthError, BudgetExceededError, InvalidDataError, InvalidParameterError, QueryFailedError
+from dpkit.ledger.base import BudgetRecord, LedgerBackend
+from dpkit.noise.source import RNG
+from dpkit.server.audit_log import Chain
+from dpkit.server.catalog import Catalog, DatasetInfo
+from dpkit.server.errors import DatasetUnavailableError, NotFoundError, PaidQueryFailedError
+from dpkit.server.grants import Grants, budget_dict
+from dpkit.server.principals import Principal
+from dpkit.server.query_ledger import QueryLedger
+
+__all__ = ["OPTION_NAMES", "QuerySpec", "QueryRequest", "Queries", "compile_request", "query_options"]
+
+#: The spending options of a query, in order: the fields of
+#: :class:`~dpkit.analytics.spec.QueryOptions`, where their defaults and checks are written.
+OPTION_NAMES: tuple[str, ...] = tuple(f.name for f in dataclasses.fields(QueryOptions))
+
+#: Where details that must not reach an analyst go (failures after a debit).
+_curator_log = logging.getLogger("dpkit.curator")
+
+_DETAIL_LIMIT = 4096  # characters of query text kept in the audit log per request
+_AGGREGATES: dict[str, type] = {
+    "count": A.Count,
+    "count_units": A.CountUnits,
+    "sum": A.Sum,
+    "mean": A.Mean,
+    "variance": A.Variance,
+    "std": A.Std,
+    "quantile": A.QuantileAgg,
+}
+
+#: Turns a session and a request into the query and its aggregates (see :func:`compile_request`).
+Compile = Callable[[Session, "QueryRequest"], "tuple[Query, list[A.Aggregate]]"]
+
+
+@dataclass(frozen=True)
+class QuerySpec:
+    """A query without SQL: ``aggregates`` like ``[{"kind": "mean", "column": "age"}]``,
+    optional ``where`` (a predicate of the SQL subset), ``group_by``, ``bins``, ``keys`` and
+    contribution bounds."""
+
+    aggregates: tuple[dict[str, Any], ...]
+    where: str | None = None
+    group_by: tuple[str, ...] = ()
+    bins: dict[str, tuple[float, ...]] | None = None
+    keys: tuple[tuple[Any, ...], ...] | None = None
+    max_groups: int | None = None
+    max_rows: int | None = None
+
+
+@dataclass(frozen=True)
+class QueryRequest:
+    """One query: SQL of the analytics subset *or* a :class:`QuerySpec`, and what to spend.
+
+    The options (``epsilon`` ... ``split``) are those of
+    :class:`~dpkit.analytics.spec.QueryOptions`, with its defaults; they are checked by it when
+    the query is priced — after the dataset and the query itself, so that a request is refused
+    for the same first reason as ever."""
+
+    epsilon: float
+    delta: float = QueryOptions.delta
+    sql: str | None = None
+    spec: QuerySpec | None = None
+    noise: str = QueryOptions.noise
+    confidence: float = QueryOptions.confidence
+    key_selection: str = QueryOptions.key_selection
+    split: tuple[float, ...] | None = QueryOptions.split
+
+    def text(self) -> str:
+        """The query as the ledger and the audit log record it ("" before validation when the
+        request has neither SQL nor a spec)."""
+        if isinstance(self.sql, str):
+            return self.sql
+        if self.spec is None:
+            return ""
+        return json.dumps(_spec_dict(self.spec), sort_keys=True, default=str)
+
+
+def _spec_dict(spec: QuerySpec) -> dict[str, Any]:
+    out: dict[str, Any] = {"aggregates": list(spec.aggregates)}
+    for name in ("where", "group_by", "bins", "keys", "max_groups", "max_rows"):
+        value = getattr(spec, name)
+        if value not in (None, ()):
+            out[name] = value
+    return out
+
+
+def compile_request(session: Session, request: QueryRequest) -> tuple[Query, list[A.Aggregate]]:
+    """The query ``request`` names on ``session``, and its aggregates: SQL through the analytics
+    SQL subset, a spec through the same builder calls a Python user makes. Validation only:
+    nothing is read, nothing is paid."""
+    from dpkit.analytics.sql import compile_sql, parse_predicate
+
+    if (request.sql is None) == (request.spec is None):
+        raise InvalidParameterError("query", None, "exactly one of 'sql' and 'query' (a JSON query spec)")
+    if request.sql is not None:
+        if not isinstance(request.sql, str) or not request.sql.strip():
+            raise InvalidParameterError("sql", request.sql, "a SELECT of the analytics SQL subset")
+        return compile_sql(session, request.sql)
+    spec = request.spec
+    assert spec is not None
+    q = session.query()
+    if spec.where is not None:
+        q = q.where(parse_predicate(spec.where, limits=session.limits))
+    if spec.group_by:
+        q = q.group_by(*spec.group_by, keys=spec.keys, bins=cast("dict[str, Sequence[float]] | None", spec.bins))
+    elif spec.keys is not None or spec.bins is not None:
+        raise InvalidParameterError(
+            "keys", spec.keys if spec.keys is not None else spec.bins, "keys and bins only with group_by"
+        )
+    if spec.max_groups is not None or spec.max_rows is not None:
+        q = q.bound(max_groups=spec.max_groups, max_rows=spec.max_rows)
+    aggs: list[A.Aggregate] = []
+    for i, item in enumerate(spec.aggregates):
+        kind = item.get("kind")
+        if kind not in _AGGREGATES:
+            raise InvalidParameterError(f"aggregates[{i}].kind", kind, ", ".join(map(repr, _AGGREGATES)))
+        extra = set(item) - {"kind", "column", "q", "name"}
+        if extra:
+            raise InvalidParameterError(
+                f"aggregates[{i}]", sorted(extra)[0], "only the fields kind, column, q and name"
+            )
+        name = item.get("name")
+        if kind in ("count", "count_units"):
+            if "column" in item or "q" in item:
+                raise InvalidParameterError(f"aggregates[{i}]", kind, f"{kind} without column or q")
+            aggs.append(_AGGREGATES[kind](name))
+        elif kind == "quantile":
+            aggs.append(A.QuantileAgg(item.get("column"), item.get("q"), name=name))  # type: ignore[arg-type]
+        else:
+            if "q" in item:
+                raise InvalidParameterError(f"aggregates[{i}].q", item["q"], f"no q for {kind}")
+            aggs.append(_AGGREGATES[kind](item.get("column"), name=name))
+    return q, aggs
+
+
+def query_options(request: QueryRequest) -> dict[str, Any]:
+    """The keyword arguments of :meth:`Query.cost` and :meth:`Query.aggregate` the request sets
+    (every option of :data:`OPTION_NAMES`; ``split`` only when given)."""
+    return {name: getattr(request, name) for name in OPTION_NAMES if not (name == "split" and request.split is None)}
+
+
+class Queries:
+    """Runs analysts' queries on the datasets of ``catalog``, paid from the budgets of ``grants``
+    in ``ledger`` (each debit chained with ``chain``), noised from ``rng`` (the OS CSPRNG unless
+    a :class:`~dpkit.noise.source.SecureSource` is given), within ``limits``; ``compile`` turns
+    a request into a query (:func:`compile_request` unless given)."""
+
+    def __init__(
+        self,
+        ledger: LedgerBackend,
+        catalog: Catalog,
+        grants: Grants,
+        *,
+        rng: RNG,
+        limits: QueryLimits,
+        chain: Chain,
+        compile: Compile = compile_request,
+    ) -> None:
+        self._ledger = ledger
+        self._catalog = catalog
+        self._grants = grants
+        self._rng = rng
+        self._limits = limits
+        self._chain = chain
+        self._compile = compile
+
+    @contextlib.contextmanager
+    def session(self, principal: Principal, dataset: str) -> Iterator[tuple[Session, DatasetInfo, QueryLedger]]:
+        """A session for the analyst on a dataset they were granted, over a view of the ledger
+        for this one query (its budget read once; its debit chained in the audit log in the
+        same transaction), on an engine borrowed from the dataset's pool for the block.
+        NotFoundError (404) for a dataset that does not exist or was not granted."""
+        if principal.role != "analyst":
+            raise AuthError("only analysts run queries")
+        info = self._catalog.get(dataset)
+        budget = self._grants.find(principal.name, info.name)
+        if budget is None:
+            raise NotFoundError(f"there is no dataset named {dataset!r} that you may query")
+        view = QueryLedger(self._ledger, self._chain, budget, principal)
+        loaded = self._catalog.opened(info)
+        try:
+            engine = loaded.take(info.name)
+            session = Session(
+                None,
+                engine=engine,
+                table=info.name,
+                metadata=info.metadata,
+                neighbours=info.neighbours,  # type: ignore[arg-type]
+                ledger=view,
+                dataset=info.name,
+                analyst=principal.name,
+                rng=self._rng,
+                limits=self._limits,
+            )
+        except (InvalidParameterError, InvalidDataError):
+            # The metadata was checked against this table at registration: a mismatch now means
+            # the source changed since. The analyst passed nothing here, so nothing is theirs to fix.
+            _curator_log.warning("dataset %r no longer matches its metadata", info.name, exc_info=True)
+            raise DatasetUnavailableError() from None
+        except Exception:
+            _curator_log.exception("dataset %r: its copy could not be read", info.name)
+            raise DatasetUnavailableError() from None
+        try:
+            yield session, info, view
+        finally:
+            loaded.give_back(engine)
+
+    def cost(self, principal: Principal, dataset: str, request: QueryRequest) -> QueryCost:
+        """See :meth:`dpkit.server.service.Service.cost`."""
+        with self.session(principal, dataset) as (session, _, _):
+            q, aggs = self._compile(session, request)
+            return q.cost(aggs, _text=_clip(request.text()), **query_options(request))
+
+    def answer(self, principal: Principal, dataset: str, request: QueryRequest) -> tuple[dict[str, Any], str]:
+        """See :meth:`dpkit.server.service.Service.query_encoded`."""
+        with self.session(principal, dataset) as (session, info, view):
+            return self._answer(principal, session, info, view, request)
+
+    def _answer(
+        self, principal: Principal, session: Session, info: DatasetInfo, view: QueryLedger, request: QueryRequest
+    ) -> tuple[dict[str, Any], str]:
+        before = view.budget
+        q, aggs = self._compile(session, request)
+        options = query_options(request)
+        text = _clip(request.text())
+        cost = q.cost(aggs, _text=text, **options)
+        # An early refusal spares the engine a query that cannot be paid for. The slack keeps it
+        # from refusing what the exact ledger would accept (remaining amounts are rounded
+        # down); the atomic debit inside Query.aggregate stays the one that decides.
+        if (
+            cost.epsilon > before.remaining_epsilon * (1 + 1e-9) + 1e-300
+            or cost.delta > before.remaining_delta * (1 + 1e-9) + 1e-300
+        ):
+            raise _exceeded(cost, text, before, principal.name, info.name)
+        try:
+            result = q.aggregate(aggs, _text=text, **options)
+        except QueryFailedError as exc:  # paid, then failed: the session logged the details
+            raise PaidQueryFailedError(exc.spend_id, cost) from None
+        except BudgetExceededError:
+            # Refused by the atomic debit (the early check above let it through, or a concurrent
+            # query spent first). The ledger's own message names its database: the analyst gets
+            # the same refusal as the early one, from the budget as it now stands.
+            raise _exceeded(
+                cost, text, self._ledger.get_budget(info.name, principal.name), principal.name, info.name
+            ) from None
+        # Paid and computed: from here on nothing may fail on data either.
+        try:
+            after = view.budget  # the totals the debit wrote: no second read
+            answer = result.to_dict()
+            answer.pop("remaining_epsilon", None)
+            answer["dataset"] = info.name
+            answer["cost"] = {"epsilon": cost.epsilon, "delta": cost.delta}
+            answer["budget"] = budget_dict(after)
+            encoded = json.dumps(answer, allow_nan=False)  # what the HTTP layer sends
+        except Exception:
+            _curator_log.exception(
+                "query %r on %r by %r failed after its debit (spend %s)",
+                text[:200],
+                info.name,
+                principal.name,
+                result.spend_id,
+            )
+            raise PaidQueryFailedError(result.spend_id, cost) from None
+        return answer, encoded
+
+
+def _clip(text: str) -> str:
+    return text if len(text) <= _DETAIL_LIMIT else text[:_DETAIL_LIMIT] + "…"
+
+
+def _exceeded(cost: QueryCost, text: str, budget: BudgetRecord, analyst: str, dataset: str) -> BudgetExceededError:
+    """The analyst's refusal: the request and the budget, in the same words however it was
+    refused (no ledger path, nothing about the data)."""
+    return BudgetExceededError(
+        f"ε={cost.epsilon!r}, δ={cost.delta!r} for {text[:80]!r}",
+        f"ε={budget.remaining_epsilon!r}, δ={budget.remaining_delta!r} of the budget of analyst {analyst!r} on dataset {dataset!r}",
+    )

@@ -1,0 +1,65 @@
+"""``/v1/datasets``: the curator registers datasets; everyone lists those they may see.
+
+An analyst sees only the datasets they were granted, and only the declared schema — never the
+source or the rows. The curator who registers a dataset gets its data check in that one answer.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Literal
+
+from fastapi import APIRouter, Depends, Request
+
+from dpkit.server.names import check_dataset_name
+from dpkit.server.principals import Principal
+from dpkit.server.problems import note
+from dpkit.server.routes.bodies import Body
+from dpkit.server.routes.deps import curator, get_service, principal
+from dpkit.server.service import Service
+
+__all__ = ["router", "DatasetBody"]
+
+router = APIRouter()
+
+
+class DatasetBody(Body):
+    name: str
+    source: str
+    metadata: dict[str, Any]
+    neighbours: Literal["add_remove", "replace"] = "add_remove"
+    table: str | None = None
+
+
+@router.get("/v1/datasets")
+def list_datasets(
+    request: Request, who: Principal = Depends(principal), service: Service = Depends(get_service)
+) -> dict[str, Any]:
+    note(request, action="list_datasets")
+    if who.role == "curator":
+        return {
+            "datasets": [{**d.public(), "source": d.source, "created_at": d.created_at} for d in service.datasets()]
+        }
+    granted = {b.dataset for b in service.budgets(who)}
+    return {"datasets": [d.public() for d in service.datasets() if d.name in granted]}
+
+
+@router.get("/v1/datasets/{name}")
+def get_dataset(
+    name: str, request: Request, who: Principal = Depends(principal), service: Service = Depends(get_service)
+) -> dict[str, Any]:
+    check_dataset_name(name)
+    note(request, action="get_dataset", dataset=name[:100])
+    return service.dataset(name, who).public()
+
+
+@router.post("/v1/datasets", status_code=201)
+def register_dataset(
+    body: DatasetBody, request: Request, who: Principal = Depends(curator), service: Service = Depends(get_service)
+) -> dict[str, Any]:
+    note(request, action="register_dataset", dataset=body.name[:100])
+    info = service.register_dataset(body.name, body.source, body.metadata, neighbours=body.neighbours, table=body.table)
+    # The data check goes to the curator who registered the dataset, in this answer only: it
+    # holds exact counts and raw values, so it is not stored, not audited, and no analyst
+    # endpoint returns it.
+    check = None if info.check is None else info.check.to_dict()
+    return {**info.public(), "source": info.source, "created_at": info.created_at, "check": check}

@@ -1,0 +1,171 @@
+"""``/v1/datasets/{name}/query`` and ``/v1/datasets/{name}/query/cost``: analysts' queries.
+
+A query's only answers are the result, a refusal decided before the debit on the request and the
+declared metadata (400, 404, 409, ...), or the one fixed ``query_failed`` (500) — never a
+traceback, an engine message or a data value. A paid answer's audit entry is the one its debit
+wrote, in the same transaction as the spend.
+"""
+
+from __future__ import annotations
+
+import logging
+from typing import Any
+
+from fastapi import APIRouter, Depends, Request
+from fastapi.responses import Response
+from pydantic import Field
+
+from dpkit.analytics.spec import QueryOptions
+from dpkit.errors import AuthError, BudgetExceededError, InvalidParameterError, LedgerError, QueryFailedError
+from dpkit.server.errors import DatasetUnavailableError, NotFoundError, PaidQueryFailedError
+from dpkit.server.grants import budget_dict
+from dpkit.server.names import check_dataset_name
+from dpkit.server.principals import Principal
+from dpkit.server.problems import Problem, note, query_failed
+from dpkit.server.queries import OPTION_NAMES, QueryRequest, QuerySpec
+from dpkit.server.routes.bodies import Body
+from dpkit.server.routes.deps import analyst, get_service
+from dpkit.server.service import Service
+
+__all__ = ["router", "AggregateBody", "SpecBody", "QueryBody"]
+
+_curator_log = logging.getLogger("dpkit.curator")
+
+router = APIRouter()
+
+
+class AggregateBody(Body):
+    kind: str
+    column: str | None = None
+    q: float | None = None
+    name: str | None = None
+
+
+class SpecBody(Body):
+    aggregates: list[AggregateBody] = Field(min_length=1, max_length=32)
+    where: str | None = None
+    group_by: list[str] = Field(default_factory=list, max_length=8)
+    bins: dict[str, list[float]] | None = None
+    keys: list[list[str | int | float | bool | None]] | None = None
+    max_groups: int | None = None
+    max_rows: int | None = None
+
+
+# A query request: ``sql`` or ``query`` (a JSON spec), and the spending options of QueryOptions
+# with its defaults. Only their JSON types are checked here; their values are checked by
+# QueryOptions when the query is priced, after the dataset and the query (the order in which
+# refusals have always come). (No docstring: it would become part of the published schema.)
+class QueryBody(Body):
+    epsilon: float
+    delta: float = QueryOptions.delta
+    sql: str | None = None
+    query: SpecBody | None = None
+    noise: str = QueryOptions.noise
+    confidence: float = QueryOptions.confidence
+    key_selection: str = QueryOptions.key_selection
+    split: list[float] | None = None  # (QueryOptions.split: equal shares)
+
+    def request(self) -> QueryRequest:
+        spec = None
+        if self.query is not None:
+            q = self.query
+            spec = QuerySpec(
+                aggregates=tuple(a.model_dump(exclude_none=True) for a in q.aggregates),
+                where=q.where,
+                group_by=tuple(q.group_by),
+                bins=None if q.bins is None else {k: tuple(v) for k, v in q.bins.items()},
+                keys=None if q.keys is None else tuple(tuple(k) for k in q.keys),
+                max_groups=q.max_groups,
+                max_rows=q.max_rows,
+            )
+        options = {name: getattr(self, name) for name in OPTION_NAMES}
+        if options["split"] is not None:
+            options["split"] = tuple(options["split"])
+        return QueryRequest(sql=self.sql, spec=spec, **options)
+
+
+@router.post("/v1/datasets/{name}/query")
+def query(
+    name: str,
+    body: QueryBody,
+    request: Request,
+    who: Principal = Depends(analyst),
+    service: Service = Depends(get_service),
+) -> Any:
+    check_dataset_name(name)
+    # A ready Response (encoded by the service) skips FastAPI's generic serialisation.
+    return _guarded(service, request, name, body, who, preview=False)
+
+
+@router.post("/v1/datasets/{name}/query/cost")
+def query_cost(
+    name: str,
+    body: QueryBody,
+    request: Request,
+    who: Principal = Depends(analyst),
+    service: Service = Depends(get_service),
+) -> Any:
+    check_dataset_name(name)
+    return _guarded(service, request, name, body, who, preview=True)
+
+
+def _run(service: Service, request: Request, name: str, body: QueryBody, who: Principal, *, preview: bool) -> Any:
+    req = body.request()
+    note(request, action="cost" if preview else "query", dataset=name[:100], query=req.text()[:4096])
+    if preview:
+        cost = service.cost(who, name, req)
+        note(request, outcome="ok (preview, nothing spent)")
+        return {
+            "dataset": name,
+            "cost": {"epsilon": cost.epsilon, "delta": cost.delta},
+            "query": cost.text,
+            "budget": _own_budget(service, who, name),
+        }
+    try:
+        answer, encoded = service.query_encoded(who, name, req)
+    except BudgetExceededError as exc:
+        raise Problem(409, "budget_exceeded", str(exc), budget=_own_budget(service, who, name)) from None
+    except PaidQueryFailedError as exc:
+        # The debit stands, recorded by its own entry (written with it); this request's entry
+        # says the answer failed and names the spend, without recording the amount again.
+        note(request, action="query_failed", spend_id=exc.spend_id)
+        raise query_failed(exc.spend_id) from None
+    # The debit's entry, committed with the spend, is this request's record.
+    note(request, recorded_in_transaction=True, spend_id=answer.get("spend_id"))
+    return Response(encoded, media_type="application/json")
+
+
+def _guarded(service: Service, request: Request, name: str, body: QueryBody, who: Principal, *, preview: bool) -> Any:
+    """A query's only answers: the result, a refusal decided before the debit on the request
+    and the declared metadata, or the fixed ``query_failed``. Anything unexpected (and an
+    InvalidDataError, which can no longer arise in the query path and may quote the data)
+    becomes ``query_failed`` too — never a traceback or the exception's text."""
+    try:
+        return _run(service, request, name, body, who, preview=preview)
+    except (
+        Problem,
+        InvalidParameterError,
+        NotFoundError,
+        AuthError,
+        BudgetExceededError,
+        LedgerError,
+        DatasetUnavailableError,
+        QueryFailedError,
+    ):
+        raise
+    except RecursionError:
+        # Only validation recurses on the request (anything after the debit is wrapped by the
+        # service): a query nested beyond what the parser can follow is refused, unpaid.
+        raise Problem(
+            400, "limit_exceeded", "the query is nested too deeply to be parsed; nothing was spent", parameter="sql"
+        ) from None
+    except Exception as exc:
+        _curator_log.error("query on %r by %r failed unexpectedly", name[:100], who.name, exc_info=exc)
+        raise query_failed(None) from None
+
+
+def _own_budget(service: Service, who: Principal, dataset: str) -> dict[str, Any] | None:
+    try:
+        return budget_dict(service.ledger.get_budget(dataset, who.name))
+    except (LedgerError, InvalidParameterError):
+        return None
