@@ -9,10 +9,8 @@ import pytest
 
 from dpkit.accounting.events import ComposedEvent, PureDPEvent, SelfComposedEvent
 from dpkit.errors import InvalidDataError, InvalidParameterError
-from dpkit.mechanisms.sparse_vector import (
-    AboveThreshold,
-    NumericSparse,
-    Sparse,
+from dpkit.mechanisms.sparse_vector import AboveThreshold, NumericSparse, Sparse
+from dpkit.mechanisms.svt_applications import (
     choose_clipping_bound,
     clipping_queries,
     range_queries_above_threshold,

@@ -31,7 +31,7 @@ and are not meant to be secure.
 
 >>> import numpy as np
 >>> x = np.random.default_rng(0).integers(0, 2, 40)
->>> cur = NaiveCurator(x, noise=1.0, rng=np.random.default_rng(1))
+>>> cur = NaiveCurator(x, noise_bound=1.0, rng=np.random.default_rng(1))
 >>> res = dinur_nissim_attack(cur, 40, rng=np.random.default_rng(2))
 >>> res.recovered_fraction > 0.9 and res.blatantly_non_private
 True
@@ -55,6 +55,7 @@ from scipy.optimize import linprog
 
 from dpkit.budget import Budget
 from dpkit.errors import InvalidDataError, InvalidParameterError
+from dpkit.mechanisms._renamed import MISSING, take_renamed
 from dpkit.mechanisms.laplace import Laplace
 from dpkit.noise.source import RNG, resolve_rng
 
@@ -91,10 +92,20 @@ def _check_n(n: object, name: str = "n") -> int:
     return int(n)
 
 
-def _check_noise(noise: object) -> float:
+def _check_noise(noise: object, name: str = "noise") -> float:
     if not isinstance(noise, Real) or isinstance(noise, bool) or not math.isfinite(float(noise)) or float(noise) < 0:
-        raise InvalidParameterError("noise", noise, "a finite number >= 0 (the bound on each answer's error)")
+        raise InvalidParameterError(name, noise, "a finite number >= 0 (the bound on each answer's error)")
     return float(noise)
+
+
+def _noise_bound(owner: str, noise_bound: object, renamed: dict[str, Any]) -> float:
+    """``noise_bound=`` (docs/glossary.md: ``noise`` names a kind of noise, never an amount), or
+    its deprecated name ``noise=``; an error names the argument the caller wrote."""
+    given = {"noise_bound": noise_bound}
+    names = take_renamed(owner, renamed, {"noise": "noise_bound"}, given, stacklevel=4)
+    if given["noise_bound"] is MISSING:
+        raise TypeError(f"{owner}() missing 1 required keyword-only argument: 'noise_bound'")
+    return _check_noise(given["noise_bound"], names["noise_bound"])
 
 
 def _check_bits(x: ArrayLike) -> NDArray[np.int64]:
@@ -175,15 +186,17 @@ class Curator:
 
 
 class NaiveCurator(Curator):
-    """Answers each subset-sum query with fresh uniform noise in [−noise, noise] (error ≤ noise).
+    """Answers each subset-sum query with fresh uniform noise in [−E, E], E = ``noise_bound``.
 
     Repeating a query gives a fresh answer, so averaging repeats alone defeats it; the attacks
     here use distinct queries and do not rely on that.
     """
 
-    def __init__(self, x: ArrayLike, *, noise: float, rng: np.random.Generator | int | None = None) -> None:
+    def __init__(
+        self, x: ArrayLike, *, noise_bound: float = MISSING, rng: np.random.Generator | int | None = None, **renamed: Any
+    ) -> None:
         super().__init__(x)
-        self.noise_bound = _check_noise(noise)
+        self.noise_bound = _noise_bound("NaiveCurator", noise_bound, renamed)
         self._rng = _generator(rng)
 
     def query_many(self, subsets: ArrayLike) -> NDArray[np.float64]:
@@ -220,7 +233,7 @@ class IdentifierCondition:
 class StickyCurator(Curator):
     """Diffix-style "sticky" noise: bounded noise that is a deterministic function of the query.
 
-    The noise of a query is uniform in [−noise, noise], derived with keyed BLAKE2b from the
+    The noise of a query is uniform in [−E, E] (E = ``noise_bound``), derived with keyed BLAKE2b from the
     query's *conditions* (the subset named in the query and any :class:`IdentifierCondition`),
     so asking the same query again returns the same answer and averaging repeats gains nothing.
     The rows counted are those in the subset for which every condition holds.
@@ -230,9 +243,11 @@ class StickyCurator(Curator):
     those do not stop equivalent-query averaging either.
     """
 
-    def __init__(self, x: ArrayLike, *, noise: float, rng: np.random.Generator | int | None = None) -> None:
+    def __init__(
+        self, x: ArrayLike, *, noise_bound: float = MISSING, rng: np.random.Generator | int | None = None, **renamed: Any
+    ) -> None:
         super().__init__(x)
-        self.noise_bound = _check_noise(noise)
+        self.noise_bound = _noise_bound("StickyCurator", noise_bound, renamed)
         self._key = _generator(rng).bytes(32)  # the curator's secret salt
         self._ids = np.arange(self.n, dtype=np.int64)
 

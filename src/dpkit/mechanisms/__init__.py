@@ -15,10 +15,8 @@ from dpkit.mechanisms.smooth_sensitivity import (
     smooth_sensitivity_median,
     smooth_sensitivity_order_statistic,
 )
-from dpkit.mechanisms.sparse_vector import (
-    AboveThreshold,
-    NumericSparse,
-    Sparse,
+from dpkit.mechanisms.sparse_vector import AboveThreshold, NumericSparse, Sparse
+from dpkit.mechanisms.svt_applications import (
     SVTMeanResult,
     choose_clipping_bound,
     range_queries_above_threshold,

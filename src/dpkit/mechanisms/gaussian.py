@@ -11,19 +11,18 @@ from numpy.typing import ArrayLike
 
 from dpkit import _validate as v
 from dpkit._validate import Neighbours
-from dpkit.accounting.analytic_gaussian import analytic_gaussian_sigma, classic_gaussian_sigma
+from dpkit.accounting.analytic_gaussian import analytic_gaussian_sigma, classic_gaussian_sigma, gaussian_delta
 from dpkit.accounting.events import GaussianEvent
 from dpkit.errors import InvalidParameterError
 from dpkit.mechanisms.laplace import _as_output, _check_scale_range
-from dpkit.noise.lattice import Lattice, choose_lattice, lattice_gaussian
+from dpkit.noise.lattice import DELTA_MARGIN, Lattice, choose_lattice, lattice_gaussian
 from dpkit.noise.source import RNG, resolve_rng
 
 __all__ = ["Gaussian", "GaussianNoisePlan", "gaussian_noise_plan"]
 
 # The lattice discrete Gaussian's privacy curve differs from the continuous one's by O(g²/σ²)
 # (the sum over the lattice of a function with one kink, CKS 2020 Sec. 4): below 2^-78 here.
-# Calibrating for δ·(1 − 2^-20) covers that for every δ >= 2^-58.
-_DELTA_MARGIN = 1.0 - 2.0**-20
+# Calibrating for δ·DELTA_MARGIN = δ·(1 − 2^-20) covers that for every δ >= 2^-58.
 _MIN_DELTA = 2.0**-58
 
 
@@ -103,15 +102,72 @@ class Gaussian:
         object.__setattr__(self, "sensitivity", v.positive(self.sensitivity, "sensitivity"))
         v.neighbours(self.neighbours)
         if self.delta < _MIN_DELTA:
-            raise InvalidParameterError("delta", self.delta, f"a number in [2**-58, 1)")
+            raise InvalidParameterError("delta", self.delta, "a number in [2**-58, 1)")
         if self.calibration == "analytic":
-            unit = analytic_gaussian_sigma(self.epsilon, self.delta * _DELTA_MARGIN, 1.0)
+            unit = analytic_gaussian_sigma(self.epsilon, self.delta * DELTA_MARGIN, 1.0)
         elif self.calibration == "classic":
-            unit = classic_gaussian_sigma(self.epsilon, self.delta * _DELTA_MARGIN, 1.0)
+            unit = classic_gaussian_sigma(self.epsilon, self.delta * DELTA_MARGIN, 1.0)
         else:
             raise InvalidParameterError("calibration", self.calibration, "'analytic' or 'classic'")
         object.__setattr__(self, "_unit_sigma", unit)  # σ per unit of ℓ2 sensitivity
         _check_scale_range(self.sigma)
+
+    @classmethod
+    def from_noise_multiplier(
+        cls,
+        noise_multiplier: float,
+        *,
+        delta: float,
+        sensitivity: float = 1.0,
+        neighbours: Neighbours = "add_remove",
+    ) -> Gaussian:
+        """The Gaussian mechanism with σ = ``noise_multiplier`` · Δ₂ exactly, for callers that
+        calibrate the noise themselves (by ρ-zCDP or an accountant over many releases).
+
+        The noise, lattice and event are those of a mechanism calibrated to that σ: ``event`` is
+        ``GaussianEvent(noise_multiplier)`` and :meth:`noise_plan` draws at least that multiplier.
+        ``epsilon`` is the smallest ε (to about 1e-9 relative, rounded up) for which one release is
+        (ε, δ·(1 − 2^-20))-DP on the exact Gaussian privacy curve (Balle & Wang 2018, Thm 8); it
+        describes a single release and is what this object reports, not what a composition of
+        many releases costs (compose ``event`` with an accountant for that).
+
+        >>> Gaussian.from_noise_multiplier(2.0, delta=1e-6).event.noise_multiplier
+        2.0
+        """
+        nm = v.positive(noise_multiplier, "noise_multiplier")
+        delta = v.delta(delta, allow_zero=False)
+        if delta < _MIN_DELTA:
+            raise InvalidParameterError("delta", delta, "a number in [2**-58, 1)")
+        sens = v.positive(sensitivity, "sensitivity")
+        v.neighbours(neighbours)
+        _check_scale_range(nm * sens)
+        target = delta * DELTA_MARGIN
+        lo, hi = 0.0, 1.0
+        while not gaussian_delta(hi, nm) <= target:  # δ(ε) decreases in ε: bracket, then bisect (NaN: go on)
+            lo, hi = hi, hi * 2.0
+            if hi > 2.0**100:
+                raise InvalidParameterError(
+                    "noise_multiplier", nm, f"a multiplier giving a finite ε at delta={delta} (larger)"
+                )
+        for _ in range(100):
+            mid = (lo + hi) / 2.0
+            if gaussian_delta(mid, nm) <= target:
+                hi = mid
+            else:
+                lo = mid
+            if hi - lo <= hi * 1e-12:
+                break
+        mech = object.__new__(cls)
+        for name, value in (
+            ("epsilon", hi),
+            ("delta", delta),
+            ("sensitivity", sens),
+            ("neighbours", neighbours),
+            ("calibration", "analytic"),
+            ("_unit_sigma", nm),
+        ):
+            object.__setattr__(mech, name, value)
+        return mech
 
     @property
     def sigma(self) -> float:

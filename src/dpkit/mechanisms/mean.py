@@ -9,24 +9,22 @@ import numpy as np
 from numpy.typing import ArrayLike, NDArray
 
 from dpkit import _validate as v
+from dpkit._validate import Neighbours
 from dpkit.accounting.events import ComposedEvent, LaplaceEvent
 from dpkit.accounting.rounding import sub_down, to_float_down
 from dpkit.errors import InvalidParameterError
 from dpkit.mechanisms import sensitivity
 from dpkit.mechanisms.laplace import Laplace
 from dpkit.noise.discrete import laplace_plan, sample_discrete_laplace
-from dpkit.noise.lattice import Lattice, snap
+from dpkit.noise.lattice import Lattice, exact_lattice_sum, snap
 from dpkit.noise.source import RNG, RandomSource, resolve_rng
 
 __all__ = ["BoundedMean", "MeanRelease", "release_exact_sum"]
 
 
 def _exact_lattice_sum(values: NDArray[np.float64], lattice: Lattice) -> int:
-    """Σ round(x/g) exactly, as a Python int: int64 halves of 32 bits cannot overflow."""
-    steps = snap(values, lattice).astype(np.int64)
-    sign = np.sign(steps)
-    mag = np.abs(steps)
-    return (int(((mag >> 32) * sign).sum()) << 32) + int(((mag & 0xFFFFFFFF) * sign).sum())
+    """Σ round(x/g) exactly, as a Python int (:func:`~dpkit.noise.lattice.exact_lattice_sum`)."""
+    return int(exact_lattice_sum(snap(values, lattice).astype(np.int64).ravel()))
 
 
 def release_exact_sum(mech: Laplace, clipped: NDArray[np.float64], src: RandomSource) -> float:
@@ -62,7 +60,8 @@ class BoundedMean:
     and the rest for the count (sensitivity 1); sequential composition gives ε in total
     (Dwork & Roth 2014, Thm 3.16; seed 004). Values are clipped to [lower, upper] before summing —
     the bounds must be chosen without looking at the data. The ratio is post-processing.
-    Neighbours: add/remove (under replace the count is public; use a Laplace sum instead).
+    ``neighbours``: ``"add_remove"`` only, recorded in both parts of :attr:`event` (under
+    ``replace`` the count is public and the sum's sensitivity is U − L: use a Laplace sum instead).
 
     Totality: :meth:`release` never raises on a value: NaN is treated as 0 (a NaN has no place in
     a query with a declared sensitivity) and then clipped like every value, ±inf clip to the
@@ -80,8 +79,13 @@ class BoundedMean:
     lower: float
     upper: float
     sum_share: float = 0.5
+    neighbours: Neighbours = "add_remove"
 
     def __post_init__(self) -> None:
+        if v.neighbours(self.neighbours) != "add_remove":
+            raise InvalidParameterError(
+                "neighbours", self.neighbours, "'add_remove'", "under replace the count is public: use a Laplace sum instead"
+            )
         object.__setattr__(self, "epsilon", v.epsilon(self.epsilon))
         if self.epsilon > 2.0**20:  # keeps every clipped value below 2^62 lattice steps (int64)
             raise InvalidParameterError("epsilon", self.epsilon, "a number in (0, 2**20]")
@@ -93,13 +97,14 @@ class BoundedMean:
 
     @property
     def _sum_mech(self) -> Laplace:
-        s = sensitivity.bounded_sum(self.lower, self.upper, "add_remove").l1
-        return Laplace(epsilon=to_float_down(Fraction(self.epsilon) * Fraction(self.sum_share)), sensitivity=s)
+        s = sensitivity.bounded_sum(self.lower, self.upper, self.neighbours).l1
+        eps = to_float_down(Fraction(self.epsilon) * Fraction(self.sum_share))
+        return Laplace(epsilon=eps, sensitivity=s, neighbours=self.neighbours)
 
     @property
     def _count_mech(self) -> Laplace:
         # The remainder, rounded down, so that the two parts never add up to more than ε.
-        return Laplace(epsilon=sub_down(self.epsilon, self._sum_mech.epsilon), sensitivity=1.0)
+        return Laplace(epsilon=sub_down(self.epsilon, self._sum_mech.epsilon), sensitivity=1.0, neighbours=self.neighbours)
 
     @property
     def event(self) -> ComposedEvent:

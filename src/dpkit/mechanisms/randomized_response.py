@@ -35,6 +35,7 @@ import numpy as np
 from numpy.typing import ArrayLike, NDArray
 
 from dpkit import _validate
+from dpkit._validate import Neighbours
 from dpkit.accounting.events import PureDPEvent, RandomizedResponseEvent
 from dpkit.errors import InvalidDataError, InvalidParameterError
 from dpkit.noise.integers import bernoulli, uniform_below
@@ -176,6 +177,17 @@ def _estimate(counts: NDArray[np.int64], signal: Fraction, offset: Fraction) -> 
 # --------------------------------------------------------------------------------------------
 
 
+def _check_local_neighbours(value: object) -> None:
+    """Randomized response is a local mechanism: each respondent's report depends on their own
+    answer only, and the guarantee compares two values of that answer (``replace``). Under
+    add/remove the reports' number itself reveals who took part, so that relation is refused
+    rather than given a guarantee it does not have (Kasiviswanathan et al. 2011, Def. 3.1)."""
+    if _validate.neighbours(value) != "replace":
+        raise InvalidParameterError(
+            "neighbours", value, "'replace'", "randomized response is ε-local DP for one respondent's answer changing"
+        )
+
+
 @dataclass(frozen=True, kw_only=True)
 class RandomizedResponse:
     """Warner's randomized response over k answers: ε-local DP under ``replace`` neighbours.
@@ -217,9 +229,11 @@ class RandomizedResponse:
     epsilon: float | None = None
     p_truth: float | None = None
     k: int = 2
+    neighbours: Neighbours = "replace"
     _p: Fraction = field(init=False, repr=False, compare=False)
 
     def __post_init__(self) -> None:
+        _check_local_neighbours(self.neighbours)
         k = _validate.positive_int(self.k, "k", minimum=2)
         given = (self.epsilon is not None, self.p_truth is not None)
         if given[0] == given[1]:
@@ -283,7 +297,7 @@ class RandomizedResponse:
     @property
     def event(self) -> RandomizedResponseEvent:
         """What one release costs per respondent: ``RandomizedResponseEvent(p_truth, k, "replace")``."""
-        return RandomizedResponseEvent(p_truth=self.p_truth, k=self.k, neighbours="replace")  # type: ignore[arg-type]
+        return RandomizedResponseEvent(p_truth=self.p_truth, k=self.k, neighbours=self.neighbours)  # type: ignore[arg-type]
 
     def release(self, true_answers: ArrayLike, *, rng: RNG = None) -> NDArray[np.int64]:
         """Randomise each answer independently; returns int64 reports of the same shape.
@@ -357,11 +371,13 @@ class ForcedResponse:
 
     p_truth_coin: float = 0.5
     p_yes: float = 0.5
+    neighbours: Neighbours = "replace"
     _a: Fraction = field(init=False, repr=False, compare=False)
     _y: Fraction = field(init=False, repr=False, compare=False)
     _epsilon: float = field(init=False, repr=False, compare=False)
 
     def __post_init__(self) -> None:
+        _check_local_neighbours(self.neighbours)
         a = _validate.probability(self.p_truth_coin, "p_truth_coin")
         y = _validate.probability(self.p_yes, "p_yes")
         af, yf = Fraction(a), Fraction(y)
@@ -386,7 +402,7 @@ class ForcedResponse:
     @property
     def event(self) -> PureDPEvent:
         """What one release costs per respondent: ``PureDPEvent(epsilon, neighbours="replace")``."""
-        return PureDPEvent(epsilon=self._epsilon, neighbours="replace")
+        return PureDPEvent(epsilon=self._epsilon, neighbours=self.neighbours)
 
     def release(self, true_answers: ArrayLike, *, rng: RNG = None) -> NDArray[np.int64]:
         """Randomise each yes/no answer (0/1 or booleans); returns int64 reports of the same shape.

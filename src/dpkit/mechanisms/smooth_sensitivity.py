@@ -63,6 +63,7 @@ import numpy as np
 from numpy.typing import ArrayLike, NDArray
 
 from dpkit import _validate as v
+from dpkit._validate import Neighbours
 from dpkit.accounting.events import ApproxDPEvent, PureDPEvent
 from dpkit.errors import InvalidDataError, InvalidParameterError
 from dpkit.noise._exact import lazy_less
@@ -282,6 +283,7 @@ class SmoothSensitivityMedian:
     * ``noise="cauchy"``: pure ε-DP with β = ε/6 and noise (6 S/ε)·Cauchy(1); ``delta`` must be
       left out (None) or 0.
 
+    ``neighbours``: ``"replace"`` only (the analysis treats n as public), recorded in ``event``.
     Data are clipped to [lower, upper]; n is public. The released value is on the lattice
     g·ℤ, g = 2^(⌊log2(upper − lower)⌋ − 24), sampled exactly (module docstring).
 
@@ -303,8 +305,14 @@ class SmoothSensitivityMedian:
     lower: float
     upper: float
     noise: Noise = "laplace"
+    neighbours: Neighbours = "replace"
 
     def __post_init__(self) -> None:
+        if v.neighbours(self.neighbours) != "replace":
+            # The local-sensitivity analysis fixes n (NRS 2007, Sec. 3): add/remove is not covered.
+            raise InvalidParameterError(
+                "neighbours", self.neighbours, "'replace'", "the smooth-sensitivity analysis of the median treats n as public"
+            )
         object.__setattr__(self, "epsilon", v.epsilon(self.epsilon))
         lo, hi = _check_bounds(self.lower, self.upper)
         object.__setattr__(self, "lower", lo)

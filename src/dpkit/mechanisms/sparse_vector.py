@@ -1,4 +1,5 @@
-"""The sparse vector technique: AboveThreshold, Sparse, NumericSparse and their applications.
+"""The sparse vector technique: AboveThreshold, Sparse and NumericSparse (their applications are
+in :mod:`dpkit.mechanisms.svt_applications`).
 
 SVT answers a long (even unbounded) stream of sensitivity-Δ queries with only "below / above a
 threshold" and pays for the queries that come out *above*, never for the ones below
@@ -37,11 +38,11 @@ declared range or kept where a count needs no bound).
 from __future__ import annotations
 
 import math
-import numbers
-from collections.abc import Iterable, Iterator, Sequence
+import warnings
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 from fractions import Fraction
-from typing import Any, Literal
+from typing import Any
 
 import numpy as np
 from numpy.typing import ArrayLike, NDArray
@@ -51,11 +52,23 @@ from dpkit._validate import Neighbours
 from dpkit.accounting.events import ComposedEvent, LaplaceEvent, PureDPEvent, SelfComposedEvent
 from dpkit.accounting.rounding import to_float_down
 from dpkit.errors import InvalidDataError, InvalidParameterError
+from dpkit.mechanisms._svt_core import (
+    _BATCH_CELLS,
+    OnFail,
+    SVTNoisePlan,
+    _as_array,
+    _batch_matrix,
+    _check_bool,
+    _check_common,
+    _NoiseBuffer,
+    _Round,
+    _stream,
+    _svt_plan,
+    _threshold_point,
+)
 from dpkit.mechanisms.laplace import Laplace
-from dpkit.mechanisms.mean import release_exact_sum
-from dpkit.noise.discrete import LaplacePlan, laplace_plan, sample_discrete_laplace
+from dpkit.noise.discrete import sample_discrete_laplace
 from dpkit.noise.integers import _uniform_below
-from dpkit.noise.lattice import Lattice, snap
 from dpkit.noise.source import RNG, RandomSource, resolve_rng
 
 __all__ = [
@@ -63,215 +76,21 @@ __all__ = [
     "Sparse",
     "NumericSparse",
     "SVTNoisePlan",
-    "SVTMeanResult",
-    "choose_clipping_bound",
-    "clipping_queries",
-    "svt_private_mean",
-    "range_queries_above_threshold",
-    "range_queries_event",
 ]
 
-OnFail = Literal["none", "random"]
-_FIRST_CHUNK = 64
-_MAX_CHUNK = 1 << 16
-_MAX_POINT = 2.0**61  # the threshold point must lie below this: far inside int64 with noise
-_POINT_BITS = 60  # answers are clamped to ±2^60 lattice steps (so below _MAX_POINT, too)
-_BATCH_CELLS = 1 << 22
-#: g = 2^-20 of the noise scale: the extra lattice step costs 2^-20 relative noise, and values
-#: up to 2^40 noise scales compare exactly in int64.
-_LATTICE_BITS = 20  # run_batch: at most this many noise draws per block
 
+def _deprecated_alias(old: str, new: str) -> Any:
+    """A method ``old`` that warns and calls ``new``: SVT mechanisms release like every other
+    mechanism (``.release``/``.release_batch``); ``.run``/``.run_batch`` are the old names."""
 
-# --- the lattice plan ----------------------------------------------------------------------------
+    def alias(self: Any, *args: Any, **kwargs: Any) -> Any:
+        warnings.warn(f"{type(self).__name__}.{old}() is deprecated; use .{new}()", DeprecationWarning, stacklevel=2)
+        return getattr(self, new)(*args, **kwargs)
 
-
-@dataclass(frozen=True)
-class SVTNoisePlan:
-    """Exactly the noise one AboveThreshold round draws, on the lattice g·ℤ.
-
-    ``steps`` is the integer sensitivity on the lattice (⌊Δ/g⌋ + 1); the threshold gets discrete
-    Laplace noise with scale ``threshold_scale`` (2·steps/ε) and every query ``query_scale``
-    (4·steps/ε, or 2·steps/ε when monotonic), both in lattice units and sampled exactly.
-    """
-
-    lattice: Lattice
-    steps: int
-    threshold_scale: Fraction
-    query_scale: Fraction
-
-    @property
-    def granularity(self) -> float:
-        return self.lattice.granularity
-
-    def threshold_noise(self) -> LaplacePlan:
-        return laplace_plan(self.threshold_scale)
-
-    def query_noise(self) -> LaplacePlan:
-        return laplace_plan(self.query_scale)
-
-    @property
-    def value_limit(self) -> float:
-        """M = 2^60·g: answers are clamped to [−M, M] (at least 2^40·Δ/ε per round)."""
-        return math.ldexp(1.0, self.lattice.exponent + _POINT_BITS)
-
-    def clamp(self, values: NDArray[np.float64]) -> NDArray[np.float64]:
-        """NaN → 0 and every answer clamped to [−M, M] (1-Lipschitz; module docstring)."""
-        return v.clamp(np.asarray(values, dtype=np.float64), self.value_limit)
-
-    def snap_values(self, values: NDArray[np.float64], name: str = "queries") -> NDArray[np.int64]:
-        """round(clamp(x) / g) as int64: exact integers in [−2^60, 2^60], for any input values."""
-        return snap(self.clamp(values), self.lattice).astype(np.int64)
-
-
-def _svt_plan(epsilon: float, sensitivity: float, monotonic: bool) -> SVTNoisePlan:
-    """The plan of one AboveThreshold round with privacy parameter ``epsilon`` (exact in ε)."""
-    base = 2.0 * sensitivity / epsilon
-    if not (math.isfinite(base) and 2.0**-900 <= base <= 2.0**900):
-        raise InvalidParameterError("sensitivity/epsilon", sensitivity / epsilon, "a ratio in [2**-901, 2**899]")
-    k = math.floor(math.log2(base)) - _LATTICE_BITS  # g about 2^-20 of the scale
-    if not -1000 <= k <= 960:
-        raise InvalidParameterError("sensitivity/epsilon", sensitivity / epsilon, "a ratio giving a noise scale in [2**-980, 2**980]")
-    lattice = Lattice(k)
-    steps = math.floor(sensitivity / lattice.granularity) + 1
-    eps = Fraction(epsilon)
-    return SVTNoisePlan(lattice, steps, Fraction(2 * steps) / eps, Fraction((2 if monotonic else 4) * steps) / eps)
-
-
-def _threshold_point(plan: SVTNoisePlan, threshold: float) -> int:
-    """The snapped threshold; a parameter, checked when a mechanism is built (never on data)."""
-    with np.errstate(over="ignore"):
-        scaled = threshold * math.ldexp(1.0, -plan.lattice.exponent)
-    if not abs(scaled) < _MAX_POINT:
-        raise InvalidParameterError(
-            "threshold",
-            threshold,
-            f"a value below 2**{61 + plan.lattice.exponent} in magnitude (2**61 steps of the noise lattice; "
-            "that is at least 2**41 × Δ/ε per round)",
-        )
-    return int(np.rint(scaled))
-
-
-# --- query input: arrays (vectorised) or lazy streams ---------------------------------------------
-
-
-def _real_value(x: object) -> float:
-    """A streamed answer as a float (NaN → 0; ±inf kept for the clamp). A value that is not a
-    real number is a type error; the message names neither the value nor its position."""
-    if isinstance(x, (bool, np.bool_)) or not isinstance(x, (numbers.Real, np.floating, np.integer)):
-        raise InvalidDataError("queries", "holds an answer that is not a real number", "real numbers (int or float)")
-    f = v.real_float(x)  # a huge int gives ±inf, not OverflowError
-    return 0.0 if math.isnan(f) else f
-
-
-def _as_array(queries: object) -> NDArray[np.float64] | None:
-    """The query answers as a 1-D float array, or None when they must be streamed."""
-    if isinstance(queries, (np.ndarray, list, tuple)):
-        if isinstance(queries, (list, tuple)) and any(callable(q) for q in queries):
-            return None
-        arr = v.data_array(queries, "queries")  # NaN → 0; the plan clamps the rest
-        if arr.ndim != 1:
-            raise InvalidDataError("queries", f"has shape {arr.shape}", "a 1-D array with one answer per query")
-        return arr
-    return None
-
-
-def _stream(queries: object, data: Any) -> Iterator[float]:
-    """Lazily validated values: q_i itself, or q_i(data) when ``data`` is given."""
-    if isinstance(queries, (str, bytes)) or not isinstance(queries, Iterable):
-        raise InvalidDataError("queries", f"is of type {type(queries).__name__}", "an array of query answers or an iterable of them")
-
-    def gen() -> Iterator[float]:
-        for i, q in enumerate(queries):  # type: ignore[arg-type]
-            if data is not None:
-                if not callable(q):
-                    raise InvalidDataError(f"queries[{i}]", "is not callable (data was given)", "a callable q(data)")
-                q = q(data)
-            elif callable(q):
-                raise InvalidDataError(f"queries[{i}]", "is a callable but no data was given", "pass data=... or query answers")
-            yield _real_value(q)
-
-    return gen()
-
-
-class _NoiseBuffer:
-    """Per-query noise drawn in growing chunks (a stream's length is not known in advance)."""
-
-    def __init__(self, plan: LaplacePlan, src: RandomSource) -> None:
-        self.plan, self.src = plan, src
-        self.buf: list[int] = []
-        self.pos = 0
-        self.size = _FIRST_CHUNK
-
-    def next(self) -> int:
-        if self.pos == len(self.buf):
-            self.buf = sample_discrete_laplace(self.plan, self.size, self.src).tolist()
-            self.pos = 0
-            self.size = min(2 * self.size, _MAX_CHUNK)
-        y = self.buf[self.pos]
-        self.pos += 1
-        return y
-
-
-class _Round:
-    """Shared machinery: one noisy threshold, then the first noisy query at or above it."""
-
-    def __init__(self, plan: SVTNoisePlan, threshold: float, src: RandomSource) -> None:
-        self.plan, self.src = plan, src
-        self.t_point = _threshold_point(plan, threshold)  # checked at construction already
-        self.limit = plan.value_limit
-        self.t_noise = plan.threshold_noise()
-        self.q_noise = plan.query_noise()
-
-    def noisy_threshold(self) -> int:
-        return self.t_point + int(sample_discrete_laplace(self.t_noise, 1, self.src)[0])
-
-    def first_in_array(self, points: NDArray[np.int64], start: int) -> int | None:
-        """First index >= start with point + noise >= a fresh noisy threshold (vectorised)."""
-        t_hat = self.noisy_threshold()
-        chunk = _FIRST_CHUNK
-        while start < points.size:
-            block = points[start : start + chunk]
-            hits = np.flatnonzero(block + sample_discrete_laplace(self.q_noise, block.size, self.src) >= t_hat)
-            if hits.size:
-                return start + int(hits[0])
-            start += block.size
-            chunk = min(2 * chunk, _MAX_CHUNK)
-        return None
-
-    def first_in_stream(self, values: Iterator[float], counter: list[int], noise: _NoiseBuffer) -> tuple[int, float] | None:
-        """Pull values one at a time; stop right after the first positive (index, value)."""
-        t_hat = self.noisy_threshold()
-        g_inv = math.ldexp(1.0, -self.plan.lattice.exponent)
-        for x in values:
-            i = counter[0]
-            counter[0] += 1
-            clamped = min(max(x, -self.limit), self.limit)  # as SVTNoisePlan.clamp (x is not NaN)
-            scaled = clamped * g_inv  # exact: a power-of-two scaling, |scaled| <= 2^60
-            if round(scaled) + noise.next() >= t_hat:  # round(): ties to even, as snap()
-                return i, x
-        return None
-
-
-def _check_common(mech: Any) -> None:
-    object.__setattr__(mech, "epsilon", v.epsilon(mech.epsilon))
-    object.__setattr__(mech, "sensitivity", v.positive(mech.sensitivity, "sensitivity"))
-    t = mech.threshold
-    if isinstance(t, bool) or not isinstance(t, (numbers.Real, np.floating, np.integer)) or not math.isfinite(float(t)):
-        raise InvalidParameterError("threshold", t, "a finite number")
-    object.__setattr__(mech, "threshold", float(t))
-    v.neighbours(mech.neighbours)
-
-
-def _check_bool(value: object, name: str) -> None:
-    if not isinstance(value, bool):
-        raise InvalidParameterError(name, value, "True or False")
-
-
-def _batch_matrix(values: ArrayLike, size: object) -> tuple[NDArray[np.float64], int]:
-    arr = _as_array(values)
-    if arr is None:
-        raise InvalidDataError("queries", "is not an array of numbers", "a 1-D array of query answers")
-    return arr, v.positive_int(size, "size")
+    alias.__name__ = old
+    alias.__deprecated__ = f"use .{new}()"  # type: ignore[attr-defined]  # as warnings.deprecated marks it
+    alias.__doc__ = f"Deprecated alias of :meth:`{new}`."
+    return alias
 
 
 # --- AboveThreshold ------------------------------------------------------------------------------
@@ -302,7 +121,7 @@ class AboveThreshold:
 
     >>> import numpy as np
     >>> at = AboveThreshold(epsilon=1.0, threshold=50.0)
-    >>> at.run([0.0, 3.0, 1.0, 500.0, 2.0], rng=np.random.default_rng(1))
+    >>> at.release([0.0, 3.0, 1.0, 500.0, 2.0], rng=np.random.default_rng(1))
     3
     >>> at.event.epsilon
     1.0
@@ -341,7 +160,7 @@ class AboveThreshold:
         """Nominal scale of each query's noise, 4Δ/ε (2Δ/ε when monotonic)."""
         return (2 if self.monotonic else 4) * self.sensitivity / self.epsilon
 
-    def run(self, queries: ArrayLike | Iterable[Any], data: Any = None, *, rng: RNG = None) -> int | None:
+    def release(self, queries: ArrayLike | Iterable[Any], data: Any = None, *, rng: RNG = None) -> int | None:
         """The index of the first (noisily) positive query, or the ``on_fail`` answer."""
         src = resolve_rng(rng)
         rnd = _Round(self.noise_plan(), self.threshold, src)
@@ -360,10 +179,10 @@ class AboveThreshold:
             return int(_uniform_below(n, 1, src)[0])
         return hit
 
-    def run_batch(self, queries: ArrayLike, size: int, *, rng: RNG = None) -> NDArray[np.int64]:
+    def release_batch(self, queries: ArrayLike, size: int, *, rng: RNG = None) -> NDArray[np.int64]:
         """``size`` independent runs on the same answers, vectorised; -1 marks "no positive".
 
-        For audits and simulations: each entry is distributed exactly as :meth:`run`'s output
+        For audits and simulations: each entry is distributed exactly as :meth:`release`'s output
         (with ``on_fail="random"`` the -1 entries are replaced by uniform indices).
         """
         arr, size = _batch_matrix(queries, size)
@@ -383,6 +202,9 @@ class AboveThreshold:
             miss = np.flatnonzero(out < 0)
             out[miss] = _uniform_below(arr.size, miss.size, src).astype(np.int64)
         return out
+
+    run = _deprecated_alias("run", "release")
+    run_batch = _deprecated_alias("run_batch", "release_batch")
 
 
 # --- Sparse --------------------------------------------------------------------------------------
@@ -408,7 +230,7 @@ class Sparse:
 
     >>> import numpy as np
     >>> sp = Sparse(epsilon=3.0, threshold=50.0, max_positives=2)
-    >>> sp.run([0, 900, 0, 0, 800, 700], rng=np.random.default_rng(0))
+    >>> sp.release([0, 900, 0, 0, 800, 700], rng=np.random.default_rng(0))
     [1, 4]
     """
 
@@ -468,11 +290,11 @@ class Sparse:
             raise InvalidDataError("queries", "is empty", "at least one query")
         return found
 
-    def run(self, queries: ArrayLike | Iterable[Any], data: Any = None, *, rng: RNG = None) -> list[int]:
+    def release(self, queries: ArrayLike | Iterable[Any], data: Any = None, *, rng: RNG = None) -> list[int]:
         """The indices of the (at most c) queries found above the threshold, in order."""
         return [i for i, _ in self._positives(queries, data, resolve_rng(rng))]
 
-    def run_batch(self, queries: ArrayLike, size: int, *, rng: RNG = None) -> NDArray[np.bool_]:
+    def release_batch(self, queries: ArrayLike, size: int, *, rng: RNG = None) -> NDArray[np.bool_]:
         """``size`` independent runs, vectorised: a (size, m) boolean matrix of positives."""
         arr, size = _batch_matrix(queries, size)
         src = resolve_rng(rng)
@@ -500,6 +322,9 @@ class Sparse:
                 live = live[has & (first + 1 < m)]
         return out
 
+    run = _deprecated_alias("run", "release")
+    run_batch = _deprecated_alias("run_batch", "release_batch")
+
 
 # --- NumericSparse -------------------------------------------------------------------------------
 
@@ -523,7 +348,7 @@ class NumericSparse:
 
     >>> import numpy as np
     >>> ns = NumericSparse(epsilon=9.0, threshold=50.0, max_positives=1)
-    >>> [(i, round(x, -1)) for i, x in ns.run([0, 0, 1000], rng=np.random.default_rng(0))]
+    >>> [(i, round(x, -1)) for i, x in ns.release([0, 0, 1000], rng=np.random.default_rng(0))]
     [(2, 1000.0)]
     """
 
@@ -597,7 +422,7 @@ class NumericSparse:
             )
         )
 
-    def run(self, queries: ArrayLike | Iterable[Any], data: Any = None, *, rng: RNG = None) -> list[tuple[int, float]]:
+    def release(self, queries: ArrayLike | Iterable[Any], data: Any = None, *, rng: RNG = None) -> list[tuple[int, float]]:
         """(index, noisy value) for each of the at most c positive queries, in order."""
         src = resolve_rng(rng)
         found = self._selector()._positives(queries, data, src)
@@ -606,188 +431,4 @@ class NumericSparse:
         noisy = self._valuer().release(np.array([x for _, x in found]), rng=src)
         return [(i, float(y)) for (i, _), y in zip(found, np.atleast_1d(noisy))]
 
-
-# --- applications (seed 004 §7.2 and §7.4) --------------------------------------------------------
-
-
-def _data_values(values: ArrayLike, name: str = "values") -> NDArray[np.float64]:
-    """Private data as a 1-D float array: NaN → 0, ±inf kept (each use clips or counts them)."""
-    x = v.data_array(values, name)
-    if x.ndim != 1:
-        raise InvalidDataError(name, f"has shape {x.shape}", "a 1-D array")
-    return x
-
-
-def _candidates(max_bound: object, step: object) -> NDArray[np.float64]:
-    hi = v.positive_int(max_bound, "max_bound")
-    st = v.positive_int(step, "step")
-    if hi > 10**8:
-        raise InvalidParameterError("max_bound", max_bound, "an integer in [1, 10**8]")
-    return np.arange(1, hi + 1, st, dtype=np.float64)
-
-
-def clipping_queries(values: ArrayLike, bounds: ArrayLike) -> NDArray[np.float64]:
-    """q_b(D) = Σ clip(x, 0, b) − Σ clip(x, 0, b + 1) for every b, vectorised (seed 004 §7.2).
-
-    Each q_b equals −Σ_x clip(x − b, 0, 1), so adding, removing or changing one record moves it by
-    at most 1: sensitivity 1 under both neighbour relations. It rises to 0 as b passes the data.
-
-    >>> clipping_queries([0.5, 2.0, 7.0], [1, 2, 8]).tolist()
-    [-2.0, -1.0, -0.0]
-    """
-    x = np.sort(np.clip(_data_values(values), 0.0, None))
-    b = np.asarray(bounds, dtype=np.float64)
-    lo = np.searchsorted(x, b, side="right")
-    hi = np.searchsorted(x, b + 1, side="right")
-    # Σ (x − b) over b < x <= b + 1, summed slice by slice (terms in (0, 1], so the float error
-    # is below m·2^-53 for m terms — no prefix sums, whose error grows with the data's total).
-    partial = np.array([float(np.sum(x[i:j] - bb)) for i, j, bb in zip(lo, hi, b)])
-    return -((x.size - hi) + partial)
-
-
-def choose_clipping_bound(
-    values: ArrayLike,
-    *,
-    epsilon: float,
-    max_bound: int,
-    step: int = 1,
-    threshold: float = 0.0,
-    rng: RNG = None,
-) -> int:
-    """A clipping bound b for sums of non-negative values, chosen with AboveThreshold (ε-DP).
-
-    Seed 004 §7.2 ("应用稀疏向量技术"): candidates b = 1, 1 + step, …, <= ``max_bound``; query
-    q_b(D) = Σ clip(x, 0, b) − Σ clip(x, 0, b + 1) has sensitivity 1 (:func:`clipping_queries`)
-    and rises to 0 once raising the bound no longer changes the sum; AboveThreshold with the
-    notes' threshold 0 returns the first b whose noisy q_b clears the noisy threshold. The cost
-    is ε however many candidates there are (Dwork & Roth 2014, Thm 3.23). If no candidate is
-    found positive, the largest candidate is returned (post-processing of ⊥). Neighbours:
-    add/remove or replace (both give sensitivity 1). Values below 0 count as 0, NaN counts as 0
-    and +inf as a value above every candidate (total: nothing raises on a value).
-
-    >>> import numpy as np
-    >>> ages = np.random.default_rng(0).integers(18, 90, size=20_000)
-    >>> b = choose_clipping_bound(ages, epsilon=1.0, max_bound=200, rng=np.random.default_rng(1))
-    >>> 80 <= b <= 110
-    True
-    """
-    bs = _candidates(max_bound, step)
-    # Sensitivity 1, plus 2^-20 for the float error of the slice sums (below n·2^-53 <= 2^-20
-    # for up to 2^33 records).
-    at = AboveThreshold(epsilon=epsilon, threshold=threshold, sensitivity=1.0 + 2.0**-20)
-    q = clipping_queries(values, bs)
-    idx = at.run(q, rng=rng)
-    return int(bs[-1] if idx is None else bs[idx])
-
-
-@dataclass(frozen=True)
-class SVTMeanResult:
-    """A private mean from :func:`svt_private_mean` and the three releases it came from."""
-
-    mean: float
-    bound: int
-    noisy_sum: float
-    noisy_count: float
-    event: ComposedEvent
-
-
-def svt_private_mean(values: ArrayLike, *, epsilon: float, max_bound: int, step: int = 1, rng: RNG = None) -> SVTMeanResult:
-    """ε-DP mean of non-negative values with an automatically chosen clipping bound.
-
-    Seed 004 §7.2 (``auto_avg``): ε/3 chooses the bound b with :func:`choose_clipping_bound`,
-    ε/3 releases Σ clip(x, 0, b) with Laplace noise (sensitivity b), ε/3 the count (sensitivity
-    1); mean = noisy sum / noisy count (post-processing, the count floored at 1 and the mean
-    clamped to [0, b]). Sequential composition gives ε (Dwork & Roth 2014, Thm 3.16). Neighbours:
-    add/remove. The event is ``ComposedEvent((PureDPEvent(ε/3), LaplaceEvent(ε/3),
-    LaplaceEvent(ε/3)))``, each third rounded down. NaN counts as 0 and ±inf are clipped to
-    [0, b] like every value (total: nothing raises on a value).
-
-    >>> import numpy as np
-    >>> ages = np.random.default_rng(0).integers(18, 90, size=20_000)
-    >>> r = svt_private_mean(ages, epsilon=1.0, max_bound=200, rng=np.random.default_rng(2))
-    >>> bool(abs(r.mean - ages.mean()) < 1.0)
-    True
-    """
-    eps = v.epsilon(epsilon)
-    third = to_float_down(Fraction(eps) / 3)
-    # Parameters first: a refusal never reads the data. The sum's sensitivity is the bound chosen
-    # privately, somewhere in [1, max_bound]; the scale check is monotone in it, so checking both
-    # ends now means no choice can make the Laplace construction fail later.
-    _candidates(max_bound, step)
-    for sens in (1.0, float(v.positive_int(max_bound, "max_bound"))):
-        Laplace(epsilon=third, sensitivity=sens)
-    x = _data_values(values)
-    src = resolve_rng(rng)
-    bound = choose_clipping_bound(x, epsilon=third, max_bound=max_bound, step=step, rng=src)
-    sum_mech = Laplace(epsilon=third, sensitivity=float(bound))
-    count_mech = Laplace(epsilon=third, sensitivity=1.0)
-    noisy_sum = release_exact_sum(sum_mech, np.clip(x, 0.0, bound), src)  # exact, not a float sum
-    noisy_count = float(count_mech.release(float(x.size), rng=src))
-    mean = float(np.clip(noisy_sum / max(noisy_count, 1.0), 0.0, bound))
-    event = ComposedEvent((PureDPEvent(epsilon=third), sum_mech.event, count_mech.event))
-    return SVTMeanResult(mean, bound, noisy_sum, noisy_count, event)
-
-
-def _check_ranges(ranges: Sequence[tuple[float, float]]) -> NDArray[np.float64]:
-    try:
-        r = np.asarray(ranges, dtype=np.float64)
-    except (TypeError, ValueError) as exc:
-        raise InvalidDataError("ranges", f"cannot be read as (lower, upper) pairs ({exc})", "a list of (lower, upper) pairs") from exc
-    if r.ndim != 2 or r.shape[1] != 2 or r.shape[0] == 0:
-        raise InvalidDataError("ranges", f"has shape {r.shape}", "a non-empty list of (lower, upper) pairs")
-    if not np.isfinite(r).all() or np.any(r[:, 0] > r[:, 1]):
-        raise InvalidDataError("ranges", "holds a non-finite or reversed pair", "finite pairs with lower <= upper")
-    return r
-
-
-def range_queries_above_threshold(
-    data: ArrayLike,
-    ranges: Sequence[tuple[float, float]],
-    *,
-    epsilon: float,
-    threshold: float,
-    max_answers: int,
-    rng: RNG = None,
-) -> list[tuple[tuple[float, float], float]]:
-    """Answer only the range counts that are large, paying for at most ``max_answers`` of them.
-
-    Seed 004 §7.4 ("应用: 范围问询"): the count of rows with lower < x < upper (sensitivity 1,
-    add/remove) for each range; ε/2 runs :class:`Sparse` with c = ``max_answers`` to find the
-    ranges whose count is above ``threshold``, and ε/(2c) releases each selected count with
-    Laplace noise — ε in total by sequential composition (Dwork & Roth 2014, Thm 3.16 and 3.25),
-    however many ranges are asked. Returns ((lower, upper), noisy count) for each selected range.
-    The event is ``ComposedEvent((PureDPEvent(ε/2), SelfComposedEvent(LaplaceEvent(ε/(2c)), c)))``
-    (see :func:`range_queries_event`). A NaN data value counts as 0 and ±inf fall in no range
-    (total: nothing raises on a data value; bad ``ranges`` are refused before anything runs).
-
-    >>> import numpy as np
-    >>> ages = np.random.default_rng(0).integers(18, 90, size=10_000)
-    >>> out = range_queries_above_threshold(ages, [(20, 22), (30, 60), (85, 86), (18, 90)],
-    ...     epsilon=1.0, threshold=1000, max_answers=2, rng=np.random.default_rng(3))
-    >>> [r for r, _ in out]
-    [(30.0, 60.0), (18.0, 90.0)]
-    """
-    # Every parameter is checked (and both mechanisms built) before the data is read.
-    r = _check_ranges(ranges)
-    eps = v.epsilon(epsilon)
-    c = v.positive_int(max_answers, "max_answers")
-    half = to_float_down(Fraction(eps) / 2)
-    sparse = Sparse(epsilon=half, threshold=threshold, max_positives=c)
-    lap = Laplace(epsilon=to_float_down(Fraction(half) / c), sensitivity=1.0)
-    src = resolve_rng(rng)
-    x = np.sort(_data_values(data, "data"))
-    counts = (np.searchsorted(x, r[:, 1], side="left") - np.searchsorted(x, r[:, 0], side="right")).clip(0).astype(np.float64)
-    chosen = sparse.run(counts, rng=src)
-    if not chosen:
-        return []
-    noisy = np.atleast_1d(lap.release(counts[chosen], rng=src))
-    return [((float(r[i, 0]), float(r[i, 1])), float(y)) for i, y in zip(chosen, noisy)]
-
-
-def range_queries_event(epsilon: float, max_answers: int) -> ComposedEvent:
-    """The event :func:`range_queries_above_threshold` spends (add/remove neighbours)."""
-    eps = v.epsilon(epsilon)
-    c = v.positive_int(max_answers, "max_answers")
-    half = to_float_down(Fraction(eps) / 2)
-    per = to_float_down(Fraction(half) / c)
-    return ComposedEvent((PureDPEvent(epsilon=half), SelfComposedEvent(LaplaceEvent.for_epsilon(per), c)))
+    run = _deprecated_alias("run", "release")

@@ -69,7 +69,6 @@ masks, noise); a refused debit raises and nothing is sampled or fitted.
 
 from __future__ import annotations
 
-import functools
 import math
 import warnings
 from collections.abc import Callable
@@ -81,16 +80,24 @@ import numpy as np
 from numpy.typing import NDArray
 
 from dpkit import _validate as v
-from dpkit._validate import short_repr
+from dpkit._validate import Neighbours, short_repr
 from dpkit.accounting.calibration import calibrate_noise_multiplier
 from dpkit.accounting.events import ComposedEvent, DPEvent, GaussianEvent, PoissonSampledEvent, SelfComposedEvent
-from dpkit.accounting.pld import PLDAccountant
-from dpkit.accounting.rdp import RDPAccountant
+from dpkit.accounting.registry import resolve_accountant
 from dpkit.errors import DPError, InvalidDataError, InvalidParameterError
 from dpkit.mechanisms.gaussian import GaussianNoisePlan, gaussian_noise_plan
+from dpkit.ml._glm_gradients import (
+    LOGISTIC,
+    MULTINOMIAL,
+    SQUARED,
+    GLMLoss,
+    augment,
+    clip_rows,
+    clipped_gradient_sum,
+)
 from dpkit.noise.discrete import sample_discrete_gaussian
 from dpkit.noise.integers import bernoulli
-from dpkit.noise.lattice import add_lattice_noise, snap
+from dpkit.noise.lattice import DELTA_MARGIN, add_lattice_noise, snap
 from dpkit.noise.source import RandomSource, resolve_rng
 
 __all__ = [
@@ -111,8 +118,9 @@ __all__ = [
     "training_event",
 ]
 
-#: δ is calibrated at δ·(1 − 2^-20), as in :class:`dpkit.Gaussian` (lattice vs continuous curve).
-DELTA_MARGIN = 1.0 - 2.0**-20
+# δ is calibrated at δ·DELTA_MARGIN = δ·(1 − 2^-20), as in dpkit.Gaussian (the lattice's discrete
+# Gaussian vs the continuous curve); DELTA_MARGIN is dpkit.noise.lattice's, imported above.
+
 #: For small q the count costs about 1/COUNT_SHARE of the training's Rényi divergence.
 COUNT_SHARE = 20.0
 #: Largest number of noise integers (or mask entries) drawn in one call.
@@ -125,92 +133,6 @@ DEFAULT_EPOCHS = 10.0
 class DataDependentWarning(UserWarning):
     """Something that should be declared was read from the private data and treated as public
     (for example the label set of a classifier fitted without ``classes=``)."""
-
-
-# ------------------------------------------------------------------------------------------------
-# Losses
-# ------------------------------------------------------------------------------------------------
-
-
-def _sigmoid(z: NDArray[np.float64]) -> NDArray[np.float64]:
-    return 0.5 * (1.0 + np.tanh(0.5 * z))  # stable for every z, no overflow
-
-
-def _softmax(z: NDArray[np.float64]) -> NDArray[np.float64]:
-    e = np.exp(z - z.max(axis=1, keepdims=True))
-    return e / e.sum(axis=1, keepdims=True)
-
-
-def _logistic_residual(z: NDArray[np.float64], y: NDArray[np.float64]) -> NDArray[np.float64]:
-    return _sigmoid(z) - y
-
-
-def _multinomial_residual(z: NDArray[np.float64], y: NDArray[np.float64]) -> NDArray[np.float64]:
-    return _softmax(z) - y
-
-
-def _squared_residual(z: NDArray[np.float64], y: NDArray[np.float64]) -> NDArray[np.float64]:
-    return z - y
-
-
-@dataclass(frozen=True)
-class GLMLoss:
-    """A GLM loss ℓ(z, y) given by its residual r = ∂ℓ/∂z (per example, K outputs).
-
-    ``lipschitz``: sup ‖r‖₂ (None when unbounded); ``smoothness``: sup of the operator norm of
-    ∂²ℓ/∂z², so the average loss is smoothness·R̃²-smooth in θ."""
-
-    name: str
-    residual: Callable[[NDArray[np.float64], NDArray[np.float64]], NDArray[np.float64]]
-    lipschitz: float | None
-    smoothness: float
-
-
-#: Binary logistic loss, y ∈ {0, 1}: r = σ(z) − y, |r| < 1; ℓ'' = σ(1 − σ) <= 1/4.
-LOGISTIC = GLMLoss("logistic", _logistic_residual, 1.0, 0.25)
-#: Multinomial (softmax) loss, y one-hot: r = p − e_y, ‖r‖₂² = Σp² − 2p_y + 1 <= 2; the Hessian
-#: diag(p) − ppᵀ has operator norm <= 1/2.
-MULTINOMIAL = GLMLoss("multinomial", _multinomial_residual, math.sqrt(2.0), 0.5)
-#: Squared loss ½(z − y)²: r = z − y is unbounded, so gradients must be clipped.
-SQUARED = GLMLoss("squared", _squared_residual, None, 1.0)
-
-
-# ------------------------------------------------------------------------------------------------
-# Deterministic, sensitivity-bounded pieces
-# ------------------------------------------------------------------------------------------------
-
-_SHRINK = np.nextafter(1.0, 0.0) ** 8  # a few ulps: rounding never leaves a norm above its bound
-
-
-def clip_rows(X: NDArray[np.float64], norm: float) -> NDArray[np.float64]:
-    """Each row scaled to ℓ2 norm at most ``norm``; rows already inside are unchanged."""
-    norms = np.linalg.norm(X, axis=1)
-    scale = np.where(norms > norm, (norm / np.maximum(norms, np.finfo(np.float64).tiny)) * _SHRINK, 1.0)
-    return X * scale[:, None]
-
-
-def augment(X: NDArray[np.float64], fit_intercept: bool) -> NDArray[np.float64]:
-    """[X, 1] when fitting an intercept (the intercept is the last row of θ)."""
-    return np.hstack([X, np.ones((X.shape[0], 1))]) if fit_intercept else np.ascontiguousarray(X)
-
-
-def per_example_clip_factors(
-    X_aug: NDArray[np.float64], R: NDArray[np.float64], C: float, row_norms: NDArray[np.float64] | None = None
-) -> NDArray[np.float64]:
-    """min(1, C/‖g_i‖₂) for g_i = x̃_i ⊗ r_i, using ‖g_i‖₂ = ‖x̃_i‖₂‖r_i‖₂ (vectorised)."""
-    if row_norms is None:
-        row_norms = np.linalg.norm(X_aug, axis=1)
-    rnorm = np.abs(R[:, 0]) if R.shape[1] == 1 else np.linalg.norm(R, axis=1)
-    gnorm = row_norms * rnorm
-    return np.where(gnorm > C, (C / np.maximum(gnorm, np.finfo(np.float64).tiny)) * _SHRINK, 1.0)
-
-
-def clipped_gradient_sum(
-    X_aug: NDArray[np.float64], R: NDArray[np.float64], C: float, row_norms: NDArray[np.float64] | None = None
-) -> NDArray[np.float64]:
-    """Σ_i clip_C(x̃_i ⊗ r_i) as a (D, K) matrix. Adding or removing one row moves it by at most
-    C in Frobenius (ℓ2) norm; replacing one row by at most 2C."""
-    return X_aug.T @ (R * per_example_clip_factors(X_aug, R, C, row_norms)[:, None])
 
 
 # ------------------------------------------------------------------------------------------------
@@ -231,7 +153,7 @@ def _replace_with_sampling(sample_rate: float) -> InvalidParameterError:
     )
 
 
-def training_event(noise_multiplier: float, sample_rate: float, steps: int, neighbours: str = "add_remove") -> DPEvent:
+def training_event(noise_multiplier: float, sample_rate: float, steps: int, neighbours: Neighbours = "add_remove") -> DPEvent:
     """The event of a whole training (see the module docstring)."""
     if neighbours == "replace":
         if sample_rate < 1:
@@ -244,14 +166,16 @@ def training_event(noise_multiplier: float, sample_rate: float, steps: int, neig
     return ComposedEvent((count, SelfComposedEvent(step, steps)))
 
 
-_ACCOUNTANTS: dict[str, type] = {"rdp": RDPAccountant, "pld": PLDAccountant}
+#: The registry names a fit accepts: the accountants that price Poisson-subsampled Gaussian steps.
+SUPPORTED_ACCOUNTANTS: tuple[str, ...] = ("rdp", "pld")
 
 
-def accountant_factory(name: object, neighbours: str) -> Callable[[], Any]:
-    """A fresh-accountant factory for ``"rdp"`` or ``"pld"`` under ``neighbours``."""
-    if not isinstance(name, str) or name not in _ACCOUNTANTS:
+def accountant_factory(name: object, neighbours: Neighbours) -> Callable[[], Any]:
+    """A fresh-accountant factory for ``"rdp"`` or ``"pld"`` under ``neighbours``, from
+    :func:`dpkit.accounting.registry.resolve_accountant` (one name → class map for dpkit)."""
+    if not isinstance(name, str) or name not in SUPPORTED_ACCOUNTANTS:
         raise InvalidParameterError("accountant", name, "'rdp' or 'pld'")
-    return functools.partial(_ACCOUNTANTS[name], neighbours=neighbours)
+    return resolve_accountant(name, neighbours=neighbours)
 
 
 # ------------------------------------------------------------------------------------------------
@@ -274,7 +198,7 @@ class TrainingPlan:
     count_noise_multiplier: float | None
     max_grad_norm: float
     sensitivity: float
-    neighbours: str
+    neighbours: Neighbours
     learning_rate: float
     momentum: float
     tail_average: float
@@ -301,7 +225,7 @@ def plan_training(
     epsilon: float | None,
     delta: float,
     noise_multiplier: float | None,
-    neighbours: str,
+    neighbours: Neighbours,
     accountant: str,
     max_grad_norm: float | None,
     default_grad_norm: float | None = None,
@@ -366,7 +290,7 @@ def plan_training(
         if epsilon is None:  # pragma: no cover - validated by the estimators
             raise InvalidParameterError("epsilon", epsilon, "a finite number > 0")
         z = calibrate_noise_multiplier(
-            target_epsilon=epsilon, delta=cal_delta, accountant=factory,
+            epsilon=epsilon, delta=cal_delta, accountant=factory,
             event_for=lambda s: training_event(s, q, T, neighbours),
         )
     else:

@@ -15,26 +15,29 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
-from fractions import Fraction
 from typing import Any, Literal
 
 import numpy as np
 from numpy.typing import ArrayLike, NDArray
 from scipy.special import ndtri
 from sklearn.base import BaseEstimator, ClusterMixin, clone
+from sklearn.utils import TransformerTags
 from sklearn.utils.validation import check_is_fitted
 
 from dpkit import _validate as v
 from dpkit._validate import Neighbours
 from dpkit.accounting.composition import BasicAccountant
-from dpkit.accounting.events import ComposedEvent, DPEvent, GaussianEvent, SelfComposedEvent
+from dpkit.accounting.events import ComposedEvent, DPEvent, SelfComposedEvent
 from dpkit.accounting.zcdp import ZCDPAccountant
 from dpkit.budget import Budget
-from dpkit.errors import DPError, InvalidDataError, InvalidParameterError
-from dpkit.mechanisms.gaussian import GaussianNoisePlan, gaussian_noise_plan
+from dpkit.errors import InvalidDataError, InvalidParameterError
+from dpkit.mechanisms.gaussian import Gaussian, GaussianNoisePlan
 from dpkit.mechanisms.laplace import Laplace, LaplaceNoisePlan
+from dpkit.ml._kmeans_domain import _SHRINK as _SHRINK  # re-exported: rows are scaled by it
+from dpkit.ml._kmeans_domain import _Domain, _domain, _uniform
+from dpkit.ml._kmeans_noise import _gaussian_event, _gaussian_mechanisms, _textbook_mechanisms
 from dpkit.noise.discrete import laplace_plan, sample_discrete_gaussian, sample_discrete_laplace
-from dpkit.noise.lattice import Lattice, lattice_gaussian
+from dpkit.noise.lattice import Lattice, exact_lattice_sum, lattice_gaussian
 from dpkit.noise.source import RandomSource, resolve_rng
 
 __all__ = ["KMeans"]
@@ -42,182 +45,25 @@ __all__ = ["KMeans"]
 Method = Literal["gaussian", "textbook"]
 METHODS: tuple[str, ...] = ("gaussian", "textbook")
 
-#: Rows are scaled by (1 − 2^-20)/r after clipping, so that their norm is strictly below 1 in
-#: exact arithmetic whatever the rounding of the clipping and centring (the sensitivity proofs
-#: need ‖y‖ <= 1 exactly); the factor is undone on the centres, so it costs nothing but 1e-6
-#: of the noise-to-signal ratio.
-_SHRINK = 1.0 - 2.0**-20
-#: Typical norm of a cluster centre relative to the domain radius, used only to split ρ between
-#: counts and sums (a public constant: the norm of a uniform point of a cube is about 1/√3 of
-#: its half-diagonal).
-_TYPICAL_CENTRE_NORM = 1.0 / math.sqrt(3.0)
 #: The private initialisation runs one noisy iteration on this many uniformly random candidate
 #: centres per cluster (more candidates: finer cells, so fewer clusters merged in one cell, but
 #: fewer rows and so more relative noise per cell; 16 was best on blobs in 2–10 dimensions).
 _OVERSEED = 16
 #: Restarts of the (free) weighted k-means on the initial noisy centroids.
 _RESTARTS = 10
-#: Rows summed exactly per chunk: the 32-bit halves of lattice steps, summed in float64 per
-#: chunk, stay below 2^53 and so are exact.
-_SUM_CHUNK = 1 << 20
 
 
 # ---------------------------------------------------------------------------------------------
-# Randomness that is not privacy noise (random centres): uniform doubles from the same source
+# Noise: the Laplace or Gaussian mechanism on exact per-cluster lattice sums
 # ---------------------------------------------------------------------------------------------
 
 
-def _uniform(src: RandomSource, shape: tuple[int, ...]) -> NDArray[np.float64]:
-    """Uniform doubles in (0, 1) from the top 53 bits of the source's words."""
-    n = int(np.prod(shape)) if shape else 1
-    words = src.words(n) if n else np.zeros(0, dtype=np.uint64)
-    return (((words >> np.uint64(11)).astype(np.float64) + 0.5) * 2.0**-53).reshape(shape)
+Mechanism = Laplace | Gaussian
 
 
-# ---------------------------------------------------------------------------------------------
-# The declared data domain
-# ---------------------------------------------------------------------------------------------
-
-
-@dataclass(frozen=True)
-class _Domain:
-    """Where the rows live, declared by the user, and the map to normalised coordinates.
-
-    ``kind``: ``"box"`` (bounds), ``"l1"`` or ``"l2"`` (a ball of radius ``data_norm`` around 0).
-    Rows are first moved into the domain (clipped to the box, or scaled onto the ball's sphere
-    when outside it), then mapped to y = (x − offset)·factor with factor = (1 − 2^-20)/radius,
-    where radius is the domain's ℓ1 radius (textbook) or ℓ2 radius (gaussian) about ``offset``.
-    Normalised rows therefore have norm < 1: the textbook's unit ℓ1 ball, or the unit ℓ2 ball.
-    """
-
-    kind: str
-    offset: NDArray[np.float64]  # box midpoint or 0
-    lower: NDArray[np.float64] | None  # box only
-    upper: NDArray[np.float64] | None
-    radius: float  # in data units, in the norm the method needs
-    norm: int  # 1 (textbook) or 2 (gaussian)
-
-    @property
-    def factor(self) -> float:
-        return _SHRINK / self.radius
-
-    @property
-    def dim(self) -> int:
-        return int(self.offset.shape[0])
-
-    def into_domain(self, X: NDArray[np.float64]) -> NDArray[np.float64]:
-        """Rows moved into the declared domain, in data units."""
-        if self.kind == "box":
-            return np.clip(X, self.lower, self.upper)
-        norms = np.abs(X).sum(axis=1) if self.kind == "l1" else np.sqrt(np.einsum("ij,ij->i", X, X))
-        scale = np.where(norms > self.radius, self.radius / np.maximum(norms, 1e-300), 1.0)
-        return X * scale[:, None]
-
-    def normalise(self, X: NDArray[np.float64]) -> NDArray[np.float64]:
-        return (self.into_domain(X) - self.offset) * self.factor
-
-    def denormalise(self, C: NDArray[np.float64]) -> NDArray[np.float64]:
-        return C / self.factor + self.offset
-
-    def _box_half(self) -> NDArray[np.float64]:
-        assert self.lower is not None and self.upper is not None
-        return (self.upper - self.lower) / 2.0 * self.factor
-
-    def project(self, C: NDArray[np.float64]) -> NDArray[np.float64]:
-        """The nearest points of the (normalised) domain: a convex set holding every row, so
-        projecting a centre onto it never moves the centre away from any row."""
-        if self.kind == "box":
-            h = self._box_half()
-            return np.clip(C, -h, h)
-        r = _SHRINK
-        norms = np.abs(C).sum(axis=1) if self.kind == "l1" else np.sqrt(np.einsum("ij,ij->i", C, C))
-        scale = np.where(norms > r, r / np.maximum(norms, 1e-300), 1.0)
-        return C * scale[:, None]
-
-    def uniform(self, n: int, src: RandomSource) -> NDArray[np.float64]:
-        """n points uniform in the (normalised) domain."""
-        d = self.dim
-        if self.kind == "box":
-            return (2.0 * _uniform(src, (n, d)) - 1.0) * self._box_half()
-        if self.kind == "l1":
-            # (E_1..E_d)/(E_0 + … + E_d) is uniform on {y >= 0, Σy <= 1}; random signs.
-            e = -np.log(_uniform(src, (n, d + 1)))
-            y = e[:, 1:] / e.sum(axis=1, keepdims=True)
-            signs = np.where(_uniform(src, (n, d)) < 0.5, -1.0, 1.0)
-            return _SHRINK * y * signs
-        g = ndtri(_uniform(src, (n, d)))
-        g /= np.maximum(np.sqrt(np.einsum("ij,ij->i", g, g)), 1e-300)[:, None]
-        return _SHRINK * g * _uniform(src, (n, 1)) ** (1.0 / d)
-
-
-def _domain(bounds: object, data_norm: object, d: int, norm: int) -> _Domain:
-    if bounds is None and data_norm is None:
-        raise InvalidParameterError(
-            "bounds",
-            None,
-            "a pair (lower, upper) of numbers or length-n_features arrays, or give data_norm=R instead",
-            "dpkit never derives the data's range from the data (that would leak it); declare the domain",
-        )
-    if bounds is not None and data_norm is not None:
-        raise InvalidParameterError("data_norm", data_norm, "None when bounds is given (declare one domain, not two)")
-    if data_norm is not None:
-        r = v.positive(data_norm, "data_norm")
-        return _Domain("l1" if norm == 1 else "l2", np.zeros(d), None, None, r, norm)
-    accepted = f"a pair (lower, upper) of finite numbers or length-{d} arrays with lower < upper in every feature"
-    try:
-        lower, upper = bounds  # type: ignore[misc]
-        lo = np.broadcast_to(np.asarray(lower, dtype=np.float64), (d,)).copy()
-        hi = np.broadcast_to(np.asarray(upper, dtype=np.float64), (d,)).copy()
-    except (TypeError, ValueError) as exc:
-        raise InvalidParameterError("bounds", v.short_repr(bounds), accepted) from exc
-    if not (np.all(np.isfinite(lo)) and np.all(np.isfinite(hi)) and np.all(lo < hi)):
-        raise InvalidParameterError("bounds", v.short_repr(bounds), accepted)
-    mid = (lo + hi) / 2.0
-    half = np.maximum(hi - mid, mid - lo)  # covers the rounding of the midpoint
-    radius = float(np.sum(half)) if norm == 1 else float(np.sqrt(np.sum(half * half)))
-    radius = math.nextafter(radius * (1.0 + 2.0**-40), math.inf)  # float sums rounded up
-    return _Domain("box", mid, lo, hi, radius, norm)
-
-
-# ---------------------------------------------------------------------------------------------
-# Noise: the Laplace mechanism, and a Gaussian with a given noise multiplier (zCDP-calibrated)
-# ---------------------------------------------------------------------------------------------
-
-
-@dataclass(frozen=True)
-class _GaussianNoise:
-    """Gaussian noise σ = noise_multiplier × Δ₂ on a lattice, exactly as :class:`dpkit.Gaussian`
-    draws it (same lattice, same exact discrete Gaussian sampler), but calibrated by ρ instead of
-    (ε, δ): the snapped query has ℓ2 sensitivity Δ₂/g + √size on the lattice, and the lattice σ is
-    noise_multiplier times that (rounded up to 2^-8), so the noise is at least ``event``'s
-    (Canonne, Kamath & Steinke 2020, Thm 14: ρ = Δ²/(2σ²) for the discrete Gaussian)."""
-
-    noise_multiplier: float
-    sensitivity: float
-    neighbours: Neighbours
-
-    @property
-    def sigma(self) -> float:
-        return self.noise_multiplier * self.sensitivity
-
-    @property
-    def scale(self) -> float:
-        return self.sigma
-
-    @property
-    def event(self) -> GaussianEvent:
-        return GaussianEvent(noise_multiplier=self.noise_multiplier, neighbours=self.neighbours)
-
-    def noise_plan(self, size: int = 1) -> GaussianNoisePlan:
-        return gaussian_noise_plan(self.noise_multiplier, self.sensitivity, size)
-
-    def release(self, value: ArrayLike, *, rng: object = None) -> NDArray[np.float64]:
-        x = v.finite_array(value, "value")
-        plan = self.noise_plan(x.size)
-        return lattice_gaussian(x, plan.lattice, plan.lattice_sigma, resolve_rng(rng))
-
-
-Mechanism = Laplace | _GaussianNoise
+def _noise_scale(mech: Mechanism) -> float:
+    """The scale of ``mech``'s noise: b for Laplace, σ for Gaussian."""
+    return mech.scale if isinstance(mech, Laplace) else mech.sigma
 
 
 def _draw_lattice_noise(plan: LaplaceNoisePlan | GaussianNoisePlan, n: int, src: RandomSource) -> NDArray[np.int64]:
@@ -227,24 +73,10 @@ def _draw_lattice_noise(plan: LaplaceNoisePlan | GaussianNoisePlan, n: int, src:
 
 
 def _exact_group_sums(Y: NDArray[np.float64], labels: NDArray[np.int64], k: int, lattice: Lattice) -> NDArray[Any]:
-    """Σ over each cluster of round(y/g), exactly, as a (k, d) array of Python ints.
-
-    A floating-point sum is not sensitivity-bounded (adding a row can move a rounded sum by more
-    than the row; Casacuberta et al. 2022), so every coordinate is snapped to the noise lattice
-    and the integers are summed exactly: split into 32-bit halves, each summed in float64 over
-    chunks of 2^20 rows (partial sums below 2^53, hence exact), recombined in Python integers.
-    """
-    n, d = Y.shape
+    """Σ over each cluster of round(y/g), exactly, as a (k, d) array of Python ints: a float sum
+    is not sensitivity-bounded (:func:`~dpkit.noise.lattice.exact_lattice_sum`)."""
     steps = np.rint(Y * math.ldexp(1.0, -lattice.exponent)).astype(np.int64)  # |y| < 1: fits (checked by caller)
-    hi_tot = np.zeros((k, d), dtype=np.int64)
-    lo_tot = np.zeros((k, d), dtype=np.int64)
-    for s in range(0, n, _SUM_CHUNK):
-        part, lab = steps[s : s + _SUM_CHUNK], labels[s : s + _SUM_CHUNK]
-        hi, lo = part >> 32, part & 0xFFFFFFFF
-        for j in range(d):
-            hi_tot[:, j] += np.bincount(lab, weights=hi[:, j], minlength=k).astype(np.int64)
-            lo_tot[:, j] += np.bincount(lab, weights=lo[:, j], minlength=k).astype(np.int64)
-    return (hi_tot.astype(object) << 32) + lo_tot.astype(object)
+    return exact_lattice_sum(steps, labels=labels, groups=k)
 
 
 def _noisy_sums(mech: Mechanism, Y: NDArray[np.float64], labels: NDArray[np.int64], k: int, src: RandomSource) -> NDArray[np.float64]:
@@ -258,6 +90,10 @@ def _noisy_sums(mech: Mechanism, Y: NDArray[np.float64], labels: NDArray[np.int6
 
 def _noisy_counts(mech: Mechanism, labels: NDArray[np.int64], k: int, src: RandomSource) -> NDArray[np.float64]:
     counts = np.bincount(labels, minlength=k).astype(np.float64)  # integers: exact
+    if isinstance(mech, Gaussian):
+        # Gaussian.release on finite values, drawn here on the mechanism's own noise plan.
+        plan = mech.noise_plan(k)
+        return lattice_gaussian(counts, plan.lattice, plan.lattice_sigma, src)
     return np.asarray(mech.release(counts, rng=src), dtype=np.float64)
 
 
@@ -299,92 +135,6 @@ class _Plan:
     epsilon: float  # what the accountant makes of ``event`` (at ``delta``)
     delta: float
     init: NDArray[np.float64] | None  # public initial centres, normalised
-
-
-def _div_down(x: float, k: int) -> float:
-    """The largest double <= x / k (privacy splits round down)."""
-    q = x / k
-    if Fraction(q) > Fraction(x) / k:
-        q = math.nextafter(q, 0.0)
-    return q
-
-
-def _textbook_mechanisms(epsilon: float, n_iter: int, neighbours: Neighbours) -> tuple[Laplace, Laplace]:
-    """Laplace noise of scale 2/ε' with ε' = ε/(2T) on every count and every sum coordinate.
-
-    On the unit ℓ1 ball the vector of k counts and the (k, d) sums each have ℓ1 sensitivity 1
-    under add/remove (one row enters one cluster) and 2 under replace (one row leaves a cluster
-    and joins another, or moves within one). Scale 2/ε' is therefore ε'-DP per release under
-    replace — the text's relation ("1-相邻": one row changed) — and ε'/2-DP under add/remove.
-    """
-    if neighbours == "replace":
-        eps_release, sens = _div_down(epsilon, 2 * n_iter), 2.0  # ε' with Δ = 2: scale 2/ε'
-    else:
-        eps_release, sens = _div_down(epsilon, 4 * n_iter), 1.0  # ε'/2 with Δ = 1: scale 2/ε'
-    mech = Laplace(epsilon=eps_release, sensitivity=sens, neighbours=neighbours)
-    return mech, mech
-
-
-def _gaussian_sensitivities(neighbours: Neighbours) -> tuple[float, float]:
-    """ℓ2 sensitivities (counts, sums) on the unit ℓ2 ball: add/remove 1 and 1; replace √2 (two
-    counts move by 1) and 2 (‖y' − y‖ <= 2 within one cluster; √2 across two). Under replace the
-    two worst cases cannot happen together: with r_c = 1/(2σ_c²), r_s = 1/(2σ_s²) the true
-    per-iteration ρ is max(4r_s, 2r_c + 2r_s), and accounting the releases separately charges
-    2r_c + 4r_s — conservative under replace, exact under add/remove."""
-    return (1.0, 1.0) if neighbours == "add_remove" else (math.sqrt(2.0), 2.0)
-
-
-def _gaussian_event(mu_count: float, mu_sum: float, n_iter: int, neighbours: Neighbours) -> tuple[DPEvent, DPEvent]:
-    step = ComposedEvent((GaussianEvent(mu_count, neighbours), GaussianEvent(mu_sum, neighbours)))
-    return SelfComposedEvent(step, n_iter), step
-
-
-def _gaussian_mechanisms(
-    epsilon: float, delta: float, n_iter: int, d: int, neighbours: Neighbours
-) -> tuple[_GaussianNoise, _GaussianNoise, float]:
-    """zCDP calibration: the largest total ρ whose (ε, δ) conversion meets the target.
-
-    Per iteration ρ/T, split ρ_sum : ρ_count = √d·(Δ_sum/Δ_count)/c with c = 1/√3 — the split
-    minimising the centre's mean squared error d·σ_sum²/n² + ‖centre‖²·σ_count²/n² when
-    ‖centre‖ = c (the Gaussian analogue of Su et al. 2016's count/sum split, Sec. 4.2).
-    The answer is re-checked with :class:`ZCDPAccountant` before it is returned.
-    """
-    dc, ds = _gaussian_sensitivities(neighbours)
-    ratio = math.sqrt(d) * (ds / dc) / _TYPICAL_CENTRE_NORM  # ρ_sum / ρ_count
-    w_count, w_sum = 1.0 / (1.0 + ratio), ratio / (1.0 + ratio)
-
-    def mus(rho: float) -> tuple[float, float]:
-        step = rho / n_iter
-        return 1.0 / math.sqrt(2.0 * w_count * step), 1.0 / math.sqrt(2.0 * w_sum * step)
-
-    def eps_of(rho: float) -> float:
-        event, _ = _gaussian_event(*mus(rho), n_iter, neighbours)
-        return ZCDPAccountant(neighbours=neighbours).compose(event).get_epsilon(delta)
-
-    # The classic conversion ε = ρ + 2√(ρ ln(1/δ)) overstates ε, so its ρ is a lower bracket.
-    log_inv = -math.log(delta)
-    lo = (math.sqrt(log_inv + epsilon) - math.sqrt(log_inv)) ** 2 * (1.0 - 1e-9)
-    if not (lo > 0 and eps_of(lo) <= epsilon):
-        lo = 1e-300
-        if not eps_of(lo) <= epsilon:
-            raise InvalidParameterError("epsilon", epsilon, "a value the Gaussian noise can meet at this delta (larger)")
-    hi = max(lo, 1e-12) * 2.0
-    while eps_of(hi) <= epsilon:
-        lo, hi = hi, hi * 2.0
-        if hi > 1e12:
-            raise InvalidParameterError("epsilon", epsilon, "a value some finite Gaussian noise can meet at this delta")
-    for _ in range(60):  # bisection in log ρ: relative precision far below 1e-9
-        mid = math.sqrt(lo * hi)
-        if eps_of(mid) <= epsilon:
-            lo = mid
-        else:
-            hi = mid
-        if hi <= lo * (1.0 + 1e-12):
-            break
-    if not eps_of(lo) <= epsilon:  # re-check the answer before using it
-        raise DPError("k-means noise calibration missed its target on re-check")  # pragma: no cover
-    mu_c, mu_s = mus(lo)
-    return _GaussianNoise(mu_c, dc, neighbours), _GaussianNoise(mu_s, ds, neighbours), lo
 
 
 # ---------------------------------------------------------------------------------------------
@@ -545,6 +295,12 @@ class KMeans(ClusterMixin, BaseEstimator):
 
     # -- sklearn plumbing ------------------------------------------------------------------------
 
+    def __sklearn_tags__(self) -> Any:
+        # ``transform`` gives distances to the centres, as scikit-learn's KMeans does.
+        tags = super().__sklearn_tags__()
+        tags.transformer_tags = TransformerTags()
+        return tags
+
     def __sklearn_clone__(self) -> KMeans:
         """Like :func:`sklearn.base.clone`, except that the budget is shared, not deep-copied: a
         copied budget would let every clone spend the whole budget again."""
@@ -576,7 +332,7 @@ class KMeans(ClusterMixin, BaseEstimator):
         try:
             if gaussian:
                 count_mech, sum_mech, _ = _gaussian_mechanisms(eps, delta, T, n_features, nb)
-                event, step = _gaussian_event(count_mech.noise_multiplier, sum_mech.noise_multiplier, T, nb)
+                event, step = _gaussian_event(count_mech.event.noise_multiplier, sum_mech.event.noise_multiplier, T, nb)
                 spent = ZCDPAccountant(neighbours=nb).compose(event).get_epsilon(delta)
                 spent_delta = delta
             else:
@@ -643,7 +399,7 @@ class KMeans(ClusterMixin, BaseEstimator):
         self.epsilon_ = plan.epsilon
         self.delta_ = plan.delta
         scale = 1.0 / plan.domain.factor
-        self.noise_scale_ = {"count": plan.count_mech.scale, "sum": plan.sum_mech.scale * scale}
+        self.noise_scale_ = {"count": _noise_scale(plan.count_mech), "sum": _noise_scale(plan.sum_mech) * scale}
         return self
 
     # -- using the private centres ------------------------------------------------------------------
@@ -693,7 +449,7 @@ def _run_textbook(Y: NDArray[np.float64], plan: _Plan, src: RandomSource) -> NDA
 def _min_count(plan: _Plan, d: int) -> float:
     """The noisy count below which a noisy mean is mostly noise: its error, about
     σ_sum·√d / n̂ (normalised units), exceeds the domain's radius 1 / 2 — or n̂ below 2σ_count."""
-    return max(1.0, 2.0 * plan.sum_mech.scale * math.sqrt(d), 2.0 * plan.count_mech.scale)
+    return max(1.0, 2.0 * _noise_scale(plan.sum_mech) * math.sqrt(d), 2.0 * _noise_scale(plan.count_mech))
 
 
 def _weighted_lloyd(P: NDArray[np.float64], w: NDArray[np.float64], C: NDArray[np.float64], iters: int = 20) -> tuple[NDArray[np.float64], float]:

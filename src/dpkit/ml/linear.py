@@ -10,7 +10,9 @@ from numpy.typing import ArrayLike, NDArray
 from sklearn.base import BaseEstimator, RegressorMixin
 
 from dpkit import _validate as v
+from dpkit._validate import Neighbours
 from dpkit.errors import InvalidDataError, InvalidParameterError
+from dpkit.mechanisms._renamed import MISSING, take_renamed
 from dpkit.ml._noisy_gd import SQUARED, NoisyGDMixin, check_X, check_y
 from dpkit.noise.source import RNG
 
@@ -23,12 +25,12 @@ class LinearRegression(NoisyGDMixin, RegressorMixin, BaseEstimator):
     Guarantee
         The fitted model is (ε, δ)-DP with respect to ``neighbours`` (default: one row added or
         removed) for the ε the accountant proves for ``event_`` at δ (at most ``epsilon`` when it
-        is given). Sensitivity comes from the declared ``data_norm``, ``y_bounds`` and the
+        is given). Sensitivity comes from the declared ``data_norm``, ``bounds`` and the
         clipping norm, never from the data.
 
     Mechanism (notes 004 ch. 8; Abadi et al. 2016; Bassily, Smith & Thakurta 2014)
         Rows are clipped to ℓ2 norm ``data_norm`` = R (rows with a larger norm are scaled down to
-        it) and targets to ``y_bounds`` = [lo, hi]; with an intercept the targets are centred on
+        it) and targets to ``bounds`` = [lo, hi]; with an intercept the targets are centred on
         the public midpoint (lo + hi)/2. The squared-loss gradient (θᵀx̃ − y)·x̃ has no global
         bound, so every per-example gradient is clipped to ℓ2 norm C = ``max_grad_norm``
         (default R̃·(hi − lo)/2 with an intercept, R·max(|lo|, |hi|) without: the largest
@@ -39,8 +41,8 @@ class LinearRegression(NoisyGDMixin, RegressorMixin, BaseEstimator):
         floating-point safe (lattice discrete Gaussian).
 
     Accounting, budget, parameters and fitted attributes are those of
-    :class:`dpkit.ml.logistic.LogisticRegression` (see there), with ``y_bounds`` instead of
-    ``classes``; the default step size is 1/(R̃² + l2) (the squared loss is R̃²-smooth).
+    :class:`dpkit.ml.logistic.LogisticRegression` (see there), with ``bounds`` (the declared
+    range of the targets; ``y_bounds=`` is its deprecated name) instead of ``classes``; the default step size is 1/(R̃² + l2) (the squared loss is R̃²-smooth).
     ``coef_`` has shape (d,) and ``intercept_`` is a float. Predictions are not clipped.
 
     Example
@@ -48,7 +50,7 @@ class LinearRegression(NoisyGDMixin, RegressorMixin, BaseEstimator):
         >>> rng = np.random.default_rng(0)
         >>> X = rng.uniform(-1, 1, size=(4000, 2))
         >>> y = 2 * X[:, 0] - X[:, 1] + 0.1 * rng.normal(size=4000)
-        >>> reg = LinearRegression(epsilon=1.0, delta=1e-6, data_norm=1.5, y_bounds=(-4, 4),
+        >>> reg = LinearRegression(epsilon=1.0, delta=1e-6, data_norm=1.5, bounds=(-4, 4),
         ...                        steps=100, rng=np.random.default_rng(1)).fit(X, y)
         >>> bool(reg.score(X, y) > 0.9), bool(reg.epsilon_ <= 1.0)
         (True, True)
@@ -60,7 +62,7 @@ class LinearRegression(NoisyGDMixin, RegressorMixin, BaseEstimator):
         epsilon: float | None = None,
         delta: float | None = None,
         data_norm: float | None = None,
-        y_bounds: tuple[float, float] | None = None,
+        bounds: tuple[float, float] | None = None,
         max_grad_norm: float | None = None,
         epochs: float | None = None,
         steps: int | None = None,
@@ -74,13 +76,19 @@ class LinearRegression(NoisyGDMixin, RegressorMixin, BaseEstimator):
         accountant: str = "rdp",
         noise_multiplier: float | None = None,
         budget: Any = None,
-        neighbours: str = "add_remove",
+        neighbours: Neighbours = "add_remove",
         rng: RNG = None,
+        **renamed: Any,
     ) -> None:
+        # ``y_bounds=`` is the old name of ``bounds=`` (docs/glossary.md); scikit-learn's
+        # get_params reads the signature, so only ``bounds`` is a parameter.
+        given = {"bounds": MISSING if bounds is None else bounds}
+        take_renamed("LinearRegression", renamed, {"y_bounds": "bounds"}, given)
+        bounds = None if given["bounds"] is MISSING else given["bounds"]
         self.epsilon = epsilon
         self.delta = delta
         self.data_norm = data_norm
-        self.y_bounds = y_bounds
+        self.bounds: tuple[float, float] | None = bounds
         self.max_grad_norm = max_grad_norm
         self.epochs = epochs
         self.steps = steps
@@ -98,18 +106,18 @@ class LinearRegression(NoisyGDMixin, RegressorMixin, BaseEstimator):
         self.rng = rng
 
     def _bounds(self) -> tuple[float, float]:
-        b = self.y_bounds
+        b = self.bounds
         if b is None:
             raise InvalidParameterError(
-                "y_bounds", None, "a declared (lower, upper) range of the targets, lower < upper",
+                "bounds", None, "a declared (lower, upper) range of the targets, lower < upper",
                 "It sets the sensitivity, so it must come from domain knowledge, never from the data; "
                 "targets outside are clipped to it",
             )
         try:
-            lo, hi = b  # type: ignore[misc]
+            lo, hi = b
         except (TypeError, ValueError):
-            raise InvalidParameterError("y_bounds", b, "a pair (lower, upper) with lower < upper") from None
-        return v.bounds(lo, hi, "y_bounds")
+            raise InvalidParameterError("bounds", b, "a pair (lower, upper) with lower < upper") from None
+        return v.bounds(lo, hi, "bounds")
 
     def fit(self, X: ArrayLike, y: ArrayLike) -> LinearRegression:
         """Fit on (X, y): validate, plan, debit the budget, then train. Returns self."""

@@ -8,14 +8,12 @@ import numpy as np
 from numpy.typing import ArrayLike, NDArray
 from sklearn.base import BaseEstimator, ClassifierMixin
 
+from dpkit._validate import Neighbours
 from dpkit.errors import InvalidDataError, InvalidParameterError
+from dpkit.ml._glm_gradients import LOGISTIC, MULTINOMIAL, _sigmoid, _softmax
 from dpkit.ml._noisy_gd import (
-    LOGISTIC,
-    MULTINOMIAL,
     DataDependentWarning,
     NoisyGDMixin,
-    _sigmoid,
-    _softmax,
     check_X,
     check_y,
     warn_data_dependent,
@@ -127,7 +125,7 @@ class LogisticRegression(NoisyGDMixin, ClassifierMixin, BaseEstimator):
         accountant: str = "rdp",
         noise_multiplier: float | None = None,
         budget: Any = None,
-        neighbours: str = "add_remove",
+        neighbours: Neighbours = "add_remove",
         rng: RNG = None,
     ) -> None:
         self.epsilon = epsilon

@@ -2,7 +2,7 @@
 
 >>> import dpkit.torch as dpt                                   # doctest: +SKIP
 >>> model, optimizer, loader = dpt.make_private(
-...     model, optimizer, loader, target_epsilon=3.0, target_delta=1e-5,
+...     model, optimizer, loader, epsilon=3.0, delta=1e-5,
 ...     epochs=10, max_grad_norm=1.0)                             # doctest: +SKIP
 >>> for x, y in loader:                                           # doctest: +SKIP
 ...     optimizer.zero_grad(); loss_fn(model(x), y).backward(); optimizer.step()

@@ -51,6 +51,7 @@ from __future__ import annotations
 import contextlib
 import copy
 import math
+import warnings
 from collections.abc import Callable, Iterator, Sequence
 from fractions import Fraction
 from typing import Any, Literal
@@ -62,23 +63,24 @@ from torch.func import functional_call
 
 from dpkit import _validate as v
 from dpkit._validate import short_repr
-from dpkit.accounting.accountant import Accountant
 from dpkit.accounting.calibration import calibrate_noise_multiplier, dp_sgd_event
 from dpkit.accounting.events import DPEvent
-from dpkit.accounting.pld import PLDAccountant
-from dpkit.accounting.rdp import RDPAccountant
+from dpkit.accounting.registry import resolve_accountant
 from dpkit.budget import Budget
 from dpkit.errors import DPError, InvalidDataError, InvalidParameterError
+from dpkit.mechanisms._renamed import MISSING, take_renamed
 from dpkit.noise.discrete import sample_discrete_gaussian
 from dpkit.noise.integers import bernoulli
+from dpkit.noise.lattice import DELTA_MARGIN, exact_lattice_sum  # covers the lattice's O(2^-78) per round (module docstring)
 from dpkit.noise.source import RNG, RandomSource, resolve_rng
 
 __all__ = ["FederatedAveraging", "ClientData"]
 
 ClientData = Any  # a (features, labels) pair of tensors / arrays, or a torch Dataset of such pairs
 
-_ACCOUNTANTS: dict[str, Callable[[], Accountant]] = {"rdp": RDPAccountant, "pld": PLDAccountant}
-_DELTA_MARGIN = 1.0 - 2.0**-20  # covers the lattice's O(2^-78) per round (module docstring)
+#: Deprecated keyword → the vocabulary's name (docs/glossary.md).
+_ALIASES = {"client_rate": "sample_rate", "clip": "max_grad_norm", "target_epsilon": "epsilon"}
+_SUPPORTED_ACCOUNTANTS: tuple[str, ...] = ("rdp", "pld")  # the registry names that price DP-FedAvg rounds
 _CLIP_SHRINK = 1.0 - 2.0**-30  # clipping aims a hair inside the ball: float rounding never exits it
 _BASE_BITS, _MAX_BITS = 40, 47  # lattice g about 2^-40 of σ·clip (finer for large d), as dpkit.noise.lattice
 _SUM_LIMIT = 2**60  # bound on |exact integer sum| (int64 headroom for the noise)
@@ -151,7 +153,7 @@ class FederatedAveraging:
         A non-empty sequence of per-client datasets: ``(features, labels)`` pairs of tensors or
         numpy arrays, or torch ``Dataset`` objects yielding ``(x, y)`` pairs. Features (and
         float labels) are cast to the model's parameter dtype; integer labels to ``long``.
-    client_rate:
+    sample_rate:
         q in (0, 1], the probability that each client takes part in a round (Poisson sampling).
     rounds:
         T, the number of rounds (an integer >= 1).
@@ -164,9 +166,9 @@ class FederatedAveraging:
     local_lr, server_lr:
         Client SGD step size and the server's step on the averaged update (default 1.0: plain
         averaging as in FedAvg).
-    clip:
-        The ℓ2 bound on each client's whole-model update (> 0).
-    noise_multiplier / target_epsilon:
+    max_grad_norm:
+        The ℓ2 bound on each client's whole-model update (> 0), named as DP-SGD's clipping norm.
+    noise_multiplier / epsilon:
         Exactly one: σ itself, or a target ε for which the smallest σ is found by
         :func:`~dpkit.accounting.calibrate_noise_multiplier` (and re-checked).
     delta:
@@ -199,8 +201,8 @@ class FederatedAveraging:
     >>> g = torch.Generator().manual_seed(0)
     >>> clients = [(torch.randn(8, 3, generator=g), torch.randint(0, 2, (8,), generator=g)) for _ in range(20)]
     >>> import numpy as np
-    >>> fed = FederatedAveraging(torch.nn.Linear(3, 2), clients=clients, client_rate=0.5, rounds=3,
-    ...                          local_lr=0.1, clip=1.0, noise_multiplier=1.0, delta=1e-3,
+    >>> fed = FederatedAveraging(torch.nn.Linear(3, 2), clients=clients, sample_rate=0.5, rounds=3,
+    ...                          local_lr=0.1, max_grad_norm=1.0, noise_multiplier=1.0, delta=1e-3,
     ...                          rng=np.random.default_rng(0))
     >>> fed.event_
     SelfComposedEvent(event=PoissonSampledEvent(sampling_probability=0.5, event=GaussianEvent(noise_multiplier=1.0, neighbours='add_remove')), count=3)
@@ -212,13 +214,13 @@ class FederatedAveraging:
         model: nn.Module | Callable[[], nn.Module],
         *,
         clients: Sequence[ClientData],
-        client_rate: float,
+        sample_rate: float = MISSING,
         rounds: int,
         local_lr: float,
-        clip: float,
+        max_grad_norm: float = MISSING,
         delta: float,
         noise_multiplier: float | None = None,
-        target_epsilon: float | None = None,
+        epsilon: float | None = None,
         local_steps: int | None = None,
         local_epochs: int | None = None,
         batch_size: int | None = None,
@@ -229,7 +231,16 @@ class FederatedAveraging:
         loss: Callable[[torch.Tensor, torch.Tensor], torch.Tensor] | None = None,
         rng: RNG = None,
         progress: bool = False,
+        **renamed: Any,
     ) -> None:
+        # -- the vocabulary (docs/glossary.md): old keyword names still work, with a warning ----
+        given = {"sample_rate": sample_rate, "max_grad_norm": max_grad_norm, "epsilon": MISSING if epsilon is None else epsilon}
+        names = take_renamed("FederatedAveraging", renamed, _ALIASES, given)
+        for required in ("sample_rate", "max_grad_norm"):
+            if given[required] is MISSING:
+                raise TypeError(f"FederatedAveraging() missing 1 required keyword-only argument: {required!r}")
+        sample_rate, max_grad_norm = given["sample_rate"], given["max_grad_norm"]
+        target_epsilon = None if given["epsilon"] is MISSING else given["epsilon"]
         # -- the model -------------------------------------------------------------------------
         if isinstance(model, nn.Module):
             self.model_ = copy.deepcopy(model)
@@ -253,11 +264,11 @@ class FederatedAveraging:
         n = len(self._clients)
 
         # -- the algorithm -------------------------------------------------------------------------
-        self.client_rate = v.probability(client_rate, "client_rate", high_open=False)
+        self.sample_rate = v.probability(sample_rate, names["sample_rate"], high_open=False)
         self.rounds = v.positive_int(rounds, "rounds")
         self.local_lr = v.positive(local_lr, "local_lr")
         self.server_lr = v.positive(server_lr, "server_lr")
-        self.clip = v.positive(clip, "clip")
+        self.max_grad_norm = v.positive(max_grad_norm, names["max_grad_norm"])
         if local_steps is not None and local_epochs is not None:
             raise InvalidParameterError("local_epochs", local_epochs, "None when local_steps is given", "give local_steps or local_epochs, not both")
         self.local_steps = None if local_steps is None else v.positive_int(local_steps, "local_steps")
@@ -265,7 +276,7 @@ class FederatedAveraging:
             None if local_epochs is None else v.positive_int(local_epochs, "local_epochs"))
         self.batch_size = None if batch_size is None else v.positive_int(batch_size, "batch_size")
         if expected_clients_per_round is None:
-            self.expected_clients_per_round = self.client_rate * n
+            self.expected_clients_per_round = self.sample_rate * n
         else:
             self.expected_clients_per_round = v.positive(expected_clients_per_round, "expected_clients_per_round")
         if loss is None:
@@ -282,36 +293,36 @@ class FederatedAveraging:
         if self.delta < self.rounds * 2.0**-58:
             raise InvalidParameterError("delta", delta, f"a number in [rounds·2**-58, 1) = [{self.rounds * 2.0**-58:.3g}, 1)",
                                         "the lattice noise's O(2**-78) per-round slack must fit in δ·2**-20")
-        if not isinstance(accountant, str) or accountant not in _ACCOUNTANTS:
+        if not isinstance(accountant, str) or accountant not in _SUPPORTED_ACCOUNTANTS:
             raise InvalidParameterError("accountant", accountant, "'rdp' or 'pld'")
         self.accountant = accountant
-        self._factory = _ACCOUNTANTS[accountant]
+        self._factory = resolve_accountant(accountant)
         if budget is not None and not isinstance(budget, Budget):
             raise InvalidParameterError("budget", short_repr(budget, 80), "a dpkit.Budget or None")
         self.budget = budget
         self._src: RandomSource = resolve_rng(rng)
         if (noise_multiplier is None) == (target_epsilon is None):
             raise InvalidParameterError(
-                "noise_multiplier", noise_multiplier, "a number > 0 when target_epsilon is None, else None",
-                "give exactly one of noise_multiplier and target_epsilon")
+                "noise_multiplier", noise_multiplier, f"a number > 0 when {names['epsilon']} is None, else None",
+                f"give exactly one of noise_multiplier and {names['epsilon']}")
         if noise_multiplier is not None:
             self.noise_multiplier_ = v.positive(noise_multiplier, "noise_multiplier")
             self.target_epsilon = None
         else:
-            self.target_epsilon = v.epsilon(target_epsilon, "target_epsilon")
+            self.target_epsilon = v.epsilon(target_epsilon, names["epsilon"])
             self.noise_multiplier_ = calibrate_noise_multiplier(
-                target_epsilon=self.target_epsilon, delta=self.delta * _DELTA_MARGIN, accountant=self._factory,
-                sample_rate=self.client_rate, steps=self.rounds)
-        self.event_: DPEvent = dp_sgd_event(self.noise_multiplier_, self.client_rate, self.rounds)
+                epsilon=self.target_epsilon, delta=self.delta * DELTA_MARGIN, accountant=self._factory,
+                sample_rate=self.sample_rate, steps=self.rounds)
+        self.event_: DPEvent = dp_sgd_event(self.noise_multiplier_, self.sample_rate, self.rounds)
         self.epsilon_: float = self.epsilon_after(self.rounds)
         if budget is not None:
             budget.can_spend(self.event_)  # unsupported event types raise here, before anything runs
 
         # -- the noise plan (a function of σ, clip, d and n only) ---------------------------------
-        self._exponent = _lattice_exponent(self.noise_multiplier_ * self.clip, self.clip, self._dim, n)
+        self._exponent = _lattice_exponent(self.noise_multiplier_ * self.max_grad_norm, self.max_grad_norm, self._dim, n)
         g = Fraction(math.ldexp(1.0, self._exponent))
         root = Fraction(math.nextafter(math.sqrt(self._dim), math.inf))
-        self._lattice_sensitivity = Fraction(self.clip) / g + root / 2
+        self._lattice_sensitivity = Fraction(self.max_grad_norm) / g + root / 2
         self._lattice_sigma = Fraction(math.ceil(Fraction(self.noise_multiplier_) * self._lattice_sensitivity * 256), 256)
 
     # -- accounting ------------------------------------------------------------------------------
@@ -319,7 +330,7 @@ class FederatedAveraging:
     def epsilon_after(self, rounds: int) -> float:
         """ε at ``delta`` of the first ``rounds`` rounds, with this run's accountant."""
         t = v.positive_int(rounds, "rounds")
-        return self._factory().compose(dp_sgd_event(self.noise_multiplier_, self.client_rate, t)).get_epsilon(self.delta * _DELTA_MARGIN)
+        return self._factory().compose(dp_sgd_event(self.noise_multiplier_, self.sample_rate, t)).get_epsilon(self.delta * DELTA_MARGIN)
 
     @property
     def granularity(self) -> float:
@@ -361,8 +372,8 @@ class FederatedAveraging:
         norm = float(np.linalg.norm(delta))
         if not math.isfinite(norm):
             return np.zeros(self._dim)
-        if norm > self.clip * _CLIP_SHRINK:
-            delta *= self.clip * _CLIP_SHRINK / norm
+        if norm > self.max_grad_norm * _CLIP_SHRINK:
+            delta *= self.max_grad_norm * _CLIP_SHRINK / norm
         return delta
 
     def _local_batches(self, m: int, generator: torch.Generator | None) -> Iterator[torch.Tensor | slice]:
@@ -386,11 +397,11 @@ class FederatedAveraging:
 
     def _lattice_sum(self, updates: Sequence[np.ndarray]) -> np.ndarray:
         """Σ round(Δ_k / g), exactly, as int64 (each |coordinate| < 2^52, the sum <= 2^60)."""
-        total = np.zeros(self._dim, dtype=np.int64)
+        if not updates:
+            return np.zeros(self._dim, dtype=np.int64)
         scale = math.ldexp(1.0, -self._exponent)
-        for u in updates:
-            total += np.rint(u * scale).astype(np.int64)  # u·2^-k is exact; rint is exact
-        return total
+        steps = np.rint(np.stack(updates) * scale).astype(np.int64)  # u·2^-k is exact; rint is exact
+        return exact_lattice_sum(steps).astype(np.int64)  # |sum| <= 2^60 by the lattice's choice
 
     def _noisy_sum(self, updates: Sequence[np.ndarray]) -> np.ndarray:
         """g·(Σ round(Δ_k/g) + discrete Gaussian noise): the clipped sum plus noise of standard
@@ -403,7 +414,7 @@ class FederatedAveraging:
 
     def _round(self, generator: torch.Generator) -> None:
         n = len(self._clients)
-        chosen = np.flatnonzero(bernoulli(self.client_rate, n, rng=self._src)) if self.client_rate < 1 else np.arange(n)
+        chosen = np.flatnonzero(bernoulli(self.sample_rate, n, rng=self._src)) if self.sample_rate < 1 else np.arange(n)
         updates = [self._client_update(int(k), generator=generator) for k in chosen]
         average = self._noisy_sum(updates) / self.expected_clients_per_round
         offset = 0
@@ -468,6 +479,18 @@ class FederatedAveraging:
 
             yield advance
 
+    @property
+    def client_rate(self) -> float:
+        """Deprecated name of :attr:`sample_rate`."""
+        warnings.warn("FederatedAveraging.client_rate is deprecated; use .sample_rate", DeprecationWarning, stacklevel=2)
+        return self.sample_rate
+
+    @property
+    def clip(self) -> float:
+        """Deprecated name of :attr:`max_grad_norm`."""
+        warnings.warn("FederatedAveraging.clip is deprecated; use .max_grad_norm", DeprecationWarning, stacklevel=2)
+        return self.max_grad_norm
+
     def __repr__(self) -> str:
-        return (f"FederatedAveraging(clients={len(self._clients)}, client_rate={self.client_rate}, rounds={self.rounds}, "
-                f"clip={self.clip}, noise_multiplier={self.noise_multiplier_:.6g}, epsilon={self.epsilon_:.4g}, delta={self.delta:g})")
+        return (f"FederatedAveraging(clients={len(self._clients)}, sample_rate={self.sample_rate}, rounds={self.rounds}, "
+                f"max_grad_norm={self.max_grad_norm}, noise_multiplier={self.noise_multiplier_:.6g}, epsilon={self.epsilon_:.4g}, delta={self.delta:g})")

@@ -31,255 +31,31 @@ import time
 import warnings
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from functools import partial
 from typing import Any, NamedTuple
 
 import torch
 from torch import nn
-from torch.utils.data import DataLoader, IterableDataset
 from torch.utils._pytree import tree_map
+from torch.utils.data import DataLoader, IterableDataset
 
 from dpkit import _validate as v
 from dpkit.accounting.accountant import Accountant
 from dpkit.accounting.calibration import calibrate_noise_multiplier
 from dpkit.accounting.events import DPEvent, SelfComposedEvent
-from dpkit.accounting.pld import PLDAccountant
-from dpkit.accounting.rdp import RDPAccountant
+from dpkit.accounting.registry import resolve_accountant
 from dpkit.budget import Budget
 from dpkit.errors import BudgetExceededError, DPError, InvalidDataError, InvalidParameterError
-from dpkit.noise.source import RandomSource, resolve_rng
-from dpkit.torch.noise import ContinuousNoise, LatticeNoise, make_noise
+from dpkit.mechanisms._renamed import MISSING, take_renamed
+from dpkit.noise.source import resolve_rng
+from dpkit.torch.noise import make_noise
+from dpkit.torch.optimizer import LATTICE_DELTA_SHARE, _TARGET_ALIASES, DPOptimizer, _accounting_delta
 from dpkit.torch.per_example import PerExampleEngine
 from dpkit.torch.sampling import PoissonBatchSampler, UniformBatchSampler
 from dpkit.torch.validation import check_module
 
-__all__ = ["make_private", "DPOptimizer", "PrivateTraining", "TrainingReport"]
+__all__ = ["make_private", "DPOptimizer", "PrivateTraining", "TrainingReport", "LATTICE_DELTA_SHARE"]
 
-_ACCOUNTANTS: dict[str, type] = {"rdp": RDPAccountant, "pld": PLDAccountant}
-# With lattice noise, ε is computed at δ·(1 − 2^-20): the discrete Gaussian at σ/g ≈ 2^40 differs
-# from the continuous one by O(2^-78) in δ per step (CKS 2020, Sec. 4; as dpkit.mechanisms.gaussian
-# and dpkit.torch.federated do), which that share covers for any realistic number of steps.
-LATTICE_DELTA_SHARE = 2.0**-20
-
-
-def _accounting_delta(delta: float, noise_kind: str) -> float:
-    return delta * (1.0 - LATTICE_DELTA_SHARE) if noise_kind == "lattice" else delta
-
-
-# ------------------------------------------------------------------------------------------------
-# The private optimizer
-# ------------------------------------------------------------------------------------------------
-
-
-class DPOptimizer(torch.optim.Optimizer):
-    """Wraps a torch optimizer: ``step()`` clips per example, pays, adds noise, then steps.
-
-    Built by :func:`make_private`; not meant to be constructed by hand. ``param_groups``,
-    ``state`` and ``defaults`` are the wrapped optimizer's, so learning-rate schedulers work.
-    """
-
-    def __init__(
-        self,
-        optimizer: torch.optim.Optimizer,
-        *,
-        engine: PerExampleEngine,
-        sampler: PoissonBatchSampler | UniformBatchSampler,
-        noise_multiplier: float,
-        max_grad_norm: float,
-        target_delta: float,
-        accountant: str,
-        accountant_factory: Callable[[], Accountant],
-        noise: LatticeNoise | ContinuousNoise,
-        source: RandomSource,
-        target_epsilon: float | None,
-        max_steps: int | None,
-        budget: Budget | None,
-        epochs: int,
-        check_batches: bool,
-    ) -> None:  # no super().__init__: the wrapped optimizer owns the parameter groups
-        self.original_optimizer = optimizer
-        self.engine = engine
-        self.sampler = sampler
-        self.noise_multiplier = noise_multiplier
-        self.max_grad_norm = max_grad_norm
-        self.target_delta = target_delta
-        self.target_epsilon = target_epsilon
-        self.accountant = accountant
-        self._factory = accountant_factory
-        self.noise = noise
-        self._src = source
-        self.max_steps = max_steps
-        self.budget = budget
-        self.epochs = epochs
-        self.steps = 0
-        self.step_event: DPEvent = sampler.step_event(noise_multiplier)
-        self._check_batches = check_batches
-        self._eps_cache: dict[tuple[int, float], float] = {}
-
-    # -- what the wrapped optimizer owns --------------------------------------------------------
-
-    @property  # type: ignore[override]
-    def param_groups(self) -> list[dict[str, Any]]:
-        return self.original_optimizer.param_groups
-
-    @param_groups.setter
-    def param_groups(self, value: list[dict[str, Any]]) -> None:
-        self.original_optimizer.param_groups = value
-
-    @property  # type: ignore[override]
-    def state(self) -> Any:
-        return self.original_optimizer.state
-
-    @state.setter
-    def state(self, value: Any) -> None:
-        self.original_optimizer.state = value
-
-    @property  # type: ignore[override]
-    def defaults(self) -> dict[str, Any]:
-        return self.original_optimizer.defaults
-
-    @defaults.setter
-    def defaults(self, value: dict[str, Any]) -> None:
-        self.original_optimizer.defaults = value
-
-    def add_param_group(self, param_group: dict[str, Any]) -> None:
-        raise DPError("dpkit.torch: parameters cannot be added to a private optimizer; call make_private again")
-
-    def state_dict(self) -> dict[str, Any]:
-        out = dict(self.original_optimizer.state_dict())
-        out["dpkit"] = {"steps": self.steps, "step_event": repr(self.step_event)}
-        return out
-
-    def load_state_dict(self, state_dict: dict[str, Any]) -> None:
-        """Load the wrapped optimizer's state; the step count only ever grows (an older
-        checkpoint cannot make the accountant forget steps already taken)."""
-        state = dict(state_dict)
-        saved = state.pop("dpkit", None)
-        self.original_optimizer.load_state_dict(state)
-        if saved is not None:
-            self.steps = max(self.steps, int(saved.get("steps", 0)))
-
-    def __repr__(self) -> str:
-        return (
-            f"DPOptimizer({type(self.original_optimizer).__name__}, noise_multiplier={self.noise_multiplier:.6g}, "
-            f"max_grad_norm={self.max_grad_norm!r}, sample_rate={self.sampler.sample_rate:.6g}, steps={self.steps}, "
-            f"noise={self.noise.kind!r}, accountant={self.accountant!r})"
-        )
-
-    # -- privacy ------------------------------------------------------------------------------
-
-    @property
-    def expected_batch_size(self) -> float:
-        """q·N for Poisson sampling, b for fixed-size batches: the divisor of the noisy sum."""
-        return self.sampler.expected_batch_size
-
-    @property
-    def sample_rate(self) -> float:
-        return self.sampler.sample_rate
-
-    @property
-    def noise_std(self) -> float:
-        """Standard deviation of the noise added to each coordinate of the clipped *sum*
-        (σ·C; the lattice adds about 2^-40 relative, never less)."""
-        return self.noise.std
-
-    @property
-    def event(self) -> DPEvent | None:
-        """Everything released so far, as one event (None before the first step)."""
-        return SelfComposedEvent(self.step_event, self.steps) if self.steps else None
-
-    def get_epsilon(self, delta: float | None = None) -> float:
-        """ε after the steps taken so far, at ``delta`` (default: the target δ). With lattice
-        noise the accountant is asked at δ·(1 − 2^-20) (see ``LATTICE_DELTA_SHARE``)."""
-        d = self.target_delta if delta is None else v.delta(delta, allow_zero=False)
-        return self._epsilon_after(self.steps, d)
-
-    @property
-    def epsilon(self) -> float:
-        """ε spent so far at the target δ."""
-        return self.get_epsilon()
-
-    def _epsilon_after(self, steps: int, delta: float) -> float:
-        if steps == 0:
-            return 0.0
-        key = (steps, delta)
-        if key not in self._eps_cache:
-            if len(self._eps_cache) > 64:
-                self._eps_cache.clear()
-            acc = self._factory().compose(self.step_event, count=steps)
-            self._eps_cache[key] = acc.get_epsilon(_accounting_delta(delta, self.noise.kind))
-        return self._eps_cache[key]
-
-    def _charge(self) -> None:
-        """Pay for the next step, or raise BudgetExceededError having paid nothing."""
-        nxt = self.steps + 1
-        if self.max_steps is not None and nxt > self.max_steps:
-            eps_next = self._epsilon_after(nxt, self.target_delta)
-            raise BudgetExceededError(
-                f"DP-SGD step {nxt} (noise multiplier σ={self.noise_multiplier:.6g}, sample rate q={self.sample_rate:.6g}), "
-                f"which would bring ε to {eps_next:.6g} at δ={self.target_delta:g} against the target ε={self.target_epsilon!r}",
-                f"ε={max(0.0, self.target_epsilon - self.epsilon):.6g} (target ε={self.target_epsilon!r}: {self.max_steps} steps "  # type: ignore[operator]
-                f"allowed, {self.steps} taken); stop training here, or call make_private again with a larger "
-                "target_epsilon or more epochs (which calibrates more noise)",
-            )
-        if self.budget is not None:
-            self.budget.spend(self.step_event)
-        self.steps = nxt
-
-    # -- the step -----------------------------------------------------------------------------
-
-    def zero_grad(self, set_to_none: bool = True) -> None:
-        self.engine.clear()
-        for p in self.engine.params:
-            p.grad = None
-        self.original_optimizer.zero_grad(set_to_none=set_to_none)
-
-    def _check_batch(self, batch: int | None) -> None:
-        last = self.sampler.last_batch_size
-        if batch is None:
-            if last == 0:  # an empty Poisson batch the loop did not run the model on
-                return
-            raise DPError(
-                "dpkit.torch: optimizer.step() was called without a forward and backward pass since the last "
-                "step; run the model on the batch and call loss.backward() first"
-            )
-        if self._check_batches and last is not None and batch != last:
-            raise InvalidDataError(
-                "batch",
-                f"the model's layers saw {batch} examples but the private data loader's last batch had {last}",
-                "one optimizer step per batch of the private data loader, with the examples on the first "
-                "dimension of every layer's input (batch_first=True)",
-            )
-
-    def private_gradient(self) -> list[torch.Tensor]:
-        """Clip, pay, add noise: the noisy average gradient per parameter (not yet applied).
-
-        :meth:`step` calls this and then the wrapped optimizer; call it directly to inspect the
-        released gradient. Counts as a step for the accountant.
-        """
-        engine = self.engine
-        sums, batch, _ = engine.clipped_sum(self.max_grad_norm, self.noise.dtype)
-        self._check_batch(batch)
-        self._charge()  # the debit comes before any noise is drawn
-        flat = torch.cat([s.reshape(-1) for s in sums]) if sums else torch.zeros(0, dtype=self.noise.dtype)
-        noisy = self.noise.release(flat, self._src).div_(self.expected_batch_size)
-        out, offset = [], 0
-        for p in engine.params:
-            n = p.numel()
-            out.append(noisy[offset : offset + n].view(p.shape).to(dtype=p.dtype, device=p.device))
-            offset += n
-        return out
-
-    def step(self, closure: Callable[[], Any] | None = None) -> Any:  # type: ignore[override]
-        loss = None
-        if closure is not None:
-            with torch.enable_grad():
-                loss = closure()
-        for p, g in zip(self.engine.params, self.private_gradient()):
-            p.grad = g
-        self.original_optimizer.step()
-        return loss
-
+_SUPPORTED_ACCOUNTANTS: tuple[str, ...] = ("rdp", "pld")
 
 # ------------------------------------------------------------------------------------------------
 # The data loader
@@ -430,7 +206,14 @@ class _Bar:
 
     def __enter__(self) -> _Bar:
         if self.enabled:
-            from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn, TimeRemainingColumn
+            from rich.progress import (
+                BarColumn,
+                MofNCompleteColumn,
+                Progress,
+                TextColumn,
+                TimeElapsedColumn,
+                TimeRemainingColumn,
+            )
 
             self._progress = Progress(
                 TextColumn("DP-SGD"),
@@ -466,9 +249,11 @@ class _Bar:
 
 
 def _accountant_factory(name: object, neighbours: str) -> Callable[[], Accountant]:
-    if name not in _ACCOUNTANTS:
+    """Fresh accountants from the registry (:func:`dpkit.accounting.registry.resolve_accountant`);
+    DP-SGD accepts the two that price subsampled Gaussian steps tightly."""
+    if not isinstance(name, str) or name not in _SUPPORTED_ACCOUNTANTS:
         raise InvalidParameterError("accountant", name, "'rdp' (Rényi DP, Mironov 2017) or 'pld' (privacy loss distributions: tighter, slower)")
-    return partial(_ACCOUNTANTS[name], neighbours=neighbours)  # type: ignore[index]
+    return resolve_accountant(name, neighbours=neighbours)
 
 
 def _max_steps(target: float, delta: float, factory: Callable[[], Accountant], step: DPEvent, planned: int) -> int:
@@ -495,10 +280,10 @@ def make_private(
     optimizer: torch.optim.Optimizer,
     data_loader: DataLoader,
     *,
-    target_delta: float,
+    delta: float = MISSING,
     epochs: int,
     max_grad_norm: float,
-    target_epsilon: float | None = None,
+    epsilon: float | None = None,
     noise_multiplier: float | None = None,
     accountant: str = "rdp",
     poisson_sampling: bool = True,
@@ -507,12 +292,14 @@ def make_private(
     loss_reduction: str = "mean",
     grad_mode: str = "fast",
     noise: str = "lattice",
+    **renamed: Any,
 ) -> PrivateTraining:
     """Make ``module`` / ``optimizer`` / ``data_loader`` train with DP-SGD.
 
-    Give exactly one of ``target_epsilon`` (σ is calibrated so that ``epochs`` epochs cost at
-    most that ε at ``target_delta``, and training is stopped before a step would exceed it) or
-    ``noise_multiplier`` (σ given; ε is reported). ``budget`` (a :class:`dpkit.Budget` whose
+    Give exactly one of ``epsilon``, the target ε (σ is calibrated so that ``epochs`` epochs cost
+    at most that ε at ``delta``, and training is stopped before a step would exceed it) or
+    ``noise_multiplier`` (σ given; ε is reported). ``target_epsilon=``/``target_delta=`` are
+    deprecated names of ``epsilon=``/``delta=``. ``budget`` (a :class:`dpkit.Budget` whose
     accountant prices Gaussian and subsampled events, e.g. ``accountant=RDPAccountant``) is
     charged one step event before every step, and refuses the step when it would overspend.
 
@@ -537,12 +324,18 @@ def make_private(
     >>> data = TensorDataset(torch.randn(100, 3), torch.randint(0, 2, (100,)))
     >>> model = torch.nn.Linear(3, 2)
     >>> private = make_private(model, torch.optim.SGD(model.parameters(), lr=0.1), DataLoader(data, batch_size=10),
-    ...                        target_epsilon=1.0, target_delta=1e-3, epochs=2, max_grad_norm=1.0)
+    ...                        epsilon=1.0, delta=1e-3, epochs=2, max_grad_norm=1.0)
     >>> model, optimizer, loader = private
     >>> round(optimizer.noise_multiplier, 2), optimizer.sample_rate, len(loader)
     (1.71, 0.1, 10)
     """
     # -- validate everything before touching anything -------------------------------------------
+    given = {"delta": delta, "epsilon": MISSING if epsilon is None else epsilon}
+    names = take_renamed("make_private", renamed, _TARGET_ALIASES, given)
+    if given["delta"] is MISSING:
+        raise TypeError("make_private() missing 1 required keyword-only argument: 'delta'")
+    target_delta = given["delta"]
+    target_epsilon = None if given["epsilon"] is MISSING else given["epsilon"]
     check_module(module)
     if not isinstance(optimizer, torch.optim.Optimizer) or isinstance(optimizer, DPOptimizer):
         raise InvalidParameterError("optimizer", type(optimizer).__name__, "a torch.optim.Optimizer over the module's parameters (not already private)")
@@ -566,16 +359,16 @@ def make_private(
         raise InvalidParameterError("data_loader.batch_size", None, "an integer (dpkit replaces the loader's sampler with its own and needs the batch size)")
     if batch_size > population:
         raise InvalidParameterError("data_loader.batch_size", batch_size, f"at most the dataset size {population}")
-    delta = v.delta(target_delta, "target_delta", allow_zero=False)
+    delta = v.delta(target_delta, names["delta"], allow_zero=False)
     n_epochs = v.positive_int(epochs, "epochs")
     clip = v.positive(max_grad_norm, "max_grad_norm")
     if (target_epsilon is None) == (noise_multiplier is None):
         raise InvalidParameterError(
-            "target_epsilon/noise_multiplier",
+            f"{names['epsilon']}/noise_multiplier",
             (target_epsilon, noise_multiplier),
-            "exactly one of them: target_epsilon (σ is calibrated to it) or noise_multiplier (σ given, ε reported)",
+            f"exactly one of them: {names['epsilon']} (σ is calibrated to it) or noise_multiplier (σ given, ε reported)",
         )
-    target = v.epsilon(target_epsilon, "target_epsilon") if target_epsilon is not None else None
+    target = v.epsilon(target_epsilon, names["epsilon"]) if target_epsilon is not None else None
     sigma_given = v.positive(noise_multiplier, "noise_multiplier") if noise_multiplier is not None else None
     if not isinstance(poisson_sampling, bool):
         raise InvalidParameterError("poisson_sampling", poisson_sampling, "True or False")
@@ -586,7 +379,7 @@ def make_private(
     src = resolve_rng(rng)
     if delta >= 1.0 / population:
         warnings.warn(
-            f"target_delta={delta!r} is not below 1/N = 1/{population}: a δ this large allows mechanisms that "
+            f"{names['delta']}={delta!r} is not below 1/N = 1/{population}: a δ this large allows mechanisms that "
             "publish a few records outright; the usual choice is δ << 1/N",
             stacklevel=2,
         )
@@ -611,7 +404,7 @@ def make_private(
     acc_delta = _accounting_delta(delta, noise)
     if target is not None:
         sigma = calibrate_noise_multiplier(
-            target_epsilon=target,
+            epsilon=target,
             delta=acc_delta,
             accountant=factory,
             event_for=lambda s: SelfComposedEvent(sampler.step_event(s), planned),
@@ -636,12 +429,12 @@ def make_private(
         sampler=sampler,
         noise_multiplier=sigma,
         max_grad_norm=clip,
-        target_delta=delta,
+        delta=delta,
         accountant=accountant,
         accountant_factory=factory,
         noise=plan,
         source=src,
-        target_epsilon=target,
+        epsilon=target,
         max_steps=max_steps,
         budget=budget,
         epochs=n_epochs,
