@@ -20,16 +20,12 @@ import pytest
 import dpkit.ledger.sqlite as sqlite_ledger
 from dpkit.accounting import (
     ApproxDPEvent,
-    ComposedEvent,
-    GaussianEvent,
     LaplaceEvent,
-    PoissonSampledEvent,
     PureDPEvent,
-    RandomizedResponseEvent,
     SelfComposedEvent,
 )
 from dpkit.errors import BudgetExceededError, InvalidParameterError, LedgerError
-from dpkit.ledger import DEFAULT_LEDGER_PATH, BudgetRecord, LedgerBackend, SpendRecord, SQLiteLedger, open_ledger
+from dpkit.ledger import DEFAULT_LEDGER_PATH, BudgetRecord, SQLiteLedger, open_ledger
 
 WORKER = Path(__file__).with_name("_ledger_worker.py")
 MILLI = LaplaceEvent(noise_multiplier=1000)  # ε = 1/1000 exactly
@@ -89,10 +85,6 @@ def _wait_for(path: Path, proc: subprocess.Popen, timeout: float = 60.0) -> None
 # ------------------------------------------------------------------------------------------------
 
 
-def test_implements_the_backend_protocol(ledger: SQLiteLedger) -> None:
-    assert isinstance(ledger, LedgerBackend)
-
-
 def test_create_and_get_budget(ledger: SQLiteLedger, path: Path) -> None:
     record = ledger.get_budget("census", "alice")
     assert isinstance(record, BudgetRecord)
@@ -120,58 +112,6 @@ def test_existing_budget_is_never_changed(ledger: SQLiteLedger) -> None:
     con.close()
 
 
-def test_missing_budget(ledger: SQLiteLedger) -> None:
-    for call in (
-        lambda: ledger.get_budget("census", "bob"),
-        lambda: ledger.list_spends("census", "bob"),
-        lambda: ledger.debit("census", "bob", MILLI),
-    ):
-        with pytest.raises(LedgerError, match="no budget for analyst 'bob'"):
-            call()
-
-
-@pytest.mark.parametrize(
-    ("kwargs", "name"),
-    [
-        ({"epsilon": 0.0}, "epsilon"),
-        ({"epsilon": -1.0}, "epsilon"),
-        ({"epsilon": float("nan")}, "epsilon"),
-        ({"epsilon": float("inf")}, "epsilon"),
-        ({"epsilon": True}, "epsilon"),
-        ({"epsilon": 1.0, "delta": 1.0}, "delta"),
-        ({"epsilon": 1.0, "delta": -1e-9}, "delta"),
-    ],
-)
-def test_create_budget_rejects_bad_amounts(ledger: SQLiteLedger, kwargs: dict, name: str) -> None:
-    with pytest.raises(InvalidParameterError) as info:
-        ledger.create_budget("census", "bob", **kwargs)
-    assert info.value.name == name
-    assert [b.analyst for b in ledger.list_budgets()] == ["alice"]
-
-
-def test_debit_records_event_query_cost_and_time(ledger: SQLiteLedger, path: Path) -> None:
-    event = ComposedEvent((LaplaceEvent(noise_multiplier=4), ApproxDPEvent(0.25, 1e-7)))
-    spend = ledger.debit("census", "alice", event, "SELECT COUNT(*) FROM people")
-    assert isinstance(spend, SpendRecord)
-    assert (spend.epsilon_cost, spend.delta_cost, spend.query_text) == (0.5, 1e-7, "SELECT COUNT(*) FROM people")
-    (stored,) = ledger.list_spends("census", "alice")
-    assert stored == spend and stored.event == event
-    record = ledger.get_budget("census", "alice")
-    assert (record.spent_epsilon, record.spent_delta, record.remaining_epsilon) == (0.5, 1e-7, 0.5)
-    assert record.neighbours == "add_remove"
-    ledger.verify()
-
-
-def test_costs_follow_basic_composition(ledger: SQLiteLedger) -> None:
-    ledger.debit("census", "alice", SelfComposedEvent(LaplaceEvent(noise_multiplier=10), 3))
-    ledger.debit("census", "alice", PureDPEvent(0.125))
-    ledger.debit("census", "alice", ApproxDPEvent(0.125, 2.5e-7))
-    assert [s.epsilon_cost for s in ledger.list_spends("census", "alice")] == [0.30000000000000004, 0.125, 0.125]
-    record = ledger.get_budget("census", "alice")
-    assert record.spent_epsilon == pytest.approx(0.55) and record.spent_epsilon >= 0.55
-    assert record.spent_delta == 2.5e-7
-
-
 def test_refused_debit_writes_nothing(ledger: SQLiteLedger, path: Path) -> None:
     ledger.debit("census", "alice", LaplaceEvent(noise_multiplier=2))
     before = _db_rows(path, "SELECT * FROM spends"), _db_rows(path, "SELECT * FROM budgets")
@@ -184,47 +124,6 @@ def test_refused_debit_writes_nothing(ledger: SQLiteLedger, path: Path) -> None:
     assert (_db_rows(path, "SELECT * FROM spends"), _db_rows(path, "SELECT * FROM budgets")) == before
     ledger.debit("census", "alice", PureDPEvent(0.5))  # exactly the rest is fine
     assert ledger.get_budget("census", "alice").remaining_epsilon == 0.0
-
-
-def test_sums_are_exact(tmp_path: Path) -> None:
-    with SQLiteLedger(tmp_path / "l.sqlite") as ledger:
-        ledger.create_budget("d", "exact", epsilon=1.0)
-        ledger.create_budget("d", "binary", epsilon=1.0)
-        for _ in range(10):
-            ledger.debit("d", "exact", LaplaceEvent(noise_multiplier=10))  # 1/10 exactly: 10 fit
-        # The double 0.1 is a little more than 1/10, so ten of them exceed 1: the tenth is refused.
-        accepted = 0
-        for _ in range(10):
-            try:
-                ledger.debit("d", "binary", PureDPEvent(0.1))
-                accepted += 1
-            except BudgetExceededError:
-                pass
-        assert accepted == 9
-        assert ledger.get_budget("d", "exact").spent_epsilon == 1.0
-        ledger.verify()
-
-
-def test_pure_budget_refuses_any_delta(tmp_path: Path) -> None:
-    with SQLiteLedger(tmp_path / "l.sqlite") as ledger:
-        ledger.create_budget("d", "a", epsilon=10.0)
-        with pytest.raises(BudgetExceededError):
-            ledger.debit("d", "a", ApproxDPEvent(0.1, 1e-12))
-        assert ledger.list_spends("d", "a") == []
-
-
-@pytest.mark.parametrize(
-    "event",
-    [GaussianEvent(2.0), PoissonSampledEvent(0.1, LaplaceEvent(noise_multiplier=1)), ComposedEvent((MILLI, GaussianEvent(1.0)))],
-)
-def test_gaussian_and_sampled_events_need_an_explicit_cost(ledger: SQLiteLedger, event) -> None:
-    with pytest.raises(InvalidParameterError, match="RDPAccountant") as info:
-        ledger.debit("census", "alice", event)
-    assert info.value.name == "event"
-    assert ledger.list_spends("census", "alice") == []
-    # priced elsewhere (e.g. by an RDP accountant), the caller passes the (ε, δ) to debit
-    spend = ledger.debit("census", "alice", event, epsilon_cost=0.5, delta_cost=1e-7)
-    assert (spend.epsilon_cost, spend.delta_cost, spend.event) == (0.5, 1e-7, event)
 
 
 @pytest.mark.parametrize(
@@ -261,15 +160,6 @@ def test_tampered_events_cannot_be_negative_spends(ledger: SQLiteLedger) -> None
     with pytest.raises(InvalidParameterError):
         ledger.debit("census", "alice", repeated)
     assert ledger.get_budget("census", "alice").spent_epsilon == 0.0
-
-
-def test_one_neighbour_relation_per_budget(ledger: SQLiteLedger) -> None:
-    ledger.debit("census", "alice", MILLI)  # add_remove
-    with pytest.raises(InvalidParameterError, match="neighbour"):
-        ledger.debit("census", "alice", RandomizedResponseEvent(p_truth=0.75))  # replace
-    with pytest.raises(InvalidParameterError, match="neighbour"):
-        ledger.debit("census", "alice", ComposedEvent((MILLI, PureDPEvent(0.1, neighbours="replace"))))
-    assert len(ledger.list_spends("census", "alice")) == 1
 
 
 def test_persists_across_reopen_and_lists_budgets(path: Path) -> None:

@@ -18,6 +18,8 @@ Guarantees:
 * **Writers queue, readers do not wait.** Write transactions of every process queue on an
   ``flock`` of ``PATH.write-lock`` (a companion file, like SQLite's ``-wal``), which hands over
   at once; read transactions use a connection per thread and never wait for a writer (WAL).
+  The connections are the driver's (:mod:`dpkit.ledger._sqlite_driver`); the operations are
+  :class:`~dpkit.ledger.sql.SQLLedger`'s, shared with the PostgreSQL ledger.
 * **Append-only.** Triggers refuse UPDATE or DELETE of spends, DELETE of budgets and any change of
   a budget's (ε, δ), so a budget cannot grow through SQL by mistake either.
 
@@ -28,46 +30,21 @@ into place, so two processes creating the same ledger at once both end up with t
 from __future__ import annotations
 
 import contextlib
-import math
-
-try:
-    import fcntl
-except ImportError:  # pragma: no cover - not POSIX
-    fcntl = None  # type: ignore[assignment]
 import os
 import secrets
 import sqlite3
 import stat
-import threading
-import time
-import urllib.parse
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from datetime import datetime, timezone
 from fractions import Fraction
 from pathlib import Path
+from typing import Any
 
-from dpkit.accounting.events import DPEvent
-from dpkit._validate import short_repr as _short
 from dpkit.errors import InvalidParameterError, LedgerError
-from dpkit.accounting.rounding import up
-from dpkit.ledger.base import (
-    BudgetRecord,
-    DebitFacts,
-    GrantFacts,
-    OnCreate,
-    OnDebit,
-    SpendRecord,
-    budget_amounts,
-    budget_from_row,
-    check_debit,
-    check_name,
-    debit_cost,
-    decode_amount,
-    encode_event,
-    fraction_to_text,
-    spend_from_row,
-    total_problems,
-)
+from dpkit.ledger._driver import Runner, Wording, check_timeout
+from dpkit.ledger._sqlite_driver import SQLiteDriver
+from dpkit.ledger.base import fraction_to_text
+from dpkit.ledger.sql import BUDGET_COLUMNS, SPEND_COLUMNS, SQLLedger
 
 __all__ = ["SQLiteLedger", "DEFAULT_LEDGER_PATH", "SCHEMA_VERSION", "APPLICATION_ID"]
 
@@ -85,10 +62,6 @@ _MAGIC = b"SQLite format 3\x00"
 #: updated and the transaction commits. The crash-consistency tests set it in a child process to
 #: hold a debit half-done and kill the process there.
 _after_insert_hook: Callable[[], None] | None = None
-
-# Connections inherited through fork(): SQLite forbids using them in the child, and closing them
-# there could disturb the parent's, so the child drops them here and never closes them.
-_INHERITED: list[sqlite3.Connection] = []
 
 _SCHEMA = (
     """CREATE TABLE dpkit_schema (
@@ -132,27 +105,18 @@ _SCHEMA = (
 )
 _TABLES = frozenset({"dpkit_schema", "budgets", "spends"})
 
-_BUDGET_COLUMNS = "dataset, analyst, epsilon, delta, spent_epsilon, spent_delta, created_at, neighbours"
-_SPEND_COLUMNS = "id, dataset, analyst, event, query_text, epsilon_cost, delta_cost, created_at"
+_WORDING = Wording(
+    noun="the ledger",
+    connect="cannot open the ledger {where}: {detail}",
+    locked="could not {action} in {where}: another process held the ledger for more than {timeout} s ({detail})",
+)
 
 
 def _now() -> str:
     return datetime.now(timezone.utc).isoformat()
 
 
-class _Runner:
-    """The debit's open transaction, for ``on_debit`` / ``on_create`` (see dpkit.ledger.base.SQLRunner)."""
-
-    dialect = "sqlite"
-
-    def __init__(self, conn: sqlite3.Connection) -> None:
-        self._conn = conn
-
-    def run(self, sql: str, params: tuple[object, ...] = ()) -> list[tuple[object, ...]]:
-        return list(self._conn.execute(sql, params).fetchall())
-
-
-class SQLiteLedger:
+class SQLiteLedger(SQLLedger):
     """A persistent budget ledger in one SQLite file (see the module docstring for guarantees).
 
     >>> import tempfile, pathlib
@@ -164,7 +128,7 @@ class SQLiteLedger:
     ...     ledger.get_budget("census", "alice").remaining_epsilon
     0.75
 
-    One object may be shared by threads (operations are serialised on a lock) and survives
+    One object may be shared by threads (writes are serialised on a lock) and survives
     ``fork()`` (the child opens its own connection). ``timeout`` is how long, in seconds, an
     operation waits for another process's transaction before raising LedgerError.
     """
@@ -176,21 +140,13 @@ class SQLiteLedger:
             raise InvalidParameterError("path", path, "a str or os.PathLike path to the ledger file") from None
         if not isinstance(raw, str) or not raw or "\x00" in raw:
             raise InvalidParameterError("path", path, "a non-empty str or os.PathLike path to the ledger file")
-        if isinstance(timeout, bool) or not isinstance(timeout, (int, float)) or not (math.isfinite(timeout) and timeout >= 0):
-            raise InvalidParameterError("timeout", timeout, "a finite number of seconds >= 0")
+        self._timeout = check_timeout(timeout)
         self._path = Path(raw).expanduser().absolute()
-        self._timeout = float(timeout)
-        self._lock = threading.Lock()
-        self._pid = os.getpid()
-        self._queue_fd: int | None = None
-        self._queue_pid = 0
-        # Read-only transactions run on a connection per thread, without the write lock: in WAL
-        # mode readers see the last committed state and never wait for a writer.
-        self._readers = threading.local()
-        self._reader_conns: list[tuple[int, sqlite3.Connection]] = []
+        self._where = self._path
         if not os.path.lexists(self._path):
             self._create()
-        self._conn: sqlite3.Connection | None = self._open()
+        self._check_file()
+        self._driver = SQLiteDriver(self._path, timeout=self._timeout, wording=_WORDING, check=self._check_contents)
 
     # -- opening --------------------------------------------------------------------------------
 
@@ -285,26 +241,6 @@ class SQLiteLedger:
         if not os.access(path, os.R_OK | os.W_OK):
             raise LedgerError(f"the ledger {path} is not writable by this process; a ledger must be writable to debit it")
 
-    def _connect(self) -> sqlite3.Connection:
-        uri = "file:" + urllib.parse.quote(str(self._path), safe="/") + "?mode=rw"
-        try:
-            conn = sqlite3.connect(uri, uri=True, timeout=self._timeout, isolation_level=None, check_same_thread=False)
-            conn.execute("PRAGMA foreign_keys = ON")
-            conn.execute("PRAGMA synchronous = FULL")
-        except sqlite3.Error as exc:
-            raise LedgerError(f"cannot open the ledger {self._path}: {exc}") from exc
-        return conn
-
-    def _open(self) -> sqlite3.Connection:
-        self._check_file()
-        conn = self._connect()
-        try:
-            self._check_contents(conn)
-        except BaseException:
-            conn.close()
-            raise
-        return conn
-
     def _check_contents(self, conn: sqlite3.Connection) -> None:
         path = self._path
         advice = "refusing to use or change it; restore it from a backup or pass another path"
@@ -329,281 +265,52 @@ class SQLiteLedger:
                 + ("; upgrade dpkit to use it" if newer else "; it cannot be read by this dpkit")
             )
 
-    # -- connection handling ----------------------------------------------------------------------
+    # -- connections --------------------------------------------------------------------------------
 
-    def _connection(self) -> sqlite3.Connection:
-        """This process's connection (the caller holds the lock)."""
-        if self._conn is None:
-            raise LedgerError(f"the ledger {self._path} is closed")
-        if os.getpid() != self._pid:
-            _INHERITED.append(self._conn)
-            self._conn = self._connect()
-            self._pid = os.getpid()
-        return self._conn
-
-    def _reader(self) -> sqlite3.Connection:
-        """This thread's read connection (opened on first use; a forked child opens its own)."""
-        if self._conn is None:
-            raise LedgerError(f"the ledger {self._path} is closed")
-        conn = getattr(self._readers, "conn", None)
-        if conn is None or getattr(self._readers, "pid", None) != os.getpid():
-            conn = self._connect()
-            self._readers.conn, self._readers.pid = conn, os.getpid()
-            with self._locked():
-                self._reader_conns.append((os.getpid(), conn))
-        return conn
-
-    @contextlib.contextmanager
-    def write_lock(self) -> Iterator[None]:
-        """This process's lock, then the file's writer queue: held around every write
-        transaction of this file — the ledger's and, through this, the curator service's.
-        Writers of one process queue on the thread lock; writers of several processes (``dpkit
-        serve --workers N``) on an ``flock`` of ``PATH.write-lock``, which hands over the moment
-        it is released — SQLite's own busy handler sleeps 1, 2, 5, … 100 ms between tries, and
-        under contention that sleeping, not the work, would bound throughput. Waiting is bounded
-        by ``timeout``, after which LedgerError."""
-        with self._locked():
-            with self._writer_queue():
-                yield
-
-    def _writer_queue(self) -> contextlib.AbstractContextManager[None]:
-        if fcntl is None:  # pragma: no cover - not POSIX: SQLite's busy handler alone
-            return contextlib.nullcontext()
-        return self._flocked()
-
-    @contextlib.contextmanager
-    def _flocked(self) -> Iterator[None]:
-        if self._queue_fd is None or self._queue_pid != os.getpid():
-            # (an inherited descriptor would share the parent's lock: each process opens its own)
-            try:
-                self._queue_fd = os.open(f"{self._path}.write-lock", os.O_RDWR | os.O_CREAT | getattr(os, "O_CLOEXEC", 0), 0o600)
-            except OSError as exc:
-                raise LedgerError(f"cannot open the writer queue of {self._path}: {exc}") from exc
-            self._queue_pid = os.getpid()
-        fd = self._queue_fd
-        deadline = time.monotonic() + self._timeout
-        pause = 0.0
-        while True:
-            try:
-                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-                break
-            except BlockingIOError:
-                if time.monotonic() > deadline:
-                    raise LedgerError(f"another process held the ledger {self._path} for more than {self._timeout} s") from None
-                # Short, growing pauses: hand-over within tens of microseconds under load.
-                pause = min(0.001, pause * 2 + 0.00002)
-                time.sleep(pause)
-        try:
-            yield
-        finally:
-            fcntl.flock(fd, fcntl.LOCK_UN)
-
-    def _locked(self) -> threading.Lock:
-        if os.getpid() != self._pid:
-            # A lock copied by fork() may have been held by a thread that does not exist here.
-            self._lock = threading.Lock()
-        return self._lock
-
-    @contextlib.contextmanager
-    def _db(self, action: str) -> Iterator[None]:
-        """Turn SQLite errors into LedgerError naming the path and the action."""
-        try:
-            yield
-        except sqlite3.Error as exc:
-            if isinstance(exc, sqlite3.OperationalError) and "locked" in str(exc):
-                raise LedgerError(
-                    f"could not {action} in {self._path}: another process held the ledger for more than {self._timeout} s ({exc})"
-                ) from exc
-            raise LedgerError(f"could not {action} in {self._path}: {exc}") from exc
-
-    @contextlib.contextmanager
-    def _transaction(self, action: str, *, write: bool) -> Iterator[sqlite3.Connection]:
-        """One transaction: BEGIN IMMEDIATE (write) or BEGIN (a consistent read); COMMIT on
-        success, ROLLBACK on any exception."""
-        with self.write_lock() if write else contextlib.nullcontext(), self._db(action):
-            conn = self._connection() if write else self._reader()
-            conn.execute("BEGIN IMMEDIATE" if write else "BEGIN")
-            try:
-                yield conn
-                conn.execute("COMMIT")
-            except BaseException:
-                if conn.in_transaction:
-                    with contextlib.suppress(sqlite3.Error):
-                        conn.execute("ROLLBACK")
-                raise
-
-    def close(self) -> None:
-        """Close the connection; later calls raise LedgerError. Safe to call twice."""
-        with self._locked():
-            if self._conn is not None and os.getpid() == self._pid:
-                self._conn.close()
-            for pid, conn in self._reader_conns:
-                if pid == os.getpid():  # (never a connection inherited through fork())
-                    with contextlib.suppress(sqlite3.Error):
-                        conn.close()
-            self._reader_conns = []
-            self._conn = None
+    def write_lock(self) -> contextlib.AbstractContextManager[None]:
+        """The lock held around every write transaction of this file — the ledger's and, through
+        this, the curator service's: this process's thread lock, then the file's writer queue
+        across processes (see :meth:`dpkit.ledger._sqlite_driver.SQLiteDriver.write_lock`).
+        Waiting is bounded by ``timeout``, after which LedgerError."""
+        return self._driver.write_lock()
 
     def __enter__(self) -> SQLiteLedger:
         return self
 
-    def __exit__(self, *exc: object) -> None:
-        self.close()
-
     def __repr__(self) -> str:
         return f"SQLiteLedger({str(self._path)!r})"
 
-    # -- decoding -----------------------------------------------------------------------------------
+    # -- the steps of SQLLedger that are SQLite's -----------------------------------------------------
 
-    def _fraction(self, text: object, what: str) -> Fraction:
-        return decode_amount(text, self._path, what)
+    def _claim_budget(self, tx: Runner, dataset: str, analyst: str, eps: Fraction, dlt: Fraction) -> tuple[tuple[Any, ...], bool]:
+        # The write lock is held from BEGIN IMMEDIATE: no one can insert between these statements.
+        row = tx.one(f"SELECT {BUDGET_COLUMNS} FROM budgets WHERE dataset = ? AND analyst = ?", (dataset, analyst))
+        if row is not None:
+            return row, False
+        row = (dataset, analyst, fraction_to_text(eps), fraction_to_text(dlt), "0/1", "0/1", _now(), None)
+        tx.run(f"INSERT INTO budgets ({BUDGET_COLUMNS}) VALUES (?, ?, ?, ?, ?, ?, ?, ?)", row)
+        return row, True
 
-    def _budget(self, row: tuple) -> BudgetRecord:  # type: ignore[type-arg]
-        return budget_from_row(row, self._path)
+    def _lock_budget(self, tx: Runner, dataset: str, analyst: str) -> tuple[Any, ...] | None:
+        # BEGIN IMMEDIATE already holds the file's write lock, so a plain read locks the row.
+        return tx.one("SELECT epsilon, delta, spent_epsilon, spent_delta, neighbours FROM budgets WHERE dataset = ? AND analyst = ?", (dataset, analyst))
 
-    def _spend(self, row: tuple) -> SpendRecord:  # type: ignore[type-arg]
-        return spend_from_row(row, self._path)
+    def _stamp(self) -> str:
+        return _now()
 
-    def _missing(self, dataset: str, analyst: str) -> LedgerError:
-        return LedgerError(
-            f"there is no budget for analyst {analyst!r} on dataset {dataset!r} in {self._path}; "
-            "create it first with create_budget(dataset, analyst, epsilon=..., delta=...)"
-        )
+    def _insert_spend(self, tx: Runner, values: tuple[Any, ...], stamp: str | None) -> tuple[int, object]:
+        cur = tx.conn.execute(f"INSERT INTO spends ({SPEND_COLUMNS}) VALUES (NULL, ?, ?, ?, ?, ?, ?, ?)", (*values, stamp))
+        return int(cur.lastrowid), stamp
 
-    # -- the LedgerBackend interface ----------------------------------------------------------------
+    def _after_insert(self) -> None:
+        hook = _after_insert_hook
+        if hook is not None:
+            hook()
 
-    def create_budget(
-        self, dataset: str, analyst: str, *, epsilon: float, delta: float = 0.0, exist_ok: bool = False, on_create: OnCreate | None = None
-    ) -> BudgetRecord:
-        """Create the (ε, δ) budget of ``analyst`` on ``dataset`` and return it.
+    def _read_integrity(self, tx: Runner) -> Any:
+        return [row[0] for row in tx.run("PRAGMA integrity_check")]
 
-        If it already exists: with ``exist_ok=True`` and the same (ε, δ), the stored budget is
-        returned; otherwise LedgerError (a stored budget is never changed or reset)."""
-        check_name("dataset", dataset)
-        check_name("analyst", analyst)
-        eps, dlt = budget_amounts(epsilon, delta)
-        if not isinstance(exist_ok, bool):
-            raise InvalidParameterError("exist_ok", exist_ok, "True or False")
-        with self._transaction("create the budget", write=True) as conn:
-            row = conn.execute(f"SELECT {_BUDGET_COLUMNS} FROM budgets WHERE dataset = ? AND analyst = ?", (dataset, analyst)).fetchone()
-            if row is None:
-                row = (dataset, analyst, fraction_to_text(eps), fraction_to_text(dlt), "0/1", "0/1", _now(), None)
-                conn.execute(f"INSERT INTO budgets ({_BUDGET_COLUMNS}) VALUES (?, ?, ?, ?, ?, ?, ?, ?)", row)
-                if on_create is not None:
-                    on_create(_Runner(conn), GrantFacts(dataset, analyst, eps, dlt, row[6]))
-            else:
-                same = (self._fraction(row[2], "epsilon"), self._fraction(row[3], "delta")) == (eps, dlt)
-                if not (exist_ok and same):
-                    stored = self._budget(row)
-                    raise LedgerError(
-                        f"a budget for analyst {analyst!r} on dataset {dataset!r} already exists in {self._path} "
-                        f"(epsilon={stored.epsilon!r}, delta={stored.delta!r})"
-                        + ("" if same else f", not epsilon={float(epsilon)!r}, delta={float(delta)!r}; a stored budget is never changed")
-                        + ("" if exist_ok else "; pass exist_ok=True to reuse it")
-                    )
-        return self._budget(row)
-
-    def get_budget(self, dataset: str, analyst: str) -> BudgetRecord:
-        """The budget of ``analyst`` on ``dataset``; LedgerError if there is none."""
-        check_name("dataset", dataset)
-        check_name("analyst", analyst)
-        with self._transaction("read the budget", write=False) as conn:
-            row = conn.execute(f"SELECT {_BUDGET_COLUMNS} FROM budgets WHERE dataset = ? AND analyst = ?", (dataset, analyst)).fetchone()
-        if row is None:
-            raise self._missing(dataset, analyst)
-        return self._budget(row)
-
-    def list_budgets(self) -> list[BudgetRecord]:
-        """Every budget, ordered by dataset then analyst."""
-        with self._transaction("list the budgets", write=False) as conn:
-            rows = conn.execute(f"SELECT {_BUDGET_COLUMNS} FROM budgets ORDER BY dataset, analyst").fetchall()
-        return [self._budget(row) for row in rows]
-
-    def list_spends(self, dataset: str, analyst: str) -> list[SpendRecord]:
-        """Every spend debited from this budget, oldest first; LedgerError if there is no budget."""
-        check_name("dataset", dataset)
-        check_name("analyst", analyst)
-        with self._transaction("list the spends", write=False) as conn:
-            exists = conn.execute("SELECT 1 FROM budgets WHERE dataset = ? AND analyst = ?", (dataset, analyst)).fetchone()
-            rows = conn.execute(f"SELECT {_SPEND_COLUMNS} FROM spends WHERE dataset = ? AND analyst = ? ORDER BY id", (dataset, analyst)).fetchall()
-        if exists is None:
-            raise self._missing(dataset, analyst)
-        return [self._spend(row) for row in rows]
-
-    def debit(
-        self,
-        dataset: str,
-        analyst: str,
-        event: DPEvent,
-        query_text: str = "",
-        *,
-        epsilon_cost: float | Fraction | None = None,
-        delta_cost: float | Fraction | None = None,
-        on_debit: OnDebit | None = None,
-    ) -> SpendRecord:
-        """Pay for ``event`` from the budget of ``analyst`` on ``dataset``, or raise and write nothing.
-
-        The cost is the event's basic-composition cost (ε's and δ's add; Gaussian and subsampled
-        events raise InvalidParameterError naming ``event``), or ``(epsilon_cost, delta_cost)``
-        when both are given. In one ``BEGIN IMMEDIATE`` transaction the totals are read, the new
-        totals compared exactly with the budget, the spend inserted and the totals updated. A
-        debit that would exceed the budget raises :class:`~dpkit.errors.BudgetExceededError`.
-        All events of one budget must share one neighbour relation (the first debit fixes it).
-        """
-        check_name("dataset", dataset)
-        check_name("analyst", analyst)
-        if not isinstance(query_text, str):
-            raise InvalidParameterError("query_text", _short(query_text), "a string (may be empty)")
-        eps, dlt, relation = debit_cost(event, epsilon_cost, delta_cost)
-        event_json = encode_event(event)
-        created = _now()
-        with self._transaction("debit the budget", write=True) as conn:
-            row = conn.execute(
-                "SELECT epsilon, delta, spent_epsilon, spent_delta, neighbours FROM budgets WHERE dataset = ? AND analyst = ?",
-                (dataset, analyst),
-            ).fetchone()
-            if row is None:
-                raise self._missing(dataset, analyst)
-            what = f"analyst {analyst!r} on dataset {dataset!r}"
-            new_eps, new_dlt = check_debit(row, eps, dlt, relation, event, what, self._path)
-            spend_id = conn.execute(
-                f"INSERT INTO spends ({_SPEND_COLUMNS}) VALUES (NULL, ?, ?, ?, ?, ?, ?, ?)",
-                (dataset, analyst, event_json, query_text, fraction_to_text(eps), fraction_to_text(dlt), created),
-            ).lastrowid
-            hook = _after_insert_hook
-            if hook is not None:
-                hook()
-            conn.execute(
-                "UPDATE budgets SET spent_epsilon = ?, spent_delta = ?, neighbours = COALESCE(neighbours, ?) "
-                "WHERE dataset = ? AND analyst = ?",
-                (fraction_to_text(new_eps), fraction_to_text(new_dlt), relation, dataset, analyst),
-            )
-            if on_debit is not None:
-                on_debit(_Runner(conn), DebitFacts(int(spend_id), dataset, analyst, query_text, eps, dlt, new_eps, new_dlt, created))  # type: ignore[arg-type]
-        return SpendRecord(
-            id=int(spend_id),  # type: ignore[arg-type]
-            dataset=dataset,
-            analyst=analyst,
-            event=event,
-            query_text=query_text,
-            epsilon_cost=up(eps),
-            delta_cost=up(dlt),
-            created_at=datetime.fromisoformat(created),
-        )
-
-    def verify(self) -> None:
-        """Run ``PRAGMA integrity_check`` and check, in one consistent snapshot, that every
-        budget's spent totals equal the exact sum of its spends and stay within the budget.
-        Raises LedgerError describing the first problems found."""
-        with self._transaction("verify the ledger", write=False) as conn:
-            integrity = [row[0] for row in conn.execute("PRAGMA integrity_check").fetchall()]
-            budgets = conn.execute("SELECT dataset, analyst, epsilon, delta, spent_epsilon, spent_delta FROM budgets").fetchall()
-            # Equal costs are counted by SQLite, so Python adds one product per distinct cost.
-            spends = conn.execute(
-                "SELECT dataset, analyst, epsilon_cost, delta_cost, count(*) FROM spends GROUP BY dataset, analyst, epsilon_cost, delta_cost"
-            ).fetchall()
-        if integrity != ["ok"]:
-            raise LedgerError(f"{self._path} is corrupt (integrity_check: {'; '.join(map(str, integrity[:3]))})")
-        problems = total_problems(budgets, spends, self._path)
-        if problems:
-            raise LedgerError(f"{self._path} is inconsistent: " + "; ".join(problems[:3]))
+    def _integrity_problems(self, found: Any) -> list[str]:
+        if found != ["ok"]:
+            raise LedgerError(f"{self._path} is corrupt (integrity_check: {'; '.join(map(str, found[:3]))})")
+        return []

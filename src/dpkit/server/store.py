@@ -1,9 +1,11 @@
 """The service's own tables — principals, API keys, datasets and the audit log — kept in the
 same database as the ledger (one SQLite file, or one PostgreSQL database).
 
-The SQL is written once with ``?`` placeholders; :class:`_Postgres` rewrites them for psycopg.
-Writes that must be serialised (appending to the audit chain) take the database's write lock:
-``BEGIN IMMEDIATE`` on SQLite, a transaction-scoped advisory lock on PostgreSQL.
+The connections, transactions and error handling are the ledger's drivers
+(:mod:`dpkit.ledger._sqlite_driver`, :mod:`dpkit.ledger._postgres_driver`), so the SQL is written
+once with ``?`` placeholders. Writes that must be serialised (appending to the audit chain) take
+the database's write lock: on SQLite the ledger's (``BEGIN IMMEDIATE`` behind the file's writer
+queue), on PostgreSQL a transaction-scoped advisory lock.
 """
 
 from __future__ import annotations
@@ -11,14 +13,15 @@ from __future__ import annotations
 import contextlib
 import os
 import sqlite3
-import threading
-import urllib.parse
 from collections.abc import Callable, Iterator
 from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any, Protocol
 
 from dpkit.errors import InvalidParameterError, LedgerError
+from dpkit.ledger._driver import Runner, TransactionKind, Wording
+from dpkit.ledger._postgres_driver import PostgresDriver, import_psycopg, mask_url
+from dpkit.ledger._sqlite_driver import SQLiteDriver
 
 __all__ = ["ServiceStore", "open_store", "SQLITE_DEFAULT"]
 
@@ -27,6 +30,8 @@ SQLITE_DEFAULT = "sqlite:///.dpkit/ledger.sqlite"
 # own transactions. A version-1 database's unkeyed chain cannot be extended under a key.
 _SCHEMA_VERSION = 2
 AUDIT_LOCK = 0x64706B61  # advisory-lock key of the audit chain ("dpka")
+_FAILED = "service database {where}: {detail}"
+_ACTION = "use the service tables"  # (the messages above do not name it)
 
 _TABLES = (
     """CREATE TABLE IF NOT EXISTS dpkit_service (
@@ -88,142 +93,50 @@ class ServiceStore(Protocol):
     def close(self) -> None: ...
 
 
-class _Rows:
-    """What ``transaction()`` yields: ``run(sql, params)`` returns all rows."""
-
-    def __init__(self, conn: Any, rewrite: bool) -> None:
-        self._conn = conn
-        self._rewrite = rewrite
-        self.dialect = "postgres" if rewrite else "sqlite"
-
-    def run(self, sql: str, params: tuple[Any, ...] = ()) -> list[tuple[Any, ...]]:
-        if self._rewrite:
-            sql = sql.replace("?", "%s")
-        cur = self._conn.execute(sql, params)
-        return list(cur.fetchall()) if cur.description is not None else []
+LockFactory = Callable[[], contextlib.AbstractContextManager[Any]]
 
 
-class _SQLite:
-    def __init__(self, path: Path, url: str, timeout: float, lock: Callable[[], contextlib.AbstractContextManager[Any]] | None = None) -> None:
+class _Store:
+    """The service tables over a driver. ``transaction()`` yields a :class:`~dpkit.ledger._driver.Runner`:
+    reads one snapshot (PostgreSQL: statement by statement in autocommit — every read here is
+    one statement or tolerates separate snapshots, and BEGIN/COMMIT would double the round
+    trips of every request); ``write=True`` the database's write lock; ``audit=True`` also the
+    audit chain's lock."""
+
+    def __init__(self, url: str, driver: SQLiteDriver | PostgresDriver, lock: LockFactory | None = None) -> None:
         self.url = url
-        self._shared_lock = lock
-        self._path = path
-        self._timeout = timeout
-        self._local = threading.local()
-        self._all: list[sqlite3.Connection] = []
-        self._lock = threading.Lock()
-        self._write_lock = threading.Lock()
-        with self.transaction(write=True) as tx:
-            for statement in _TABLES:
-                tx.run(statement)
-            _claim(tx)
-
-    def _conn(self) -> sqlite3.Connection:
-        conn = getattr(self._local, "conn", None)
-        if conn is None or getattr(self._local, "pid", None) != os.getpid():
-            try:
-                conn = sqlite3.connect(self._path, timeout=self._timeout, isolation_level=None, check_same_thread=False)
-                conn.execute("PRAGMA journal_mode = WAL")
-                conn.execute("PRAGMA synchronous = FULL")
-                conn.execute("PRAGMA foreign_keys = ON")
-            except sqlite3.Error as exc:
-                raise LedgerError(f"cannot open the service database {self._path}: {exc}") from exc
-            self._local.conn, self._local.pid = conn, os.getpid()
-            with self._lock:
-                self._all.append(conn)
-        return conn
+        self._driver = driver
+        # Writers of a SQLite file queue on the ledger's write lock (threads of this process,
+        # then the file's writer queue across processes): left to SQLite's busy handler, which
+        # sleeps with growing back-off, writers would wait milliseconds each for a lock held for
+        # a fraction of one.
+        self._lock = lock
+        try:
+            with self.transaction(audit=True) as tx:
+                for statement in _TABLES:
+                    tx.run(statement)
+                _claim(tx)
+        except BaseException:
+            driver.close()
+            raise
 
     @contextlib.contextmanager
-    def transaction(self, *, write: bool = False, audit: bool = False) -> Iterator[_Rows]:
-        if write or audit:
-            # Writers queue on the ledger's write lock (threads of this process, then the file's
-            # writer queue across processes): left to SQLite's busy handler, which sleeps with
-            # growing back-off, writers would wait milliseconds each for a lock held for a
-            # fraction of one.
-            with self._shared_lock() if self._shared_lock is not None else self._write_lock:
-                yield from self._transaction(write=True)
-        else:
-            yield from self._transaction(write=False)
-
-    def _transaction(self, *, write: bool) -> Iterator[_Rows]:
-        conn = self._conn()
-        try:
-            conn.execute("BEGIN IMMEDIATE" if write else "BEGIN")
-            try:
-                yield _Rows(conn, rewrite=False)
-                conn.execute("COMMIT")
-            except BaseException:
-                if conn.in_transaction:
-                    conn.execute("ROLLBACK")
-                raise
-        except sqlite3.Error as exc:
-            raise LedgerError(f"service database {self._path}: {exc}") from exc
+    def transaction(self, *, write: bool = False, audit: bool = False) -> Iterator[Runner]:
+        if isinstance(self._driver, SQLiteDriver):
+            kind: TransactionKind = "write" if write or audit else "read"
+            with self._driver.transaction(_ACTION, kind, lock=self._lock) as tx:
+                yield tx
+            return
+        with self._driver.transaction(_ACTION, "write" if write or audit else "autocommit") as tx:
+            if audit:
+                tx.run("SELECT pg_advisory_xact_lock(?)", (AUDIT_LOCK,))
+            yield tx
 
     def close(self) -> None:
-        with self._lock:
-            for conn in self._all:
-                with contextlib.suppress(sqlite3.Error):
-                    conn.close()
-            self._all.clear()
+        self._driver.close()
 
 
-class _Postgres:
-    def __init__(self, url: str, timeout: float) -> None:
-        try:
-            import psycopg
-        except ImportError as exc:  # pragma: no cover - depends on the installation
-            raise LedgerError("a postgresql:// ledger needs psycopg: pip install 'dpkit[postgres]'") from exc
-        self._psycopg = psycopg
-        self.url = url
-        self._timeout = timeout
-        self._local = threading.local()
-        self._all: list[Any] = []
-        self._lock = threading.Lock()
-        with self.transaction(write=True) as tx:
-            tx.run("SELECT pg_advisory_xact_lock(?)", (AUDIT_LOCK,))
-            for statement in _TABLES:
-                tx.run(statement)
-            _claim(tx)
-
-    def _conn(self) -> Any:
-        conn = getattr(self._local, "conn", None)
-        if conn is None or conn.closed or getattr(self._local, "pid", None) != os.getpid():
-            try:
-                conn = self._psycopg.connect(self.url, autocommit=True, connect_timeout=max(1, int(self._timeout)))
-            except self._psycopg.Error as exc:
-                raise LedgerError(f"cannot connect to the service database {masked_url(self.url)}: {exc}") from exc
-            self._local.conn, self._local.pid = conn, os.getpid()
-            with self._lock:
-                self._all.append(conn)
-        return conn
-
-    @contextlib.contextmanager
-    def transaction(self, *, write: bool = False, audit: bool = False) -> Iterator[_Rows]:
-        conn = self._conn()
-        try:
-            if not (write or audit):
-                # Reads run in autocommit, statement by statement: every read here is one
-                # statement (or tolerates separate snapshots), and BEGIN/COMMIT would double the
-                # round trips of every request.
-                yield _Rows(conn, rewrite=True)
-                return
-            with conn.transaction():
-                rows = _Rows(conn, rewrite=True)
-                if audit:
-                    rows.run("SELECT pg_advisory_xact_lock(?)", (AUDIT_LOCK,))
-                yield rows
-        except self._psycopg.Error as exc:
-            raise LedgerError(f"service database {masked_url(self.url)}: {exc}") from exc
-
-    def close(self) -> None:
-        with self._lock:
-            for conn in self._all:
-                with contextlib.suppress(Exception):
-                    conn.close()
-            self._all.clear()
-
-
-def _claim(tx: _Rows) -> None:
+def _claim(tx: Runner) -> None:
     rows = tx.run("SELECT application, version FROM dpkit_service")
     if not rows:
         tx.run("INSERT INTO dpkit_service (id, application, version) VALUES (1, ?, ?)", ("dpkit-server", _SCHEMA_VERSION))
@@ -237,11 +150,8 @@ def _claim(tx: _Rows) -> None:
 
 
 def masked_url(url: str) -> str:
-    parts = urllib.parse.urlsplit(url)
-    if parts.password is None:
-        return url
-    netloc = parts.netloc.replace(":" + parts.password + "@", ":***@")
-    return urllib.parse.urlunsplit(parts._replace(netloc=netloc))
+    """``url`` with its password shown as ``***`` (see :func:`dpkit.ledger.postgres.mask_url`)."""
+    return mask_url(url)
 
 
 def sqlite_path(url: str) -> Path:
@@ -267,12 +177,29 @@ def normalise_url(value: object) -> str:
     return "sqlite:///" + str(Path(value).expanduser().absolute())
 
 
-def open_store(url: str, *, timeout: float = 30.0, lock: Callable[[], contextlib.AbstractContextManager[Any]] | None = None) -> ServiceStore:
+def open_store(url: str, *, timeout: float = 30.0, lock: LockFactory | None = None) -> ServiceStore:
     """Open (creating the tables if needed) the service tables at a ledger URL. On SQLite,
     ``lock`` returns the lock every writer of the file takes (the ledger's ``write_lock``: this
-    process's thread lock and the file's writer queue across processes)."""
+    process's thread lock and the file's writer queue across processes); without it, the
+    store's own driver's."""
     url = normalise_url(url)
+    timeout = float(timeout)
     if url.startswith("sqlite:///"):
         path = sqlite_path(url)
-        return _SQLite(path, url, timeout, lock)
-    return _Postgres(url, timeout)
+        if not path.exists():
+            # Normally the ledger created the file; alone, the store creates it in WAL mode.
+            try:
+                sqlite3.connect(path, isolation_level=None).execute("PRAGMA journal_mode = WAL").connection.close()
+            except sqlite3.Error as exc:
+                raise LedgerError(f"cannot open the service database {path}: {exc}") from exc
+        wording = Wording(noun="the service database", failed=_FAILED, connect="cannot open the service database {where}: {detail}")
+        return _Store(url, SQLiteDriver(path, timeout=timeout, wording=wording), lock)
+    pg = import_psycopg("a postgresql:// ledger needs psycopg: pip install 'dpkit[postgres]'")
+    wording = Wording(
+        noun="the service database", failed=_FAILED, connect="cannot connect to the service database {where}: {detail}"
+    )
+    # configure=False: the service's sessions keep the server's timeouts, as they always have.
+    # Every request reads these tables, so each of the web server's threads (Starlette runs
+    # handlers on a pool of 40) keeps a connection rather than opening one per transaction.
+    driver = PostgresDriver(url, pg, timeout=timeout, wording=wording, application="dpkit-server", configure=False, max_idle=64)
+    return _Store(url, driver)
