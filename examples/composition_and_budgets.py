@@ -44,7 +44,7 @@ print(f"  RDP, ε = R(α) + ln(1/δ)/(α−1):  {rdp.get_epsilon(1e-5, conversio
 print(f"  RDP, improved conversion:        {rdp.get_epsilon(1e-5):.3f}")
 print(f"  PLD (tight):                     {dp.PLDAccountant().compose(event).get_epsilon(1e-5):.3f}")
 sigma = dp.accounting.calibrate_noise_multiplier(
-    target_epsilon=1.0, delta=1e-5, accountant=dp.PLDAccountant, sample_rate=256 / 60000, steps=60 * 235
+    epsilon=1.0, delta=1e-5, accountant=dp.PLDAccountant, sample_rate=256 / 60000, steps=60 * 235
 )
 print(f"  noise multiplier for ε = 1:      {sigma:.3f}")
 

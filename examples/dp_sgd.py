@@ -78,8 +78,8 @@ for eps in (0.5, 1.0, 2.0, 4.0, 8.0):
         model,
         torch.optim.SGD(model.parameters(), lr=1.0, momentum=0.5),
         loader(),
-        target_epsilon=eps,
-        target_delta=DELTA,
+        epsilon=eps,
+        delta=DELTA,
         epochs=EPOCHS,
         max_grad_norm=CLIP,
         rng=rng,
@@ -96,7 +96,7 @@ budget = dp.Budget(epsilon=1.0, delta=DELTA, accountant=dp.RDPAccountant)
 model = new_model()
 private = make_private(
     model, torch.optim.SGD(model.parameters(), lr=1.0, momentum=0.5), loader(),
-    noise_multiplier=2.5, target_delta=DELTA, epochs=EPOCHS, max_grad_norm=CLIP, budget=budget, rng=rng,
+    noise_multiplier=2.5, delta=DELTA, epochs=EPOCHS, max_grad_norm=CLIP, budget=budget, rng=rng,
 )
 report = private.train(nn.CrossEntropyLoss(), progress=False)
 print(f"\nwith a budget of ε=1 and σ=2.5: {report.steps} of {EPOCHS * len(private.data_loader)} steps, "

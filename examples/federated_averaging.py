@@ -60,8 +60,8 @@ print(f"{'target ε':>9} {'σ':>6} | " + " | ".join(f"{'accuracy':>9} {'ε':>6} 
 for target in (0.5, 2.0, 8.0):
     torch.manual_seed(0 if args.seed is None else args.seed)
     fed = FederatedAveraging(
-        torch.nn.Linear(dim, 2), clients=clients, client_rate=q, rounds=rounds, local_steps=5, local_lr=0.5,
-        server_lr=1.0, clip=1.0, target_epsilon=target, delta=delta, accountant="rdp",
+        torch.nn.Linear(dim, 2), clients=clients, sample_rate=q, rounds=rounds, local_steps=5, local_lr=0.5,
+        server_lr=1.0, max_grad_norm=1.0, epsilon=target, delta=delta, accountant="rdp",
         rng=None if args.seed is None else np.random.default_rng(args.seed), progress=args.progress,
     )
     seen = {}

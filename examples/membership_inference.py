@@ -65,7 +65,7 @@ print(f"{'non-private (sklearn)':<28} {clf.score(Xt, yt):>8.3f} {r.auc:>6.3f} {r
 
 steps = 30
 for target in (1.0, 8.0):
-    sigma = calibrate_noise_multiplier(target_epsilon=target, delta=delta, accountant=RDPAccountant, steps=steps)
+    sigma = calibrate_noise_multiplier(epsilon=target, delta=delta, accountant=RDPAccountant, steps=steps)
     w = dp_gradient_descent(Xm, ym, steps=steps, lr=2.0, clip=1.0, noise_multiplier=sigma, rng=rng)
     acc = float(((Xt @ w > 0).astype(int) == yt).mean())
     r = loss_threshold_attack(logistic_losses(w, Xm, ym), logistic_losses(w, Xn, yn), delta=delta, rng=rng)
@@ -79,7 +79,7 @@ small, d_small = 50, 6
 Xs = np.hstack([rng.normal(size=(small, d_small - 1)), np.zeros((small, 1))])
 ys = (Xs[:, 0] > 0).astype(float)
 canary = (np.r_[np.zeros(d_small - 1), 100.0], 1.0)
-sigma = calibrate_noise_multiplier(target_epsilon=1.0, delta=delta, accountant=RDPAccountant, steps=10)
+sigma = calibrate_noise_multiplier(epsilon=1.0, delta=delta, accountant=RDPAccountant, steps=10)
 for name, noise in (("correct DP-GD, claims ε=1", sigma), ("broken: noise ÷ 10, claims ε=1", sigma / 10)):
     audit = canary_audit(
         lambda data, g: dp_gradient_descent(*data, steps=10, lr=0.003, clip=1.0, noise_multiplier=noise, rng=g, denominator=small),

@@ -48,14 +48,14 @@ def main() -> None:
 
     # Theorem 1.1: 2^n queries, any candidate consistent within E is within 4E
     small = rng.integers(0, 2, 12)
-    show("exhaustive, n=12, E=2", exhaustive_attack(NaiveCurator(small, noise=2.0, rng=rng), 12))
+    show("exhaustive, n=12, E=2", exhaustive_attack(NaiveCurator(small, noise_bound=2.0, rng=rng), 12))
 
     x = rng.integers(0, 2, n)
     for noise in (1.0, math.sqrt(n), 8 * math.sqrt(n)):
-        res = dinur_nissim_attack(NaiveCurator(x, noise=noise, rng=rng), n, method="lp", rng=rng)
+        res = dinur_nissim_attack(NaiveCurator(x, noise_bound=noise, rng=rng), n, method="lp", rng=rng)
         show(f"Dinur–Nissim LP, n={n}, noise={noise:.1f}", res)
 
-    sticky = StickyCurator(x, noise=3.0, rng=rng)
+    sticky = StickyCurator(x, noise_bound=3.0, rng=rng)
     show("Diffix-style averaging vs sticky noise 3", diffix_attack(sticky, n, repeats=64, rng=rng))
 
     # dpkit: a budget of ε = 1 either refuses the attack or drowns it in noise
@@ -72,7 +72,7 @@ def main() -> None:
     curves = {}
     for method in ("lp", "lstsq"):
         curves[method] = [
-            dinur_nissim_attack(NaiveCurator(x, noise=r * math.sqrt(n), rng=rng), n, method=method, rng=rng).recovered_fraction
+            dinur_nissim_attack(NaiveCurator(x, noise_bound=r * math.sqrt(n), rng=rng), n, method=method, rng=rng).recovered_fraction
             for r in ratios
         ]
     import matplotlib

@@ -10,7 +10,7 @@ import argparse
 import numpy as np
 
 import dpkit as dp
-from dpkit.mechanisms.sparse_vector import (
+from dpkit.mechanisms import (
     AboveThreshold,
     choose_clipping_bound,
     range_queries_above_threshold,
@@ -33,7 +33,7 @@ def main() -> None:
             pulled.append(k)
             yield float((ages < k).sum())
 
-    idx = AboveThreshold(epsilon=1.0, threshold=15_000).run(stream(), rng=rng)
+    idx = AboveThreshold(epsilon=1.0, threshold=15_000).release(stream(), rng=rng)
     print(f"   index {idx} -> k = {18 + idx}; queries evaluated: {len(pulled)} (true median {np.median(ages):.0f}); cost ε = 1\n")
 
     print("2. Choosing a clipping bound, and the mean (ε = 1)")

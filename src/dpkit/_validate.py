@@ -14,8 +14,8 @@ from __future__ import annotations
 
 import math
 from fractions import Fraction
-from numbers import Integral, Real
-from typing import Any, Literal
+from numbers import Integral, Rational, Real
+from typing import Any, Literal, cast
 
 import numpy as np
 from numpy.typing import ArrayLike, NDArray
@@ -60,11 +60,14 @@ def exact_amount(name: str, value: object, *, positive: bool = False, upper: Fra
     exact: Fraction | None = None
     if _is_real(value):
         try:
-            exact = Fraction(value)  # type: ignore[arg-type]
+            # Fraction takes the rationals and floats; any other real raises TypeError, caught below.
+            exact = Fraction(cast("Rational | float", value))
         except (ValueError, OverflowError, TypeError):  # nan, inf, exotic reals
             exact = None
     if exact is None or exact < 0 or (positive and exact == 0) or (upper is not None and exact >= upper):
-        accepted = ("a finite number > 0" if positive else "a finite number >= 0") + (f" and < {upper}" if upper is not None else "")
+        accepted = ("a finite number > 0" if positive else "a finite number >= 0") + (
+            f" and < {upper}" if upper is not None else ""
+        )
         raise InvalidParameterError(name, value, accepted)
     return exact
 
@@ -162,7 +165,9 @@ def _numeric(value: ArrayLike, name: str) -> NDArray[Any]:
     return arr
 
 
-def finite_array(value: ArrayLike, name: str = "value", *, integer: bool = False) -> NDArray[np.float64] | NDArray[np.int64]:
+def finite_array(
+    value: ArrayLike, name: str = "value", *, integer: bool = False
+) -> NDArray[np.float64] | NDArray[np.int64]:
     """Numeric input as a numpy array; rejects non-numeric dtypes, NaN and ±inf, empty arrays.
 
     For inputs that are *not* private data (released values, declared parameters given as

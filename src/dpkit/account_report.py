@@ -87,7 +87,11 @@ def account(event: DPEvent, delta: float, names: list[str] | None = None) -> lis
             rows.append(AccountingRow(name, None, (time.perf_counter() - start) * 1e3, str(exc)))
             continue
         ms = (time.perf_counter() - start) * 1e3
-        rows.append(AccountingRow(name, eps if math.isfinite(eps) else None, ms, "" if math.isfinite(eps) else "no finite bound at this δ"))
+        rows.append(
+            AccountingRow(
+                name, eps if math.isfinite(eps) else None, ms, "" if math.isfinite(eps) else "no finite bound at this δ"
+            )
+        )
     return rows
 
 

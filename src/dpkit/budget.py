@@ -42,7 +42,7 @@ import math
 import threading
 from collections.abc import Callable
 from fractions import Fraction
-from numbers import Real
+from numbers import Rational, Real
 
 from dpkit import _validate as v
 from dpkit._validate import short_repr as _short
@@ -62,17 +62,15 @@ def _describe(event: DPEvent) -> str:
     return f"{type(event).__name__}(ε={eps:.6g})" if isinstance(eps, float) else _short(event)
 
 
-
-
 # ================================================================================================
 # Budget
 # ================================================================================================
 
 
-def _as_budget_float(value: object) -> float:
+def _as_budget_float(value: float | Rational) -> float:
     """A validated budget parameter as a double, rounded down when it is an exact number (such as
     Fraction(1, 3)) that no double equals: a budget may be understated, never overstated."""
-    return value if isinstance(value, float) else to_float_down(Fraction(value))  # type: ignore[arg-type]
+    return value if isinstance(value, float) else to_float_down(Fraction(value))
 
 
 class Budget:
@@ -110,6 +108,14 @@ class Budget:
     """
 
     __slots__ = ("_epsilon", "_delta", "_factory", "_lock", "_runs", "_n", "_spent_epsilon", "_spent_delta")
+    _epsilon: float
+    _delta: float
+    _factory: Callable[[], Accountant]
+    _lock: threading.Lock
+    _runs: tuple[tuple[DPEvent, int], ...]
+    _n: int
+    _spent_epsilon: float
+    _spent_delta: float
 
     def __init__(
         self,
@@ -148,11 +154,18 @@ class Budget:
                 "an accountant instance carries its events with it; the budget builds a fresh one for every spend",
             )
         if not callable(accountant):
-            raise InvalidParameterError("accountant", _short(accountant), "a class or zero-argument callable that returns a fresh accountant")
+            raise InvalidParameterError(
+                "accountant", _short(accountant), "a class or zero-argument callable that returns a fresh accountant"
+            )
         try:
             probe = accountant()
         except Exception as exc:
-            raise InvalidParameterError("accountant", _short(accountant), "a zero-argument callable that returns a fresh accountant", f"calling it raised {exc!r}") from exc
+            raise InvalidParameterError(
+                "accountant",
+                _short(accountant),
+                "a zero-argument callable that returns a fresh accountant",
+                f"calling it raised {exc!r}",
+            ) from exc
         if not isinstance(probe, Accountant):
             raise InvalidParameterError(
                 "accountant",
@@ -160,7 +173,7 @@ class Budget:
                 "a callable returning an object with supports, compose, get_epsilon and get_delta",
                 f"it returned {_short(probe, 80)}",
             )
-        return accountant  # type: ignore[return-value]
+        return accountant
 
     # -- read-only configuration and state ----------------------------------------------------
 

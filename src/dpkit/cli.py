@@ -15,12 +15,12 @@ from __future__ import annotations
 import contextlib
 import json
 from pathlib import Path
-from typing import Annotated, Any, NoReturn
+from typing import Annotated, Any, NoReturn, cast
 
 import typer
 from rich.console import Console
-from rich.table import Table
 from rich.progress import BarColumn, Progress, SpinnerColumn, TextColumn, TimeElapsedColumn
+from rich.table import Table
 
 import dpkit
 from dpkit.accounting.events import event_to_dict
@@ -71,7 +71,9 @@ def main() -> None:
 
 @app.command()
 def demo(
-    out: Annotated[Path, typer.Option("--out", help="Directory for the figure, CSV files and results.json.")] = Path("out/demo"),
+    out: Annotated[Path, typer.Option("--out", help="Directory for the figure, CSV files and results.json.")] = Path(
+        "out/demo"
+    ),
     seed: SeedOption = None,
     json_output: JsonOption = False,
 ) -> None:
@@ -88,8 +90,12 @@ def demo(
             result = demo_mod.run_demo(out, seed=seed)
         else:
             progress = Progress(
-                SpinnerColumn(), TextColumn("{task.description}"), BarColumn(), TimeElapsedColumn(),
-                console=Console(stderr=True), transient=True,
+                SpinnerColumn(),
+                TextColumn("{task.description}"),
+                BarColumn(),
+                TimeElapsedColumn(),
+                console=Console(stderr=True),
+                transient=True,
             )
             with progress:
                 result = demo_mod.run_demo(out, seed=seed, progress=progress)
@@ -106,11 +112,17 @@ def demo(
 @app.command()
 def account(
     mechanism: Annotated[str, typer.Option("--mechanism", help="gaussian or laplace.")] = "gaussian",
-    noise_multiplier: Annotated[float, typer.Option("--noise-multiplier", help="σ/Δ₂ (Gaussian) or b/Δ₁ (Laplace).")] = 1.0,
-    sample_rate: Annotated[float, typer.Option("--sample-rate", help="Poisson sampling rate q in (0, 1]; 1 = no sampling.")] = 1.0,
+    noise_multiplier: Annotated[
+        float, typer.Option("--noise-multiplier", help="σ/Δ₂ (Gaussian) or b/Δ₁ (Laplace).")
+    ] = 1.0,
+    sample_rate: Annotated[
+        float, typer.Option("--sample-rate", help="Poisson sampling rate q in (0, 1]; 1 = no sampling.")
+    ] = 1.0,
     steps: Annotated[int, typer.Option("--steps", help="Number of repetitions (e.g. DP-SGD steps).")] = 1,
     delta: Annotated[float, typer.Option("--delta", help="Target δ.")] = 1e-5,
-    plot: Annotated[Path | None, typer.Option("--plot", help="Save ε against steps (RDP vs PLD) as a PNG here.")] = None,
+    plot: Annotated[
+        Path | None, typer.Option("--plot", help="Save ε against steps (RDP vs PLD) as a PNG here.")
+    ] = None,
     accountants: Annotated[
         list[str] | None,
         typer.Option("--accountant", help="Only this accountant: basic, rdp, zcdp or pld (repeatable; default: all)."),
@@ -134,9 +146,13 @@ def account(
     except DPError as exc:
         _fail(str(exc))
     if json_output:
-        _emit_json({"event": event_to_dict(event), "delta": delta, "results": [r.as_dict() for r in rows], "plot": curve_path})
+        _emit_json(
+            {"event": event_to_dict(event), "delta": delta, "results": [r.as_dict() for r in rows], "plot": curve_path}
+        )
         return
-    table = Table(title=f"ε at δ = {delta:g} — {mechanism}, noise multiplier {noise_multiplier}, q = {sample_rate}, {steps} steps")
+    table = Table(
+        title=f"ε at δ = {delta:g} — {mechanism}, noise multiplier {noise_multiplier}, q = {sample_rate}, {steps} steps"
+    )
     for col in ("accountant", "ε", "time (ms)", "note"):
         table.add_column(col, justify="right" if col in ("ε", "time (ms)") else "left")
     for r in rows:
@@ -155,7 +171,12 @@ budget_app = typer.Typer(help="Show or create privacy budgets in a ledger.", no_
 app.add_typer(budget_app, name="budget")
 
 LedgerOption = Annotated[
-    str, typer.Option("--ledger", envvar="DPKIT_LEDGER", help="The ledger: a SQLite file path, sqlite:///PATH or postgresql://USER@HOST/DB.")
+    str,
+    typer.Option(
+        "--ledger",
+        envvar="DPKIT_LEDGER",
+        help="The ledger: a SQLite file path, sqlite:///PATH or postgresql://USER@HOST/DB.",
+    ),
 ]
 
 
@@ -166,7 +187,7 @@ def _ledger_missing(ledger: str) -> bool:
     return not Path(ledger.removeprefix("sqlite:///")).exists()
 
 
-def _open_existing(ledger: str):  # type: ignore[no-untyped-def]
+def _open_existing(ledger: str):
     from dpkit.ledger import open_ledger
 
     if _ledger_missing(ledger):
@@ -178,7 +199,12 @@ def _open_existing(ledger: str):  # type: ignore[no-untyped-def]
 def budget_show(
     ctx: typer.Context,
     ledger: LedgerOption = ".dpkit/ledger.sqlite",
-    dataset: Annotated[str | None, typer.Option("--dataset", help="Show the spends of this dataset's budget (a name, or a data file: its content identity).")] = None,
+    dataset: Annotated[
+        str | None,
+        typer.Option(
+            "--dataset", help="Show the spends of this dataset's budget (a name, or a data file: its content identity)."
+        ),
+    ] = None,
     analyst: Annotated[str | None, typer.Option("--analyst", help="… for this analyst.")] = None,
     json_output: JsonOption = False,
 ) -> None:
@@ -191,7 +217,9 @@ def budget_show(
         dataset = dataset_identity(dataset)
     try:
         with _open_existing(ledger) as store:
-            budgets = [b for b in store.list_budgets() if (dataset in (None, b.dataset)) and (analyst in (None, b.analyst))]
+            budgets = [
+                b for b in store.list_budgets() if (dataset in (None, b.dataset)) and (analyst in (None, b.analyst))
+            ]
             spends = store.list_spends(dataset, analyst) if dataset and analyst else []
     except DPError as exc:
         _fail(str(exc))
@@ -201,17 +229,27 @@ def budget_show(
                 "ledger": str(ledger),
                 "budgets": [
                     {
-                        "dataset": b.dataset, "analyst": b.analyst, "epsilon": b.epsilon, "delta": b.delta,
-                        "spent_epsilon": b.spent_epsilon, "spent_delta": b.spent_delta,
-                        "remaining_epsilon": b.remaining_epsilon, "remaining_delta": b.remaining_delta,
-                        "neighbours": b.neighbours, "created_at": b.created_at.isoformat(),
+                        "dataset": b.dataset,
+                        "analyst": b.analyst,
+                        "epsilon": b.epsilon,
+                        "delta": b.delta,
+                        "spent_epsilon": b.spent_epsilon,
+                        "spent_delta": b.spent_delta,
+                        "remaining_epsilon": b.remaining_epsilon,
+                        "remaining_delta": b.remaining_delta,
+                        "neighbours": b.neighbours,
+                        "created_at": b.created_at.isoformat(),
                     }
                     for b in budgets
                 ],
                 "spends": [
                     {
-                        "id": sp.id, "time": sp.created_at.isoformat(), "query": sp.query_text,
-                        "epsilon": sp.epsilon_cost, "delta": sp.delta_cost, "event": event_to_dict(sp.event),
+                        "id": sp.id,
+                        "time": sp.created_at.isoformat(),
+                        "query": sp.query_text,
+                        "epsilon": sp.epsilon_cost,
+                        "delta": sp.delta_cost,
+                        "event": event_to_dict(sp.event),
                     }
                     for sp in spends
                 ],
@@ -223,22 +261,41 @@ def budget_show(
     for col in ("dataset", "analyst", "ε", "δ", "spent ε", "spent δ", "remaining ε", "neighbours"):
         table.add_column(col)
     for b in budgets:
-        table.add_row(b.dataset, b.analyst, f"{b.epsilon:g}", f"{b.delta:g}", f"{b.spent_epsilon:.6g}",
-                      f"{b.spent_delta:.3g}", f"{b.remaining_epsilon:.6g}", b.neighbours or "—")
+        table.add_row(
+            b.dataset,
+            b.analyst,
+            f"{b.epsilon:g}",
+            f"{b.delta:g}",
+            f"{b.spent_epsilon:.6g}",
+            f"{b.spent_delta:.3g}",
+            f"{b.remaining_epsilon:.6g}",
+            b.neighbours or "—",
+        )
     console.print(table)
     if dataset and analyst:
         spend_table = Table(title=f"spends of {dataset} / {analyst}")
         for col in ("id", "time", "query", "event", "ε", "δ"):
             spend_table.add_column(col)
         for sp in spends:
-            spend_table.add_row(str(sp.id), sp.created_at.isoformat(timespec="seconds"), sp.query_text,
-                                type(sp.event).__name__, f"{sp.epsilon_cost:.6g}", f"{sp.delta_cost:.3g}")
+            spend_table.add_row(
+                str(sp.id),
+                sp.created_at.isoformat(timespec="seconds"),
+                sp.query_text,
+                type(sp.event).__name__,
+                f"{sp.epsilon_cost:.6g}",
+                f"{sp.delta_cost:.3g}",
+            )
         console.print(spend_table)
 
 
 @budget_app.command("create")
 def budget_create(
-    dataset: Annotated[str, typer.Argument(help="A data file (its budget is kept under the file's content identity, as dpkit query pays it) or a dataset name (the service's, a library session's).")],
+    dataset: Annotated[
+        str,
+        typer.Argument(
+            help="A data file (its budget is kept under the file's content identity, as dpkit query pays it) or a dataset name (the service's, a library session's)."
+        ),
+    ],
     analyst: Annotated[str, typer.Argument(help="Analyst name.")],
     epsilon: Annotated[float, typer.Option("--epsilon", help="The budget's ε.")],
     delta: Annotated[float, typer.Option("--delta", help="The budget's δ.")] = 0.0,
@@ -263,20 +320,54 @@ def budget_create(
 @app.command()
 def query(
     data: Annotated[Path, typer.Argument(help="A CSV or Parquet file.")],
-    sql: Annotated[str, typer.Argument(help='SQL of the private subset, e.g. "SELECT sex, COUNT(*), AVG(age) FROM adult GROUP BY sex".')],
-    epsilon: Annotated[float, typer.Option("--epsilon", help="ε for the whole query, split equally across its aggregates.")],
-    metadata: Annotated[Path, typer.Option("--metadata", help="The curator's declared schema (JSON): every usable column's type, bounds and categories, and the privacy unit (see docs/guide.md, 'The metadata file').")],
+    sql: Annotated[
+        str,
+        typer.Argument(
+            help='SQL of the private subset, e.g. "SELECT sex, COUNT(*), AVG(age) FROM adult GROUP BY sex".'
+        ),
+    ],
+    epsilon: Annotated[
+        float, typer.Option("--epsilon", help="ε for the whole query, split equally across its aggregates.")
+    ],
+    metadata: Annotated[
+        Path,
+        typer.Option(
+            "--metadata",
+            help="The curator's declared schema (JSON): every usable column's type, bounds and categories, and the privacy unit (see docs/guide.md, 'The metadata file').",
+        ),
+    ],
     delta: Annotated[float, typer.Option("--delta", help="δ (private key selection, Gaussian noise).")] = 0.0,
-    unit: Annotated[str | None, typer.Option("--unit", help="The privacy-unit column (default: the metadata's).")] = None,
-    row_level: Annotated[bool, typer.Option("--row-level", help="Every row is a different person (only when the metadata declares no unit).")] = False,
+    unit: Annotated[
+        str | None, typer.Option("--unit", help="The privacy-unit column (default: the metadata's).")
+    ] = None,
+    row_level: Annotated[
+        bool,
+        typer.Option("--row-level", help="Every row is a different person (only when the metadata declares no unit)."),
+    ] = False,
     ledger: LedgerOption = ".dpkit/ledger.sqlite",
-    analyst: Annotated[str, typer.Option("--analyst", help="Whose budget pays (created with dpkit budget create DATA ANALYST ...).")] = "analyst",
-    table: Annotated[str | None, typer.Option("--table", help="The table's name in SQL (default: the file's stem). It does not choose the budget.")] = None,
-    max_groups: Annotated[int | None, typer.Option("--max-groups", help="Groups per privacy unit (default: metadata's, else 1).")] = None,
-    max_rows: Annotated[int | None, typer.Option("--max-rows", help="Rows per privacy unit per group (default: metadata's, else 1).")] = None,
+    analyst: Annotated[
+        str, typer.Option("--analyst", help="Whose budget pays (created with dpkit budget create DATA ANALYST ...).")
+    ] = "analyst",
+    table: Annotated[
+        str | None,
+        typer.Option(
+            "--table", help="The table's name in SQL (default: the file's stem). It does not choose the budget."
+        ),
+    ] = None,
+    max_groups: Annotated[
+        int | None, typer.Option("--max-groups", help="Groups per privacy unit (default: metadata's, else 1).")
+    ] = None,
+    max_rows: Annotated[
+        int | None, typer.Option("--max-rows", help="Rows per privacy unit per group (default: metadata's, else 1).")
+    ] = None,
     noise: Annotated[str, typer.Option("--noise", help="laplace or gaussian.")] = "laplace",
     confidence: Annotated[float, typer.Option("--confidence", help="Confidence level of the intervals.")] = 0.95,
-    seed: Annotated[int | None, typer.Option("--seed", help="Refused: seeded noise can be replayed, and this command always pays from a ledger.")] = None,
+    seed: Annotated[
+        int | None,
+        typer.Option(
+            "--seed", help="Refused: seeded noise can be replayed, and this command always pays from a ledger."
+        ),
+    ] = None,
     json_output: JsonOption = False,
 ) -> None:
     """Run one private SQL query on a file and pay for it from the ledger.
@@ -296,35 +387,58 @@ def query(
     if not data.is_file():
         _fail(f"no such file: {str(data)!r}")
     if not metadata.is_file():
-        _fail(f"no such metadata file: {str(metadata)!r} (write one by hand, or dpkit generate census ... --metadata FILE for the example)")
+        _fail(
+            f"no such metadata file: {str(metadata)!r} (write one by hand, or dpkit generate census ... --metadata FILE for the example)"
+        )
     name = table or data.stem
     dataset = dataset_identity(data)
     if _ledger_missing(ledger):
-        _fail(f"no ledger at {ledger!r}: create a budget first (dpkit budget create {data} {analyst} --epsilon E --ledger {ledger})")
+        _fail(
+            f"no ledger at {ledger!r}: create a budget first (dpkit budget create {data} {analyst} --epsilon E --ledger {ledger})"
+        )
     err = Console(stderr=True)
     try:
         with err.status(f"scanning {data.name} …", spinner="dots") if not json_output else contextlib.nullcontext():
             session = Session(
-                data, privacy_unit=unit, row_level=True if row_level else None, ledger=ledger, dataset=dataset, analyst=analyst,
-                metadata=metadata, max_groups=max_groups, max_rows=max_rows, table=name,
+                data,
+                privacy_unit=unit,
+                row_level=True if row_level else None,
+                ledger=ledger,
+                dataset=dataset,
+                analyst=analyst,
+                metadata=metadata,
+                max_groups=max_groups,
+                max_rows=max_rows,
+                table=name,
                 rng=None if seed is None else np.random.default_rng(seed),
             )
             result = session.sql(sql, epsilon=epsilon, delta=delta, noise=noise, confidence=confidence)  # type: ignore[arg-type]
             record = session._ledger.get_budget(dataset, analyst)
     except LedgerError as exc:
-        _fail(f"{exc} (budgets for a file are created with: dpkit budget create {data} {analyst} --epsilon E --ledger {ledger})")
+        _fail(
+            f"{exc} (budgets for a file are created with: dpkit budget create {data} {analyst} --epsilon E --ledger {ledger})"
+        )
     except DPError as exc:
         _fail(str(exc))
     if json_output:
         out = result.to_dict()
-        out["budget"] = {"dataset": dataset, "analyst": analyst, "epsilon": record.epsilon, "delta": record.delta,
-                         "spent_epsilon": record.spent_epsilon, "spent_delta": record.spent_delta,
-                         "remaining_epsilon": record.remaining_epsilon, "remaining_delta": record.remaining_delta}
+        out["budget"] = {
+            "dataset": dataset,
+            "analyst": analyst,
+            "epsilon": record.epsilon,
+            "delta": record.delta,
+            "spent_epsilon": record.spent_epsilon,
+            "spent_delta": record.spent_delta,
+            "remaining_epsilon": record.remaining_epsilon,
+            "remaining_delta": record.remaining_delta,
+        }
         _emit_json(out)
         return
     console = Console()
     pct = f"{confidence * 100:g}%"
-    tbl = Table(title=f"{sql}", caption=f"ε={result.epsilon:g}, δ={result.delta:g} · {pct} intervals · keys: {result.keys}")
+    tbl = Table(
+        title=f"{sql}", caption=f"ε={result.epsilon:g}, δ={result.delta:g} · {pct} intervals · keys: {result.keys}"
+    )
     for g in result.groups:
         tbl.add_column(g)
     for a in result.aggregates:
@@ -339,7 +453,7 @@ def query(
     console.print(tbl)
     for a in result.aggregates:
         scale = "" if a.scale != a.scale else f", noise scale {_fmt(a.scale)}"
-        console.print(f"  {a.name}: {a.mechanism}, ε={a.epsilon:.4g}{', δ=%.3g' % a.delta if a.delta else ''}{scale}")
+        console.print(f"  {a.name}: {a.mechanism}, ε={a.epsilon:.4g}{f', δ={a.delta:.3g}' if a.delta else ''}{scale}")
     for note in result.notes:
         console.print(f"  {note}")
     console.print(
@@ -357,7 +471,9 @@ def generate(
     kind: Annotated[str, typer.Argument(help="census: the census-like example table.")],
     out: Annotated[Path, typer.Argument(help="Where to write the CSV.")],
     people: Annotated[int, typer.Option("--people", help="Number of people (each has 1–3 rows).")] = 20_000,
-    metadata: Annotated[Path | None, typer.Option("--metadata", help="Also write the curator's metadata JSON here.")] = None,
+    metadata: Annotated[
+        Path | None, typer.Option("--metadata", help="Also write the curator's metadata JSON here.")
+    ] = None,
 ) -> None:
     """Write bundled example data (generated, not real people) and, optionally, its metadata."""
     from dpkit import datasets
@@ -373,21 +489,35 @@ def generate(
     if metadata is not None:
         metadata.parent.mkdir(parents=True, exist_ok=True)
         metadata.write_text(json.dumps(datasets.CENSUS_METADATA, indent=2) + "\n", encoding="utf-8")
-    typer.echo(f"wrote {len(frame)} rows ({people} people) to {out}" + (f" and metadata to {metadata}" if metadata else ""))
+    typer.echo(
+        f"wrote {len(frame)} rows ({people} people) to {out}" + (f" and metadata to {metadata}" if metadata else "")
+    )
 
 
-anonymity_app = typer.Typer(help="k-anonymity of a table, and Mondrian generalisation (syntactic, not DP).", no_args_is_help=True)
+anonymity_app = typer.Typer(
+    help="k-anonymity of a table, and Mondrian generalisation (syntactic, not DP).", no_args_is_help=True
+)
 app.add_typer(anonymity_app, name="anonymity")
 
 
 @anonymity_app.command("check")
 def anonymity_check(
     data: Annotated[Path, typer.Argument(help="A CSV file (header line first).")],
-    quasi: Annotated[str, typer.Option("--quasi", help="Quasi-identifier columns, comma-separated (e.g. age,sex,zip).")],
-    k: Annotated[int | None, typer.Option("--k", help="Target k: report the rows below it, and with --generalise reach it.")] = None,
-    sensitive: Annotated[str | None, typer.Option("--sensitive", help="A sensitive column: also report its ℓ-diversity.")] = None,
-    generalise_to: Annotated[Path | None, typer.Option("--generalise", help="Write a Mondrian generalisation reaching --k here (CSV).")] = None,
-    suppress: Annotated[float, typer.Option("--suppress", help="With --generalise: fraction of rows that may be suppressed.")] = 0.0,
+    quasi: Annotated[
+        str, typer.Option("--quasi", help="Quasi-identifier columns, comma-separated (e.g. age,sex,zip).")
+    ],
+    k: Annotated[
+        int | None, typer.Option("--k", help="Target k: report the rows below it, and with --generalise reach it.")
+    ] = None,
+    sensitive: Annotated[
+        str | None, typer.Option("--sensitive", help="A sensitive column: also report its ℓ-diversity.")
+    ] = None,
+    generalise_to: Annotated[
+        Path | None, typer.Option("--generalise", help="Write a Mondrian generalisation reaching --k here (CSV).")
+    ] = None,
+    suppress: Annotated[
+        float, typer.Option("--suppress", help="With --generalise: fraction of rows that may be suppressed.")
+    ] = 0.0,
     json_output: JsonOption = False,
 ) -> None:
     """Measure k (and ℓ) of a table for a set of quasi-identifiers; optionally generalise it to k."""
@@ -401,30 +531,47 @@ def anonymity_check(
     try:
         frame = pd.read_csv(data, skipinitialspace=True)
         report = anonymity_report(frame, qi, sensitive=sensitive, target_k=k)
-        out: dict[str, Any] = {"file": str(data), "quasi_identifiers": qi, "k": report.k, "l": report.l,
-                               "classes": report.n_classes, "rows": report.n_rows, "target_k": k,
-                               "rows_below_target": report.rows_below_target}
+        out: dict[str, Any] = {
+            "file": str(data),
+            "quasi_identifiers": qi,
+            "k": report.k,
+            "l": report.l,
+            "classes": report.n_classes,
+            "rows": report.n_rows,
+            "target_k": k,
+            "rows_below_target": report.rows_below_target,
+        }
         if generalise_to is not None:
             if k is None:
                 _fail("--generalise needs --k")
             released, g = generalise(frame, qi, k, suppress=suppress)
             released.to_csv(generalise_to, index=False)
-            out["generalised"] = {"path": str(generalise_to), "k_achieved": g.k_achieved, "classes": g.n_classes,
-                                  "suppressed": g.n_suppressed, "ncp": g.ncp, "discernibility": g.discernibility}
+            out["generalised"] = {
+                "path": str(generalise_to),
+                "k_achieved": g.k_achieved,
+                "classes": g.n_classes,
+                "suppressed": g.n_suppressed,
+                "ncp": g.ncp,
+                "discernibility": g.discernibility,
+            }
     except DPError as exc:
         _fail(str(exc))
     if json_output:
         _emit_json(out)
         return
     console = Console()
-    console.print(f"{data.name}: k = {report.k} on ({', '.join(qi)}), {report.n_classes} classes, {report.n_rows} rows"
-                  + (f"; ℓ = {report.l} for {sensitive}" if sensitive else ""))
+    console.print(
+        f"{data.name}: k = {report.k} on ({', '.join(qi)}), {report.n_classes} classes, {report.n_rows} rows"
+        + (f"; ℓ = {report.l} for {sensitive}" if sensitive else "")
+    )
     if k is not None:
         console.print(f"rows in classes smaller than k = {k}: {report.rows_below_target}")
     if "generalised" in out:
         gd = out["generalised"]
-        console.print(f"Mondrian: k = {gd['k_achieved']}, {gd['classes']} classes, {gd['suppressed']} rows suppressed, "
-                      f"information loss NCP = {gd['ncp']:.4f}; written to {gd['path']}")
+        console.print(
+            f"Mondrian: k = {gd['k_achieved']}, {gd['classes']} classes, {gd['suppressed']} rows suppressed, "
+            f"information loss NCP = {gd['ncp']:.4f}; written to {gd['path']}"
+        )
 
 
 attack_app = typer.Typer(help="Attacks that show why privacy is needed.", no_args_is_help=True)
@@ -437,8 +584,12 @@ def attack_reconstruction(
     noise: Annotated[float, typer.Option("--noise", help="Bound on the naive curator's noise per answer.")] = 5.0,
     queries: Annotated[int | None, typer.Option("--queries", help="Random subset queries (default 4n).")] = None,
     method: Annotated[str, typer.Option("--method", help="lstsq, lp or lp_max.")] = "lstsq",
-    epsilon: Annotated[float, typer.Option("--epsilon", help="Total ε of the dpkit curator, split over the queries.")] = 1.0,
-    plot: Annotated[Path | None, typer.Option("--plot", help="Save recovered fraction against noise/√n here (PNG).")] = None,
+    epsilon: Annotated[
+        float, typer.Option("--epsilon", help="Total ε of the dpkit curator, split over the queries.")
+    ] = 1.0,
+    plot: Annotated[
+        Path | None, typer.Option("--plot", help="Save recovered fraction against noise/√n here (PNG).")
+    ] = None,
     seed: SeedOption = None,
     json_output: JsonOption = False,
 ) -> None:
@@ -449,17 +600,24 @@ def attack_reconstruction(
     import numpy as np
 
     from dpkit.attacks import DPCurator, NaiveCurator, dinur_nissim_attack, split_epsilon
+    from dpkit.attacks.reconstruction import Method
 
+    # The option is a plain string; dinur_nissim_attack refuses any name but its methods.
+    attack_method = cast(Method, method)
     rng = np.random.default_rng(seed)
     try:
         if n < 1:
             raise dpkit.InvalidParameterError("n", n, "an integer >= 1")
         q = 4 * n if queries is None else queries
         secret = rng.integers(0, 2, n)
-        naive = dinur_nissim_attack(NaiveCurator(secret, noise=noise, rng=rng), n, queries=q, method=method, rng=rng)
+        naive = dinur_nissim_attack(
+            NaiveCurator(secret, noise=noise, rng=rng), n, queries=q, method=attack_method, rng=rng
+        )
         budget = dpkit.Budget(epsilon=epsilon)
-        dp_curator = DPCurator(secret, budget=budget, epsilon_per_query=split_epsilon(epsilon, q), rng=None if seed is None else rng)
-        private = dinur_nissim_attack(dp_curator, n, queries=q, method=method, rng=rng)
+        dp_curator = DPCurator(
+            secret, budget=budget, epsilon_per_query=split_epsilon(epsilon, q), rng=None if seed is None else rng
+        )
+        private = dinur_nissim_attack(dp_curator, n, queries=q, method=attack_method, rng=rng)
         curve = None
         if plot is not None:
             import matplotlib
@@ -468,10 +626,17 @@ def attack_reconstruction(
             import matplotlib.pyplot as plt
 
             ratios = [0.0625, 0.125, 0.25, 0.5, 1, 2, 4, 8]
-            fracs = [dinur_nissim_attack(NaiveCurator(secret, noise=r * math.sqrt(n), rng=rng), n, queries=q, method=method, rng=rng).recovered_fraction for r in ratios]
+            fracs = [
+                dinur_nissim_attack(
+                    NaiveCurator(secret, noise=r * math.sqrt(n), rng=rng), n, queries=q, method=attack_method, rng=rng
+                ).recovered_fraction
+                for r in ratios
+            ]
             fig, ax = plt.subplots(figsize=(6, 4))
             ax.semilogx(ratios, fracs, "o-", label="naive curator")
-            ax.axhline(private.recovered_fraction, color="C1", ls="--", label=f"dpkit, ε = {epsilon:g} over {q} queries")
+            ax.axhline(
+                private.recovered_fraction, color="C1", ls="--", label=f"dpkit, ε = {epsilon:g} over {q} queries"
+            )
             ax.axhline(0.5, color="grey", lw=0.8)
             ax.set_xlabel("noise / √n")
             ax.set_ylabel("fraction of bits recovered")
@@ -485,20 +650,36 @@ def attack_reconstruction(
     except DPError as exc:
         _fail(str(exc))
     out = {
-        "n": n, "queries": q, "method": method,
-        "naive": {"noise": noise, "recovered_fraction": naive.recovered_fraction, "blatantly_non_private": naive.blatantly_non_private, "seconds": naive.seconds},
-        "dpkit": {"epsilon": epsilon, "epsilon_per_query": split_epsilon(epsilon, q), "recovered_fraction": private.recovered_fraction,
-                  "blatantly_non_private": private.blatantly_non_private, "spent": budget.spent[0]},
+        "n": n,
+        "queries": q,
+        "method": method,
+        "naive": {
+            "noise": noise,
+            "recovered_fraction": naive.recovered_fraction,
+            "blatantly_non_private": naive.blatantly_non_private,
+            "seconds": naive.seconds,
+        },
+        "dpkit": {
+            "epsilon": epsilon,
+            "epsilon_per_query": split_epsilon(epsilon, q),
+            "recovered_fraction": private.recovered_fraction,
+            "blatantly_non_private": private.blatantly_non_private,
+            "spent": budget.spent[0],
+        },
         "plot": curve,
     }
     if json_output:
         _emit_json(out)
         return
     console = Console()
-    console.print(f"naive curator (noise ≤ {noise:g}, √n = {math.sqrt(n):.3g}): recovered {naive.recovered_fraction:.1%} of {n} bits "
-                  f"with {q} queries — {'blatantly non-private' if naive.blatantly_non_private else 'not blatantly non-private'}")
-    console.print(f"dpkit curator (ε = {epsilon:g} split over {q} queries): recovered {private.recovered_fraction:.1%} "
-                  f"— {'blatantly non-private' if private.blatantly_non_private else 'about guessing'}")
+    console.print(
+        f"naive curator (noise ≤ {noise:g}, √n = {math.sqrt(n):.3g}): recovered {naive.recovered_fraction:.1%} of {n} bits "
+        f"with {q} queries — {'blatantly non-private' if naive.blatantly_non_private else 'not blatantly non-private'}"
+    )
+    console.print(
+        f"dpkit curator (ε = {epsilon:g} split over {q} queries): recovered {private.recovered_fraction:.1%} "
+        f"— {'blatantly non-private' if private.blatantly_non_private else 'about guessing'}"
+    )
     if curve:
         console.print(f"plot: {curve['path']}")
 
@@ -506,8 +687,19 @@ def attack_reconstruction(
 @app.command("check")
 def check(
     data: Annotated[Path, typer.Argument(help="A CSV (header line first), Parquet or DuckDB database file.")],
-    metadata: Annotated[Path, typer.Option("--metadata", help="The curator's declared schema (JSON): column types, bounds, categories, privacy unit.")],
-    table: Annotated[str | None, typer.Option("--table", help="The table to check in a DuckDB database file; otherwise the name shown (default: the file's stem).")] = None,
+    metadata: Annotated[
+        Path,
+        typer.Option(
+            "--metadata", help="The curator's declared schema (JSON): column types, bounds, categories, privacy unit."
+        ),
+    ],
+    table: Annotated[
+        str | None,
+        typer.Option(
+            "--table",
+            help="The table to check in a DuckDB database file; otherwise the name shown (default: the file's stem).",
+        ),
+    ] = None,
     json_output: JsonOption = False,
 ) -> None:
     """Check how well a private file conforms to its declared metadata (curator only).

@@ -31,7 +31,17 @@ from numpy.typing import NDArray
 from dpkit import _validate as v
 from dpkit.errors import InvalidParameterError
 
-__all__ = ["Survey", "People", "cheating_survey", "people", "census", "CENSUS_METADATA", "AGE_MIN", "AGE_MAX", "DEFAULT_SEED"]
+__all__ = [
+    "Survey",
+    "People",
+    "cheating_survey",
+    "people",
+    "census",
+    "CENSUS_METADATA",
+    "AGE_MIN",
+    "AGE_MAX",
+    "DEFAULT_SEED",
+]
 
 #: The seed the demo and the examples use for their example data.
 DEFAULT_SEED = 20240607
@@ -39,7 +49,7 @@ AGE_MIN = 18
 AGE_MAX = 90
 
 
-def _frozen(a: NDArray) -> NDArray:  # type: ignore[type-arg]
+def _frozen(a: NDArray) -> NDArray:
     a.setflags(write=False)
     return a
 
@@ -126,7 +136,7 @@ CENSUS_METADATA: dict = {
 }
 
 
-def census(people: int = 20_000, *, seed: int = DEFAULT_SEED):  # type: ignore[no-untyped-def]
+def census(people: int = 20_000, *, seed: int = DEFAULT_SEED):
     """A census-like pandas DataFrame: one row per (person, job), 1–3 jobs per person.
 
     Columns: ``person_id`` (the privacy unit), ``age``, ``sex``, ``education``,
@@ -149,7 +159,9 @@ def census(people: int = 20_000, *, seed: int = DEFAULT_SEED):  # type: ignore[n
     edu_idx = rng.choice(len(_EDUCATION), size=n, p=np.array(_EDU_WEIGHT) / sum(_EDU_WEIGHT))
     married_p = np.clip((age - 18) / 40.0, 0.05, 0.65)
     u = rng.random(n)
-    marital = np.where(u < married_p, 1, np.where(age < 30, 0, rng.choice([0, 2, 3, 4], size=n, p=[0.4, 0.35, 0.1, 0.15])))
+    marital = np.where(
+        u < married_p, 1, np.where(age < 30, 0, rng.choice([0, 2, 3, 4], size=n, p=[0.4, 0.35, 0.1, 0.15]))
+    )
     jobs = rng.choice([1, 2, 3], size=n, p=[0.7, 0.22, 0.08])
     pid = np.repeat(np.arange(1, n + 1), jobs)
     m = pid.size
@@ -204,7 +216,7 @@ ADULT_CATEGORICAL: dict[str, tuple[str, ...]] = {
 ADULT_DATA_NORM = float(np.sqrt(len(ADULT_NUMERIC) + len(ADULT_CATEGORICAL)))
 
 
-def adult_features(path) -> tuple[NDArray[np.float64], NDArray[np.int64]]:  # type: ignore[no-untyped-def]
+def adult_features(path) -> tuple[NDArray[np.float64], NDArray[np.int64]]:
     """Features and 0/1 labels (income > 50K) from a UCI Adult file (``adult.data`` or
     ``adult.test``, header line first), encoded from the public schema only: numeric columns
     scaled by their declared domains and clipped to [0, 1], categoricals one-hot over their

@@ -159,7 +159,7 @@ def laplace_queries(table: datasets.People, *, epsilon: float = 0.5, rng: RNG = 
 
     # A histogram of ages: disjoint bins, so ℓ1 sensitivity 1 (add/remove) or 2 (replace).
     hist_true = np.histogram(table.age, bins=_AGE_EDGES)[0]
-    labels = [f"{lo}-{hi - 1}" for lo, hi in zip(_AGE_EDGES[:-1], _AGE_EDGES[1:])]
+    labels = [f"{lo}-{hi - 1}" for lo, hi in zip(_AGE_EDGES[:-1], _AGE_EDGES[1:], strict=True)]
     k_bins = len(labels)
     hist_mech = dp.Laplace(epsilon=epsilon, sensitivity=sensitivity.histogram("replace").l1, neighbours="replace")
     hist_noisy = hist_mech.release(hist_true.astype(np.float64), rng=rng)
@@ -337,8 +337,13 @@ def plot_laplace_vs_gaussian(result: dict[str, Any], samples: dict[str, NDArray[
     ax1.hist(samples["laplace"], bins=bins, density=True, alpha=0.45, color="C0", label="Laplace: dpkit samples")
     ax1.hist(samples["gaussian"], bins=bins, density=True, alpha=0.45, color="C1", label="Gaussian: dpkit samples")
     ax1.plot(x, np.exp(-np.abs(x) / b) / (2 * b), color="C0", lw=2, label=f"Laplace density, b = {b:.3g}")
-    ax1.plot(x, np.exp(-(x**2) / (2 * sigma**2)) / (sigma * math.sqrt(2 * math.pi)), color="C1", lw=2,
-             label=f"Gaussian density, σ = {sigma:.3g}")
+    ax1.plot(
+        x,
+        np.exp(-(x**2) / (2 * sigma**2)) / (sigma * math.sqrt(2 * math.pi)),
+        color="C1",
+        lw=2,
+        label=f"Gaussian density, σ = {sigma:.3g}",
+    )
     ax1.set_title(f"Noise on one count (Δ = 1), ε = {result['plot_epsilon']:g}")
     ax1.set_xlabel("noise")
     ax1.set_ylabel("density")
@@ -357,7 +362,10 @@ def plot_laplace_vs_gaussian(result: dict[str, Any], samples: dict[str, NDArray[
     ax2.legend(fontsize=8, title="lines: formula, marks: measured", title_fontsize=8)
 
     d, k = result["histogram_bins"], result["k"]
-    for key, name, color in (("histogram_sq", f"histogram, d = {d}", "C2"), ("k_queries_sq", f"{k} counting queries", "C3")):
+    for key, name, color in (
+        ("histogram_sq", f"histogram, d = {d}", "C2"),
+        ("k_queries_sq", f"{k} counting queries", "C3"),
+    ):
         ax3.loglog(eps, series(key, "laplace_formula"), "-", color=color, label=f"Laplace, {name}")
         ax3.loglog(eps, series(key, "laplace_measured"), "o", color=color)
         ax3.loglog(eps, series(key, "gaussian_formula"), "--", color=color, label=f"Gaussian, {name}")
@@ -390,7 +398,9 @@ def _write_csv(path: Path, header: Sequence[str], rows: Any) -> Path:
     return path
 
 
-def run_demo(out_dir: str | Path = "out/demo", *, seed: int | None = None, progress: Progress | None = None) -> dict[str, Any]:
+def run_demo(
+    out_dir: str | Path = "out/demo", *, seed: int | None = None, progress: Progress | None = None
+) -> dict[str, Any]:
     """Run the three worked examples, write the files under ``out_dir`` and return the results.
 
     ``seed=None`` (default) draws all noise from the CSPRNG; an integer seed passes
@@ -429,12 +439,18 @@ def run_demo(out_dir: str | Path = "out/demo", *, seed: int | None = None, progr
         _write_csv(
             out / "survey_reports.csv",
             ("student", "warner_report", "two_coin_report"),
-            zip(range(1, warner_reports.size + 1), warner_reports.tolist(), coin_reports.tolist()),
+            zip(range(1, warner_reports.size + 1), warner_reports.tolist(), coin_reports.tolist(), strict=True),
         ),
         _write_csv(
             out / "age_histogram.csv",
             ("age_band", "released_count", "ci95_low", "ci95_high"),
-            zip(lq["histogram"]["bins"], lq["histogram"]["released"], lq["histogram"]["ci95_low"], lq["histogram"]["ci95_high"]),
+            zip(
+                lq["histogram"]["bins"],
+                lq["histogram"]["released"],
+                lq["histogram"]["ci95_low"],
+                lq["histogram"]["ci95_high"],
+                strict=True,
+            ),
         ),
     ]
     results_path = out / "results.json"
@@ -477,24 +493,49 @@ def _ci(pair: Sequence[float], digits: int = 1) -> str:
 def render(result: dict[str, Any], console: Console) -> None:
     """Print the results of :func:`run_demo` as rich tables."""
     rnd = result["randomness"]
-    note = "[green]secure (CSPRNG)[/]" if rnd["secure"] else f"[yellow]seeded with {rnd['seed']}: reproducible, NOT secure[/]"
-    console.print(f"[bold]dpkit {result['dpkit_version']} demo[/] — noise: {note}; example data: generated (seed {result['data_seed']})")
+    note = (
+        "[green]secure (CSPRNG)[/]"
+        if rnd["secure"]
+        else f"[yellow]seeded with {rnd['seed']}: reproducible, NOT secure[/]"
+    )
+    console.print(
+        f"[bold]dpkit {result['dpkit_version']} demo[/] — noise: {note}; example data: generated (seed {result['data_seed']})"
+    )
 
     # a. randomized response
     rr = result["randomized_response"]
     w, c = rr["warner"], rr["two_coin"]
     console.rule("[bold]a. Randomized response (随机应答): the exam-cheating survey")
-    console.print(f"{rr['n']:,} students; each one randomises their own answer before reporting it. True cheating rate: {rr['true_rate']:.4f}")
+    console.print(
+        f"{rr['n']:,} students; each one randomises their own answer before reporting it. True cheating rate: {rr['true_rate']:.4f}"
+    )
     t = Table()
-    for col, just in (("design and estimator", "left"), ("ε per student", "right"), ("'yes' reports", "right"),
-                      ("estimate", "right"), ("95% CI", "right")):
+    for col, just in (
+        ("design and estimator", "left"),
+        ("ε per student", "right"),
+        ("'yes' reports", "right"),
+        ("estimate", "right"),
+        ("95% CI", "right"),
+    ):
         t.add_column(col, justify=just)  # type: ignore[arg-type]
-    t.add_row("Warner: truth w.p. 2/3\np̂ = 3·mean(Y) − 1", f"ln 2 = {w['epsilon']:.4f}",
-              f"{w['yes_reports']:,}\nmean(Y) = {w['mean_report']:.4f}", f"{w['estimate']:.4f}", _ci(w["ci95"], 4))
-    t.add_row("two fair coins\nP̂_A = 2·P_B − 1/2", f"ln 3 = {c['epsilon']:.4f}",
-              f"{c['yes_reports']:,}\nP_B = {c['p_b']:.4f}", f"{c['estimate']:.4f}", _ci(c["ci95"], 4))
+    t.add_row(
+        "Warner: truth w.p. 2/3\np̂ = 3·mean(Y) − 1",
+        f"ln 2 = {w['epsilon']:.4f}",
+        f"{w['yes_reports']:,}\nmean(Y) = {w['mean_report']:.4f}",
+        f"{w['estimate']:.4f}",
+        _ci(w["ci95"], 4),
+    )
+    t.add_row(
+        "two fair coins\nP̂_A = 2·P_B − 1/2",
+        f"ln 3 = {c['epsilon']:.4f}",
+        f"{c['yes_reports']:,}\nP_B = {c['p_b']:.4f}",
+        f"{c['estimate']:.4f}",
+        _ci(c["ci95"], 4),
+    )
     console.print(t)
-    console.print("The raw share of 'yes' reports is biased towards 1/2; the estimators undo the coins (post-processing, no extra ε).")
+    console.print(
+        "The raw share of 'yes' reports is biased towards 1/2; the estimators undo the coins (post-processing, no extra ε)."
+    )
 
     # b. Laplace queries
     lq = result["laplace_queries"]
@@ -504,12 +545,23 @@ def render(result: dict[str, Any], console: Console) -> None:
         f"{lq['n']:,} people; each query ε = {lq['epsilon_each']:g} "
         f"(together ε = {lq['epsilon_total']:g} by sequential composition)."
     )
-    t = Table(title=f"One count: {cnt['query']} (sensitivity 敏感度 Δ = {cnt['sensitivity']:g}, b = Δ/ε = {cnt['scale']:g})")
+    t = Table(
+        title=f"One count: {cnt['query']} (sensitivity 敏感度 Δ = {cnt['sensitivity']:g}, b = Δ/ε = {cnt['scale']:g})"
+    )
     for col in ("true", "released", "95% bound b·ln 20", "dpkit error_bound(0.05)", "95% CI"):
         t.add_column(col, justify="right")
-    t.add_row(str(cnt["true"]), f"{cnt['released']:.2f}", f"{cnt['bound95_formula']:.3f}", f"{cnt['bound95']:.3f}", _ci(cnt["ci95"], 2))
+    t.add_row(
+        str(cnt["true"]),
+        f"{cnt['released']:.2f}",
+        f"{cnt['bound95_formula']:.3f}",
+        f"{cnt['bound95']:.3f}",
+        _ci(cnt["ci95"], 2),
+    )
     console.print(t)
-    t = Table(title=f"Tail check P[|Y| ≥ t·b] = e^-t on {cnt['tail_draws']:,} draws of dpkit's Laplace noise", min_width=_MIN_WIDTH)
+    t = Table(
+        title=f"Tail check P[|Y| ≥ t·b] = e^-t on {cnt['tail_draws']:,} draws of dpkit's Laplace noise",
+        min_width=_MIN_WIDTH,
+    )
     for col in ("t", "e^-t", "observed"):
         t.add_column(col, justify="right")
     for row in cnt["tail_check"]:
@@ -533,12 +585,16 @@ def render(result: dict[str, Any], console: Console) -> None:
         f"All {len(h['bins'])} bins at once: |error| < {h['all_bins_bound']:.2f} with probability ≥ {1 - h['all_bins_beta']:.2f} "
         f"(b·ln(k/β) = {h['all_bins_bound_formula']:.2f}: grows with log k, not k)."
     )
-    t = Table(title=f"k = {kq['k']} counting queries: {kq['query']} (ℓ1 sensitivity k = {kq['sensitivity']:g}, b = {kq['scale']:g})",
-              min_width=_MIN_WIDTH)
+    t = Table(
+        title=f"k = {kq['k']} counting queries: {kq['query']} (ℓ1 sensitivity k = {kq['sensitivity']:g}, b = {kq['scale']:g})",
+        min_width=_MIN_WIDTH,
+    )
     for col in ("threshold", "true", "released", "95% CI"):
         t.add_column(col, justify="right")
     for i, thr in enumerate(kq["thresholds"]):
-        t.add_row(f"{thr:,}", f"{kq['true'][i]:.0f}", f"{kq['released'][i]:.1f}", _ci((kq["ci95_low"][i], kq["ci95_high"][i])))
+        t.add_row(
+            f"{thr:,}", f"{kq['true'][i]:.0f}", f"{kq['released'][i]:.1f}", _ci((kq["ci95_low"][i], kq["ci95_high"][i]))
+        )
     console.print(t)
 
     # c. Laplace vs Gaussian
@@ -553,7 +609,13 @@ def render(result: dict[str, Any], console: Console) -> None:
         t.add_column(col, justify="right")
     for r in lg["rows"]:
         classic = "—" if r["gaussian_sigma_classic"] is None else f"{r['gaussian_sigma_classic']:.3f}"
-        t.add_row(f"{r['epsilon']:g}", f"{r['laplace_scale']:.3g}", f"{r['gaussian_sigma']:.3f}", classic, f"{r['crossover_k']:.1f}")
+        t.add_row(
+            f"{r['epsilon']:g}",
+            f"{r['laplace_scale']:.3g}",
+            f"{r['gaussian_sigma']:.3f}",
+            classic,
+            f"{r['crossover_k']:.1f}",
+        )
     console.print(t)
 
     t = Table(title="Expected error: formula / measured on dpkit releases")
@@ -570,9 +632,11 @@ def render(result: dict[str, Any], console: Console) -> None:
             x = r[key]
             winner = "Laplace" if x["laplace_formula"] < x["gaussian_formula"] else "Gaussian"
             t.add_row(
-                label if i == 0 else "", f"{r['epsilon']:g}",
+                label if i == 0 else "",
+                f"{r['epsilon']:g}",
                 f"{_g(x['laplace_formula'])} / {_g(x['laplace_measured'])}",
-                f"{_g(x['gaussian_formula'])} / {_g(x['gaussian_measured'])}", winner,
+                f"{_g(x['gaussian_formula'])} / {_g(x['gaussian_measured'])}",
+                winner,
             )
     console.print(t)
     console.print(

@@ -56,7 +56,9 @@ def rr_epsilon(event: RandomizedResponseEvent) -> Fraction:
     ok_p = isinstance(p, (int, float, Fraction)) and not isinstance(p, bool) and 0 < p < 1
     ok_k = isinstance(k, Integral) and not isinstance(k, bool) and k >= 2
     if not (ok_p and ok_k):
-        raise InvalidParameterError("event", event, "a RandomizedResponseEvent with 0 < p_truth < 1 and an integer k >= 2")
+        raise InvalidParameterError(
+            "event", event, "a RandomizedResponseEvent with 0 < p_truth < 1 and an integer k >= 2"
+        )
     ratio = Fraction(p) * (int(k) - 1) / (1 - Fraction(p))
     if ratio == 1:
         return Fraction(0)

@@ -18,6 +18,7 @@ from __future__ import annotations
 import math
 from collections.abc import Callable, Sequence
 from fractions import Fraction
+from typing import Any, TypeGuard
 
 import numpy as np
 from scipy.special import gammaln, logsumexp
@@ -61,13 +62,13 @@ def _cap(delta: Fraction) -> float:
 # ------------------------------------------------------------------------------------------------
 
 
-def _is_sequence(value: object) -> bool:
+def _is_sequence(value: object) -> TypeGuard[Sequence[Any] | np.ndarray]:
     return isinstance(value, (Sequence, np.ndarray)) and not isinstance(value, (str, bytes))
 
 
 def _pair(value: object, name: str) -> tuple[float, float]:
     """One (ε, δ) guarantee: ε a finite number > 0, δ in [0, 1)."""
-    if not _is_sequence(value) or len(value) != 2:  # type: ignore[arg-type]
+    if not _is_sequence(value) or len(value) != 2:
         raise InvalidParameterError(name, value, "an (epsilon, delta) pair")
     eps = v.epsilon(value[0], f"{name}.epsilon")
     dlt = v.delta(value[1], f"{name}.delta")
@@ -75,7 +76,7 @@ def _pair(value: object, name: str) -> tuple[float, float]:
 
 
 def _pairs(guarantees: object) -> list[tuple[float, float]]:
-    if not _is_sequence(guarantees) or len(guarantees) == 0:  # type: ignore[arg-type]
+    if not _is_sequence(guarantees) or len(guarantees) == 0:
         raise InvalidParameterError("guarantees", guarantees, "a non-empty sequence of (epsilon, delta) pairs")
     return [_pair(g, f"guarantees[{i}]") for i, g in enumerate(guarantees)]
 
@@ -174,7 +175,9 @@ def group_privacy(epsilon: float, delta: float, k: int) -> tuple[float, float]:
     return eps_g, min(exp_up(log_bound), 1.0)
 
 
-def _check_k_delta_prime(epsilon: object, delta: object, k: object, delta_prime: object) -> tuple[float, float, int, float]:
+def _check_k_delta_prime(
+    epsilon: object, delta: object, k: object, delta_prime: object
+) -> tuple[float, float, int, float]:
     return (
         v.epsilon(epsilon),
         v.delta(delta),
@@ -523,8 +526,14 @@ class BasicAccountant(Accountant):
             raise InvalidParameterError(
                 "event",
                 event,
-                f"events whose neighbours is {fixed!r}" if self._neighbours else "events that all share one neighbour relation",
-                (f"this accountant already holds {self._neighbours!r} events" if self._neighbours else f"the event mixes {sorted(relations)}")
+                f"events whose neighbours is {fixed!r}"
+                if self._neighbours
+                else "events that all share one neighbour relation",
+                (
+                    f"this accountant already holds {self._neighbours!r} events"
+                    if self._neighbours
+                    else f"the event mixes {sorted(relations)}"
+                )
                 + "; a guarantee for one relation is not a guarantee for the other, so they cannot be added up",
             )
         return eps, dlt, relations

@@ -8,10 +8,11 @@ noise was calibrated and how it is accounted can be detected.
 
 from __future__ import annotations
 
-import math
 import json
+import math
 from dataclasses import dataclass, field, fields
 from fractions import Fraction
+from typing import cast
 
 from dpkit._validate import Neighbours
 from dpkit.accounting.rounding import log_up, to_float_up
@@ -98,7 +99,10 @@ class LaplaceEvent(DPEvent):
     neighbours: Neighbours = "add_remove"
 
     def __post_init__(self) -> None:
-        _check_positive("noise_multiplier", float(self.noise_multiplier) if isinstance(self.noise_multiplier, Fraction) else self.noise_multiplier)
+        _check_positive(
+            "noise_multiplier",
+            float(self.noise_multiplier) if isinstance(self.noise_multiplier, Fraction) else self.noise_multiplier,
+        )
 
     @classmethod
     def for_epsilon(cls, epsilon: float, neighbours: Neighbours = "add_remove") -> LaplaceEvent:
@@ -241,7 +245,8 @@ def event_to_dict(event: DPEvent) -> dict[str, object]:
 def event_from_dict(data: dict[str, object]) -> DPEvent:
     """Inverse of :func:`event_to_dict`; unknown types raise InvalidParameterError."""
     name = data.get("type")
-    cls = _EVENT_TYPES.get(name)  # type: ignore[arg-type]
+    # Any hashable name is looked up as it is: one that is not a str simply finds nothing.
+    cls = _EVENT_TYPES.get(cast(str, name))
     if cls is None:
         raise InvalidParameterError("type", name, f"one of {sorted(_EVENT_TYPES)}")
     kwargs = {k: _decode(v) for k, v in data.items() if k != "type"}

@@ -11,6 +11,7 @@ import math
 from dataclasses import dataclass
 
 from dpkit import _validate as v
+from dpkit._validate import Neighbours
 from dpkit.accounting.events import DPEvent
 from dpkit.accounting.pld import PLDAccountant
 from dpkit.accounting.rdp import RDPAccountant
@@ -26,7 +27,7 @@ class TightEpsilon:
     candidates: dict[str, float]  # every sound bound computed
 
 
-def tight_epsilon(event: DPEvent, delta: float, *, neighbours: str = "add_remove") -> TightEpsilon:
+def tight_epsilon(event: DPEvent, delta: float, *, neighbours: Neighbours = "add_remove") -> TightEpsilon:
     """min(PLD ε, RDP ε) at ``delta`` for ``event``, naming the accountant that achieved it.
 
     >>> from dpkit.accounting import dp_sgd_event

@@ -222,7 +222,10 @@ def _delta_improved(rho: float, eps: float) -> float:
 
 
 _EPS_CONVERSIONS: dict[str, Callable[[float, float], float]] = {"improved": _eps_improved, "classic": _eps_classic}
-_DELTA_CONVERSIONS: dict[str, Callable[[float, float], float]] = {"improved": _delta_improved, "classic": _delta_classic}
+_DELTA_CONVERSIONS: dict[str, Callable[[float, float], float]] = {
+    "improved": _delta_improved,
+    "classic": _delta_classic,
+}
 
 
 def _check_rho(rho: object) -> float:

@@ -284,7 +284,7 @@ class DatasetCopies:
         running each query on ``threads`` threads (None: DuckDB's default, one per core)."""
         import duckdb
 
-        config = {} if threads is None else {"threads": threads}
+        config: dict[str, str | bool | int | float | list[str]] = {} if threads is None else {"threads": threads}
         return duckdb.connect(str(path), read_only=True, config=config)
 
     @contextlib.contextmanager

@@ -14,6 +14,7 @@ from collections import Counter
 from collections.abc import Callable
 from fractions import Fraction
 from numbers import Integral, Real
+from typing import Any
 
 from dpkit import _validate as v
 from dpkit._validate import Neighbours
@@ -50,7 +51,9 @@ from dpkit.errors import InvalidParameterError
 
 # ---------------------------------------------------------------------------- accountant
 
-_Handler = Callable[["PLDAccountant", DPEvent, int, Counter], None]
+# A handler takes the event of the type it is registered under (``_walk`` dispatches on the
+# event's type), so each one names its own event class and the table's value type leaves it open.
+_Handler = Callable[["PLDAccountant", Any, int, Counter], None]
 _HANDLERS: dict[type, _Handler] = {}
 
 
@@ -94,7 +97,7 @@ class PLDAccountant(Accountant):
         h = value_discretization_interval
         if not isinstance(h, Real) or isinstance(h, bool) or not math.isfinite(float(h)) or not 0 < float(h) <= 1:
             raise InvalidParameterError("value_discretization_interval", h, "a finite number in (0, 1]")
-        self._h = float(h)
+        self._h: float = float(h)
         self._neighbours: Neighbours = v.neighbours(neighbours)
         self._counts: Counter = Counter()
         self._cache: _Evaluation | None = None
@@ -133,7 +136,12 @@ class PLDAccountant(Accountant):
 
     def get_delta(self, epsilon: float) -> float:
         """The smallest δ this accountant proves at ``epsilon`` (an upper bound on the true δ)."""
-        if not isinstance(epsilon, Real) or isinstance(epsilon, bool) or not math.isfinite(float(epsilon)) or float(epsilon) < 0:
+        if (
+            not isinstance(epsilon, Real)
+            or isinstance(epsilon, bool)
+            or not math.isfinite(float(epsilon))
+            or float(epsilon) < 0
+        ):
             raise InvalidParameterError("epsilon", epsilon, "a finite number >= 0")
         eps = float(epsilon)
         ev = self._evaluate()
@@ -153,8 +161,10 @@ class PLDAccountant(Accountant):
         return max(self._epsilon_one(p, ev.h, delta) for p in ev.pmfs)
 
     def __repr__(self) -> str:
-        return (f"PLDAccountant(value_discretization_interval={self._h!r}, neighbours={self._neighbours!r}, "
-                f"events={sum(self._counts.values())})")
+        return (
+            f"PLDAccountant(value_discretization_interval={self._h!r}, neighbours={self._neighbours!r}, "
+            f"events={sum(self._counts.values())})"
+        )
 
     # -- internals --------------------------------------------------------------------
 
@@ -172,7 +182,9 @@ class PLDAccountant(Accountant):
             return math.inf
         floor = p.inf + p.err
         raise InvalidParameterError(
-            "delta", delta, f"a number above {floor:.3g} for the events recorded",
+            "delta",
+            delta,
+            f"a number above {floor:.3g} for the events recorded",
             "Below that, this accountant's numerical floor (tail truncation of at most 1e-15 plus a "
             "proven bound on floating-point error, which grows with the number of compositions) "
             "dominates, so no sound ε can be given",
@@ -182,7 +194,9 @@ class PLDAccountant(Accountant):
         nb = getattr(event, "neighbours", None)
         if nb != self._neighbours:
             raise InvalidParameterError(
-                "event", event, f"an event with neighbours={self._neighbours!r} (this accountant's relation)",
+                "event",
+                event,
+                f"an event with neighbours={self._neighbours!r} (this accountant's relation)",
                 f"The event was calibrated for {nb!r} neighbours; accounting it under {self._neighbours!r} would "
                 f"misstate its privacy (the dp_accounting #464 bug class). Use PLDAccountant(neighbours={nb!r})",
             )
@@ -251,11 +265,15 @@ def _walk_poisson(acc: PLDAccountant, event: PoissonSampledEvent, count: int, ou
         q *= Fraction(inner.sampling_probability)
         inner = inner.event
     if not isinstance(inner, (GaussianEvent, LaplaceEvent)):
-        raise _unsupported(event, f"Poisson subsampling is supported for GaussianEvent and LaplaceEvent, not {type(inner).__name__}")
+        raise _unsupported(
+            event, f"Poisson subsampling is supported for GaussianEvent and LaplaceEvent, not {type(inner).__name__}"
+        )
     if acc.neighbours != "add_remove":
         raise _unsupported(
-            event, "Poisson subsampling is accounted under 'add_remove' neighbours (the relation its "
-            "amplification theorem uses); this accountant uses 'replace'")
+            event,
+            "Poisson subsampling is accounted under 'add_remove' neighbours (the relation its "
+            "amplification theorem uses); this accountant uses 'replace'",
+        )
     acc._check_neighbours(inner)
     qf = to_float_up(q)
     if isinstance(inner, GaussianEvent):

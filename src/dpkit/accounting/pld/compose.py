@@ -253,10 +253,12 @@ def _compose(parts: list[_Part], win: _Window, N: int, h: float, spectra: _Spect
         bounds = [mass[id(p.pmf)] + gam for p in plain]
         absz = [np.abs(spectra.of(p.pmf)) + gam * mass[id(p.pmf)] for p in plain]
         w_all = np.where((np.arange(N // 2 + 1) == 0) | (2 * np.arange(N // 2 + 1) == N), 1.0, 2.0)
-        for i, (p, b_i) in enumerate(zip(plain, bounds)):
+        for i, (p, b_i) in enumerate(zip(plain, bounds, strict=True)):
             norm = gam * math.sqrt(N) * float(np.sqrt(p.pmf.probs @ p.pmf.probs)) * math.prod(bounds) / b_i
             if len(plain) <= 8:
-                others = math.prod([absz[l] for l in range(len(plain)) if l != i]) if len(plain) > 1 else np.ones(N // 2 + 1)
+                others = (
+                    math.prod([absz[j] for j in range(len(plain)) if j != i]) if len(plain) > 1 else np.ones(N // 2 + 1)
+                )
                 comp = gam * mass[id(p.pmf)] * float(np.sqrt(np.sum(w_all * others**2)))
                 norm = min(norm, comp)
             plain_err += norm
@@ -268,6 +270,7 @@ def _compose(parts: list[_Part], win: _Window, N: int, h: float, spectra: _Spect
             thr = math.exp((_LOG_TINY - 1.0) / p.count) - gam * mass[id(p.pmf)]
             ok = np.abs(spectra.of(p.pmf)) > thr if thr > 0 else np.ones(N // 2 + 1, dtype=bool)
             cand = ok if cand is None else cand & ok
+        assert cand is not None  # powered is not empty
         idx = np.flatnonzero(cand)
         full_spectrum = np.where((idx == 0) | (2 * idx == N), 1.0, 2.0)  # rfft holds half of it
         la = np.zeros(idx.size)
@@ -303,7 +306,11 @@ def _compose(parts: list[_Part], win: _Window, N: int, h: float, spectra: _Spect
         pow_max = float(np.exp(np.minimum(logp_sel.max(), 700.0))) if logp_sel.size else 0.0
         if Wp is not None:
             W = W * Wp[idx]
-            spec_err = plain_err * max(pow_max, 1e-300) + plain_max * pow_err + 4 * _U * math.sqrt(2.0) * float(np.linalg.norm(W))
+            spec_err = (
+                plain_err * max(pow_max, 1e-300)
+                + plain_max * pow_err
+                + 4 * _U * math.sqrt(2.0) * float(np.linalg.norm(W))
+            )
         else:
             spec_err = pow_err
         freq = idx
@@ -526,13 +533,15 @@ def _evaluate_at(h: float, parts: list[tuple[_Key, int]]) -> _Evaluation:
             adds.append(_Part(add, c, rev))
     directions = [rems, adds] if asym else [rems]
     wins = [_window(d, h, tau_win) for d in directions]
-    need = max(max(w.hi - w.lo + 1, max(p.pmf.probs.size for p in d)) for w, d in zip(wins, directions))
+    need = max(max(w.hi - w.lo + 1, max(p.pmf.probs.size for p in d)) for w, d in zip(wins, directions, strict=True))
     if need > _MAX_BINS:
         raise _Coarsen(need / _MAX_BINS)
     N = _fft.next_fast_len(need, real=True)
     if all(w.full <= N for w in wins):  # nothing wraps: the exact results fit
-        N = _fft.next_fast_len(max(max(w.full for w in wins), max(p.pmf.probs.size for d in directions for p in d)), real=True)
+        N = _fft.next_fast_len(
+            max(max(w.full for w in wins), max(p.pmf.probs.size for d in directions for p in d)), real=True
+        )
     directions = [_merge_plain(d, N, h) for d in directions]
     spectra = _Spectra(N)
-    out = tuple(_compose(d, w, N, h, spectra) for d, w in zip(directions, wins))
+    out = tuple(_compose(d, w, N, h, spectra) for d, w in zip(directions, wins, strict=True))
     return _Evaluation(h, out, 0.0)

@@ -146,7 +146,7 @@ def _from_atoms(h: float, losses: list[float], masses: list[float], *, inf: floa
     must already be rounded up; ``inf`` is the mechanism's own mass at loss +∞."""
     fh = Fraction(h)
     cells, shares, ms = [], [], []
-    for loss, m in zip(losses, masses):
+    for loss, m in zip(losses, masses, strict=False):
         if m <= 0:
             continue
         a = math.floor(Fraction(loss) / fh)
@@ -160,7 +160,7 @@ def _from_atoms(h: float, losses: list[float], masses: list[float], *, inf: floa
     if hi - lo + 1 > _MAX_BINS:
         raise _Coarsen((hi - lo + 1) / _MAX_BINS)
     probs = np.zeros(hi - lo + 1)
-    for a, m, up in zip(cells, ms, shares):
+    for a, m, up in zip(cells, ms, shares, strict=True):
         probs[a - lo] += m - up
         probs[a - lo + 1] += up
     top = None if inf else (hi if probs[-1] > 0 else hi - 1)

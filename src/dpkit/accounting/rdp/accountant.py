@@ -209,7 +209,6 @@ register_rdp(PoissonSampledEvent, _poisson_rdp, _check_poisson)
 register_rdp(SampledWithoutReplacementEvent, _swor_rdp, _check_swor)
 
 
-
 # --------------------------------------------------------------------------------------------
 # The accountant
 # --------------------------------------------------------------------------------------------

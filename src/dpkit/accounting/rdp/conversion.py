@@ -4,7 +4,8 @@ floating-point error (see :mod:`dpkit.accounting.rdp` for the theorems)."""
 from __future__ import annotations
 
 import math
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
+from typing import TypeVar
 
 import numpy as np
 
@@ -68,6 +69,8 @@ def _log_delta_improved(a: FloatArray, r: FloatArray, eps: float) -> tuple[Float
     return best, best_err
 
 
+_Conversion = TypeVar("_Conversion", EpsilonConversion, DeltaConversion)
+
 _EPSILON_CONVERSIONS: dict[str, EpsilonConversion] = {"improved": _eps_improved, "classic": _eps_classic}
 _DELTA_CONVERSIONS: dict[str, DeltaConversion] = {
     "improved": _log_delta_improved,
@@ -75,7 +78,7 @@ _DELTA_CONVERSIONS: dict[str, DeltaConversion] = {
 }
 
 
-def _conversion(table: dict[str, object], conversion: object) -> object:
+def _conversion(table: Mapping[str, _Conversion], conversion: object) -> _Conversion:
     fn = table.get(conversion) if isinstance(conversion, str) else None
     if fn is None:
         raise InvalidParameterError("conversion", conversion, " or ".join(repr(k) for k in table))
@@ -88,7 +91,7 @@ def _epsilon_and_order(a: FloatArray, r: FloatArray, delta: float, conversion: s
         return 0.0, float(a[0])
     if delta == 0.0:
         return math.inf, math.inf
-    eps, err = fn(a, r, delta, math.log(delta))  # type: ignore[operator]
+    eps, err = fn(a, r, delta, math.log(delta))
     up = eps + err
     i = int(np.argmin(up))
     best = float(up[i])
@@ -101,7 +104,7 @@ def _delta_and_order(a: FloatArray, r: FloatArray, epsilon: float, conversion: s
     fn = _conversion(_DELTA_CONVERSIONS, conversion)
     if not np.any(r):
         return 0.0, float(a[0])
-    ld, err = fn(a, r, epsilon)  # type: ignore[operator]
+    ld, err = fn(a, r, epsilon)
     up = ld + err
     i = int(np.argmin(up))
     best = float(up[i])

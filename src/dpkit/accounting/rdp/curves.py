@@ -11,6 +11,7 @@ import functools
 import math
 from collections.abc import Sequence
 from numbers import Real
+from typing import overload
 
 import numpy as np
 from numpy.typing import NDArray
@@ -198,12 +199,20 @@ def _pure_rdp(eps: float, orders: Orders) -> FloatArray:
 # -- Poisson-subsampled Gaussian (Mironov, Talwar & Zhang 2019) ------------------------------
 
 
-def _log_comb(n: float | FloatArray, k: FloatArray) -> FloatArray:
+@overload
+def _log_comb(n: float, k: float) -> float: ...
+@overload
+def _log_comb(n: float | FloatArray, k: FloatArray) -> FloatArray: ...
+def _log_comb(n: float | FloatArray, k: float | FloatArray) -> float | FloatArray:
     """ln |C(n, k)| via log-gamma (generalised binomial coefficients for fractional n)."""
     return gammaln(n + 1.0) - gammaln(k + 1.0) - gammaln(n - k + 1.0)
 
 
-def _log_expm1(c: FloatArray) -> FloatArray:
+@overload
+def _log_expm1(c: float) -> float: ...
+@overload
+def _log_expm1(c: FloatArray) -> FloatArray: ...
+def _log_expm1(c: float | FloatArray) -> float | FloatArray:
     """ln(e^c − 1) for c > 0, stable for tiny and huge c."""
     return c + np.log(-np.expm1(-c))
 
@@ -276,13 +285,13 @@ def _poisson_gaussian_rdp_cached(q: float, sigma: float, orders: Orders) -> Floa
     if frac.size:
         log_a = _poisson_log_a_frac(q, sigma, a[frac])
         for pos, idx in enumerate(frac):
-            alpha = float(a[idx])
+            order = float(a[idx])
             if math.isfinite(log_a[pos]):
-                out[idx] = log_a[pos] / (alpha - 1.0)
+                out[idx] = log_a[pos] / (order - 1.0)
             else:  # convexity of ln A_α between the neighbouring integers
-                lo, hi = math.floor(alpha), math.ceil(alpha)
-                t = alpha - lo
-                out[idx] = ((1.0 - t) * log_a_int(lo) + t * log_a_int(hi)) / (alpha - 1.0)
+                lo, hi = math.floor(order), math.ceil(order)
+                t = order - lo
+                out[idx] = ((1.0 - t) * log_a_int(lo) + t * log_a_int(hi)) / (order - 1.0)
     return _readonly(np.clip(out, 0.0, full))
 
 
