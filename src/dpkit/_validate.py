@@ -3,11 +3,11 @@
 Each helper returns the validated value or raises an error from :mod:`dpkit.errors`. Errors
 about *parameters* name the parameter, the value received and what is accepted. Errors about
 *data* name the argument and what is accepted, and never quote a data value or the position of
-an offending element (DESIGN.md, "Errors"): such a message would itself be a release.
+an offending element (docs/architecture.md, "Core ideas"): such a message would itself be a release.
 
 Data helpers check only public facts — the dtype, the shape, emptiness — and are total on
 values: :func:`data_array` maps NaN to 0 and :func:`clamp` brings every value into a range
-fixed by the parameters (DESIGN.md, core idea 1: after the debit nothing fails on data).
+fixed by the parameters (docs/architecture.md, "Core ideas", 1: after the debit nothing fails on data).
 """
 
 from __future__ import annotations

@@ -611,7 +611,7 @@ def attack_reconstruction(
         q = 4 * n if queries is None else queries
         secret = rng.integers(0, 2, n)
         naive = dinur_nissim_attack(
-            NaiveCurator(secret, noise=noise, rng=rng), n, queries=q, method=attack_method, rng=rng
+            NaiveCurator(secret, noise_bound=noise, rng=rng), n, queries=q, method=attack_method, rng=rng
         )
         budget = dpkit.Budget(epsilon=epsilon)
         dp_curator = DPCurator(
@@ -628,7 +628,11 @@ def attack_reconstruction(
             ratios = [0.0625, 0.125, 0.25, 0.5, 1, 2, 4, 8]
             fracs = [
                 dinur_nissim_attack(
-                    NaiveCurator(secret, noise=r * math.sqrt(n), rng=rng), n, queries=q, method=attack_method, rng=rng
+                    NaiveCurator(secret, noise_bound=r * math.sqrt(n), rng=rng),
+                    n,
+                    queries=q,
+                    method=attack_method,
+                    rng=rng,
                 ).recovered_fraction
                 for r in ratios
             ]

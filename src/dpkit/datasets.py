@@ -5,11 +5,11 @@ and uses its own ``numpy.random.default_rng(seed)``. That randomness only *makes
 never used to protect anything. Privacy noise always comes from the mechanisms' own ``rng``
 (the CSPRNG unless a seeded generator is passed explicitly).
 
-* :func:`cheating_survey` — the exam-cheating survey of seed 000 §5.3.1: ``n`` students with a
+* :func:`cheating_survey` — the exam-cheating survey of randomized response (Warner 1965): ``n`` students with a
   sensitive yes/no answer, exactly ``round(n · true_rate)`` of them "yes", so the true rate is
   known exactly and estimates can be checked against it.
 * :func:`people` — a table of ages and yearly incomes for counting and histogram queries
-  (seed 004 §3.3).
+  (Dwork & Roth 2014, §3.3).
 * :func:`census` — a census-like table in the shape of UCI Adult, with several rows (jobs) per
   person, for private analytics with a user-level privacy unit (``make demo``).
 
@@ -229,7 +229,9 @@ def adult_features(path) -> tuple[NDArray[np.float64], NDArray[np.int64]]:
         values = pd.to_numeric(frame[name], errors="coerce").fillna(lo).to_numpy(dtype=np.float64)
         blocks.append(np.clip((values - lo) / (hi - lo), 0.0, 1.0)[:, None])
     for name, cats in ADULT_CATEGORICAL.items():
-        codes = pd.Categorical(frame[name].str.strip(), categories=list(cats)).codes  # -1: missing/unknown
+        index = {c: i for i, c in enumerate(cats)}
+        # -1: missing or unknown (pandas deprecates values outside a Categorical's categories)
+        codes = frame[name].str.strip().map(index).fillna(-1).to_numpy(dtype=np.int64)
         onehot = np.zeros((len(frame), len(cats)))
         rows = np.flatnonzero(codes >= 0)
         onehot[rows, codes[rows]] = 1.0

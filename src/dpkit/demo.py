@@ -2,10 +2,10 @@
 
 Three parts, each a function returning a JSON-ready ``dict``:
 
-* :func:`randomized_response_survey` — the exam-cheating survey (seed 000 §5.3.1): Warner's
+* :func:`randomized_response_survey` — the exam-cheating survey: Warner's
   randomized response with p = 2/3 (ε = ln 2) and the estimate p̂ = 3·mean(Y) − 1; then the
-  two-coin design of seed 002 (ε = ln 3) with the estimate 2·P_B − 1/2.
-* :func:`laplace_queries` — the Laplace mechanism on counting queries (seed 004 §3.3): one count
+  two-coin design of Dwork & Roth (2014) §2.3 (ε = ln 3) with the estimate 2·P_B − 1/2.
+* :func:`laplace_queries` — the Laplace mechanism on counting queries (Dwork & Roth 2014, §3.3): one count
   with its error bound P[|Y| >= t·b] = e^{-t}, a histogram of ages (sensitivity 1 under
   add/remove, 2 under replace) with per-bin and simultaneous bounds, and k counting queries
   (ℓ1 sensitivity k).
@@ -89,9 +89,9 @@ def randomized_response_survey(
     """Both randomized-response designs on one survey: the summary and estimates, then the two
     arrays of released reports (Warner, two-coin).
 
-    Warner (seed 000): each student reports the truth with probability 2/3 and the opposite with
+    Warner (1965): each student reports the truth with probability 2/3 and the opposite with
     1/3, so E[Y] = 1/3 + p/3 and p̂ = 3·mean(Y) − 1; ln 2-DP per student (``replace``).
-    Two coins (seed 002): truth on tails, else a second fair coin; P_B = 1/4 + P_A/2, so
+    Two coins (Dwork & Roth 2014, §2.3): truth on tails, else a second fair coin; P_B = 1/4 + P_A/2, so
     P̂_A = 2·P_B − 1/2; ln 3-DP per student.
     """
     warner = dp.RandomizedResponse(p_truth=2 / 3)
@@ -149,7 +149,7 @@ def laplace_queries(table: datasets.People, *, epsilon: float = 0.5, rng: RNG = 
     b = count_mech.scale
     noisy = count_mech.release(float(true_count), rng=rng)
     ci = count_mech.confidence_interval(noisy, 0.95)
-    # P[|Y| >= t·b] = e^{-t} (seed 004, Thm 3.3), checked on 100,000 draws of the same noise:
+    # P[|Y| >= t·b] = e^{-t} (Dwork & Roth 2014, Fact 3.7), checked on 100,000 draws of the same noise:
     # a vector release with ℓ1 sensitivity 1 adds i.i.d. noise of the same scale per coordinate.
     draws = count_mech.release(np.zeros(_COUNT_DRAWS), rng=rng)
     tails = [

@@ -51,8 +51,7 @@ def calibrate_noise_multiplier(
     sample_rate: float = 1.0,
     steps: int = 1,
     tolerance: float = 0.005,
-    target_epsilon: float | None = None,
-    target_delta: float | None = None,
+    **renamed: float,
 ) -> float:
     """The smallest σ (within ``tolerance`` relative, rounded up) whose event meets the target.
 
@@ -70,8 +69,13 @@ def calibrate_noise_multiplier(
     >>> round(sigma, 1)
     4.0
     """
-    eps_name, epsilon = _renamed("epsilon", epsilon, "target_epsilon", target_epsilon)
-    delta_name, delta = _renamed("delta", delta, "target_delta", target_delta)
+    # The deprecated spellings stay out of the signature (docs/glossary.md), as Python would
+    # refuse any other unexpected keyword.
+    unknown = sorted(set(renamed) - {"target_epsilon", "target_delta"})
+    if unknown:
+        raise TypeError(f"calibrate_noise_multiplier() got an unexpected keyword argument {unknown[0]!r}")
+    eps_name, epsilon = _renamed("epsilon", epsilon, "target_epsilon", renamed.get("target_epsilon"))
+    delta_name, delta = _renamed("delta", delta, "target_delta", renamed.get("target_delta"))
     target = v.epsilon(epsilon, eps_name)
     delta = v.delta(delta, delta_name, allow_zero=False)
     accountant = resolve_accountant(accountant)

@@ -79,12 +79,18 @@ class Wording:
     #: The connection broke during COMMIT, so the outcome of a write is unknown.
     unknown_commit: str | None = None
 
-    def say(self, template: str | None, *, action: str = "", where: object = "", detail: object = "", timeout: float = 0.0) -> str:
+    def say(
+        self, template: str | None, *, action: str = "", where: object = "", detail: object = "", timeout: float = 0.0
+    ) -> str:
         return (template or self.failed).format(action=action, where=where, detail=detail, timeout=timeout)
 
 
 def check_timeout(timeout: object) -> float:
     """A lock-wait timeout in seconds: a finite number >= 0 (not a bool)."""
-    if isinstance(timeout, bool) or not isinstance(timeout, (int, float)) or not (math.isfinite(timeout) and timeout >= 0):
+    if (
+        isinstance(timeout, bool)
+        or not isinstance(timeout, (int, float))
+        or not (math.isfinite(timeout) and timeout >= 0)
+    ):
         raise InvalidParameterError("timeout", timeout, "a finite number of seconds >= 0")
     return float(timeout)

@@ -112,7 +112,15 @@ class PostgresDriver:
     dialect = "postgres"
 
     def __init__(
-        self, url: str, pg: ModuleType, *, timeout: float, wording: Wording, application: str, configure: bool = True, max_idle: int = MAX_IDLE
+        self,
+        url: str,
+        pg: ModuleType,
+        *,
+        timeout: float,
+        wording: Wording,
+        application: str,
+        configure: bool = True,
+        max_idle: int = MAX_IDLE,
     ) -> None:
         self.url = url
         self.masked = mask_url(url)
@@ -149,7 +157,9 @@ class PostgresDriver:
         except pg.Error as exc:
             if self._wording.connect is None:
                 raise
-            raise LedgerError(self._wording.say(self._wording.connect, where=self.where, detail=self.scrub(exc))) from exc
+            raise LedgerError(
+                self._wording.say(self._wording.connect, where=self.where, detail=self.scrub(exc))
+            ) from exc
         if not self._configure:
             return conn
         try:
@@ -203,7 +213,9 @@ class PostgresDriver:
                 raise
 
     def _release(self, conn: psycopg.Connection[Any]) -> None:
-        reusable = not conn.closed and not conn.broken and conn.info.transaction_status == self._pg.pq.TransactionStatus.IDLE
+        reusable = (
+            not conn.closed and not conn.broken and conn.info.transaction_status == self._pg.pq.TransactionStatus.IDLE
+        )
         with self._lock:
             if reusable and not self._closed and len(self._idle) < self._max_idle:
                 self._idle.append(conn)
@@ -236,7 +248,9 @@ class PostgresDriver:
                 template = w.conflict
             else:
                 template = w.failed
-            raise LedgerError(w.say(template, action=action, where=self.where, detail=self.scrub(exc), timeout=timeout)) from exc
+            raise LedgerError(
+                w.say(template, action=action, where=self.where, detail=self.scrub(exc), timeout=timeout)
+            ) from exc
 
     @contextlib.contextmanager
     def transaction(self, action: str, kind: TransactionKind) -> Iterator[Runner]:
@@ -248,7 +262,11 @@ class PostgresDriver:
                 try:
                     yield Runner(conn, "postgres")
                 except BaseException:
-                    if not conn.closed and not conn.broken and conn.info.transaction_status != self._pg.pq.TransactionStatus.IDLE:
+                    if (
+                        not conn.closed
+                        and not conn.broken
+                        and conn.info.transaction_status != self._pg.pq.TransactionStatus.IDLE
+                    ):
                         with contextlib.suppress(self._pg.Error):
                             conn.execute("ROLLBACK")
                     raise

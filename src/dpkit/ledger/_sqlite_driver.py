@@ -127,9 +127,8 @@ class SQLiteDriver:
         released — SQLite's own busy handler sleeps 1, 2, 5, … 100 ms between tries, and under
         contention that sleeping, not the work, would bound throughput. Waiting is bounded by
         ``timeout``, after which LedgerError."""
-        with self._locked():
-            with self._writer_queue():
-                yield
+        with self._locked(), self._writer_queue():
+            yield
 
     def _writer_queue(self) -> contextlib.AbstractContextManager[None]:
         if fcntl is None:  # pragma: no cover - not POSIX: SQLite's busy handler alone
@@ -141,7 +140,9 @@ class SQLiteDriver:
         if self._queue_fd is None or self._queue_pid != os.getpid():
             # (an inherited descriptor would share the parent's lock: each process opens its own)
             try:
-                self._queue_fd = os.open(f"{self.path}.write-lock", os.O_RDWR | os.O_CREAT | getattr(os, "O_CLOEXEC", 0), 0o600)
+                self._queue_fd = os.open(
+                    f"{self.path}.write-lock", os.O_RDWR | os.O_CREAT | getattr(os, "O_CLOEXEC", 0), 0o600
+                )
             except OSError as exc:
                 raise LedgerError(f"cannot open the writer queue of {self.where}: {exc}") from exc
             self._queue_pid = os.getpid()
@@ -154,7 +155,9 @@ class SQLiteDriver:
                 break
             except BlockingIOError:
                 if time.monotonic() > deadline:
-                    raise LedgerError(f"another process held {self._wording.noun} {self.where} for more than {self._timeout} s") from None
+                    raise LedgerError(
+                        f"another process held {self._wording.noun} {self.where} for more than {self._timeout} s"
+                    ) from None
                 # Short, growing pauses: hand-over within tens of microseconds under load.
                 pause = min(0.001, pause * 2 + 0.00002)
                 time.sleep(pause)
@@ -174,7 +177,9 @@ class SQLiteDriver:
             w = self._wording
             locked = isinstance(exc, sqlite3.OperationalError) and "locked" in str(exc)
             template = (w.locked or w.failed) if locked else w.failed
-            raise LedgerError(w.say(template, action=action, where=self.where, detail=exc, timeout=self._timeout)) from exc
+            raise LedgerError(
+                w.say(template, action=action, where=self.where, detail=exc, timeout=self._timeout)
+            ) from exc
 
     @contextlib.contextmanager
     def transaction(self, action: str, kind: TransactionKind, *, lock: LockFactory | None = None) -> Iterator[Runner]:

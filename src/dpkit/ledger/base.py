@@ -4,7 +4,7 @@ A ledger is the persistent, multi-process counterpart of :class:`dpkit.Budget`: 
 per (dataset, analyst), and an append-only list of the spends debited against it. Each spend
 stores the *event* (as JSON, :func:`dpkit.accounting.event_to_json`), the query text, the time and
 the (ε, δ) debited for it, so that a tighter accountant can later re-evaluate what was spent
-(DESIGN core idea 2).
+(docs/architecture.md, "Core ideas", 2).
 
 Debits compose by basic composition: a debit is accepted only if the exact sums of the ε's and of
 the δ's debited so far, plus this one, stay within the budget (Dwork & Roth 2014, Thm 3.16).
@@ -151,7 +151,14 @@ class LedgerBackend(Protocol):
     """
 
     def create_budget(
-        self, dataset: str, analyst: str, *, epsilon: float, delta: float = 0.0, exist_ok: bool = False, on_create: OnCreate | None = None
+        self,
+        dataset: str,
+        analyst: str,
+        *,
+        epsilon: float,
+        delta: float = 0.0,
+        exist_ok: bool = False,
+        on_create: OnCreate | None = None,
     ) -> BudgetRecord:
         """Create the budget of ``analyst`` on ``dataset``. If it exists: with ``exist_ok`` and
         the same (ε, δ), return it; otherwise raise LedgerError (a budget is never changed).
@@ -243,7 +250,9 @@ def debit_cost(
     caller vouches that the event is (epsilon_cost, delta_cost)-DP.
     """
     if not isinstance(event, DPEvent):
-        raise InvalidParameterError("event", _short(event), "a dpkit.accounting.DPEvent (e.g. LaplaceEvent(noise_multiplier=...))")
+        raise InvalidParameterError(
+            "event", _short(event), "a dpkit.accounting.DPEvent (e.g. LaplaceEvent(noise_multiplier=...))"
+        )
     if (epsilon_cost is None) != (delta_cost is None):
         raise InvalidParameterError(
             "epsilon_cost" if epsilon_cost is None else "delta_cost",
@@ -261,7 +270,10 @@ def debit_cost(
     _relations(event, relations)
     if len(relations) > 1:
         raise InvalidParameterError(
-            "event", _short(event), "events that all share one neighbour relation", f"the event mixes {sorted(relations)}"
+            "event",
+            _short(event),
+            "events that all share one neighbour relation",
+            f"the event mixes {sorted(relations)}",
         )
     return eps, dlt, next(iter(relations), None)
 
@@ -290,12 +302,20 @@ def encode_event(event: DPEvent) -> str:
         text = event_to_json(event)
         same = event_from_json(text) == event
     except (TypeError, ValueError) as exc:
-        raise InvalidParameterError("event", _short(event), "an event whose fields are plain numbers and strings", f"it cannot be stored as JSON ({exc})") from exc
+        raise InvalidParameterError(
+            "event",
+            _short(event),
+            "an event whose fields are plain numbers and strings",
+            f"it cannot be stored as JSON ({exc})",
+        ) from exc
     if not same:
-        raise InvalidParameterError("event", _short(event), "an event whose fields are plain numbers and strings", "it does not survive a JSON round trip")
+        raise InvalidParameterError(
+            "event",
+            _short(event),
+            "an event whose fields are plain numbers and strings",
+            "it does not survive a JSON round trip",
+        )
     return text
-
-
 
 
 # ------------------------------------------------------------------------------------------------
@@ -315,7 +335,7 @@ def _time(value: object) -> datetime:
     return value if isinstance(value, datetime) else datetime.fromisoformat(str(value))
 
 
-def budget_from_row(row: tuple, where: object) -> BudgetRecord:  # type: ignore[type-arg]
+def budget_from_row(row: tuple[Any, ...], where: object) -> BudgetRecord:
     """A BudgetRecord from (dataset, analyst, ε, δ, spent ε, spent δ, created_at, neighbours):
     the budget rounded down, the spent amounts up."""
     dataset, analyst, eps, dlt, s_eps, s_dlt, created, neighbours = row
@@ -332,7 +352,7 @@ def budget_from_row(row: tuple, where: object) -> BudgetRecord:  # type: ignore[
     )
 
 
-def spend_from_row(row: tuple, where: object) -> SpendRecord:  # type: ignore[type-arg]
+def spend_from_row(row: tuple[Any, ...], where: object) -> SpendRecord:
     """A SpendRecord from (id, dataset, analyst, event JSON, query text, ε, δ, created_at)."""
     spend_id, dataset, analyst, event_json, query_text, eps, dlt, created = row
     try:
@@ -358,7 +378,13 @@ def spend_from_row(row: tuple, where: object) -> SpendRecord:  # type: ignore[ty
 
 
 def check_debit(
-    row: tuple, eps: Fraction, dlt: Fraction, relation: str | None, event: DPEvent, what: str, where: object  # type: ignore[type-arg]
+    row: tuple,
+    eps: Fraction,
+    dlt: Fraction,
+    relation: str | None,
+    event: DPEvent,
+    what: str,
+    where: object,
 ) -> tuple[Fraction, Fraction]:
     """The new spent totals when the budget row (ε, δ, spent ε, spent δ, neighbours) can pay
     (eps, dlt) for ``event``; else InvalidParameterError (another neighbour relation) or
@@ -383,7 +409,7 @@ def check_debit(
     return new_eps, new_dlt
 
 
-def total_problems(budgets: list[tuple], spends: list[tuple], where: object) -> list[str]:  # type: ignore[type-arg]
+def total_problems(budgets: list[tuple[Any, ...]], spends: list[tuple[Any, ...]], where: object) -> list[str]:
     """What is inconsistent between budget rows (dataset, analyst, ε, δ, spent ε, spent δ) and
     spend rows grouped by cost (dataset, analyst, ε, δ, count): totals that differ from the exact
     sum of the spends, budgets overspent, spends without a budget."""

@@ -40,6 +40,7 @@ Needs psycopg 3 (``pip install 'dpkit[postgres]'``), imported only when a ledger
 PostgreSQL 11 or newer. The connections are the driver's (:mod:`dpkit.ledger._postgres_driver`);
 the operations are :class:`~dpkit.ledger.sql.SQLLedger`'s, shared with the SQLite ledger.
 """
+
 from __future__ import annotations
 
 import re
@@ -119,7 +120,9 @@ _SCHEMA = (
        FOR EACH ROW EXECUTE FUNCTION {s}.dpkit_ledger_refuse('dpkit ledger: a budget''s epsilon and delta cannot change')""",
 )
 _TABLES = frozenset({"dpkit_schema", "budgets", "spends"})
-_TRIGGERS = frozenset({"spends_append_only", "spends_no_truncate", "budgets_keep", "budgets_no_truncate", "budgets_fixed"})
+_TRIGGERS = frozenset(
+    {"spends_append_only", "spends_no_truncate", "budgets_keep", "budgets_no_truncate", "budgets_fixed"}
+)
 _WORDING = Wording(
     noun="the ledger",
     locked="could not {action} in {where}: another session held the ledger for more than {timeout} s ({detail})",
@@ -248,7 +251,9 @@ class PostgresLedger(SQLLedger):
             except self._pg.errors.UndefinedColumn:
                 rows = []
             if len(rows) != 1 or rows[0][0] != _APPLICATION or present != _TABLES:
-                raise LedgerError(f"{where} is not a dpkit ledger (its dpkit_schema table or ledger tables are missing); {advice}")
+                raise LedgerError(
+                    f"{where} is not a dpkit ledger (its dpkit_schema table or ledger tables are missing); {advice}"
+                )
             version = rows[0][1]
             if version != SCHEMA_VERSION:
                 newer = isinstance(version, int) and version > SCHEMA_VERSION
@@ -282,11 +287,16 @@ class PostgresLedger(SQLLedger):
     def _check_query_text(self, query_text: str) -> None:
         if "\x00" in query_text:
             raise InvalidParameterError(
-                "query_text", _short(query_text), "a string without NUL characters", "PostgreSQL cannot store NUL in text"
+                "query_text",
+                _short(query_text),
+                "a string without NUL characters",
+                "PostgreSQL cannot store NUL in text",
             )
         _encodable("query_text", query_text)
 
-    def _claim_budget(self, tx: Runner, dataset: str, analyst: str, eps: Fraction, dlt: Fraction) -> tuple[tuple[Any, ...], bool]:
+    def _claim_budget(
+        self, tx: Runner, dataset: str, analyst: str, eps: Fraction, dlt: Fraction
+    ) -> tuple[tuple[Any, ...], bool]:
         # ON CONFLICT waits for a concurrent insert of the same budget to commit, so the SELECT
         # below (a new snapshot under READ COMMITTED) then sees it.
         row = tx.one(
@@ -297,9 +307,13 @@ class PostgresLedger(SQLLedger):
         )
         if row is not None:
             return row, True
-        row = tx.one(f"SELECT {BUDGET_COLUMNS} FROM {self._budgets} WHERE dataset = ? AND analyst = ?", (dataset, analyst))
+        row = tx.one(
+            f"SELECT {BUDGET_COLUMNS} FROM {self._budgets} WHERE dataset = ? AND analyst = ?", (dataset, analyst)
+        )
         if row is None:  # pragma: no cover - budgets cannot be deleted
-            raise LedgerError(f"the budget of analyst {analyst!r} on dataset {dataset!r} changed while it was created in {self._where}; try again")
+            raise LedgerError(
+                f"the budget of analyst {analyst!r} on dataset {dataset!r} changed while it was created in {self._where}; try again"
+            )
         return row, False
 
     def _lock_budget(self, tx: Runner, dataset: str, analyst: str) -> tuple[Any, ...] | None:
@@ -343,6 +357,8 @@ class PostgresLedger(SQLLedger):
         problems = []
         if meta != [(_APPLICATION, SCHEMA_VERSION)]:
             problems.append(f"its dpkit_schema row is {meta!r}, not [({_APPLICATION!r}, {SCHEMA_VERSION})]")
-        if not _TRIGGERS <= triggers:
-            problems.append(f"the append-only triggers {', '.join(sorted(_TRIGGERS - triggers))} are missing or disabled")
+        if not triggers >= _TRIGGERS:
+            problems.append(
+                f"the append-only triggers {', '.join(sorted(_TRIGGERS - triggers))} are missing or disabled"
+            )
         return problems

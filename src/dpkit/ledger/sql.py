@@ -77,7 +77,9 @@ class SQLLedger:
     def _check_query_text(self, query_text: str) -> None:
         """Refuse query texts the database cannot store (backend step)."""
 
-    def _claim_budget(self, tx: Runner, dataset: str, analyst: str, eps: Fraction, dlt: Fraction) -> tuple[tuple[Any, ...], bool]:
+    def _claim_budget(
+        self, tx: Runner, dataset: str, analyst: str, eps: Fraction, dlt: Fraction
+    ) -> tuple[tuple[Any, ...], bool]:
         """Insert the budget unless it exists; its row (BUDGET_COLUMNS) and whether it was
         inserted by this call (backend step)."""
         raise NotImplementedError
@@ -134,7 +136,14 @@ class SQLLedger:
     # -- the LedgerBackend interface ----------------------------------------------------------------
 
     def create_budget(
-        self, dataset: str, analyst: str, *, epsilon: float, delta: float = 0.0, exist_ok: bool = False, on_create: OnCreate | None = None
+        self,
+        dataset: str,
+        analyst: str,
+        *,
+        epsilon: float,
+        delta: float = 0.0,
+        exist_ok: bool = False,
+        on_create: OnCreate | None = None,
     ) -> BudgetRecord:
         """Create the (ε, δ) budget of ``analyst`` on ``dataset`` and return it.
 
@@ -153,14 +162,21 @@ class SQLLedger:
                 if on_create is not None:
                     on_create(tx, GrantFacts(dataset, analyst, eps, dlt, iso(row[6])))
             else:
-                stored_amounts = (decode_amount(row[2], self._where, "epsilon"), decode_amount(row[3], self._where, "delta"))
+                stored_amounts = (
+                    decode_amount(row[2], self._where, "epsilon"),
+                    decode_amount(row[3], self._where, "delta"),
+                )
                 same = stored_amounts == (eps, dlt)
                 if not (exist_ok and same):
                     stored = self._budget(row)
                     raise LedgerError(
                         f"a budget for analyst {analyst!r} on dataset {dataset!r} already exists in {self._where} "
                         f"(epsilon={stored.epsilon!r}, delta={stored.delta!r})"
-                        + ("" if same else f", not epsilon={float(epsilon)!r}, delta={float(delta)!r}; a stored budget is never changed")
+                        + (
+                            ""
+                            if same
+                            else f", not epsilon={float(epsilon)!r}, delta={float(delta)!r}; a stored budget is never changed"
+                        )
                         + ("" if exist_ok else "; pass exist_ok=True to reuse it")
                     )
         return self._budget(row)
@@ -170,7 +186,9 @@ class SQLLedger:
         self._name("dataset", dataset)
         self._name("analyst", analyst)
         with self._transaction("read the budget", write=False) as tx:
-            row = tx.one(f"SELECT {BUDGET_COLUMNS} FROM {self._budgets} WHERE dataset = ? AND analyst = ?", (dataset, analyst))
+            row = tx.one(
+                f"SELECT {BUDGET_COLUMNS} FROM {self._budgets} WHERE dataset = ? AND analyst = ?", (dataset, analyst)
+            )
         if row is None:
             raise self._missing(dataset, analyst)
         return self._budget(row)
@@ -188,7 +206,10 @@ class SQLLedger:
         self._name("analyst", analyst)
         with self._transaction("list the spends", write=False) as tx:
             exists = tx.one(f"SELECT 1 FROM {self._budgets} WHERE dataset = ? AND analyst = ?", (dataset, analyst))
-            rows = tx.run(f"SELECT {SPEND_COLUMNS} FROM {self._spends} WHERE dataset = ? AND analyst = ? ORDER BY id", (dataset, analyst))
+            rows = tx.run(
+                f"SELECT {SPEND_COLUMNS} FROM {self._spends} WHERE dataset = ? AND analyst = ? ORDER BY id",
+                (dataset, analyst),
+            )
         if exists is None:
             raise self._missing(dataset, analyst)
         return [spend_from_row(row, self._where) for row in rows]
@@ -238,7 +259,9 @@ class SQLLedger:
                 (fraction_to_text(new_eps), fraction_to_text(new_dlt), relation, dataset, analyst),
             )
             if on_debit is not None:
-                on_debit(tx, DebitFacts(spend_id, dataset, analyst, query_text, eps, dlt, new_eps, new_dlt, iso(created)))
+                on_debit(
+                    tx, DebitFacts(spend_id, dataset, analyst, query_text, eps, dlt, new_eps, new_dlt, iso(created))
+                )
         return SpendRecord(
             id=spend_id,
             dataset=dataset,
@@ -256,7 +279,9 @@ class SQLLedger:
         no spend lacks a budget. Raises LedgerError describing the first problems found."""
         with self._transaction("verify the ledger", write=False) as tx:
             found = self._read_integrity(tx)
-            budgets = tx.run(f"SELECT dataset, analyst, epsilon, delta, spent_epsilon, spent_delta FROM {self._budgets}")
+            budgets = tx.run(
+                f"SELECT dataset, analyst, epsilon, delta, spent_epsilon, spent_delta FROM {self._budgets}"
+            )
             # Equal costs are counted by the database, so Python adds one product per distinct cost.
             spends = tx.run(
                 f"SELECT dataset, analyst, epsilon_cost, delta_cost, count(*) FROM {self._spends} "

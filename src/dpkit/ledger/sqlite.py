@@ -35,7 +35,7 @@ import secrets
 import sqlite3
 import stat
 from collections.abc import Callable
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from fractions import Fraction
 from pathlib import Path
 from typing import Any
@@ -113,7 +113,7 @@ _WORDING = Wording(
 
 
 def _now() -> str:
-    return datetime.now(timezone.utc).isoformat()
+    return datetime.now(UTC).isoformat()
 
 
 class SQLiteLedger(SQLLedger):
@@ -217,9 +217,13 @@ class SQLiteLedger(SQLLedger):
             raise LedgerError(f"cannot read the ledger {path}: {exc.strerror or exc}") from exc
         advice = "refusing to use or change it; restore it from a backup or pass another path"
         if not header:
-            raise LedgerError(f"{path} is an empty file, not a dpkit ledger; {advice} (delete it to start a new ledger)")
+            raise LedgerError(
+                f"{path} is an empty file, not a dpkit ledger; {advice} (delete it to start a new ledger)"
+            )
         if len(header) < 100 or not header.startswith(_MAGIC):
-            raise LedgerError(f"{path} is not a SQLite database, so not a dpkit ledger (corrupt or foreign file); {advice}")
+            raise LedgerError(
+                f"{path} is not a SQLite database, so not a dpkit ledger (corrupt or foreign file); {advice}"
+            )
         app_id = int.from_bytes(header[68:72], "big")
         if app_id != APPLICATION_ID:
             raise LedgerError(
@@ -239,7 +243,9 @@ class SQLiteLedger(SQLLedger):
                 f"{path} is truncated ({st.st_size} bytes; its header describes {pages} pages of {page_size} bytes); {advice}"
             )
         if not os.access(path, os.R_OK | os.W_OK):
-            raise LedgerError(f"the ledger {path} is not writable by this process; a ledger must be writable to debit it")
+            raise LedgerError(
+                f"the ledger {path} is not writable by this process; a ledger must be writable to debit it"
+            )
 
     def _check_contents(self, conn: sqlite3.Connection) -> None:
         path = self._path
@@ -252,11 +258,17 @@ class SQLiteLedger(SQLLedger):
             raise LedgerError(f"{path} is corrupt (quick_check: {'; '.join(map(str, problems[:3]))}); {advice}")
         try:
             tables = {row[0] for row in conn.execute("SELECT name FROM sqlite_master WHERE type = 'table'")}
-            rows = conn.execute("SELECT application, version FROM dpkit_schema").fetchall() if "dpkit_schema" in tables else []
+            rows = (
+                conn.execute("SELECT application, version FROM dpkit_schema").fetchall()
+                if "dpkit_schema" in tables
+                else []
+            )
         except sqlite3.Error as exc:
             raise LedgerError(f"cannot read the ledger {path}: {exc}") from exc
-        if len(rows) != 1 or rows[0][0] != _APPLICATION or not _TABLES <= tables:
-            raise LedgerError(f"{path} is not a dpkit ledger (its dpkit_schema table or ledger tables are missing); {advice}")
+        if len(rows) != 1 or rows[0][0] != _APPLICATION or not tables >= _TABLES:
+            raise LedgerError(
+                f"{path} is not a dpkit ledger (its dpkit_schema table or ledger tables are missing); {advice}"
+            )
         version = rows[0][1]
         if version != SCHEMA_VERSION:
             newer = isinstance(version, int) and version > SCHEMA_VERSION
@@ -282,7 +294,9 @@ class SQLiteLedger(SQLLedger):
 
     # -- the steps of SQLLedger that are SQLite's -----------------------------------------------------
 
-    def _claim_budget(self, tx: Runner, dataset: str, analyst: str, eps: Fraction, dlt: Fraction) -> tuple[tuple[Any, ...], bool]:
+    def _claim_budget(
+        self, tx: Runner, dataset: str, analyst: str, eps: Fraction, dlt: Fraction
+    ) -> tuple[tuple[Any, ...], bool]:
         # The write lock is held from BEGIN IMMEDIATE: no one can insert between these statements.
         row = tx.one(f"SELECT {BUDGET_COLUMNS} FROM budgets WHERE dataset = ? AND analyst = ?", (dataset, analyst))
         if row is not None:
@@ -293,13 +307,18 @@ class SQLiteLedger(SQLLedger):
 
     def _lock_budget(self, tx: Runner, dataset: str, analyst: str) -> tuple[Any, ...] | None:
         # BEGIN IMMEDIATE already holds the file's write lock, so a plain read locks the row.
-        return tx.one("SELECT epsilon, delta, spent_epsilon, spent_delta, neighbours FROM budgets WHERE dataset = ? AND analyst = ?", (dataset, analyst))
+        return tx.one(
+            "SELECT epsilon, delta, spent_epsilon, spent_delta, neighbours FROM budgets WHERE dataset = ? AND analyst = ?",
+            (dataset, analyst),
+        )
 
     def _stamp(self) -> str:
         return _now()
 
     def _insert_spend(self, tx: Runner, values: tuple[Any, ...], stamp: str | None) -> tuple[int, object]:
-        cur = tx.conn.execute(f"INSERT INTO spends ({SPEND_COLUMNS}) VALUES (NULL, ?, ?, ?, ?, ?, ?, ?)", (*values, stamp))
+        cur = tx.conn.execute(
+            f"INSERT INTO spends ({SPEND_COLUMNS}) VALUES (NULL, ?, ?, ?, ?, ?, ?, ?)", (*values, stamp)
+        )
         return int(cur.lastrowid), stamp
 
     def _after_insert(self) -> None:

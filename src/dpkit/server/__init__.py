@@ -13,11 +13,14 @@ from dpkit.server.audit import AuditEntry, ChainReport, verify_chain
 from dpkit.server.service import (
     DatasetInfo,
     DatasetUnavailableError,
+    JSONQuery,
     NotFoundError,
     Principal,
     QueryRequest,
-    QuerySpec,
     Service,
+)
+from dpkit.server.service import (
+    QuerySpec as QuerySpec,  # the earlier name of JSONQuery, kept importable (not in __all__)
 )
 
 __all__ = [
@@ -25,7 +28,7 @@ __all__ = [
     "Principal",
     "DatasetInfo",
     "QueryRequest",
-    "QuerySpec",
+    "JSONQuery",
     "NotFoundError",
     "DatasetUnavailableError",
     "AuditEntry",

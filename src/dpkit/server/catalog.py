@@ -21,6 +21,7 @@ from pathlib import Path
 from typing import Any
 
 from dpkit import _validate as v
+from dpkit._validate import Neighbours
 from dpkit.analytics.check import DataCheck, check_data
 from dpkit.analytics.metadata import Metadata
 from dpkit.analytics.session import Session
@@ -56,7 +57,7 @@ class DatasetInfo:
     name: str
     source: str
     metadata: Metadata
-    neighbours: str
+    neighbours: Neighbours
     created_at: str
     table: str | None = None  # the table inside a DuckDB database file; None for CSV / Parquet
     check: DataCheck | None = field(default=None, compare=False, repr=False)
@@ -127,7 +128,7 @@ class Catalog:
         source: str | os.PathLike[str],
         metadata: Metadata | dict[str, Any] | str | os.PathLike[str],
         *,
-        neighbours: str = "add_remove",
+        neighbours: Neighbours = "add_remove",
         table: str | None = None,
     ) -> DatasetInfo:
         """See :meth:`dpkit.server.service.Service.register_dataset`."""

@@ -10,7 +10,7 @@ is the order of dp_accounting's dry run before it composes: a system that comput
 through its errors and its timing (Haeberlen, Pierce and Narayan, "Differential Privacy Under
 Fire", USENIX Security 2011).
 
->>> QueryRequest(epsilon=0.5, spec=QuerySpec(aggregates=({"kind": "count"},), group_by=("sex",))).text()
+>>> QueryRequest(epsilon=0.5, spec=JSONQuery(aggregates=({"kind": "count"},), group_by=("sex",))).text()
 '{"aggregates": [{"kind": "count"}], "group_by": ["sex"]}'
 """
 
@@ -29,6 +29,7 @@ from dpkit.analytics.limits import QueryLimits
 from dpkit.analytics.results import QueryCost
 from dpkit.analytics.session import Query, Session
 from dpkit.analytics.spec import QueryOptions
+from dpkit.analytics.spec import QuerySpec as AnalyticsQuerySpec
 from dpkit.errors import AuthError, BudgetExceededError, InvalidDataError, InvalidParameterError, QueryFailedError
 from dpkit.ledger.base import BudgetRecord, LedgerBackend
 from dpkit.noise.source import RNG
@@ -39,7 +40,7 @@ from dpkit.server.grants import Grants, budget_dict
 from dpkit.server.principals import Principal
 from dpkit.server.query_ledger import QueryLedger
 
-__all__ = ["OPTION_NAMES", "QuerySpec", "QueryRequest", "Queries", "compile_request", "query_options"]
+__all__ = ["OPTION_NAMES", "JSONQuery", "QueryRequest", "Queries", "compile_request", "query_options"]
 
 #: The spending options of a query, in order: the fields of
 #: :class:`~dpkit.analytics.spec.QueryOptions`, where their defaults and checks are written.
@@ -49,23 +50,15 @@ OPTION_NAMES: tuple[str, ...] = tuple(f.name for f in dataclasses.fields(QueryOp
 _curator_log = logging.getLogger("dpkit.curator")
 
 _DETAIL_LIMIT = 4096  # characters of query text kept in the audit log per request
-_AGGREGATES: dict[str, type] = {
-    "count": A.Count,
-    "count_units": A.CountUnits,
-    "sum": A.Sum,
-    "mean": A.Mean,
-    "variance": A.Variance,
-    "std": A.Std,
-    "quantile": A.QuantileAgg,
-}
 
 #: Turns a session and a request into the query and its aggregates (see :func:`compile_request`).
 Compile = Callable[[Session, "QueryRequest"], "tuple[Query, list[A.Aggregate]]"]
 
 
 @dataclass(frozen=True)
-class QuerySpec:
-    """A query without SQL: ``aggregates`` like ``[{"kind": "mean", "column": "age"}]``,
+class JSONQuery:
+    """A query without SQL, in the JSON form the HTTP API takes (what
+    :meth:`dpkit.analytics.QuerySpec.from_json` reads): ``aggregates`` like ``[{"kind": "mean", "column": "age"}]``,
     optional ``where`` (a predicate of the SQL subset), ``group_by``, ``bins``, ``keys`` and
     contribution bounds."""
 
@@ -76,6 +69,11 @@ class QuerySpec:
     keys: tuple[tuple[Any, ...], ...] | None = None
     max_groups: int | None = None
     max_rows: int | None = None
+
+
+#: The earlier name of :class:`JSONQuery` (not the analytics :class:`~dpkit.analytics.QuerySpec`
+#: it compiles to); kept so that existing code keeps working.
+QuerySpec = JSONQuery
 
 
 @dataclass(frozen=True)
@@ -90,7 +88,7 @@ class QueryRequest:
     epsilon: float
     delta: float = QueryOptions.delta
     sql: str | None = None
-    spec: QuerySpec | None = None
+    spec: JSONQuery | None = None
     noise: str = QueryOptions.noise
     confidence: float = QueryOptions.confidence
     key_selection: str = QueryOptions.key_selection
@@ -106,7 +104,7 @@ class QueryRequest:
         return json.dumps(_spec_dict(self.spec), sort_keys=True, default=str)
 
 
-def _spec_dict(spec: QuerySpec) -> dict[str, Any]:
+def _spec_dict(spec: JSONQuery) -> dict[str, Any]:
     out: dict[str, Any] = {"aggregates": list(spec.aggregates)}
     for name in ("where", "group_by", "bins", "keys", "max_groups", "max_rows"):
         value = getattr(spec, name)
@@ -140,28 +138,11 @@ def compile_request(session: Session, request: QueryRequest) -> tuple[Query, lis
         )
     if spec.max_groups is not None or spec.max_rows is not None:
         q = q.bound(max_groups=spec.max_groups, max_rows=spec.max_rows)
-    aggs: list[A.Aggregate] = []
-    for i, item in enumerate(spec.aggregates):
-        kind = item.get("kind")
-        if kind not in _AGGREGATES:
-            raise InvalidParameterError(f"aggregates[{i}].kind", kind, ", ".join(map(repr, _AGGREGATES)))
-        extra = set(item) - {"kind", "column", "q", "name"}
-        if extra:
-            raise InvalidParameterError(
-                f"aggregates[{i}]", sorted(extra)[0], "only the fields kind, column, q and name"
-            )
-        name = item.get("name")
-        if kind in ("count", "count_units"):
-            if "column" in item or "q" in item:
-                raise InvalidParameterError(f"aggregates[{i}]", kind, f"{kind} without column or q")
-            aggs.append(_AGGREGATES[kind](name))
-        elif kind == "quantile":
-            aggs.append(A.QuantileAgg(item.get("column"), item.get("q"), name=name))  # type: ignore[arg-type]
-        else:
-            if "q" in item:
-                raise InvalidParameterError(f"aggregates[{i}].q", item["q"], f"no q for {kind}")
-            aggs.append(_AGGREGATES[kind](item.get("column"), name=name))
-    return q, aggs
+    if not spec.aggregates:  # refused by the query itself, with the message a Python caller gets
+        return q, []
+    # The aggregates are read by the analytics spec's JSON reader, the one definition of the
+    # JSON form (kinds, fields and their messages), after the structure above as ever.
+    return q, list(AnalyticsQuerySpec.from_json({"aggregates": list(spec.aggregates)}).aggregates)
 
 
 def query_options(request: QueryRequest) -> dict[str, Any]:
@@ -216,7 +197,7 @@ class Queries:
                 engine=engine,
                 table=info.name,
                 metadata=info.metadata,
-                neighbours=info.neighbours,  # type: ignore[arg-type]
+                neighbours=info.neighbours,
                 ledger=view,
                 dataset=info.name,
                 analyst=principal.name,

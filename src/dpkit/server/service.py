@@ -65,6 +65,7 @@ from pathlib import Path
 from typing import Any
 
 from dpkit import _validate as v
+from dpkit._validate import Neighbours
 from dpkit._validate import short_repr as _short
 from dpkit.analytics.limits import QueryLimits
 from dpkit.analytics.metadata import Metadata
@@ -79,7 +80,8 @@ from dpkit.server.datasets import DatasetCopies, default_dataset_dir
 from dpkit.server.errors import DatasetUnavailableError, NotFoundError, PaidQueryFailedError
 from dpkit.server.grants import DEFAULT_MAX_GRANT_EPSILON, Grants
 from dpkit.server.principals import Principal, Principals, Role
-from dpkit.server.queries import Queries, QueryRequest, QuerySpec, compile_request
+from dpkit.server.queries import JSONQuery, Queries, QueryRequest, compile_request
+from dpkit.server.queries import QuerySpec as QuerySpec  # the earlier name of JSONQuery
 from dpkit.server.store import ServiceStore, normalise_url, open_store, sqlite_path
 
 __all__ = [
@@ -87,7 +89,7 @@ __all__ = [
     "Principal",
     "DatasetInfo",
     "QueryRequest",
-    "QuerySpec",
+    "JSONQuery",
     "NotFoundError",
     "DatasetUnavailableError",
     "PaidQueryFailedError",
@@ -254,7 +256,7 @@ class Service:
         source: str | os.PathLike[str],
         metadata: Metadata | dict[str, Any] | str | os.PathLike[str],
         *,
-        neighbours: str = "add_remove",
+        neighbours: Neighbours = "add_remove",
         table: str | None = None,
     ) -> DatasetInfo:
         """Register a CSV or Parquet file, or a ``table`` of a DuckDB database file (.duckdb),

@@ -14,7 +14,7 @@ import contextlib
 import os
 import sqlite3
 from collections.abc import Callable, Iterator
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any, Protocol
 
@@ -78,7 +78,7 @@ _TABLES = (
 
 
 def now() -> str:
-    return datetime.now(timezone.utc).isoformat()
+    return datetime.now(UTC).isoformat()
 
 
 class ServiceStore(Protocol):
@@ -139,13 +139,19 @@ class _Store:
 def _claim(tx: Runner) -> None:
     rows = tx.run("SELECT application, version FROM dpkit_service")
     if not rows:
-        tx.run("INSERT INTO dpkit_service (id, application, version) VALUES (1, ?, ?)", ("dpkit-server", _SCHEMA_VERSION))
+        tx.run(
+            "INSERT INTO dpkit_service (id, application, version) VALUES (1, ?, ?)", ("dpkit-server", _SCHEMA_VERSION)
+        )
     elif tuple(rows[0]) != ("dpkit-server", _SCHEMA_VERSION):
         older = rows[0][0] == "dpkit-server" and isinstance(rows[0][1], int) and rows[0][1] < _SCHEMA_VERSION
         raise LedgerError(
             f"the service tables have version {rows[0][1]!r}; this dpkit reads version {_SCHEMA_VERSION}"
-            + ("; they were written by an earlier dpkit whose audit chain was not keyed: keep that database as the "
-               "record of its period (dpkit admin verify-log with that dpkit) and start a new ledger" if older else "")
+            + (
+                "; they were written by an earlier dpkit whose audit chain was not keyed: keep that database as the "
+                "record of its period (dpkit admin verify-log with that dpkit) and start a new ledger"
+                if older
+                else ""
+            )
         )
 
 
@@ -156,7 +162,7 @@ def masked_url(url: str) -> str:
 
 def sqlite_path(url: str) -> Path:
     """The file of a ``sqlite:///relative`` or ``sqlite:////absolute`` URL."""
-    path = url[len("sqlite:///"):]
+    path = url[len("sqlite:///") :]
     if not path:
         raise InvalidParameterError("ledger", url, "sqlite:///PATH with a file path")
     return Path(path).expanduser().absolute()
@@ -192,7 +198,9 @@ def open_store(url: str, *, timeout: float = 30.0, lock: LockFactory | None = No
                 sqlite3.connect(path, isolation_level=None).execute("PRAGMA journal_mode = WAL").connection.close()
             except sqlite3.Error as exc:
                 raise LedgerError(f"cannot open the service database {path}: {exc}") from exc
-        wording = Wording(noun="the service database", failed=_FAILED, connect="cannot open the service database {where}: {detail}")
+        wording = Wording(
+            noun="the service database", failed=_FAILED, connect="cannot open the service database {where}: {detail}"
+        )
         return _Store(url, SQLiteDriver(path, timeout=timeout, wording=wording), lock)
     pg = import_psycopg("a postgresql:// ledger needs psycopg: pip install 'dpkit[postgres]'")
     wording = Wording(
@@ -201,5 +209,7 @@ def open_store(url: str, *, timeout: float = 30.0, lock: LockFactory | None = No
     # configure=False: the service's sessions keep the server's timeouts, as they always have.
     # Every request reads these tables, so each of the web server's threads (Starlette runs
     # handlers on a pool of 40) keeps a connection rather than opening one per transaction.
-    driver = PostgresDriver(url, pg, timeout=timeout, wording=wording, application="dpkit-server", configure=False, max_idle=64)
+    driver = PostgresDriver(
+        url, pg, timeout=timeout, wording=wording, application="dpkit-server", configure=False, max_idle=64
+    )
     return _Store(url, driver)

@@ -22,7 +22,7 @@ from dpkit.server.grants import budget_dict
 from dpkit.server.names import check_dataset_name
 from dpkit.server.principals import Principal
 from dpkit.server.problems import Problem, note, query_failed
-from dpkit.server.queries import OPTION_NAMES, QueryRequest, QuerySpec
+from dpkit.server.queries import OPTION_NAMES, JSONQuery, QueryRequest
 from dpkit.server.routes.bodies import Body
 from dpkit.server.routes.deps import analyst, get_service
 from dpkit.server.service import Service
@@ -69,7 +69,7 @@ class QueryBody(Body):
         spec = None
         if self.query is not None:
             q = self.query
-            spec = QuerySpec(
+            spec = JSONQuery(
                 aggregates=tuple(a.model_dump(exclude_none=True) for a in q.aggregates),
                 where=q.where,
                 group_by=tuple(q.group_by),
