@@ -161,6 +161,8 @@ def __getattr__(name: str) -> Any:
     """Old names, kept importable: they warn and give the new class."""
     if name in _DEPRECATED:
         new, value = _DEPRECATED[name]
-        warnings.warn(f"dpkit.analytics.{name} (the aggregate) is deprecated: use {new}", DeprecationWarning, stacklevel=2)
+        warnings.warn(
+            f"dpkit.analytics.{name} (the aggregate) is deprecated: use {new}", DeprecationWarning, stacklevel=2
+        )
         return value
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

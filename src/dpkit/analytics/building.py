@@ -24,7 +24,16 @@ from dpkit.analytics.spec import QuerySpec
 from dpkit.analytics.sql import parse_predicate
 from dpkit.errors import InvalidParameterError
 
-__all__ = ["Built", "build", "check_where", "check_group_by", "check_bounds", "check_aggregates", "public_counts", "public_key_count_of"]
+__all__ = [
+    "Built",
+    "build",
+    "check_where",
+    "check_group_by",
+    "check_bounds",
+    "check_aggregates",
+    "public_counts",
+    "public_key_count_of",
+]
 
 _PREDICATES = (Compare, InList, Between, IsNull, And, Or, Not)
 
@@ -101,7 +110,9 @@ def check_where(t: DeclaredTable, current: Predicate | None, predicate: str | Pr
     elif isinstance(predicate, _PREDICATES):
         limits.check("where nesting depth", predicate_depth(predicate), "max_query_depth")
     if not isinstance(predicate, _PREDICATES):
-        raise InvalidParameterError("predicate", _short(predicate), "SQL text such as \"age > 30\" or a dpkit.analytics.plan predicate")
+        raise InvalidParameterError(
+            "predicate", _short(predicate), 'SQL text such as "age > 30" or a dpkit.analytics.plan predicate'
+        )
     _check_predicate(t, predicate)
     return predicate if current is None else And((current, predicate))
 
@@ -119,7 +130,12 @@ def _check_predicate(t: DeclaredTable, p: Predicate) -> None:
         raise InvalidParameterError("where", p.column, f"a declared column ({', '.join(schema)})", "unknown column")
     kind = schema[p.column]
     if kind == "unit":
-        raise InvalidParameterError("where", p.column, "a declared column", "the privacy unit can be filtered on only if the metadata declares it as a column")
+        raise InvalidParameterError(
+            "where",
+            p.column,
+            "a declared column",
+            "the privacy unit can be filtered on only if the metadata declares it as a column",
+        )
     if isinstance(p, IsNull):
         return
     lits = (p.value,) if isinstance(p, Compare) else p.values if isinstance(p, InList) else (p.low, p.high)
@@ -152,7 +168,12 @@ def check_group_by(
         if not isinstance(c, str) or c not in schema:
             raise InvalidParameterError("columns", _short(c), f"a declared column ({', '.join(schema)})")
         if schema[c] == "unit":
-            raise InvalidParameterError("columns", c, "a declared column other than the privacy unit", "grouping by the unit would publish who is in the data; declare the column in the metadata to use it")
+            raise InvalidParameterError(
+                "columns",
+                c,
+                "a declared column other than the privacy unit",
+                "grouping by the unit would publish who is in the data; declare the column in the metadata to use it",
+            )
         if c in bins:
             out.append(GroupKey(c, _check_edges(t, c, bins[c])))
         else:
@@ -178,15 +199,21 @@ def _check_edges(t: DeclaredTable, column: str, edges: Any) -> tuple[float, ...]
     try:
         e = tuple(float(x) for x in edges)
     except (TypeError, ValueError):
-        raise InvalidParameterError(f"bins[{column!r}]", _short(edges), "a list of at least two increasing finite numbers") from None
-    if len(e) < 2 or not all(math.isfinite(x) for x in e) or any(b <= a for a, b in zip(e, e[1:])):
-        raise InvalidParameterError(f"bins[{column!r}]", _short(edges), "a list of at least two increasing finite numbers")
+        raise InvalidParameterError(
+            f"bins[{column!r}]", _short(edges), "a list of at least two increasing finite numbers"
+        ) from None
+    if len(e) < 2 or not all(math.isfinite(x) for x in e) or any(b <= a for a, b in zip(e, e[1:], strict=False)):
+        raise InvalidParameterError(
+            f"bins[{column!r}]", _short(edges), "a list of at least two increasing finite numbers"
+        )
     return e
 
 
 def _check_keys(t: DeclaredTable, groups: list[GroupKey], keys: Any) -> tuple[tuple[Any, ...], ...]:
     if isinstance(keys, (str, bytes)) or not hasattr(keys, "__iter__"):
-        raise InvalidParameterError("keys", _short(keys), "a list of public keys (values, or tuples for several columns)")
+        raise InvalidParameterError(
+            "keys", _short(keys), "a list of public keys (values, or tuples for several columns)"
+        )
     limit = t.limits.max_keys
     if not hasattr(keys, "__len__"):
         keys = tuple(itertools.islice(keys, limit + 1))
@@ -196,11 +223,16 @@ def _check_keys(t: DeclaredTable, groups: list[GroupKey], keys: Any) -> tuple[tu
         tup = tuple(k) if len(groups) > 1 and isinstance(k, (tuple, list)) else (k,)
         if len(tup) != len(groups):
             raise InvalidParameterError("keys", _short(k), f"tuples of {len(groups)} values (one per group column)")
-        for g, x in zip(groups, tup):
+        for g, x in zip(groups, tup, strict=True):
             kind = literal_kind(x)
             want = "numeric" if g.edges is not None else t.columns[g.column]
             if g.edges is not None or kind is None or kind != want:
-                raise InvalidParameterError("keys", _short(k), f"values matching the column {g.column!r} ({want})" + (" (binned columns take their keys from the bins)" if g.edges is not None else ""))
+                raise InvalidParameterError(
+                    "keys",
+                    _short(k),
+                    f"values matching the column {g.column!r} ({want})"
+                    + (" (binned columns take their keys from the bins)" if g.edges is not None else ""),
+                )
         out.append(tup)
     if not out or len(set(out)) != len(out):
         raise InvalidParameterError("keys", _short(keys), "a non-empty list of distinct keys")
@@ -227,7 +259,9 @@ def check_bounds(t: DeclaredTable, current: tuple[int, int], max_groups: object,
 def check_aggregates(t: DeclaredTable, groups: Sequence[GroupKey], aggregates: object) -> tuple[A.Aggregate, ...]:
     """The aggregates, checked: known kinds, unique output names, declared bounded columns."""
     if isinstance(aggregates, (str, bytes)) or not hasattr(aggregates, "__iter__"):
-        raise InvalidParameterError("aggregates", _short(aggregates), "a list of aggregates such as [Count(), Mean('age')]")
+        raise InvalidParameterError(
+            "aggregates", _short(aggregates), "a list of aggregates such as [Count(), Mean('age')]"
+        )
     specs: tuple[Any, ...] = tuple(aggregates)
     if not specs:
         raise InvalidParameterError("aggregates", specs, "at least one aggregate")
@@ -237,26 +271,38 @@ def check_aggregates(t: DeclaredTable, groups: Sequence[GroupKey], aggregates: o
     schema = t.columns
     for spec in specs:
         if not isinstance(spec, A.AGGREGATE_TYPES):
-            raise InvalidParameterError("aggregates", _short(spec), "Count, CountUnits, Sum, Mean, Variance, Std or Quantile from dpkit.analytics")
+            raise InvalidParameterError(
+                "aggregates",
+                _short(spec),
+                "Count, CountUnits, Sum, Mean, Variance, Std or Quantile from dpkit.analytics",
+            )
         name: str = spec.name  # type: ignore[assignment]  # resolved on construction, never None
         for out in (name, f"{name}_low", f"{name}_high"):
             if out.lower() in taken:
                 raise InvalidParameterError(
-                    "aggregates", name, "output names that do not collide",
+                    "aggregates",
+                    name,
+                    "output names that do not collide",
                     f"the output column {out!r} would collide with {taken[out.lower()]!r} (each aggregate also writes <name>_low and <name>_high)",
                 )
             taken[out.lower()] = out
         if spec.column is None:
             continue
         if spec.column not in schema:
-            raise InvalidParameterError("column", spec.column, f"a declared column ({', '.join(schema)})", "unknown column")
+            raise InvalidParameterError(
+                "column", spec.column, f"a declared column ({', '.join(schema)})", "unknown column"
+            )
         spec_meta = t.metadata.columns.get(spec.column)
         if not isinstance(spec_meta, Numeric):
             declared = "the privacy unit" if spec_meta is None else f"Categorical, value_type {spec_meta.value_type!r}"
-            raise InvalidParameterError("column", spec.column, f"a Numeric column for {spec.kind} (it is declared as {declared})")
+            raise InvalidParameterError(
+                "column", spec.column, f"a Numeric column for {spec.kind} (it is declared as {declared})"
+            )
         if not spec_meta.bounded:
             raise InvalidParameterError(
-                "column", spec.column, "a column with declared bounds (Numeric(lower, upper) in the metadata)",
+                "column",
+                spec.column,
+                "a column with declared bounds (Numeric(lower, upper) in the metadata)",
                 "sensitivity comes from declared bounds, never from the data",
             )
     return specs
@@ -276,6 +322,8 @@ def build(spec: QuerySpec, t: DeclaredTable) -> Built:
     if spec.group_by:
         groups, keys = check_group_by(t, (), spec.group_by, spec.keys, None if spec.bins is None else dict(spec.bins))
     elif spec.keys is not None or spec.bins is not None:
-        raise InvalidParameterError("keys", spec.keys if spec.keys is not None else spec.bins, "keys and bins only with group_by")
+        raise InvalidParameterError(
+            "keys", spec.keys if spec.keys is not None else spec.bins, "keys and bins only with group_by"
+        )
     g, r = check_bounds(t, (t.max_groups, t.max_rows), spec.max_groups, spec.max_rows)
     return Built(predicate, groups, keys, g, r)

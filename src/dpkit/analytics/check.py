@@ -8,10 +8,10 @@ an analyst (the curator service returns it only to the curator who registers a d
 response to ``POST /v1/datasets`` and from ``dpkit admin register-dataset``; it is neither stored
 nor written to the audit log).
 
-The source is read exactly as a query reads it (:class:`~dpkit.analytics.engines.duckdb.DuckDBEngine`
-and its reading rules, DESIGN "Declared schema"): every declared column is read as its declared
-type, and every value of every declared column (and of the privacy unit) falls into exactly one
-of these classes:
+The source is read exactly as a query reads it
+(:class:`~dpkit.analytics.engines.duckdb.DuckDBEngine` and its reading rules; docs/architecture.md,
+"Declared schema"): every declared column is read as its declared type, and every value of every
+declared column (and of the privacy unit) falls into exactly one of these classes:
 
 * ``conforming``: read as a value of the declared type, within the declared bounds (numeric) and
   among the declared categories (categorical with a public list);
@@ -76,7 +76,16 @@ from dpkit.analytics.engines.base import quote_identifier as q
 from dpkit.analytics.metadata import Categorical, Metadata, Numeric
 from dpkit.errors import InvalidDataError, InvalidParameterError
 
-__all__ = ["check_data", "nearest_category", "DataCheck", "ColumnCheck", "UnitCheck", "GroupSpread", "NonconformingValue", "TOP_VALUES"]
+__all__ = [
+    "check_data",
+    "nearest_category",
+    "DataCheck",
+    "ColumnCheck",
+    "UnitCheck",
+    "GroupSpread",
+    "NonconformingValue",
+    "TOP_VALUES",
+]
 
 
 # ---- near misses ------------------------------------------------------------------------------------
@@ -122,9 +131,13 @@ def _metadata(metadata: object) -> Metadata:
     if isinstance(metadata, (str, os.PathLike)):
         path = Path(metadata)
         if not path.is_file():
-            raise InvalidParameterError("metadata", str(path), "an existing JSON file with the declared columns", "no such file")
+            raise InvalidParameterError(
+                "metadata", str(path), "an existing JSON file with the declared columns", "no such file"
+            )
         return Metadata.from_json(path)
-    raise InvalidParameterError("metadata", _short(metadata), "a Metadata, a dict in its JSON layout, or the path of a JSON file")
+    raise InvalidParameterError(
+        "metadata", _short(metadata), "a Metadata, a dict in its JSON layout, or the path of a JSON file"
+    )
 
 
 def _engine(source: object, table: str | None) -> tuple[Any, str, Any]:
@@ -137,7 +150,12 @@ def _engine(source: object, table: str | None) -> tuple[Any, str, Any]:
     if table is not None and (not isinstance(table, str) or not table):
         raise InvalidParameterError("table", _short(table), "a non-empty table name, or None")
     if isinstance(source, tuple):
-        if len(source) != 2 or not isinstance(source[0], duckdb.DuckDBPyConnection) or not isinstance(source[1], str) or not source[1]:
+        if (
+            len(source) != 2
+            or not isinstance(source[0], duckdb.DuckDBPyConnection)
+            or not isinstance(source[1], str)
+            or not source[1]
+        ):
             raise InvalidParameterError("data", _short(source), "a (duckdb connection, table name) pair")
         source, table = source
     if isinstance(source, duckdb.DuckDBPyConnection):
@@ -150,19 +168,27 @@ def _engine(source: object, table: str | None) -> tuple[Any, str, Any]:
     if isinstance(source, (str, os.PathLike)):
         path = Path(source)
         if not path.is_file():
-            raise InvalidParameterError("data", str(path), "an existing CSV, Parquet or DuckDB database file", "no such file")
+            raise InvalidParameterError(
+                "data", str(path), "an existing CSV, Parquet or DuckDB database file", "no such file"
+            )
         if path.suffix.lower() in (".duckdb", ".ddb"):
             if table is None:
-                raise InvalidParameterError("table", None, f"the name of a table or view in the DuckDB database {path.name}")
+                raise InvalidParameterError(
+                    "table", None, f"the name of a table or view in the DuckDB database {path.name}"
+                )
             try:
                 con = duckdb.connect(str(path), read_only=True)
             except duckdb.Error as exc:
-                raise InvalidParameterError("data", str(path), "a DuckDB database file (or a CSV or Parquet file)", str(exc)) from None
+                raise InvalidParameterError(
+                    "data", str(path), "a DuckDB database file (or a CSV or Parquet file)", str(exc)
+                ) from None
             try:
                 return DuckDBEngine(None, connection=con, table=table), table, con
             except duckdb.Error as exc:
                 con.close()
-                raise InvalidParameterError("table", table, f"a table or view of the DuckDB database {path.name}", str(exc)) from None
+                raise InvalidParameterError(
+                    "table", table, f"a table or view of the DuckDB database {path.name}", str(exc)
+                ) from None
         return DuckDBEngine(path), table or path.stem, None
     return DuckDBEngine(source), table or "data", None
 
@@ -179,7 +205,9 @@ def _describe(spec: Numeric | Categorical | None) -> tuple[str, ReadType]:
     return f"{n} {vt} categor{'y' if n == 1 else 'ies'}", vt
 
 
-def check_data(source: Any, metadata: Metadata | Mapping[str, Any] | str | os.PathLike[str], *, table: str | None = None) -> DataCheck:
+def check_data(
+    source: Any, metadata: Metadata | Mapping[str, Any] | str | os.PathLike[str], *, table: str | None = None
+) -> DataCheck:
     """Check how well ``source`` conforms to ``metadata`` — a report for the curator only.
 
     Parameters
@@ -210,7 +238,9 @@ def check_data(source: Any, metadata: Metadata | Mapping[str, Any] | str | os.Pa
     try:
         return _scan(meta, engine, name)
     except duckdb.Error as exc:  # the curator may see the engine's words
-        raise InvalidDataError("data", f"{name} could not be read ({exc})", "a CSV file in UTF-8, a Parquet file or a DuckDB table") from None
+        raise InvalidDataError(
+            "data", f"{name} could not be read ({exc})", "a CSV file in UTF-8, a Parquet file or a DuckDB table"
+        ) from None
     finally:
         if opened is not None:
             opened.close()
@@ -222,7 +252,9 @@ def _scan(meta: Metadata, engine: Any, name: str) -> DataCheck:
     problems: list[str] = []
     notes: list[str] = []
     if unit is None and not meta.row_level:
-        notes.append("the metadata declares neither privacy_unit nor row_level=True: a session must name the unit itself")
+        notes.append(
+            "the metadata declares neither privacy_unit nor row_level=True: a session must name the unit itself"
+        )
 
     # -- which columns can be read, and as what -----------------------------------------------
     specs: dict[str, Numeric | Categorical | None] = dict(meta.columns)
@@ -236,7 +268,9 @@ def _scan(meta: Metadata, engine: Any, name: str) -> DataCheck:
         if col not in physical:
             near = difflib.get_close_matches(col, list(physical), n=1, cutoff=NEAR_MISS_CUTOFF)
             hint = f" (did you mean {near[0]!r}?)" if near else ""
-            problems.append(f"{what} {col!r} is not in the source{hint}; its columns are: {', '.join(map(repr, physical))}")
+            problems.append(
+                f"{what} {col!r} is not in the source{hint}; its columns are: {', '.join(map(repr, physical))}"
+            )
         elif physical[col] == "nested":
             problems.append(f"{what} {col!r} has a nested type (LIST, STRUCT, MAP or array), which cannot be declared")
         else:
@@ -244,7 +278,7 @@ def _scan(meta: Metadata, engine: Any, name: str) -> DataCheck:
     engine.bind(types, strip_strings=meta.strip_strings)  # registers a DataFrame exactly as a session does
     con, raw = engine._con, engine._raw
     rel = con.sql(f"SELECT * FROM {raw} LIMIT 0")
-    sql_types = {c: str(t) for c, t in zip(rel.columns, rel.types)}
+    sql_types = {c: str(t) for c, t in zip(rel.columns, rel.types, strict=True)}
 
     from dpkit.analytics.engines.duckdb import _Params, _read
 
@@ -269,7 +303,10 @@ def _scan(meta: Metadata, engine: Any, name: str) -> DataCheck:
             items += [f"min({t})", f"max({t})"]
             layout += [(col, "minimum"), (col, "maximum")]
             if spec.bounded:
-                items += [f"count(*) FILTER (WHERE {t} < {params.add(spec.lower)})", f"count(*) FILTER (WHERE {t} > {params.add(spec.upper)})"]
+                items += [
+                    f"count(*) FILTER (WHERE {t} < {params.add(spec.lower)})",
+                    f"count(*) FILTER (WHERE {t} > {params.add(spec.upper)})",
+                ]
                 layout += [(col, "below"), (col, "above")]
         else:
             items.append(f"count(DISTINCT {t})")
@@ -281,7 +318,7 @@ def _scan(meta: Metadata, engine: Any, name: str) -> DataCheck:
     row = con.execute(f"SELECT {', '.join(items)} FROM {raw}", params.values).fetchone()
     total = int(row[0])
     stats: dict[str, dict[str, Any]] = {c: {} for c in types}
-    for (col, key), value in zip(layout, row[1:]):
+    for (col, key), value in zip(layout, row[1:], strict=True):
         stats[col][key] = value
 
     # -- one scan: the most frequent non-conforming values of every column --------------------------
@@ -290,20 +327,31 @@ def _scan(meta: Metadata, engine: Any, name: str) -> DataCheck:
     for i, col in enumerate(types):
         x, t = q(col), typed[col]
         inlist = listed(col)
-        bad = f"({x} IS NOT NULL AND {t} IS NULL)" + ("" if inlist is None else f" OR ({t} IS NOT NULL AND NOT {inlist})")
+        bad = f"({x} IS NOT NULL AND {t} IS NULL)" + (
+            "" if inlist is None else f" OR ({t} IS NOT NULL AND NOT {inlist})"
+        )
         issue = f"CASE WHEN {t} IS NULL THEN 'unreadable' ELSE 'outside_categories' END"
-        parts.append(f"SELECT {i} AS c, CAST({x} AS VARCHAR) AS v, {issue} AS issue, count(*) AS n FROM {raw} WHERE {bad} GROUP BY ALL")
+        parts.append(
+            f"SELECT {i} AS c, CAST({x} AS VARCHAR) AS v, {issue} AS issue, count(*) AS n FROM {raw} WHERE {bad} GROUP BY ALL"
+        )
     top: dict[str, list[NonconformingValue]] = {c: [] for c in types}
     if parts:
-        sql = (f"SELECT c, v, issue, n FROM ({' UNION ALL '.join(parts)}) "
-               f"QUALIFY row_number() OVER (PARTITION BY c ORDER BY n DESC, v) <= {TOP_VALUES} ORDER BY c, n DESC, v")
+        sql = (
+            f"SELECT c, v, issue, n FROM ({' UNION ALL '.join(parts)}) "
+            f"QUALIFY row_number() OVER (PARTITION BY c ORDER BY n DESC, v) <= {TOP_VALUES} ORDER BY c, n DESC, v"
+        )
         cols = list(types)
         for i, value, issue, n in con.execute(sql, params.values).fetchall():
             col = cols[i]
             spec = specs[col]
             nearest: Any = None
             reason: Reason | None = None
-            if issue == "outside_categories" and isinstance(spec, Categorical) and spec.value_type == "string" and spec.categories:
+            if (
+                issue == "outside_categories"
+                and isinstance(spec, Categorical)
+                and spec.value_type == "string"
+                and spec.categories
+            ):
                 nearest, reason = nearest_category(value, spec.categories)
             if nearest is None and _norm(value) in MISSING_MARKERS:
                 reason = "missing marker"
@@ -315,20 +363,38 @@ def _scan(meta: Metadata, engine: Any, name: str) -> DataCheck:
         declared, read_as = described[col]
         is_unit = col == unit
         if col not in types:
-            checks.append(ColumnCheck(col, declared, None, physical.get(col, "missing"), None, is_unit, False, total, 0, 0, 0))
+            checks.append(
+                ColumnCheck(col, declared, None, physical.get(col, "missing"), None, is_unit, False, total, 0, 0, 0)
+            )
             continue
         s, spec = stats[col], specs[col]
         null, unreadable = int(s["null"]), int(s["unreadable"])
         below, above, outside = int(s.get("below", 0)), int(s.get("above", 0)), int(s.get("outside_categories", 0))
         lo, hi = s.get("minimum"), s.get("maximum")
-        checks.append(ColumnCheck(
-            name=col, declared=declared, read_as=read_as, physical=physical[col], source_type=sql_types.get(col), is_unit=is_unit,
-            checked=True, rows=total, conforming=total - null - unreadable - below - above - outside, null=null, unreadable=unreadable,
-            below=below, above=above, outside_categories=outside,
-            minimum=None if lo is None or not math.isfinite(lo) else float(lo), maximum=None if hi is None or not math.isfinite(hi) else float(hi),
-            distinct=None if "distinct" not in s else int(s["distinct"]), values=tuple(top[col]),
-            bounded=isinstance(spec, Numeric) and spec.bounded, listed=isinstance(spec, Categorical) and spec.categories is not None,
-        ))
+        checks.append(
+            ColumnCheck(
+                name=col,
+                declared=declared,
+                read_as=read_as,
+                physical=physical[col],
+                source_type=sql_types.get(col),
+                is_unit=is_unit,
+                checked=True,
+                rows=total,
+                conforming=total - null - unreadable - below - above - outside,
+                null=null,
+                unreadable=unreadable,
+                below=below,
+                above=above,
+                outside_categories=outside,
+                minimum=None if lo is None or not math.isfinite(lo) else float(lo),
+                maximum=None if hi is None or not math.isfinite(hi) else float(hi),
+                distinct=None if "distinct" not in s else int(s["distinct"]),
+                values=tuple(top[col]),
+                bounded=isinstance(spec, Numeric) and spec.bounded,
+                listed=isinstance(spec, Categorical) and spec.categories is not None,
+            )
+        )
 
     # -- the privacy unit ----------------------------------------------------------------------------
     unit_check: UnitCheck | None = None
@@ -345,20 +411,45 @@ def _scan(meta: Metadata, engine: Any, name: str) -> DataCheck:
         mr = params.add(max_rows)
         mg = params.add(max_groups) if group_cols else ""  # a parameter DuckDB would find unused is an error
         agg = [
-            "count(*)", "coalesce(max(__n), 0)", "coalesce(quantile_disc(__n, 0.5), 0)", "coalesce(quantile_disc(__n, 0.9), 0)",
-            "coalesce(quantile_disc(__n, 0.99), 0)", f"count(*) FILTER (WHERE __n > {mr})", f"coalesce(sum(greatest(__n - {mr}, 0)), 0)",
+            "count(*)",
+            "coalesce(max(__n), 0)",
+            "coalesce(quantile_disc(__n, 0.5), 0)",
+            "coalesce(quantile_disc(__n, 0.9), 0)",
+            "coalesce(quantile_disc(__n, 0.99), 0)",
+            f"count(*) FILTER (WHERE __n > {mr})",
+            f"coalesce(sum(greatest(__n - {mr}, 0)), 0)",
         ]
         for i in range(len(group_cols)):
             agg += [f"coalesce(max(__d{i}), 0)", f"count(*) FILTER (WHERE __d{i} > {mg})"]
-        r = con.execute(f"WITH per AS (SELECT {', '.join(per)} FROM {raw} WHERE {u} IS NOT NULL GROUP BY 1) SELECT {', '.join(agg)} FROM per", params.values).fetchone()
+        r = con.execute(
+            f"WITH per AS (SELECT {', '.join(per)} FROM {raw} WHERE {u} IS NOT NULL GROUP BY 1) SELECT {', '.join(agg)} FROM per",
+            params.values,
+        ).fetchone()
         r = [int(x) for x in r]
         uc = next(c for c in checks if c.name == unit)
         unit_check = UnitCheck(
-            column=unit, units=r[0], rows_without_unit=uc.null + uc.unreadable, rows_per_unit_median=r[2], rows_per_unit_p90=r[3],
-            rows_per_unit_p99=r[4], rows_per_unit_max=r[1], max_rows=max_rows, units_over_max_rows=r[5], rows_over_max_rows=r[6],
-            max_groups=max_groups, groups=tuple(GroupSpread(c, r[7 + 2 * i], r[8 + 2 * i]) for i, c in enumerate(group_cols)),
+            column=unit,
+            units=r[0],
+            rows_without_unit=uc.null + uc.unreadable,
+            rows_per_unit_median=r[2],
+            rows_per_unit_p90=r[3],
+            rows_per_unit_p99=r[4],
+            rows_per_unit_max=r[1],
+            max_rows=max_rows,
+            units_over_max_rows=r[5],
+            rows_over_max_rows=r[6],
+            max_groups=max_groups,
+            groups=tuple(GroupSpread(c, r[7 + 2 * i], r[8 + 2 * i]) for i, c in enumerate(group_cols)),
         )
     if total == 0:
         problems.append("the source has no rows")
-    return DataCheck(name=name, rows=total, strip_strings=meta.strip_strings, row_level=meta.row_level, columns=tuple(checks),
-                     unit=unit_check, problems=tuple(problems), notes=tuple(notes))
+    return DataCheck(
+        name=name,
+        rows=total,
+        strip_strings=meta.strip_strings,
+        row_level=meta.row_level,
+        columns=tuple(checks),
+        unit=unit_check,
+        problems=tuple(problems),
+        notes=tuple(notes),
+    )

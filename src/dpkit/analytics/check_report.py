@@ -65,7 +65,13 @@ class NonconformingValue:
     reason: Reason | None = None
 
     def to_dict(self) -> dict[str, Any]:
-        return {"value": self.value, "count": self.count, "issue": self.issue, "nearest": self.nearest, "reason": self.reason}
+        return {
+            "value": self.value,
+            "count": self.count,
+            "issue": self.issue,
+            "nearest": self.nearest,
+            "reason": self.reason,
+        }
 
 
 @dataclass(frozen=True)
@@ -128,15 +134,29 @@ class ColumnCheck:
 
     def to_dict(self) -> dict[str, Any]:
         counts = {
-            "conforming": self.conforming, "null": self.null, "unreadable": self.unreadable,
-            "below": self.below, "above": self.above, "out_of_bounds": self.out_of_bounds,
+            "conforming": self.conforming,
+            "null": self.null,
+            "unreadable": self.unreadable,
+            "below": self.below,
+            "above": self.above,
+            "out_of_bounds": self.out_of_bounds,
             "outside_categories": self.outside_categories,
         }
         return {
-            "name": self.name, "declared": self.declared, "read_as": self.read_as, "physical": self.physical,
-            "source_type": self.source_type, "is_unit": self.is_unit, "checked": self.checked, "ok": self.ok,
-            "rows": self.rows, "counts": counts, "shares": {k: _share(n, self.rows) for k, n in counts.items()},
-            "minimum": self.minimum, "maximum": self.maximum, "distinct": self.distinct,
+            "name": self.name,
+            "declared": self.declared,
+            "read_as": self.read_as,
+            "physical": self.physical,
+            "source_type": self.source_type,
+            "is_unit": self.is_unit,
+            "checked": self.checked,
+            "ok": self.ok,
+            "rows": self.rows,
+            "counts": counts,
+            "shares": {k: _share(n, self.rows) for k, n in counts.items()},
+            "minimum": self.minimum,
+            "maximum": self.maximum,
+            "distinct": self.distinct,
             "values": [x.to_dict() for x in self.values],
         }
 
@@ -152,7 +172,11 @@ class GroupSpread:
     units_over_max_groups: int
 
     def to_dict(self) -> dict[str, Any]:
-        return {"column": self.column, "max_per_unit": self.max_per_unit, "units_over_max_groups": self.units_over_max_groups}
+        return {
+            "column": self.column,
+            "max_per_unit": self.max_per_unit,
+            "units_over_max_groups": self.units_over_max_groups,
+        }
 
 
 @dataclass(frozen=True)
@@ -180,10 +204,20 @@ class UnitCheck:
 
     def to_dict(self) -> dict[str, Any]:
         return {
-            "column": self.column, "units": self.units, "rows_without_unit": self.rows_without_unit,
-            "rows_per_unit": {"median": self.rows_per_unit_median, "p90": self.rows_per_unit_p90, "p99": self.rows_per_unit_p99, "max": self.rows_per_unit_max},
-            "max_rows": self.max_rows, "units_over_max_rows": self.units_over_max_rows, "rows_over_max_rows": self.rows_over_max_rows,
-            "max_groups": self.max_groups, "groups": [g.to_dict() for g in self.groups],
+            "column": self.column,
+            "units": self.units,
+            "rows_without_unit": self.rows_without_unit,
+            "rows_per_unit": {
+                "median": self.rows_per_unit_median,
+                "p90": self.rows_per_unit_p90,
+                "p99": self.rows_per_unit_p99,
+                "max": self.rows_per_unit_max,
+            },
+            "max_rows": self.max_rows,
+            "units_over_max_rows": self.units_over_max_rows,
+            "rows_over_max_rows": self.rows_over_max_rows,
+            "max_groups": self.max_groups,
+            "groups": [g.to_dict() for g in self.groups],
         }
 
 
@@ -222,19 +256,32 @@ class DataCheck:
     def to_dict(self) -> dict[str, Any]:
         """A JSON-ready dict (``json.dumps`` takes it as it is)."""
         return {
-            "name": self.name, "curator_only": True, "ok": self.ok, "rows": self.rows,
-            "strip_strings": self.strip_strings, "row_level": self.row_level,
+            "name": self.name,
+            "curator_only": True,
+            "ok": self.ok,
+            "rows": self.rows,
+            "strip_strings": self.strip_strings,
+            "row_level": self.row_level,
             "columns": [c.to_dict() for c in self.columns],
             "unit": None if self.unit is None else self.unit.to_dict(),
-            "problems": list(self.problems), "notes": list(self.notes),
+            "problems": list(self.problems),
+            "notes": list(self.notes),
         }
 
     # -- text ----------------------------------------------------------------------------------
 
     def title(self) -> str:
-        who = "row-level privacy" if self.row_level else f"privacy unit {self.unit.column!r}" if self.unit else "no privacy unit declared"
-        return (f"data check of {self.name}: {self.rows:,} rows, strip_strings={self.strip_strings}, {who} "
-                "(curator only, not a private release)")
+        who = (
+            "row-level privacy"
+            if self.row_level
+            else f"privacy unit {self.unit.column!r}"
+            if self.unit
+            else "no privacy unit declared"
+        )
+        return (
+            f"data check of {self.name}: {self.rows:,} rows, strip_strings={self.strip_strings}, {who} "
+            "(curator only, not a private release)"
+        )
 
     def table(self) -> tuple[list[str], list[list[str]]]:
         """The per-column summary as a header and rows of text cells (for terminals)."""
@@ -243,11 +290,19 @@ class DataCheck:
             if not c.checked:
                 rows.append([c.name, c.declared, c.physical, "—", "—", "—", "—", "—", "—"])
                 continue
-            rows.append([
-                c.name + (" (unit)" if c.is_unit else ""), c.declared, c.source_type or c.physical,
-                f"{c.conforming:,}", _pct(c.conforming, c.rows), f"{c.null:,}", f"{c.unreadable:,}",
-                f"{c.out_of_bounds:,}" if c.bounded else "—", f"{c.outside_categories:,}" if c.listed else "—",
-            ])
+            rows.append(
+                [
+                    c.name + (" (unit)" if c.is_unit else ""),
+                    c.declared,
+                    c.source_type or c.physical,
+                    f"{c.conforming:,}",
+                    _pct(c.conforming, c.rows),
+                    f"{c.null:,}",
+                    f"{c.unreadable:,}",
+                    f"{c.out_of_bounds:,}" if c.bounded else "—",
+                    f"{c.outside_categories:,}" if c.listed else "—",
+                ]
+            )
         return list(_HEADER), rows
 
     def details(self) -> list[str]:
@@ -255,14 +310,26 @@ class DataCheck:
         lines: list[str] = []
         for c in self.columns:
             if c.checked and c.out_of_bounds:
-                lines.append(f"{c.name}: {c.below:,} below and {c.above:,} above the bounds (queries clip them); "
-                             f"values range from {_num(c.minimum)} to {_num(c.maximum)}")
+                lines.append(
+                    f"{c.name}: {c.below:,} below and {c.above:,} above the bounds (queries clip them); "
+                    f"values range from {_num(c.minimum)} to {_num(c.maximum)}"
+                )
             if c.values:
                 shown = sum(v.count for v in c.values)
                 more = c.unreadable + c.outside_categories - shown
-                lines.append(f"{c.name}: non-conforming values (most frequent first)" + (f", and {more:,} more rows" if more else "") + ":")
+                lines.append(
+                    f"{c.name}: non-conforming values (most frequent first)"
+                    + (f", and {more:,} more rows" if more else "")
+                    + ":"
+                )
                 for v in c.values:
-                    near = f" → nearest {v.nearest!r} ({v.reason})" if v.nearest is not None else " (a missing-value marker?)" if v.reason else ""
+                    near = (
+                        f" → nearest {v.nearest!r} ({v.reason})"
+                        if v.nearest is not None
+                        else " (a missing-value marker?)"
+                        if v.reason
+                        else ""
+                    )
                     what = "not a value of the declared type" if v.issue == "unreadable" else "outside the categories"
                     lines.append(f"    {v.value!r} × {v.count:,}: {what}{near}")
         u = self.unit
@@ -272,21 +339,38 @@ class DataCheck:
                 f"{' (left out of every query)' if u.rows_without_unit else ''}; rows per unit: "
                 f"median {u.rows_per_unit_median}, 90% {u.rows_per_unit_p90}, 99% {u.rows_per_unit_p99}, max {u.rows_per_unit_max}"
             )
-            lines.append(f"    max_rows={u.max_rows}: {u.units_over_max_rows:,} units have more rows "
-                         f"({u.rows_over_max_rows:,} rows left out of a query without GROUP BY)")
+            lines.append(
+                f"    max_rows={u.max_rows}: {u.units_over_max_rows:,} units have more rows "
+                f"({u.rows_over_max_rows:,} rows left out of a query without GROUP BY)"
+            )
             for g in u.groups:
-                lines.append(f"    max_groups={u.max_groups}: grouping by {g.column!r}, units appear in up to {g.max_per_unit} groups; "
-                             f"{g.units_over_max_groups:,} units in more than {u.max_groups}")
+                lines.append(
+                    f"    max_groups={u.max_groups}: grouping by {g.column!r}, units appear in up to {g.max_per_unit} groups; "
+                    f"{g.units_over_max_groups:,} units in more than {u.max_groups}"
+                )
         lines += [f"note: {n}" for n in self.notes]
         lines += [f"problem: {p}" for p in self.problems]
         bad = [c.name for c in self.columns if c.checked and not c.ok]
         if self.ok:
             lines.append("every declared column conforms")
         else:
-            lines.append("does not conform: " + ", ".join(
-                ([f"{len(bad)} column{'s' if len(bad) != 1 else ''} with non-conforming values ({', '.join(bad)})"] if bad else [])
-                + ([f"{len(self.problems)} problem{'s' if len(self.problems) != 1 else ''}"] if self.problems else [])
-            ))
+            lines.append(
+                "does not conform: "
+                + ", ".join(
+                    (
+                        [
+                            f"{len(bad)} column{'s' if len(bad) != 1 else ''} with non-conforming values ({', '.join(bad)})"
+                        ]
+                        if bad
+                        else []
+                    )
+                    + (
+                        [f"{len(self.problems)} problem{'s' if len(self.problems) != 1 else ''}"]
+                        if self.problems
+                        else []
+                    )
+                )
+            )
         return lines
 
     def to_text(self) -> str:
@@ -296,7 +380,9 @@ class DataCheck:
         left = {0, 1, 2}
 
         def fmt(r: list[str]) -> str:
-            return "  ".join(x.ljust(w) if i in left else x.rjust(w) for i, (x, w) in enumerate(zip(r, widths))).rstrip()
+            return "  ".join(
+                x.ljust(w) if i in left else x.rjust(w) for i, (x, w) in enumerate(zip(r, widths, strict=False))
+            ).rstrip()
 
         out = [self.title(), fmt(header), fmt(["-" * w for w in widths]), *map(fmt, rows)]
         return "\n".join(out + self.details())

@@ -61,5 +61,10 @@ def check_bound(name: str, value: object, default: int | None, unit: str | None)
         return default if default is not None else 1
     n = v.positive_int(value, name)
     if unit is None and n != 1:
-        raise InvalidParameterError(name, value, "1 (or None) when each row is the privacy unit", "set privacy_unit= to bound a person's contributions")
+        raise InvalidParameterError(
+            name,
+            value,
+            "1 (or None) when each row is the privacy unit",
+            "set privacy_unit= to bound a person's contributions",
+        )
     return n

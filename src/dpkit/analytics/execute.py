@@ -84,7 +84,9 @@ def execute(priced: Priced, engine: Engine, payer: Payer, rng: RNG) -> QueryResu
         raise QueryFailedError(spend_id) from None
 
 
-def _release_all(p: Priced, plan: AggregationPlan, engine: Engine, payer: Payer, src: RandomSource, rng: RNG, spend_id: int | None) -> QueryResult:
+def _release_all(
+    p: Priced, plan: AggregationPlan, engine: Engine, payer: Payer, src: RandomSource, rng: RNG, spend_id: int | None
+) -> QueryResult:
     t, built, opts = p.table, p.built, p.options
     frame = _keyed(p, engine.aggregate(plan))
     vals = engine.values(plan) if plan.values else None
@@ -108,7 +110,10 @@ def _release_all(p: Priced, plan: AggregationPlan, engine: Engine, payer: Payer,
     out: dict[str, Any] = {g.column: frame[f"g{j}"].reset_index(drop=True) for j, g in enumerate(built.groups)}
     for j, g in enumerate(built.groups):
         if g.edges is not None:
-            labels = [f"[{g.edges[k]:g}, {g.edges[k + 1]:g}{']' if k == len(g.edges) - 2 else ')'}" for k in range(len(g.edges) - 1)]
+            labels = [
+                f"[{g.edges[k]:g}, {g.edges[k + 1]:g}{']' if k == len(g.edges) - 2 else ')'}"
+                for k in range(len(g.edges) - 1)
+            ]
             out[g.column] = [labels[int(k)] for k in frame[f"g{j}"]]
     infos = []
     for i, what, payload in p.pending:
@@ -119,20 +124,36 @@ def _release_all(p: Priced, plan: AggregationPlan, engine: Engine, payer: Payer,
             mech_q, ev_q = payload
             est = _quantiles(p, mech_q, frame, vals, p.uses[i]["values"], src)
             out[name], out[f"{name}_low"], out[f"{name}_high"] = est, np.nan, np.nan
-            infos.append(AggregateInfo(name, spec.kind, spec.column, eps_i, 0.0, "exponential", math.nan, math.nan, ev_q))
+            infos.append(
+                AggregateInfo(name, spec.kind, spec.column, eps_i, 0.0, "exponential", math.nan, math.nan, ev_q)
+            )
             continue
         noisy = {}
         beta_each = beta / len(payload)
-        for label, col, mech, l1, l2 in payload:
+        for label, col, mech, _l1, _l2 in payload:
             noisy[label] = _release(mech, frame[col].to_numpy(), beta_each, src)
         value, low, high, scale, sens = _finish(p, spec, p.uses[i], noisy)
         out[name], out[f"{name}_low"], out[f"{name}_high"] = value, low, high
         mech_name = "gaussian" if opts.noise == "gaussian" else "laplace"
-        infos.append(AggregateInfo(name, spec.kind, spec.column, eps_i, p.deltas.get(i, 0.0), mech_name, scale, sens, ComposedEvent(tuple(m[2].event for m in payload)) if len(payload) > 1 else payload[0][2].event))
+        infos.append(
+            AggregateInfo(
+                name,
+                spec.kind,
+                spec.column,
+                eps_i,
+                p.deltas.get(i, 0.0),
+                mech_name,
+                scale,
+                sens,
+                ComposedEvent(tuple(m[2].event for m in payload)) if len(payload) > 1 else payload[0][2].event,
+            )
+        )
     table = pd.DataFrame(out, index=pd.RangeIndex(len(frame)))
     notes = []
     if p.selector is not None:
-        notes.append(f"keys selected privately ({opts.key_selection}, ε={p.sel_eps:.6g}, δ={p.sel_delta:.3g}); {released} of the groups released")
+        notes.append(
+            f"keys selected privately ({opts.key_selection}, ε={p.sel_eps:.6g}, δ={p.sel_delta:.3g}); {released} of the groups released"
+        )
     if truncated:
         limits = t.limits
         notes.append(
@@ -141,7 +162,9 @@ def _release_all(p: Priced, plan: AggregationPlan, engine: Engine, payer: Payer,
         )
     groups_bound = p.G if built.groups else 1
     if t.unit is not None:
-        notes.append(f"privacy unit: {t.unit}; each contributes at most {groups_bound} group(s) and {p.R} row(s) per group")
+        notes.append(
+            f"privacy unit: {t.unit}; each contributes at most {groups_bound} group(s) and {p.R} row(s) per group"
+        )
     else:
         notes.append("privacy unit: a row (declared: every row is a different person)")
     seeded = is_seeded(rng)
@@ -198,10 +221,18 @@ def _release(mech: Any, ints: np.ndarray, beta: float, src: RandomSource) -> _No
     ints = np.clip(ints, -GAUSSIAN_SUM_LIMIT, GAUSSIAN_SUM_LIMIT)
     noisy = mech.release(ints.astype(np.float64), rng=src) if ints.size else np.zeros(0)
     half = mech.error_bound(beta, size=max(ints.size, 1))
-    return _Noisy(np.asarray(noisy, dtype=np.float64), half, mech.noise_plan(max(ints.size, 1)).sigma, mech.sensitivity, mech.event)
+    return _Noisy(
+        np.asarray(noisy, dtype=np.float64),
+        half,
+        mech.noise_plan(max(ints.size, 1)).sigma,
+        mech.sensitivity,
+        mech.event,
+    )
 
 
-def _finish(p: Priced, spec: A.Aggregate, u: dict[str, Any], noisy: dict[str, _Noisy]) -> tuple[Any, Any, Any, float, float]:
+def _finish(
+    p: Priced, spec: A.Aggregate, u: dict[str, Any], noisy: dict[str, _Noisy]
+) -> tuple[Any, Any, Any, float, float]:
     """Values and interval ends (value units) from the noisy integer parts."""
     if spec.kind in ("count", "count_units"):
         part = noisy["count" if spec.kind == "count" else "units"]
@@ -213,8 +244,8 @@ def _finish(p: Priced, spec: A.Aggregate, u: dict[str, Any], noisy: dict[str, _N
     if spec.kind == "sum":
         val = s.values * unit
         return val, val - s.halfwidth * unit, val + s.halfwidth * unit, s.scale * unit, s.sensitivity * unit
-    b = p.bounds(spec.column)  # type: ignore[arg-type]
-    lo, hi, m = b.lower, b.upper, s_spec.center
+    lo, hi = p.bounds(s_spec.column)
+    m = s_spec.center
     n = noisy["n"]
     n_hat = np.maximum(n.values, 1.0)
     n_lo, n_hi = n.values - n.halfwidth, n.values + n.halfwidth
@@ -248,13 +279,17 @@ def _finish(p: Priced, spec: A.Aggregate, u: dict[str, Any], noisy: dict[str, _N
     return var, v_lo, v_hi, sq.scale * usq, sq.sensitivity * usq
 
 
-def _quantiles(p: Priced, mech: QuantileMechanism, frame: pd.DataFrame, vals: pd.DataFrame | None, col: str, src: RandomSource) -> np.ndarray:
+def _quantiles(
+    p: Priced, mech: QuantileMechanism, frame: pd.DataFrame, vals: pd.DataFrame | None, col: str, src: RandomSource
+) -> np.ndarray:
     assert vals is not None
     gcols = [f"g{j}" for j in range(len(p.built.groups))]
     x = vals[[*gcols, col]].dropna(subset=[col])
     if not gcols:
         return np.array([_quantile_one(mech, x[col].to_numpy(), src)])
-    groups = {k if isinstance(k, tuple) else (k,): g[col].to_numpy() for k, g in x.groupby(gcols, dropna=False, sort=False)}
+    groups = {
+        k if isinstance(k, tuple) else (k,): g[col].to_numpy() for k, g in x.groupby(gcols, dropna=False, sort=False)
+    }
     empty = np.zeros(0)
     out = np.empty(len(frame))
     for r, key in enumerate(frame[gcols].itertuples(index=False, name=None)):  # one draw per released group
@@ -263,10 +298,9 @@ def _quantiles(p: Priced, mech: QuantileMechanism, frame: pd.DataFrame, vals: pd
 
 
 def _quantile_one(mech: QuantileMechanism, x: np.ndarray, src: RandomSource) -> float:
-    # The public ``release`` refuses empty input (an empty group must still get a draw, uniform
-    # on the lattice), so the sorted, clipped values go to the sampler directly.
-    data = np.sort(np.clip(np.asarray(x, dtype=np.float64), mech.lower, mech.upper))
-    return float(mech._sample(mech._prepare(data), 1, src)[0])
+    # An empty group must still get its draw (uniform on the lattice), which ``release`` refuses.
+    clipped = np.clip(np.asarray(x, dtype=np.float64), mech.lower, mech.upper)
+    return mech.release_clipped(clipped, rng=src)
 
 
 def _keyed(p: Priced, frame: pd.DataFrame) -> pd.DataFrame:
@@ -280,7 +314,9 @@ def _keyed(p: Priced, frame: pd.DataFrame) -> pd.DataFrame:
     keys = pd.DataFrame(list(p.public_keys()), columns=gcols)
     for c in gcols:  # align dtypes so the merge matches values, not representations
         if frame[c].dtype.kind in "iuf" and keys[c].dtype.kind in "iuf":
-            keys[c] = keys[c].astype(frame[c].dtype) if frame[c].dtype.kind == "f" or keys[c].dtype.kind != "f" else keys[c]
+            keys[c] = (
+                keys[c].astype(frame[c].dtype) if frame[c].dtype.kind == "f" or keys[c].dtype.kind != "f" else keys[c]
+            )
         elif frame[c].dtype != keys[c].dtype:
             frame = frame.astype({c: object})
             keys[c] = keys[c].astype(object)

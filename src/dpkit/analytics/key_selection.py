@@ -44,7 +44,15 @@ from dpkit.mechanisms.laplace import Geometric
 from dpkit.noise.integers import _uniform_below
 from dpkit.noise.source import RNG, resolve_rng
 
-__all__ = ["KeySelection", "KEY_SELECTIONS", "KeySelector", "key_selector", "keep_probabilities", "laplace_threshold", "select_keys"]
+__all__ = [
+    "KeySelection",
+    "KEY_SELECTIONS",
+    "KeySelector",
+    "key_selector",
+    "keep_probabilities",
+    "laplace_threshold",
+    "select_keys",
+]
 
 KeySelection = Literal["truncated_geometric", "laplace", "gaussian"]
 KEY_SELECTIONS: tuple[str, ...] = ("truncated_geometric", "laplace", "gaussian")
@@ -59,7 +67,7 @@ def keep_probabilities(epsilon: float, delta: float) -> list[Fraction]:
     """π(0), π(1), ..., up to the first n with π(n) = 1, for one group's (ε, δ)."""
     # <= e^ε (exp is within 1 ulp); beyond 700 a power of two below e^ε does (no overflow)
     e_down = Fraction(math.exp(epsilon)) * (1 - Fraction(1, 2**50)) if epsilon < 700 else Fraction(2) ** 1000
-    e_inv_up = Fraction(exp_up(-epsilon))  # >= e^-ε
+    e_inv_up = Fraction(exp_up(-Fraction(epsilon)))  # >= e^-ε
     d = Fraction(delta)
     pi = [Fraction(0)]
     while pi[-1] < 1:
@@ -70,14 +78,16 @@ def keep_probabilities(epsilon: float, delta: float) -> list[Fraction]:
             raise InvalidParameterError("delta", delta, "a number >= 2**-60 for private key selection")
         pi.append(nxt)
         if len(pi) > 1_000_000:
-            raise InvalidParameterError("epsilon", epsilon, "a larger ε for private key selection (the keep-probability table does not reach 1)")
+            raise InvalidParameterError(
+                "epsilon", epsilon, "a larger ε for private key selection (the keep-probability table does not reach 1)"
+            )
     return pi
 
 
 def laplace_threshold(scale: Fraction, delta_each: float) -> int:
     """The least integer m with P(Z >= m) <= delta_each for Z ~ discrete Laplace(scale):
     P(Z >= m) = ρ^m / (1 + ρ), ρ = e^{−1/scale}; computed with ρ rounded up."""
-    rho = exp_up(-1.0 / float(scale) * (1 - 2.0**-50))
+    rho = exp_up(Fraction(-1.0 / float(scale) * (1 - 2.0**-50)))
     m = math.ceil(math.log(delta_each * (1 + rho)) / math.log(rho))
     while rho**m / (1 + rho) > delta_each:  # guard the float logs
         m += 1
@@ -128,12 +138,18 @@ def key_selector(
         raise InvalidParameterError("key_selection", strategy, "one of " + ", ".join(map(repr, KEY_SELECTIONS)))
     eps_each, delta_each = epsilon / fan_out, delta / fan_out
     if not delta_each >= 2.0**-60:
-        raise InvalidParameterError("delta", delta, f"a number >= {fan_out} × 2**-60 for private key selection (δ is shared by the {fan_out} groups a unit can touch)")
+        raise InvalidParameterError(
+            "delta",
+            delta,
+            f"a number >= {fan_out} × 2**-60 for private key selection (δ is shared by the {fan_out} groups a unit can touch)",
+        )
     if strategy == "truncated_geometric":
         return KeySelector(strategy, fan_out, pi=tuple(keep_probabilities(eps_each, delta_each)))
     if strategy == "laplace":
         mech = Geometric(epsilon=epsilon, sensitivity=fan_out, neighbours=neighbours)  # type: ignore[arg-type]
-        return KeySelector(strategy, fan_out, mechanism=mech, threshold=float(1 + laplace_threshold(mech._scale, delta_each)))
+        return KeySelector(
+            strategy, fan_out, mechanism=mech, threshold=float(1 + laplace_threshold(mech._scale, delta_each))
+        )
     mech_g = Gaussian(epsilon=epsilon, delta=delta / 2, sensitivity=math.sqrt(fan_out), neighbours=neighbours)  # type: ignore[arg-type]
     # ``threshold`` holds the tail in units of σ; select() scales it by the plan's σ
     return KeySelector(strategy, fan_out, mechanism=mech_g, threshold=math.sqrt(2.0 * math.log(2.0 * fan_out / delta)))
@@ -150,4 +166,6 @@ def select_keys(
     rng: RNG = None,
 ) -> NDArray[np.bool_]:
     """Which groups to keep, given each group's number of distinct units (after bounding)."""
-    return key_selector(epsilon=epsilon, delta=delta, fan_out=fan_out, strategy=strategy, neighbours=neighbours).select(units, rng)
+    return key_selector(epsilon=epsilon, delta=delta, fan_out=fan_out, strategy=strategy, neighbours=neighbours).select(
+        units, rng
+    )

@@ -1,8 +1,8 @@
 """The curator's declared schema: every usable column's type, bounds and public categories, the
 privacy unit and the reading rules.
 
-Nothing about a table is ever inferred from its rows (DESIGN, "Declared schema"): one person's row
-must not change a column's type, its bounds or its key set. The metadata says
+Nothing about a table is ever inferred from its rows (docs/architecture.md, "Declared schema"): one
+person's row must not change a column's type, its bounds or its key set. The metadata says
 
 * which columns an analyst may use (a column that is not declared cannot be named in a query),
 * each column's type: :class:`Numeric` (read as a double; ``lower``/``upper`` bounds are needed
@@ -77,10 +77,16 @@ class Numeric:
         if self.lower is None and self.upper is None:
             return
         if self.lower is None or self.upper is None:
-            raise InvalidParameterError("bounds", (self.lower, self.upper), "both lower and upper, or neither (then the column cannot be aggregated)")
+            raise InvalidParameterError(
+                "bounds",
+                (self.lower, self.upper),
+                "both lower and upper, or neither (then the column cannot be aggregated)",
+            )
         lo, hi = v.bounds(self.lower, self.upper)
         if not (abs(lo) <= MAX_BOUND and abs(hi) <= MAX_BOUND) or not hi - lo >= MIN_WIDTH:
-            raise InvalidParameterError("bounds", (self.lower, self.upper), "finite bounds within ±2**60 with upper − lower ≥ 2**-900")
+            raise InvalidParameterError(
+                "bounds", (self.lower, self.upper), "finite bounds within ±2**60 with upper − lower ≥ 2**-900"
+            )
         object.__setattr__(self, "lower", lo)
         object.__setattr__(self, "upper", hi)
 
@@ -128,7 +134,9 @@ class Categorical:
         kinds = {_category_type(c) for c in cats}
         if None in kinds or len(kinds) != 1:
             raise InvalidParameterError(
-                "categories", _short(cats), "values of one type: all strings, all integers (within ±2**53) or all booleans",
+                "categories",
+                _short(cats),
+                "values of one type: all strings, all integers (within ±2**53) or all booleans",
                 "use Numeric with bins for real-valued keys",
             )
         kind = kinds.pop()
@@ -146,17 +154,29 @@ _KEYS = ("columns", "privacy_unit", "row_level", "max_groups", "max_rows", "stri
 
 def _column_from_dict(name: str, spec: object) -> ColumnSpec:
     if not isinstance(spec, Mapping):
-        raise InvalidParameterError(f"columns.{name}", _short(spec), "an object such as {'type': 'numeric', 'lower': 0, 'upper': 1}")
+        raise InvalidParameterError(
+            f"columns.{name}", _short(spec), "an object such as {'type': 'numeric', 'lower': 0, 'upper': 1}"
+        )
     kind = spec.get("type")
     if kind == "numeric":
         extra = set(spec) - {"type", "lower", "upper"}
         if extra:
-            raise InvalidParameterError(f"columns.{name}", _short(dict(spec)), "a numeric column with keys among type, lower, upper", f"unknown keys {sorted(extra)}")
+            raise InvalidParameterError(
+                f"columns.{name}",
+                _short(dict(spec)),
+                "a numeric column with keys among type, lower, upper",
+                f"unknown keys {sorted(extra)}",
+            )
         return Numeric(spec.get("lower"), spec.get("upper"))
     if kind == "categorical":
         extra = set(spec) - {"type", "categories", "value_type"}
         if extra:
-            raise InvalidParameterError(f"columns.{name}", _short(dict(spec)), "a categorical column with keys among type, categories, value_type", f"unknown keys {sorted(extra)}")
+            raise InvalidParameterError(
+                f"columns.{name}",
+                _short(dict(spec)),
+                "a categorical column with keys among type, categories, value_type",
+                f"unknown keys {sorted(extra)}",
+            )
         return Categorical(spec.get("categories"), spec.get("value_type"))
     raise InvalidParameterError(f"columns.{name}.type", kind, "'numeric' or 'categorical'")
 
@@ -180,7 +200,9 @@ class Metadata:
 
     def __post_init__(self) -> None:
         if not isinstance(self.columns, Mapping):
-            raise InvalidParameterError("columns", _short(self.columns), "a mapping from column name to Numeric(...) or Categorical(...)")
+            raise InvalidParameterError(
+                "columns", _short(self.columns), "a mapping from column name to Numeric(...) or Categorical(...)"
+            )
         cols: dict[str, ColumnSpec] = {}
         for name, spec in self.columns.items():
             if not isinstance(name, str) or not name:
@@ -188,7 +210,9 @@ class Metadata:
             if isinstance(spec, Mapping):
                 spec = _column_from_dict(name, spec)
             if not isinstance(spec, (Numeric, Categorical)):
-                raise InvalidParameterError(f"columns.{name}", _short(spec), "Numeric(lower, upper) or Categorical(categories)")
+                raise InvalidParameterError(
+                    f"columns.{name}", _short(spec), "Numeric(lower, upper) or Categorical(categories)"
+                )
             cols[name] = spec
         object.__setattr__(self, "columns", MappingProxyType(cols))
         if self.privacy_unit is not None and (not isinstance(self.privacy_unit, str) or not self.privacy_unit):
@@ -197,7 +221,12 @@ class Metadata:
             if not isinstance(getattr(self, name), bool):
                 raise InvalidParameterError(name, getattr(self, name), "True or False")
         if self.row_level and self.privacy_unit is not None:
-            raise InvalidParameterError("row_level", True, "False when a privacy_unit is declared", "declare either the unit column or that every row is a different person, not both")
+            raise InvalidParameterError(
+                "row_level",
+                True,
+                "False when a privacy_unit is declared",
+                "declare either the unit column or that every row is a different person, not both",
+            )
         for name in ("max_groups", "max_rows"):
             value = getattr(self, name)
             if value is not None:
@@ -237,7 +266,9 @@ class Metadata:
             if isinstance(spec, Numeric):
                 cols[name] = {"type": "numeric"} | ({"lower": spec.lower, "upper": spec.upper} if spec.bounded else {})
             else:
-                cols[name] = {"type": "categorical", "value_type": spec.value_type} | ({} if spec.categories is None else {"categories": list(spec.categories)})
+                cols[name] = {"type": "categorical", "value_type": spec.value_type} | (
+                    {} if spec.categories is None else {"categories": list(spec.categories)}
+                )
         out: dict[str, Any] = {"columns": cols}
         for name in ("privacy_unit", "max_groups", "max_rows"):
             if getattr(self, name) is not None:

@@ -5,7 +5,7 @@ contribution (at most ``max_groups`` groups per unit and ``max_rows`` rows per u
 chosen by a keyed pseudo-random priority that depends only on the unit's own rows), and which
 exact integer aggregates to return per group. Engines (DuckDB, Spark) run the same plan and must
 return the same numbers for the same salt (with ``portable=True`` the priorities themselves are
-computed identically on every engine; see ``tests/analytics/test_engine_parity.py``).
+computed identically on every engine; the DuckDB and Spark engine tests check it).
 
 Every numeric aggregate goes through one clipping and quantisation path (:class:`SumSpec`): a
 value x is clipped to the declared [lower, upper], centred, divided by a power-of-two grid and
@@ -19,7 +19,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
-from typing import Literal, Union
+from typing import Literal
 
 __all__ = [
     "Compare",
@@ -38,7 +38,7 @@ __all__ = [
     "GRID_STEPS",
 ]
 
-Literal_ = Union[str, int, float, bool]
+Literal_ = str | int | float | bool
 CompareOp = Literal["=", "!=", "<", "<=", ">", ">="]
 
 
@@ -89,7 +89,7 @@ class Not:
     part: Predicate
 
 
-Predicate = Union[Compare, InList, Between, IsNull, And, Or, Not]
+Predicate = Compare | InList | Between | IsNull | And | Or | Not
 
 
 # ---- group keys and aggregates ---------------------------------------------------------------------
@@ -142,7 +142,9 @@ class SumSpec:
         return self.grid * self.grid * 2.0**self.shift if self.square else self.grid
 
 
-def quantize_spec(name: str, column: str, lower: float, upper: float, *, centered: bool, square: bool = False) -> SumSpec:
+def quantize_spec(
+    name: str, column: str, lower: float, upper: float, *, centered: bool, square: bool = False
+) -> SumSpec:
     """The spec for a sum of clipped values (``centered``: of x − (lower+upper)/2), or of their
     squares, on a power-of-two grid with about 2**24 steps per half-range."""
     center = (lower + upper) / 2 if centered else 0.0
@@ -188,5 +190,7 @@ class AggregationPlan:
     def hash_specs(self) -> tuple[SumSpec, ...]:
         """The integer columns a row's priority is hashed from: the sums' summands and a
         quantisation of each value column (identical in every engine)."""
-        extra = tuple(quantize_spec(f"h{i}", x.column, x.lower, x.upper, centered=True) for i, x in enumerate(self.values))
+        extra = tuple(
+            quantize_spec(f"h{i}", x.column, x.lower, x.upper, centered=True) for i, x in enumerate(self.values)
+        )
         return self.sums + extra

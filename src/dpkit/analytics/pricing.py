@@ -28,7 +28,7 @@ import json
 import math
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, cast
 
 import pandas as pd
 
@@ -106,10 +106,9 @@ class Priced:
         """What paying for this query debits."""
         return QueryCost(epsilon=self.options.epsilon, delta=self.delta, event=self.event, text=self.text)
 
-    def bounds(self, column: str) -> Numeric:
-        spec = self.table.metadata.columns[column]
-        assert isinstance(spec, Numeric)
-        return spec
+    def bounds(self, column: str) -> tuple[float, float]:
+        """The declared [lower, upper] of a bounded numeric column."""
+        return _bounds(self.table, column)
 
     def allowed(self) -> list[tuple[Any, ...] | None]:
         """Per group column: the public values (declared categories, bins), or None."""
@@ -122,7 +121,9 @@ class Priced:
         return tuple(itertools.product(*self.allowed()))  # type: ignore[arg-type]
 
 
-def price(spec: QuerySpec, table: DeclaredTable, *, options: QueryOptions | None = None, text: str | None = None) -> Priced:
+def price(
+    spec: QuerySpec, table: DeclaredTable, *, options: QueryOptions | None = None, text: str | None = None
+) -> Priced:
     """Check ``spec`` against the declared ``table`` and price it (the options: ``options``, else
     the spec's own). Raises InvalidParameterError / LimitExceededError; reads no data."""
     built = build(spec, table)
@@ -133,20 +134,31 @@ def price(spec: QuerySpec, table: DeclaredTable, *, options: QueryOptions | None
     return price_built(built, aggregates, opts, table, text=text)
 
 
-def cost(spec: QuerySpec, table: DeclaredTable, *, options: QueryOptions | None = None, text: str | None = None) -> QueryCost:
+def cost(
+    spec: QuerySpec, table: DeclaredTable, *, options: QueryOptions | None = None, text: str | None = None
+) -> QueryCost:
     """What :func:`price`'s query would debit."""
     return price(spec, table, options=options, text=text).cost()
 
 
-def price_built(built: Built, aggregates: tuple[A.Aggregate, ...], options: QueryOptions, table: DeclaredTable, *, text: str | None = None) -> Priced:
+def price_built(
+    built: Built,
+    aggregates: tuple[A.Aggregate, ...],
+    options: QueryOptions,
+    table: DeclaredTable,
+    *,
+    text: str | None = None,
+) -> Priced:
     """:func:`price` for a shape and aggregates that are already checked."""
     text = text or _describe(table, built, aggregates)
     private = bool(built.groups) and built.keys is None and None in public_counts(table.metadata, built.groups)
     _check_rows(table, built, private)
     if private and options.delta == 0:
-        missing = [g.column for g, allowed in zip(built.groups, _allowed(table, built)) if allowed is None]
+        missing = [g.column for g, allowed in zip(built.groups, _allowed(table, built), strict=True) if allowed is None]
         raise InvalidParameterError(
-            "delta", options.delta_given, "a number in (0, 1) for a group-by whose keys are not public",
+            "delta",
+            options.delta_given,
+            "a number in (0, 1) for a group-by whose keys are not public",
             f"no public keys for {missing}: declare categories in the metadata, pass keys=, or give δ > 0 for private key selection",
         )
     split = options.weights(len(aggregates) + (1 if private else 0), selection=private)
@@ -198,32 +210,35 @@ def _describe(t: DeclaredTable, built: Built, aggregates: Sequence[A.Aggregate])
     return f"{t.table}: " + " ".join(parts)
 
 
-def _bounds(t: DeclaredTable, column: str) -> Numeric:
+def _bounds(t: DeclaredTable, column: str) -> tuple[float, float]:
+    """The declared [lower, upper] of a numeric column (building has checked it is bounded)."""
     spec = t.metadata.columns[column]
-    assert isinstance(spec, Numeric)
-    return spec
+    assert isinstance(spec, Numeric) and spec.lower is not None and spec.upper is not None
+    return spec.lower, spec.upper
 
 
-def _plan(t: DeclaredTable, built: Built, aggregates: Sequence[A.Aggregate], salt: int) -> tuple[AggregationPlan, dict[int, dict[str, Any]]]:
+def _plan(
+    t: DeclaredTable, built: Built, aggregates: Sequence[A.Aggregate], salt: int
+) -> tuple[AggregationPlan, dict[int, dict[str, Any]]]:
     sums: list[SumSpec] = []
     values: list[ValueSpec] = []
     uses: dict[int, dict[str, Any]] = {}
     for i, spec in enumerate(aggregates):
         u: dict[str, Any] = {}
         if spec.column is not None:
-            b = _bounds(t, spec.column)
+            lower, upper = _bounds(t, spec.column)
             if spec.kind == "sum":
-                u["sum"] = quantize_spec(f"s{len(sums)}", spec.column, b.lower, b.upper, centered=False)
+                u["sum"] = quantize_spec(f"s{len(sums)}", spec.column, lower, upper, centered=False)
                 sums.append(u["sum"])
             elif spec.kind in ("mean", "var", "std"):
-                u["sum"] = quantize_spec(f"s{len(sums)}", spec.column, b.lower, b.upper, centered=True)
+                u["sum"] = quantize_spec(f"s{len(sums)}", spec.column, lower, upper, centered=True)
                 sums.append(u["sum"])
                 if spec.kind != "mean":
-                    u["sq"] = quantize_spec(f"s{len(sums)}", spec.column, b.lower, b.upper, centered=True, square=True)
+                    u["sq"] = quantize_spec(f"s{len(sums)}", spec.column, lower, upper, centered=True, square=True)
                     sums.append(u["sq"])
             else:  # quantile
                 u["values"] = f"x{len(values)}"
-                values.append(ValueSpec(spec.column, b.lower, b.upper))
+                values.append(ValueSpec(spec.column, lower, upper))
         uses[i] = u
     allowed = _allowed(t, built)
     if built.keys is not None:
@@ -264,8 +279,15 @@ def _mechanism(t: DeclaredTable, options: QueryOptions, eps: float, delta: float
 
 
 def _price(
-    t: DeclaredTable, built: Built, aggregates: tuple[A.Aggregate, ...], options: QueryOptions, split: tuple[float, ...],
-    private: bool, text: str, plan: AggregationPlan, uses: dict[int, dict[str, Any]],
+    t: DeclaredTable,
+    built: Built,
+    aggregates: tuple[A.Aggregate, ...],
+    options: QueryOptions,
+    split: tuple[float, ...],
+    private: bool,
+    text: str,
+    plan: AggregationPlan,
+    uses: dict[int, dict[str, Any]],
 ) -> Priced:
     """Build every mechanism and the query's composed event — no data, no randomness."""
     G = plan.max_groups if t.unit is not None else 1
@@ -286,8 +308,9 @@ def _price(
         u = uses[i]
         if kind == "quantile":
             eps_group = eps_i / fan_out
-            b = _bounds(t, spec.column)  # type: ignore[arg-type]
-            mech = QuantileMechanism(epsilon=eps_group / R, q=spec.q, lower=b.lower, upper=b.upper, neighbours=t.neighbours)  # type: ignore[union-attr]
+            assert isinstance(spec, A.QuantileAgg) and spec.column is not None
+            lower, upper = _bounds(t, spec.column)
+            mech = QuantileMechanism(epsilon=eps_group / R, q=spec.q, lower=lower, upper=upper, neighbours=t.neighbours)
             ev: DPEvent = ExponentialEvent(epsilon=eps_group, neighbours=t.neighbours)
             ev = SelfComposedEvent(ev, fan_out) if fan_out > 1 else ev
             events.append(ev)
@@ -319,11 +342,31 @@ def _price(
     total_delta = sel_delta + sum(d for k, d in deltas.items() if k != "selection")
     selector = None
     if private:  # its tables are built (and its parameters refused) before the debit
-        selector = key_selector(epsilon=sel_eps, delta=sel_delta, fan_out=fan_out, strategy=options.key_selection, neighbours=t.neighbours)
+        selector = key_selector(
+            epsilon=sel_eps, delta=sel_delta, fan_out=fan_out, strategy=options.key_selection, neighbours=t.neighbours
+        )
     sizes = _sizes(t, built, aggregates, private, event)  # refuses an answer over max_response_bytes, before paying
     return Priced(
-        t, built, aggregates, options, split, private, text, plan, uses, event, total_delta, pending, deltas,
-        sel_eps, sel_delta, fan_out, G, R, selector, sizes,
+        t,
+        built,
+        aggregates,
+        options,
+        split,
+        private,
+        text,
+        plan,
+        uses,
+        event,
+        total_delta,
+        pending,
+        deltas,
+        sel_eps,
+        sel_delta,
+        fan_out,
+        G,
+        R,
+        selector,
+        sizes,
     )
 
 
@@ -385,14 +428,18 @@ def _sizes(t: DeclaredTable, built: Built, aggregates: Sequence[A.Aggregate], pr
             row += JSON_BOOLEAN_BYTES
         else:
             row += JSON_NUMBER_BYTES
-    for agg in aggregates:
+    names = [cast(str, agg.name) for agg in aggregates]  # set to the default when not given
+    for name in names:
         for suffix in ("", "_low", "_high"):
-            row += json_text_bound(agg.name + suffix) + 4 + JSON_NUMBER_BYTES  # type: ignore[operator]
+            row += json_text_bound(name + suffix) + 4 + JSON_NUMBER_BYTES
     # Everything around the rows: the aggregates' descriptions, the event, the notes, the
     # privacy unit and the fixed fields, with room for a caller's envelope (a service adds
     # the dataset's name, the cost and the budget).
     overhead = 4096 + len(json.dumps(event_to_dict(event)))
-    overhead += sum(512 + 2 * json_text_bound(agg.name) + json_text_bound(agg.column or "") for agg in aggregates)  # type: ignore[arg-type]
+    overhead += sum(
+        512 + 2 * json_text_bound(name) + json_text_bound(agg.column or "")
+        for name, agg in zip(names, aggregates, strict=True)
+    )
     overhead += sum(json_text_bound(g.column) for g in built.groups) + 2 * json_text_bound(t.unit or "")
     if not private:
         rows = _row_count(t, built)

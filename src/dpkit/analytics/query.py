@@ -76,7 +76,9 @@ class Query:
         predicate object). Filters run before contribution bounding."""
         return replace(self, predicate=check_where(self.session._declared, self.predicate, predicate))
 
-    def group_by(self, *columns: str, keys: Sequence[Any] | None = None, bins: dict[str, Sequence[float]] | None = None) -> Query:
+    def group_by(
+        self, *columns: str, keys: Sequence[Any] | None = None, bins: dict[str, Sequence[float]] | None = None
+    ) -> Query:
         """Group by ``columns``. ``keys``: the public key list (values for one column, tuples for
         several); without it, declared category lists (and ``bins``) are the keys, and columns
         with neither get their keys selected privately (which needs δ > 0). ``bins``: edges per
@@ -108,76 +110,233 @@ class Query:
     # -- aggregates ------------------------------------------------------------------------------
 
     def count(
-        self, *, epsilon: float, delta: float = _DELTA, noise: Noise = _NOISE, confidence: float = _CONFIDENCE,
-        key_selection: str = _KEY_SELECTION, split: Sequence[float] | None = None, rng: RNG = None,
+        self,
+        *,
+        epsilon: float,
+        delta: float = _DELTA,
+        noise: Noise = _NOISE,
+        confidence: float = _CONFIDENCE,
+        key_selection: str = _KEY_SELECTION,
+        split: Sequence[float] | None = None,
+        rng: RNG = None,
     ) -> QueryResult:
         """The number of rows (per group), each unit contributing at most max_rows per group."""
-        return self.aggregate([A.Count()], epsilon=epsilon, delta=delta, noise=noise, confidence=confidence, key_selection=key_selection, split=split, rng=rng)
+        return self.aggregate(
+            [A.Count()],
+            epsilon=epsilon,
+            delta=delta,
+            noise=noise,
+            confidence=confidence,
+            key_selection=key_selection,
+            split=split,
+            rng=rng,
+        )
 
     def count_units(
-        self, *, epsilon: float, delta: float = _DELTA, noise: Noise = _NOISE, confidence: float = _CONFIDENCE,
-        key_selection: str = _KEY_SELECTION, split: Sequence[float] | None = None, rng: RNG = None,
+        self,
+        *,
+        epsilon: float,
+        delta: float = _DELTA,
+        noise: Noise = _NOISE,
+        confidence: float = _CONFIDENCE,
+        key_selection: str = _KEY_SELECTION,
+        split: Sequence[float] | None = None,
+        rng: RNG = None,
     ) -> QueryResult:
         """The number of distinct privacy units (per group)."""
-        return self.aggregate([A.CountUnits()], epsilon=epsilon, delta=delta, noise=noise, confidence=confidence, key_selection=key_selection, split=split, rng=rng)
+        return self.aggregate(
+            [A.CountUnits()],
+            epsilon=epsilon,
+            delta=delta,
+            noise=noise,
+            confidence=confidence,
+            key_selection=key_selection,
+            split=split,
+            rng=rng,
+        )
 
     def sum(
-        self, column: str, *, epsilon: float, delta: float = _DELTA, noise: Noise = _NOISE, confidence: float = _CONFIDENCE,
-        key_selection: str = _KEY_SELECTION, split: Sequence[float] | None = None, rng: RNG = None,
+        self,
+        column: str,
+        *,
+        epsilon: float,
+        delta: float = _DELTA,
+        noise: Noise = _NOISE,
+        confidence: float = _CONFIDENCE,
+        key_selection: str = _KEY_SELECTION,
+        split: Sequence[float] | None = None,
+        rng: RNG = None,
     ) -> QueryResult:
         """The sum of ``column``'s values, clipped to its declared bounds."""
-        return self.aggregate([A.Sum(column)], epsilon=epsilon, delta=delta, noise=noise, confidence=confidence, key_selection=key_selection, split=split, rng=rng)
+        return self.aggregate(
+            [A.Sum(column)],
+            epsilon=epsilon,
+            delta=delta,
+            noise=noise,
+            confidence=confidence,
+            key_selection=key_selection,
+            split=split,
+            rng=rng,
+        )
 
     def mean(
-        self, column: str, *, epsilon: float, delta: float = _DELTA, noise: Noise = _NOISE, confidence: float = _CONFIDENCE,
-        key_selection: str = _KEY_SELECTION, split: Sequence[float] | None = None, rng: RNG = None,
+        self,
+        column: str,
+        *,
+        epsilon: float,
+        delta: float = _DELTA,
+        noise: Noise = _NOISE,
+        confidence: float = _CONFIDENCE,
+        key_selection: str = _KEY_SELECTION,
+        split: Sequence[float] | None = None,
+        rng: RNG = None,
     ) -> QueryResult:
         """The mean of ``column``'s clipped values."""
-        return self.aggregate([A.Mean(column)], epsilon=epsilon, delta=delta, noise=noise, confidence=confidence, key_selection=key_selection, split=split, rng=rng)
+        return self.aggregate(
+            [A.Mean(column)],
+            epsilon=epsilon,
+            delta=delta,
+            noise=noise,
+            confidence=confidence,
+            key_selection=key_selection,
+            split=split,
+            rng=rng,
+        )
 
     def variance(
-        self, column: str, *, epsilon: float, delta: float = _DELTA, noise: Noise = _NOISE, confidence: float = _CONFIDENCE,
-        key_selection: str = _KEY_SELECTION, split: Sequence[float] | None = None, rng: RNG = None,
+        self,
+        column: str,
+        *,
+        epsilon: float,
+        delta: float = _DELTA,
+        noise: Noise = _NOISE,
+        confidence: float = _CONFIDENCE,
+        key_selection: str = _KEY_SELECTION,
+        split: Sequence[float] | None = None,
+        rng: RNG = None,
     ) -> QueryResult:
         """The (population) variance of ``column``'s clipped values."""
-        return self.aggregate([A.Variance(column)], epsilon=epsilon, delta=delta, noise=noise, confidence=confidence, key_selection=key_selection, split=split, rng=rng)
+        return self.aggregate(
+            [A.Variance(column)],
+            epsilon=epsilon,
+            delta=delta,
+            noise=noise,
+            confidence=confidence,
+            key_selection=key_selection,
+            split=split,
+            rng=rng,
+        )
 
     def std(
-        self, column: str, *, epsilon: float, delta: float = _DELTA, noise: Noise = _NOISE, confidence: float = _CONFIDENCE,
-        key_selection: str = _KEY_SELECTION, split: Sequence[float] | None = None, rng: RNG = None,
+        self,
+        column: str,
+        *,
+        epsilon: float,
+        delta: float = _DELTA,
+        noise: Noise = _NOISE,
+        confidence: float = _CONFIDENCE,
+        key_selection: str = _KEY_SELECTION,
+        split: Sequence[float] | None = None,
+        rng: RNG = None,
     ) -> QueryResult:
         """The standard deviation of ``column``'s clipped values."""
-        return self.aggregate([A.Std(column)], epsilon=epsilon, delta=delta, noise=noise, confidence=confidence, key_selection=key_selection, split=split, rng=rng)
+        return self.aggregate(
+            [A.Std(column)],
+            epsilon=epsilon,
+            delta=delta,
+            noise=noise,
+            confidence=confidence,
+            key_selection=key_selection,
+            split=split,
+            rng=rng,
+        )
 
     def quantile(
-        self, column: str, q: float, *, epsilon: float, delta: float = _DELTA, noise: Noise = _NOISE, confidence: float = _CONFIDENCE,
-        key_selection: str = _KEY_SELECTION, split: Sequence[float] | None = None, rng: RNG = None,
+        self,
+        column: str,
+        q: float,
+        *,
+        epsilon: float,
+        delta: float = _DELTA,
+        noise: Noise = _NOISE,
+        confidence: float = _CONFIDENCE,
+        key_selection: str = _KEY_SELECTION,
+        split: Sequence[float] | None = None,
+        rng: RNG = None,
     ) -> QueryResult:
         """The ``q``-quantile of ``column``'s clipped values (exponential mechanism per group)."""
-        return self.aggregate([A.QuantileAgg(column, q)], epsilon=epsilon, delta=delta, noise=noise, confidence=confidence, key_selection=key_selection, split=split, rng=rng)
+        return self.aggregate(
+            [A.QuantileAgg(column, q)],
+            epsilon=epsilon,
+            delta=delta,
+            noise=noise,
+            confidence=confidence,
+            key_selection=key_selection,
+            split=split,
+            rng=rng,
+        )
 
     def median(
-        self, column: str, *, epsilon: float, delta: float = _DELTA, noise: Noise = _NOISE, confidence: float = _CONFIDENCE,
-        key_selection: str = _KEY_SELECTION, split: Sequence[float] | None = None, rng: RNG = None,
+        self,
+        column: str,
+        *,
+        epsilon: float,
+        delta: float = _DELTA,
+        noise: Noise = _NOISE,
+        confidence: float = _CONFIDENCE,
+        key_selection: str = _KEY_SELECTION,
+        split: Sequence[float] | None = None,
+        rng: RNG = None,
     ) -> QueryResult:
         """The median of ``column``'s clipped values."""
-        return self.aggregate([A.QuantileAgg(column, 0.5)], epsilon=epsilon, delta=delta, noise=noise, confidence=confidence, key_selection=key_selection, split=split, rng=rng)
+        return self.aggregate(
+            [A.QuantileAgg(column, 0.5)],
+            epsilon=epsilon,
+            delta=delta,
+            noise=noise,
+            confidence=confidence,
+            key_selection=key_selection,
+            split=split,
+            rng=rng,
+        )
 
     def histogram(
-        self, column: str, *, bins: Sequence[float] | None = None, epsilon: float, delta: float = _DELTA, noise: Noise = _NOISE,
-        confidence: float = _CONFIDENCE, key_selection: str = _KEY_SELECTION, split: Sequence[float] | None = None, rng: RNG = None,
+        self,
+        column: str,
+        *,
+        bins: Sequence[float] | None = None,
+        epsilon: float,
+        delta: float = _DELTA,
+        noise: Noise = _NOISE,
+        confidence: float = _CONFIDENCE,
+        key_selection: str = _KEY_SELECTION,
+        split: Sequence[float] | None = None,
+        rng: RNG = None,
     ) -> QueryResult:
         """Counts over the declared categories of ``column`` (or over ``bins`` of a numeric one)."""
         if self.groups:
-            raise InvalidParameterError("histogram", column, "a query without group_by (the histogram groups by its column)")
+            raise InvalidParameterError(
+                "histogram", column, "a query without group_by (the histogram groups by its column)"
+            )
         spec = self.session.metadata.columns.get(column)
         if bins is None and not (isinstance(spec, Categorical) and spec.categories is not None):
             raise InvalidParameterError(
-                "column", column, "a column with declared categories (Categorical([...]) in the metadata), or bins= for a numeric column",
+                "column",
+                column,
+                "a column with declared categories (Categorical([...]) in the metadata), or bins= for a numeric column",
                 "a histogram's keys must be public",
             )
         q = self.group_by(column, bins=None if bins is None else {column: bins})
-        return q.aggregate([A.Count()], epsilon=epsilon, delta=delta, noise=noise, confidence=confidence, key_selection=key_selection, split=split, rng=rng)
+        return q.aggregate(
+            [A.Count()],
+            epsilon=epsilon,
+            delta=delta,
+            noise=noise,
+            confidence=confidence,
+            key_selection=key_selection,
+            split=split,
+            rng=rng,
+        )
 
     def aggregate(
         self,

@@ -107,7 +107,11 @@ class QueryResult:
         col = self.table[name]
         if not self.groups:
             return float(col.iloc[0]) if len(col) else math.nan
-        index = pd.MultiIndex.from_frame(self.table[list(self.groups)]) if len(self.groups) > 1 else pd.Index(self.table[self.groups[0]])
+        index = (
+            pd.MultiIndex.from_frame(self.table[list(self.groups)])
+            if len(self.groups) > 1
+            else pd.Index(self.table[self.groups[0]])
+        )
         return pd.Series(col.to_numpy(), index=index, name=name)
 
     @property
@@ -139,8 +143,11 @@ class QueryResult:
         names = [str(c) for c in self.table.columns]
         columns = [self.table[c].to_numpy().tolist() for c in self.table.columns]
         records = [
-            {k: (None if isinstance(x, float) and math.isnan(x) else (x.item() if isinstance(x, np.generic) else x)) for k, x in zip(names, row)}
-            for row in zip(*columns)
+            {
+                k: (None if isinstance(x, float) and math.isnan(x) else (x.item() if isinstance(x, np.generic) else x))
+                for k, x in zip(names, row, strict=True)
+            }
+            for row in zip(*columns, strict=True)
         ]
         return {
             "rows": records,
@@ -154,7 +161,13 @@ class QueryResult:
             "event": event_to_dict(self.event),
             "notes": list(self.notes),
             "spend_id": self.spend_id,
-            "privacy_unit": {"column": self.privacy_unit, "row_level": self.privacy_unit is None, "max_groups": self.max_groups, "max_rows": self.max_rows, "neighbours": self.neighbours},
+            "privacy_unit": {
+                "column": self.privacy_unit,
+                "row_level": self.privacy_unit is None,
+                "max_groups": self.max_groups,
+                "max_rows": self.max_rows,
+                "neighbours": self.neighbours,
+            },
             "seeded": self.seeded,
             "truncated": self.truncated,
         }
@@ -166,7 +179,11 @@ class QueryResult:
             who = "privacy unit: a row (declared: every row is a different person)"
         else:
             who = f"privacy unit: {self.privacy_unit} (at most {self.max_groups} group(s) and {self.max_rows} row(s) per group each)"
-        return f"{who}; neighbours: {self.neighbours}" + ("; SEEDED noise, not private" if self.seeded else "") + ("; TRUNCATED to the session's limits" if self.truncated else "")
+        return (
+            f"{who}; neighbours: {self.neighbours}"
+            + ("; SEEDED noise, not private" if self.seeded else "")
+            + ("; TRUNCATED to the session's limits" if self.truncated else "")
+        )
 
     def __repr__(self) -> str:
         return (

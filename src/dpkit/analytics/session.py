@@ -79,7 +79,9 @@ def _check_rng(rng: object, ledger: object) -> None:
     resolve_rng(rng)  # a clear error for anything that is not randomness
     if is_seeded(rng) and ledger is not None:
         raise InvalidParameterError(
-            "rng", _short(rng), "None (the secure default) when spending from a ledger",
+            "rng",
+            _short(rng),
+            "None (the secure default) when spending from a ledger",
             "seeded noise can be replayed and subtracted, so a ledger would charge for privacy that was not given; use budget=dp.Budget(...) for tests and teaching",
         )
 
@@ -88,9 +90,13 @@ def _make_engine(data: Any, engine: object) -> Engine:
     if engine is not None and not isinstance(engine, str):
         if isinstance(engine, Engine):
             return engine
-        raise InvalidParameterError("engine", _short(engine), "'duckdb', 'spark', an Engine instance, or None (chosen from the data)")
+        raise InvalidParameterError(
+            "engine", _short(engine), "'duckdb', 'spark', an Engine instance, or None (chosen from the data)"
+        )
     if engine not in (None, "duckdb", "spark"):
-        raise InvalidParameterError("engine", engine, "'duckdb', 'spark', an Engine instance, or None (chosen from the data)")
+        raise InvalidParameterError(
+            "engine", engine, "'duckdb', 'spark', an Engine instance, or None (chosen from the data)"
+        )
     is_spark = type(data).__module__.startswith("pyspark.")
     if engine == "spark" or (engine is None and is_spark):
         if not is_spark:
@@ -167,7 +173,9 @@ class Session:
         limits: QueryLimits | None = None,
     ) -> None:
         if limits is not None and not isinstance(limits, QueryLimits):
-            raise InvalidParameterError("limits", _short(limits), "a dpkit.analytics.QueryLimits or None (the defaults)")
+            raise InvalidParameterError(
+                "limits", _short(limits), "a dpkit.analytics.QueryLimits or None (the defaults)"
+            )
         self._limits = limits if limits is not None else QueryLimits()
         self._metadata = self._check_metadata(metadata)
         self._neighbours = v.neighbours(neighbours)
@@ -180,15 +188,24 @@ class Session:
         self._unit = self._check_unit(privacy_unit, row_level)
         _check_rng(rng, ledger)
         self._rng = rng
-        self._budget, self._ledger, self._dataset, self._analyst = self._check_budget(budget, ledger, dataset, analyst, table)
+        self._budget, self._ledger, self._dataset, self._analyst = self._check_budget(
+            budget, ledger, dataset, analyst, table
+        )
         self._engine = _make_engine(data, engine)
         self._schema = self._bind()
         self._max_groups = self._check_bound("max_groups", max_groups, self._metadata.max_groups)
         self._max_rows = self._check_bound("max_rows", max_rows, self._metadata.max_rows)
         # What queries are checked and priced against: declared facts only, fixed from here on.
         self._declared = DeclaredTable(
-            table=self._table, columns=self._schema, metadata=self._metadata, unit=self._unit, neighbours=self._neighbours,
-            max_groups=self._max_groups, max_rows=self._max_rows, limits=self._limits, portable=self._portable,
+            table=self._table,
+            columns=self._schema,
+            metadata=self._metadata,
+            unit=self._unit,
+            neighbours=self._neighbours,
+            max_groups=self._max_groups,
+            max_rows=self._max_rows,
+            limits=self._limits,
+            portable=self._portable,
         )
         self._payer: Payer = _SessionPayer(self)
 
@@ -236,12 +253,19 @@ class Session:
             if not isinstance(privacy_unit, str) or not privacy_unit:
                 raise InvalidParameterError("privacy_unit", _short(privacy_unit), "a column name")
             if row_level:
-                raise InvalidParameterError("row_level", row_level, "False or None with a privacy_unit", "a session protects either the unit column's people or rows, not both")
+                raise InvalidParameterError(
+                    "row_level",
+                    row_level,
+                    "False or None with a privacy_unit",
+                    "a session protects either the unit column's people or rows, not both",
+                )
             return privacy_unit
         if row_level:
             if meta.privacy_unit is not None:
                 raise InvalidParameterError(
-                    "row_level", True, f"False or None: the metadata declares the privacy unit {meta.privacy_unit!r}",
+                    "row_level",
+                    True,
+                    f"False or None: the metadata declares the privacy unit {meta.privacy_unit!r}",
                     "protecting rows would give a person with several rows several times the budget",
                 )
             return None
@@ -250,7 +274,9 @@ class Session:
         if meta.row_level and row_level is None:
             return None
         raise InvalidParameterError(
-            "privacy_unit", None, "the column naming the person (privacy_unit='user_id'), or row_level=True when every row is a different person",
+            "privacy_unit",
+            None,
+            "the column naming the person (privacy_unit='user_id'), or row_level=True when every row is a different person",
             "with several rows per person, protecting rows protects nobody: say who the unit is (here or in the metadata)",
         )
 
@@ -263,9 +289,16 @@ class Session:
         for name in names:
             what = "privacy_unit" if name == self._unit and name not in meta.columns else f"metadata.columns.{name}"
             if name not in physical:
-                raise InvalidParameterError(what, name, "a column of the source", "the declared column is not in the table")
+                raise InvalidParameterError(
+                    what, name, "a column of the source", "the declared column is not in the table"
+                )
             if physical[name] == "nested":
-                raise InvalidParameterError(what, name, "a column of a scalar type (number, text or boolean)", "LIST, STRUCT, MAP and array columns cannot be declared")
+                raise InvalidParameterError(
+                    what,
+                    name,
+                    "a column of a scalar type (number, text or boolean)",
+                    "LIST, STRUCT, MAP and array columns cannot be declared",
+                )
         types: dict[str, ReadType] = {}
         kinds: dict[str, ColumnKind] = {}
         for name, spec in meta.columns.items():
@@ -278,10 +311,14 @@ class Session:
         return kinds
 
     @staticmethod
-    def _check_budget(budget: object, ledger: object, dataset: object, analyst: object, table: str) -> tuple[Any, Any, str | None, str | None]:
+    def _check_budget(
+        budget: object, ledger: object, dataset: object, analyst: object, table: str
+    ) -> tuple[Any, Any, str | None, str | None]:
         if (budget is None) == (ledger is None):
             raise InvalidParameterError(
-                "budget", _short(budget), "exactly one of budget= (a dpkit.Budget) and ledger= (a ledger or its path)",
+                "budget",
+                _short(budget),
+                "exactly one of budget= (a dpkit.Budget) and ledger= (a ledger or its path)",
                 "every release is paid for, so a session needs somewhere to pay",
             )
         if budget is not None:
@@ -293,7 +330,9 @@ class Session:
 
             ledger = open_ledger(ledger)
         if not isinstance(ledger, LedgerBackend):
-            raise InvalidParameterError("ledger", _short(ledger), "a ledger (dpkit.open_ledger(path)) or the path of one")
+            raise InvalidParameterError(
+                "ledger", _short(ledger), "a ledger (dpkit.open_ledger(path)) or the path of one"
+            )
         dataset = table if dataset is None else dataset
         for name, value in (("dataset", dataset), ("analyst", analyst)):
             if not isinstance(value, str) or not value:
@@ -377,99 +416,304 @@ class Session:
     def where(self, predicate: str | Predicate) -> Query:
         return self.query().where(predicate)
 
-    def group_by(self, *columns: str, keys: Sequence[Any] | None = None, bins: dict[str, Sequence[float]] | None = None) -> Query:
+    def group_by(
+        self, *columns: str, keys: Sequence[Any] | None = None, bins: dict[str, Sequence[float]] | None = None
+    ) -> Query:
         return self.query().group_by(*columns, keys=keys, bins=bins)
 
     def count(
-        self, *, epsilon: float, delta: float = _DELTA, noise: Noise = _NOISE, confidence: float = _CONFIDENCE,
-        key_selection: str = _KEY_SELECTION, split: Sequence[float] | None = None, rng: RNG = None,
+        self,
+        *,
+        epsilon: float,
+        delta: float = _DELTA,
+        noise: Noise = _NOISE,
+        confidence: float = _CONFIDENCE,
+        key_selection: str = _KEY_SELECTION,
+        split: Sequence[float] | None = None,
+        rng: RNG = None,
     ) -> QueryResult:
         """:meth:`Query.count` over the whole table."""
-        return self.query().count(epsilon=epsilon, delta=delta, noise=noise, confidence=confidence, key_selection=key_selection, split=split, rng=rng)
+        return self.query().count(
+            epsilon=epsilon,
+            delta=delta,
+            noise=noise,
+            confidence=confidence,
+            key_selection=key_selection,
+            split=split,
+            rng=rng,
+        )
 
     def count_units(
-        self, *, epsilon: float, delta: float = _DELTA, noise: Noise = _NOISE, confidence: float = _CONFIDENCE,
-        key_selection: str = _KEY_SELECTION, split: Sequence[float] | None = None, rng: RNG = None,
+        self,
+        *,
+        epsilon: float,
+        delta: float = _DELTA,
+        noise: Noise = _NOISE,
+        confidence: float = _CONFIDENCE,
+        key_selection: str = _KEY_SELECTION,
+        split: Sequence[float] | None = None,
+        rng: RNG = None,
     ) -> QueryResult:
         """:meth:`Query.count_units` over the whole table."""
-        return self.query().count_units(epsilon=epsilon, delta=delta, noise=noise, confidence=confidence, key_selection=key_selection, split=split, rng=rng)
+        return self.query().count_units(
+            epsilon=epsilon,
+            delta=delta,
+            noise=noise,
+            confidence=confidence,
+            key_selection=key_selection,
+            split=split,
+            rng=rng,
+        )
 
     def sum(
-        self, column: str, *, epsilon: float, delta: float = _DELTA, noise: Noise = _NOISE, confidence: float = _CONFIDENCE,
-        key_selection: str = _KEY_SELECTION, split: Sequence[float] | None = None, rng: RNG = None,
+        self,
+        column: str,
+        *,
+        epsilon: float,
+        delta: float = _DELTA,
+        noise: Noise = _NOISE,
+        confidence: float = _CONFIDENCE,
+        key_selection: str = _KEY_SELECTION,
+        split: Sequence[float] | None = None,
+        rng: RNG = None,
     ) -> QueryResult:
         """:meth:`Query.sum` over the whole table."""
-        return self.query().sum(column, epsilon=epsilon, delta=delta, noise=noise, confidence=confidence, key_selection=key_selection, split=split, rng=rng)
+        return self.query().sum(
+            column,
+            epsilon=epsilon,
+            delta=delta,
+            noise=noise,
+            confidence=confidence,
+            key_selection=key_selection,
+            split=split,
+            rng=rng,
+        )
 
     def mean(
-        self, column: str, *, epsilon: float, delta: float = _DELTA, noise: Noise = _NOISE, confidence: float = _CONFIDENCE,
-        key_selection: str = _KEY_SELECTION, split: Sequence[float] | None = None, rng: RNG = None,
+        self,
+        column: str,
+        *,
+        epsilon: float,
+        delta: float = _DELTA,
+        noise: Noise = _NOISE,
+        confidence: float = _CONFIDENCE,
+        key_selection: str = _KEY_SELECTION,
+        split: Sequence[float] | None = None,
+        rng: RNG = None,
     ) -> QueryResult:
         """:meth:`Query.mean` over the whole table."""
-        return self.query().mean(column, epsilon=epsilon, delta=delta, noise=noise, confidence=confidence, key_selection=key_selection, split=split, rng=rng)
+        return self.query().mean(
+            column,
+            epsilon=epsilon,
+            delta=delta,
+            noise=noise,
+            confidence=confidence,
+            key_selection=key_selection,
+            split=split,
+            rng=rng,
+        )
 
     def variance(
-        self, column: str, *, epsilon: float, delta: float = _DELTA, noise: Noise = _NOISE, confidence: float = _CONFIDENCE,
-        key_selection: str = _KEY_SELECTION, split: Sequence[float] | None = None, rng: RNG = None,
+        self,
+        column: str,
+        *,
+        epsilon: float,
+        delta: float = _DELTA,
+        noise: Noise = _NOISE,
+        confidence: float = _CONFIDENCE,
+        key_selection: str = _KEY_SELECTION,
+        split: Sequence[float] | None = None,
+        rng: RNG = None,
     ) -> QueryResult:
         """:meth:`Query.variance` over the whole table."""
-        return self.query().variance(column, epsilon=epsilon, delta=delta, noise=noise, confidence=confidence, key_selection=key_selection, split=split, rng=rng)
+        return self.query().variance(
+            column,
+            epsilon=epsilon,
+            delta=delta,
+            noise=noise,
+            confidence=confidence,
+            key_selection=key_selection,
+            split=split,
+            rng=rng,
+        )
 
     def std(
-        self, column: str, *, epsilon: float, delta: float = _DELTA, noise: Noise = _NOISE, confidence: float = _CONFIDENCE,
-        key_selection: str = _KEY_SELECTION, split: Sequence[float] | None = None, rng: RNG = None,
+        self,
+        column: str,
+        *,
+        epsilon: float,
+        delta: float = _DELTA,
+        noise: Noise = _NOISE,
+        confidence: float = _CONFIDENCE,
+        key_selection: str = _KEY_SELECTION,
+        split: Sequence[float] | None = None,
+        rng: RNG = None,
     ) -> QueryResult:
         """:meth:`Query.std` over the whole table."""
-        return self.query().std(column, epsilon=epsilon, delta=delta, noise=noise, confidence=confidence, key_selection=key_selection, split=split, rng=rng)
+        return self.query().std(
+            column,
+            epsilon=epsilon,
+            delta=delta,
+            noise=noise,
+            confidence=confidence,
+            key_selection=key_selection,
+            split=split,
+            rng=rng,
+        )
 
     def quantile(
-        self, column: str, q: float, *, epsilon: float, delta: float = _DELTA, noise: Noise = _NOISE, confidence: float = _CONFIDENCE,
-        key_selection: str = _KEY_SELECTION, split: Sequence[float] | None = None, rng: RNG = None,
+        self,
+        column: str,
+        q: float,
+        *,
+        epsilon: float,
+        delta: float = _DELTA,
+        noise: Noise = _NOISE,
+        confidence: float = _CONFIDENCE,
+        key_selection: str = _KEY_SELECTION,
+        split: Sequence[float] | None = None,
+        rng: RNG = None,
     ) -> QueryResult:
         """:meth:`Query.quantile` over the whole table."""
-        return self.query().quantile(column, q, epsilon=epsilon, delta=delta, noise=noise, confidence=confidence, key_selection=key_selection, split=split, rng=rng)
+        return self.query().quantile(
+            column,
+            q,
+            epsilon=epsilon,
+            delta=delta,
+            noise=noise,
+            confidence=confidence,
+            key_selection=key_selection,
+            split=split,
+            rng=rng,
+        )
 
     def median(
-        self, column: str, *, epsilon: float, delta: float = _DELTA, noise: Noise = _NOISE, confidence: float = _CONFIDENCE,
-        key_selection: str = _KEY_SELECTION, split: Sequence[float] | None = None, rng: RNG = None,
+        self,
+        column: str,
+        *,
+        epsilon: float,
+        delta: float = _DELTA,
+        noise: Noise = _NOISE,
+        confidence: float = _CONFIDENCE,
+        key_selection: str = _KEY_SELECTION,
+        split: Sequence[float] | None = None,
+        rng: RNG = None,
     ) -> QueryResult:
         """:meth:`Query.median` over the whole table."""
-        return self.query().median(column, epsilon=epsilon, delta=delta, noise=noise, confidence=confidence, key_selection=key_selection, split=split, rng=rng)
+        return self.query().median(
+            column,
+            epsilon=epsilon,
+            delta=delta,
+            noise=noise,
+            confidence=confidence,
+            key_selection=key_selection,
+            split=split,
+            rng=rng,
+        )
 
     def histogram(
-        self, column: str, *, bins: Sequence[float] | None = None, epsilon: float, delta: float = _DELTA, noise: Noise = _NOISE, confidence: float = _CONFIDENCE,
-        key_selection: str = _KEY_SELECTION, split: Sequence[float] | None = None, rng: RNG = None,
+        self,
+        column: str,
+        *,
+        bins: Sequence[float] | None = None,
+        epsilon: float,
+        delta: float = _DELTA,
+        noise: Noise = _NOISE,
+        confidence: float = _CONFIDENCE,
+        key_selection: str = _KEY_SELECTION,
+        split: Sequence[float] | None = None,
+        rng: RNG = None,
     ) -> QueryResult:
         """:meth:`Query.histogram` over the whole table."""
-        return self.query().histogram(column, bins=bins, epsilon=epsilon, delta=delta, noise=noise, confidence=confidence, key_selection=key_selection, split=split, rng=rng)
+        return self.query().histogram(
+            column,
+            bins=bins,
+            epsilon=epsilon,
+            delta=delta,
+            noise=noise,
+            confidence=confidence,
+            key_selection=key_selection,
+            split=split,
+            rng=rng,
+        )
 
     def aggregate(
-        self, aggregates: Sequence[A.Aggregate], *, epsilon: float, delta: float = _DELTA, noise: Noise = _NOISE, confidence: float = _CONFIDENCE,
-        key_selection: str = _KEY_SELECTION, split: Sequence[float] | None = None, rng: RNG = None,
+        self,
+        aggregates: Sequence[A.Aggregate],
+        *,
+        epsilon: float,
+        delta: float = _DELTA,
+        noise: Noise = _NOISE,
+        confidence: float = _CONFIDENCE,
+        key_selection: str = _KEY_SELECTION,
+        split: Sequence[float] | None = None,
+        rng: RNG = None,
         _text: str | None = None,
     ) -> QueryResult:
         """:meth:`Query.aggregate` over the whole table."""
-        return self.query().aggregate(aggregates, epsilon=epsilon, delta=delta, noise=noise, confidence=confidence, key_selection=key_selection, split=split, rng=rng, _text=_text)
+        return self.query().aggregate(
+            aggregates,
+            epsilon=epsilon,
+            delta=delta,
+            noise=noise,
+            confidence=confidence,
+            key_selection=key_selection,
+            split=split,
+            rng=rng,
+            _text=_text,
+        )
 
     def sql(
-        self, text: str, *, epsilon: float, delta: float = _DELTA, noise: Noise = _NOISE, confidence: float = _CONFIDENCE,
-        key_selection: str = _KEY_SELECTION, split: Sequence[float] | None = None, rng: RNG = None,
+        self,
+        text: str,
+        *,
+        epsilon: float,
+        delta: float = _DELTA,
+        noise: Noise = _NOISE,
+        confidence: float = _CONFIDENCE,
+        key_selection: str = _KEY_SELECTION,
+        split: Sequence[float] | None = None,
+        rng: RNG = None,
     ) -> QueryResult:
         """Run a SQL query of the documented subset (see :mod:`dpkit.analytics.sql`); the budget
         ``epsilon`` (and ``delta``) is split across its aggregates, as stated in the result."""
         query, aggs = compile_sql(self, text)
         return query.aggregate(
-            aggs, epsilon=epsilon, delta=delta, noise=noise, confidence=confidence, key_selection=key_selection, split=split, rng=rng, _text=text,
+            aggs,
+            epsilon=epsilon,
+            delta=delta,
+            noise=noise,
+            confidence=confidence,
+            key_selection=key_selection,
+            split=split,
+            rng=rng,
+            _text=text,
         )
 
     def sql_cost(
-        self, text: str, *, epsilon: float, delta: float = _DELTA, noise: Noise = _NOISE, confidence: float = _CONFIDENCE,
-        key_selection: str = _KEY_SELECTION, split: Sequence[float] | None = None,
+        self,
+        text: str,
+        *,
+        epsilon: float,
+        delta: float = _DELTA,
+        noise: Noise = _NOISE,
+        confidence: float = _CONFIDENCE,
+        key_selection: str = _KEY_SELECTION,
+        split: Sequence[float] | None = None,
     ) -> QueryCost:
         """What :meth:`sql` with the same arguments would debit, without reading the data or
         spending anything (the query is parsed and validated just the same)."""
         query, aggs = compile_sql(self, text)
-        return query.cost(aggs, epsilon=epsilon, delta=delta, noise=noise, confidence=confidence, key_selection=key_selection, split=split, _text=text)
+        return query.cost(
+            aggs,
+            epsilon=epsilon,
+            delta=delta,
+            noise=noise,
+            confidence=confidence,
+            key_selection=key_selection,
+            split=split,
+            _text=text,
+        )
 
     def __repr__(self) -> str:
         unit = self._unit or "each row"
@@ -492,4 +736,3 @@ class _SessionPayer:
     @property
     def remaining(self) -> float:
         return self._session.remaining
-

@@ -89,7 +89,9 @@ class QueryOptions:
             raise InvalidParameterError("noise", self.noise, "'laplace' or 'gaussian'")
         object.__setattr__(self, "confidence", v.probability(self.confidence, "confidence"))
         if self.key_selection not in KEY_SELECTIONS:
-            raise InvalidParameterError("key_selection", self.key_selection, "one of " + ", ".join(map(repr, KEY_SELECTIONS)))
+            raise InvalidParameterError(
+                "key_selection", self.key_selection, "one of " + ", ".join(map(repr, KEY_SELECTIONS))
+            )
         object.__setattr__(self, "key_selection", str(self.key_selection))
         split = self.split
         if split is not None and not isinstance(split, (str, bytes)) and hasattr(split, "__iter__"):
@@ -111,7 +113,11 @@ class QueryOptions:
             raise InvalidParameterError("split", _short(self.split), f"a list of {n} positive weights")
         w = tuple(self.split)
         if len(w) != n or not all(v._is_real(x) and math.isfinite(x) and x > 0 for x in w):
-            raise InvalidParameterError("split", _short(self.split), f"a list of {n} positive finite weights (one per aggregate{', then key selection' if selection else ''})")
+            raise InvalidParameterError(
+                "split",
+                _short(self.split),
+                f"a list of {n} positive finite weights (one per aggregate{', then key selection' if selection else ''})",
+            )
         total = math.fsum(w)
         return tuple(x / total for x in w)
 
@@ -120,7 +126,11 @@ class QueryOptions:
         """The options of a service request body (``epsilon`` required; the others optional).
         Other keys of ``obj`` are ignored (the body also holds the query itself)."""
         if not isinstance(obj, Mapping):
-            raise InvalidParameterError("options", _short(obj), "a JSON object with epsilon and optionally delta, noise, confidence, key_selection and split")
+            raise InvalidParameterError(
+                "options",
+                _short(obj),
+                "a JSON object with epsilon and optionally delta, noise, confidence, key_selection and split",
+            )
         if "epsilon" not in obj:
             raise InvalidParameterError("epsilon", None, "a finite number > 0")
         kwargs = {k: obj[k] for k in _OPTION_FIELDS if k in obj and obj[k] is not None}
@@ -128,7 +138,13 @@ class QueryOptions:
 
     def to_json(self) -> dict[str, Any]:
         """The options as a JSON object (``split`` only when given)."""
-        out: dict[str, Any] = {"epsilon": self.epsilon, "delta": self.delta, "noise": self.noise, "confidence": self.confidence, "key_selection": self.key_selection}
+        out: dict[str, Any] = {
+            "epsilon": self.epsilon,
+            "delta": self.delta,
+            "noise": self.noise,
+            "confidence": self.confidence,
+            "key_selection": self.key_selection,
+        }
         if self.split is not None:
             out["split"] = list(self.split) if isinstance(self.split, tuple) else self.split
         return out
@@ -172,13 +188,17 @@ class QuerySpec:
         ``quantile``; fields ``kind``, ``column``, ``q`` (quantile only) and ``name``. A field
         given as null counts as absent. The column checks come later, against the schema."""
         if not isinstance(obj, Mapping):
-            raise InvalidParameterError("query", _short(obj), "a JSON object with aggregates and optionally " + ", ".join(_SPEC_FIELDS[1:]))
+            raise InvalidParameterError(
+                "query", _short(obj), "a JSON object with aggregates and optionally " + ", ".join(_SPEC_FIELDS[1:])
+            )
         extra = sorted(set(obj) - set(_SPEC_FIELDS))
         if extra:
             raise InvalidParameterError("query", extra[0], "only the fields " + ", ".join(_SPEC_FIELDS))
         raw = obj.get("aggregates")
         if not isinstance(raw, Sequence) or isinstance(raw, (str, bytes)) or not raw:
-            raise InvalidParameterError("aggregates", _short(raw), "a non-empty list of aggregates such as [{\"kind\": \"count\"}]")
+            raise InvalidParameterError(
+                "aggregates", _short(raw), 'a non-empty list of aggregates such as [{"kind": "count"}]'
+            )
         aggregates = tuple(_aggregate(i, item) for i, item in enumerate(raw))
         group_by = obj.get("group_by") or ()
         if isinstance(group_by, (str, bytes)) or not isinstance(group_by, Iterable):
@@ -186,12 +206,16 @@ class QuerySpec:
         bins = obj.get("bins")
         if bins is not None:
             if not isinstance(bins, Mapping):
-                raise InvalidParameterError("bins", _short(bins), "a dict from column name to a list of increasing edges")
+                raise InvalidParameterError(
+                    "bins", _short(bins), "a dict from column name to a list of increasing edges"
+                )
             bins = {k: tuple(_number(x) for x in e) if isinstance(e, (list, tuple)) else e for k, e in bins.items()}
         keys = obj.get("keys")
         if keys is not None:
             if isinstance(keys, (str, bytes)) or not isinstance(keys, Iterable):
-                raise InvalidParameterError("keys", _short(keys), "a list of public keys (values, or tuples for several columns)")
+                raise InvalidParameterError(
+                    "keys", _short(keys), "a list of public keys (values, or tuples for several columns)"
+                )
             keys = tuple(tuple(k) if isinstance(k, (list, tuple)) else k for k in keys)
         return cls(
             aggregates=aggregates,
@@ -234,7 +258,9 @@ def _number(x: object) -> object:
 def _aggregate(i: int, item: object) -> A.Aggregate:
     """One aggregate of the JSON form (the messages name its index)."""
     if not isinstance(item, Mapping):
-        raise InvalidParameterError(f"aggregates[{i}]", _short(item), "an object with the fields kind, column, q and name")
+        raise InvalidParameterError(
+            f"aggregates[{i}]", _short(item), "an object with the fields kind, column, q and name"
+        )
     # A known field given as null is absent (as the service's body model dumps it); an unknown
     # field is refused even when null.
     item = {k: x for k, x in item.items() if x is not None or k not in _AGGREGATE_FIELDS}

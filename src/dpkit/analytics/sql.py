@@ -154,7 +154,11 @@ def _within_group(session: Session, node: exp.WithinGroup, col: Any, kw: dict[st
     func, order = node.this, node.expression
     if type(func) is not exp.PercentileCont or func.args.get("expression") is not None:
         raise _reject(f"WITHIN GROUP is accepted only as {usage}", node)
-    if not isinstance(order, exp.Order) or len(order.expressions) != 1 or not isinstance(order.expressions[0], exp.Ordered):
+    if (
+        not isinstance(order, exp.Order)
+        or len(order.expressions) != 1
+        or not isinstance(order.expressions[0], exp.Ordered)
+    ):
         raise _reject(f"{usage}: one ordering column", node)
     ordered = order.expressions[0]
     # nulls_first is honoured by ignoring it: quantiles skip NULLs wherever they sort, as in SQL.
@@ -176,7 +180,10 @@ def _aggregate(session: Session, node: exp.Expression, alias: str | None) -> A.A
         if isinstance(arg, exp.Distinct) and len(arg.expressions) == 1:
             name = _resolve(session, _column_name(arg.expressions[0]))
             if name != session.privacy_unit:
-                raise _reject(f"COUNT(DISTINCT ...) is accepted for the privacy unit only ({session.privacy_unit or 'none: each row is a unit'})", node)
+                raise _reject(
+                    f"COUNT(DISTINCT ...) is accepted for the privacy unit only ({session.privacy_unit or 'none: each row is a unit'})",
+                    node,
+                )
             return A.CountUnits(**kw)
         raise _reject("COUNT takes * (or 1) or DISTINCT <privacy unit>", node)
     if kind is exp.Sum:
@@ -220,12 +227,15 @@ def _check_output_names(outputs: list[tuple[str, str, exp.Expression]]) -> None:
             raise _reject(
                 f"two output columns would be named {name!r} ({seen[key]}; {origin}) — names are compared case-insensitively, "
                 "and each aggregate X also produces X_low and X_high: rename one with AS",
-                node, "distinct output column names: the group columns, and for each aggregate X the columns X, X_low and X_high",
+                node,
+                "distinct output column names: the group columns, and for each aggregate X the columns X, X_low and X_high",
             )
         seen[key] = origin
 
 
-def _compile_select(session: Session, tree: exp.Select) -> tuple[Predicate | None, list[str], list[A.Aggregate], list[tuple[str, str, exp.Expression]]]:
+def _compile_select(
+    session: Session, tree: exp.Select
+) -> tuple[Predicate | None, list[str], list[A.Aggregate], list[tuple[str, str, exp.Expression]]]:
     # The clauses first (DISTINCT, WITH, HAVING, LIMIT, joins, TABLESAMPLE, ...): the clearest refusals.
     _check_node(tree, _NODES, _SUBSET)
     source = tree.args.get("from") or tree.args.get("from_")
@@ -262,7 +272,11 @@ def _compile_select(session: Session, tree: exp.Select) -> tuple[Predicate | Non
         if isinstance(node, exp.Column):
             name = _resolve(session, _column_name(node))
             if name not in groups:
-                raise _reject(f"the column {name!r} is neither grouped nor aggregated (reading rows is not allowed)", item, "aggregates, and columns that appear in GROUP BY")
+                raise _reject(
+                    f"the column {name!r} is neither grouped nor aggregated (reading rows is not allowed)",
+                    item,
+                    "aggregates, and columns that appear in GROUP BY",
+                )
             if alias and alias != name:
                 raise _reject("group columns keep their names (no alias)", item)
             if name in selected:

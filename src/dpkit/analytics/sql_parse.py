@@ -19,7 +19,7 @@ import sqlglot
 from sqlglot import exp
 
 from dpkit.analytics.limits import QueryLimits
-from dpkit.analytics.plan import And, Between, Compare, InList, IsNull, Not, Or, Predicate
+from dpkit.analytics.plan import And, Between, Compare, CompareOp, InList, IsNull, Not, Or, Predicate
 from dpkit.errors import InvalidParameterError, LimitExceededError
 
 __all__ = ["parse_predicate", "query_depth"]
@@ -35,8 +35,15 @@ _CONDITION = (
     "a condition: <column> =, <>, <, <=, >, >= <literal>, <column> [NOT] IN (<literals>), "
     "<column> [NOT] BETWEEN <literal> AND <literal>, <column> IS [NOT] NULL, combined with AND, OR, NOT and parentheses"
 )
-_OPS = {exp.EQ: "=", exp.NEQ: "!=", exp.GT: ">", exp.GTE: ">=", exp.LT: "<", exp.LTE: "<="}
-_FLIP = {"=": "=", "!=": "!=", ">": "<", ">=": "<=", "<": ">", "<=": ">="}
+_OPS: dict[type[exp.Expression], CompareOp] = {
+    exp.EQ: "=",
+    exp.NEQ: "!=",
+    exp.GT: ">",
+    exp.GTE: ">=",
+    exp.LT: "<",
+    exp.LTE: "<=",
+}
+_FLIP: dict[CompareOp, CompareOp] = {"=": "=", "!=": "!=", ">": "<", ">=": "<=", "<": ">", "<=": ">="}
 
 # -- the whitelist -------------------------------------------------------------------------------
 #
@@ -95,28 +102,79 @@ _NODES: dict[type[exp.Expression], frozenset[str]] = {
 
 # Readable names for the clauses an argument key stands for (the key itself is shown otherwise).
 _ARG_WORDS = {
-    "with": "WITH (a CTE)", "with_": "WITH (a CTE)", "distinct": "DISTINCT", "into": "INTO",
-    "joins": "a JOIN", "laterals": "LATERAL", "pivots": "PIVOT / UNPIVOT", "having": "HAVING",
-    "qualify": "QUALIFY", "windows": "WINDOW", "order": "ORDER BY", "limit": "LIMIT", "offset": "OFFSET",
-    "sample": "TABLESAMPLE / USING SAMPLE", "hint": "an optimizer hint", "hints": "a table hint",
-    "version": "time travel (FOR ... AS OF)", "when": "time travel (AT / BEFORE)", "system_time": "time travel",
-    "changes": "CHANGES", "alias": "a table alias (FROM t x, FROM t FINAL)", "db": "a qualified name (db.table: FROM takes the session's table name only)",
-    "catalog": "a qualified name (catalog.db.table: FROM takes the session's table name only)", "table": "a table qualifier (t.column)", "only": "ONLY",
-    "grouping_sets": "GROUPING SETS", "cube": "CUBE", "rollup": "ROLLUP", "all": "GROUP BY ALL", "totals": "WITH TOTALS",
-    "except": "EXCLUDE", "except_": "EXCLUDE", "replace": "REPLACE", "rename": "RENAME", "ilike": "ILIKE",
-    "on": "DISTINCT ON", "query": "a subquery", "unnest": "UNNEST", "symmetric": "BETWEEN SYMMETRIC",
-    "with_fill": "WITH FILL", "kind": "SELECT AS STRUCT / VALUE", "locks": "a locking clause",
-    "prewhere": "PREWHERE", "connect": "CONNECT BY", "match": "MATCH_RECOGNIZE", "negate": "IS NOT",
-    "partition": "PARTITION", "settings": "SETTINGS", "format": "FORMAT", "options": "OPTION",
+    "with": "WITH (a CTE)",
+    "with_": "WITH (a CTE)",
+    "distinct": "DISTINCT",
+    "into": "INTO",
+    "joins": "a JOIN",
+    "laterals": "LATERAL",
+    "pivots": "PIVOT / UNPIVOT",
+    "having": "HAVING",
+    "qualify": "QUALIFY",
+    "windows": "WINDOW",
+    "order": "ORDER BY",
+    "limit": "LIMIT",
+    "offset": "OFFSET",
+    "sample": "TABLESAMPLE / USING SAMPLE",
+    "hint": "an optimizer hint",
+    "hints": "a table hint",
+    "version": "time travel (FOR ... AS OF)",
+    "when": "time travel (AT / BEFORE)",
+    "system_time": "time travel",
+    "changes": "CHANGES",
+    "alias": "a table alias (FROM t x, FROM t FINAL)",
+    "db": "a qualified name (db.table: FROM takes the session's table name only)",
+    "catalog": "a qualified name (catalog.db.table: FROM takes the session's table name only)",
+    "table": "a table qualifier (t.column)",
+    "only": "ONLY",
+    "grouping_sets": "GROUPING SETS",
+    "cube": "CUBE",
+    "rollup": "ROLLUP",
+    "all": "GROUP BY ALL",
+    "totals": "WITH TOTALS",
+    "except": "EXCLUDE",
+    "except_": "EXCLUDE",
+    "replace": "REPLACE",
+    "rename": "RENAME",
+    "ilike": "ILIKE",
+    "on": "DISTINCT ON",
+    "query": "a subquery",
+    "unnest": "UNNEST",
+    "symmetric": "BETWEEN SYMMETRIC",
+    "with_fill": "WITH FILL",
+    "kind": "SELECT AS STRUCT / VALUE",
+    "locks": "a locking clause",
+    "prewhere": "PREWHERE",
+    "connect": "CONNECT BY",
+    "match": "MATCH_RECOGNIZE",
+    "negate": "IS NOT",
+    "partition": "PARTITION",
+    "settings": "SETTINGS",
+    "format": "FORMAT",
+    "options": "OPTION",
 }
-_CLASS_ARG_WORDS = {
-    (exp.Order, "this"): "ORDER BY inside an aggregate (only PERCENTILE_CONT(q) WITHIN GROUP (ORDER BY c) takes an order)",
+_CLASS_ARG_WORDS: dict[tuple[type[exp.Expression], str], str] = {
+    (
+        exp.Order,
+        "this",
+    ): "ORDER BY inside an aggregate (only PERCENTILE_CONT(q) WITHIN GROUP (ORDER BY c) takes an order)",
 }
-_CLASS_WORDS = {
-    exp.Subquery: "a subquery (Subquery)", exp.Window: "a window function (Window, OVER)", exp.Union: "a set operation (UNION)",
-    exp.Intersect: "a set operation (INTERSECT)", exp.Except: "a set operation (EXCEPT)", exp.Join: "a JOIN",
-    exp.Cast: "a cast (Cast)", exp.TryCast: "a cast (TryCast)", exp.Filter: "FILTER (WHERE ...)", exp.Collate: "COLLATE",
-    exp.Order: "ORDER BY inside an aggregate (Order)", exp.Values: "VALUES", exp.Unnest: "UNNEST", exp.Lateral: "LATERAL", exp.Placeholder: "a placeholder (bound parameters are not supported)",
+_CLASS_WORDS: dict[type, str] = {
+    exp.Subquery: "a subquery (Subquery)",
+    exp.Window: "a window function (Window, OVER)",
+    exp.Union: "a set operation (UNION)",
+    exp.Intersect: "a set operation (INTERSECT)",
+    exp.Except: "a set operation (EXCEPT)",
+    exp.Join: "a JOIN",
+    exp.Cast: "a cast (Cast)",
+    exp.TryCast: "a cast (TryCast)",
+    exp.Filter: "FILTER (WHERE ...)",
+    exp.Collate: "COLLATE",
+    exp.Order: "ORDER BY inside an aggregate (Order)",
+    exp.Values: "VALUES",
+    exp.Unnest: "UNNEST",
+    exp.Lateral: "LATERAL",
+    exp.Placeholder: "a placeholder (bound parameters are not supported)",
 }
 
 
@@ -142,7 +200,9 @@ def _empty(value: object) -> bool:
     return value is None or value is False or (isinstance(value, (list, str)) and not value)
 
 
-def _check_node(node: exp.Expression, nodes: dict[type[exp.Expression], frozenset[str]], accepted: str) -> list[exp.Expression]:
+def _check_node(
+    node: exp.Expression, nodes: dict[type[exp.Expression], frozenset[str]], accepted: str
+) -> list[exp.Expression]:
     """Refuse the node if its type, or the key of any of its non-empty arguments, is not
     whitelisted; its child nodes otherwise."""
     allowed = nodes.get(type(node))
@@ -176,14 +236,23 @@ def _check_comments(text: str, what: str) -> None:
     try:
         tokens = sqlglot.tokenize(text, read="duckdb")
     except sqlglot.errors.SqlglotError as exc:
-        raise InvalidParameterError(what, text[:200], "valid SQL of the documented subset", f"it does not parse: {str(exc).splitlines()[0]}") from None
+        raise InvalidParameterError(
+            what, text[:200], "valid SQL of the documented subset", f"it does not parse: {str(exc).splitlines()[0]}"
+        ) from None
     for token in tokens:
         if token.token_type.name == "HINT":
-            raise InvalidParameterError(what, text[:200], "SQL without optimizer hints", "an optimizer hint (/*+ ... */) would be ignored")
+            raise InvalidParameterError(
+                what, text[:200], "SQL without optimizer hints", "an optimizer hint (/*+ ... */) would be ignored"
+            )
         for comment in token.comments:
             # a block comment opening with + (optimizer hint) or ! (MySQL's executable comment)
             if comment.startswith(("+", "!")) and "/*" + comment in text:
-                raise InvalidParameterError(what, f"/*{comment}*/"[:200], "SQL without optimizer hints (plain comments are fine)", "a hint comment (/*+ ... */, /*! ... */) would be ignored")
+                raise InvalidParameterError(
+                    what,
+                    f"/*{comment}*/"[:200],
+                    "SQL without optimizer hints (plain comments are fine)",
+                    "a hint comment (/*+ ... */, /*! ... */) would be ignored",
+                )
 
 
 # What the nesting scan reads: string literals, quoted identifiers and comments are skipped
@@ -229,7 +298,9 @@ def query_depth(text: str) -> int:
 
 
 def _too_deep(what: str, limits: QueryLimits) -> LimitExceededError:
-    return LimitExceededError(f"{what} nesting depth", "more than the parser can follow", limits.max_query_depth, "max_query_depth")
+    return LimitExceededError(
+        f"{what} nesting depth", "more than the parser can follow", limits.max_query_depth, "max_query_depth"
+    )
 
 
 def _parse(text: object, what: str, limits: QueryLimits) -> exp.Expression:
@@ -247,10 +318,12 @@ def _parsed(text: str, what: str) -> exp.Expression:
     """The one statement of ``text`` (cached by text: analysts repeat their queries, and parsing
     costs more than the rest of compiling; nothing here depends on a session or on data)."""
     try:
-        trees = sqlglot.parse(text, read="duckdb")
+        parsed = sqlglot.parse(text, read="duckdb")
     except sqlglot.errors.SqlglotError as exc:
-        raise InvalidParameterError(what, text[:200], "valid SQL of the documented subset", f"it does not parse: {str(exc).splitlines()[0]}") from None
-    trees = [t for t in trees if t is not None]
+        raise InvalidParameterError(
+            what, text[:200], "valid SQL of the documented subset", f"it does not parse: {str(exc).splitlines()[0]}"
+        ) from None
+    trees = [t for t in parsed if isinstance(t, exp.Expression)]  # every node is one; None is not
     if len(trees) != 1:
         raise InvalidParameterError(what, text[:200], "exactly one statement")
     return trees[0]
@@ -292,9 +365,12 @@ def _literal(node: exp.Expression) -> Any:
             except ValueError:
                 raise _reject("not a number", node) from None
             if not math.isfinite(value):
-                raise _reject("a number literal must be finite", node)
+                raise _reject("a number literal must be finite", node) from None
             return value
-    raise _reject(f"only literals (numbers, strings, TRUE/FALSE) are accepted on this side of a comparison, not {_what(node)}", node)
+    raise _reject(
+        f"only literals (numbers, strings, TRUE/FALSE) are accepted on this side of a comparison, not {_what(node)}",
+        node,
+    )
 
 
 def _predicate(node: exp.Expression) -> Predicate:
@@ -320,7 +396,10 @@ def _predicate(node: exp.Expression) -> Predicate:
                 return Compare(_column_name(left), op, _literal(right))
             if isinstance(right, exp.Column):
                 return Compare(_column_name(right), _FLIP[op], _literal(left))
-            raise _reject(f"a comparison needs a column on one side and a literal on the other, not {_what(left)} and {_what(right)}", node)
+            raise _reject(
+                f"a comparison needs a column on one side and a literal on the other, not {_what(left)} and {_what(right)}",
+                node,
+            )
     if isinstance(node, exp.In):
         return _in(node, negated=False)
     if isinstance(node, exp.Between):
@@ -349,7 +428,9 @@ def _is_null(node: exp.Is, *, negated: bool) -> Predicate:
     return IsNull(_column_name(node.this), negated)
 
 
-def _backstop(tree: exp.Expression, nodes: dict[type[exp.Expression], frozenset[str]], accepted: str, interpret: Any) -> Any:
+def _backstop(
+    tree: exp.Expression, nodes: dict[type[exp.Expression], frozenset[str]], accepted: str, interpret: Any
+) -> Any:
     """Interpret the tree (which refuses with messages specific to each position), then walk the
     whole tree against the whitelist (which refuses whatever the interpretation did not read).
     Both run before anything is executed; a shape the interpretation did not expect is refused
@@ -369,7 +450,9 @@ def _limits(limits: object) -> QueryLimits:
     if limits is None:
         return QueryLimits()
     if not isinstance(limits, QueryLimits):
-        raise InvalidParameterError("limits", type(limits).__name__, "a dpkit.analytics.QueryLimits or None (the defaults)")
+        raise InvalidParameterError(
+            "limits", type(limits).__name__, "a dpkit.analytics.QueryLimits or None (the defaults)"
+        )
     return limits
 
 

@@ -1,7 +1,7 @@
 """k-anonymity and distinct l-diversity of a released table.
 
 A table is *k-anonymous* on quasi-identifiers (QIs) when every combination of QI values that
-occurs is shared by at least k rows (Sweeney 2002; textbook §5.1, tables 5.1-5.2): each person is
+occurs is shared by at least k rows (Sweeney 2002): each person is
 indistinguishable from at least k-1 others.  *Distinct l-diversity* (Machanavajjhala et al. 2007)
 further asks every such equivalence class to hold at least l distinct sensitive values.
 
@@ -17,8 +17,8 @@ about what two releases reveal together (see :mod:`dpkit.attacks.linkage`).
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Sequence
 
 import pandas as pd
 
@@ -32,22 +32,20 @@ def _check_table(df: object, quasi_identifiers: object, *, extra: Sequence[str] 
     if not isinstance(df, pd.DataFrame):
         raise InvalidDataError("df", f"got {type(df).__name__}", "a pandas DataFrame")
     if isinstance(quasi_identifiers, str) or not isinstance(quasi_identifiers, Sequence):
-        raise InvalidParameterError(
-            "quasi_identifiers", quasi_identifiers, "a non-empty list of column names"
-        )
+        raise InvalidParameterError("quasi_identifiers", quasi_identifiers, "a non-empty list of column names")
     qi = list(quasi_identifiers)
     if not qi:
         raise InvalidParameterError(
-            "quasi_identifiers", qi, "a non-empty list of column names",
+            "quasi_identifiers",
+            qi,
+            "a non-empty list of column names",
             "With no quasi-identifier every row is in one class; name the linkable columns.",
         )
     if len(set(qi)) != len(qi):
         raise InvalidParameterError("quasi_identifiers", qi, "a list without repeated names")
     for col in [*qi, *extra]:
         if col not in df.columns:
-            raise InvalidParameterError(
-                "column", col, f"one of the table's columns {list(map(str, df.columns))}"
-            )
+            raise InvalidParameterError("column", col, f"one of the table's columns {list(map(str, df.columns))}")
     if len(df) == 0:
         raise InvalidDataError("df", "the table has no rows", "a table with at least one row")
     return qi
@@ -75,9 +73,7 @@ def l_diversity(df: pd.DataFrame, quasi_identifiers: Sequence[str], sensitive: s
     """Distinct l: the fewest distinct sensitive values found in any equivalence class."""
     qi = _check_table(df, quasi_identifiers, extra=[sensitive])
     if sensitive in qi:
-        raise InvalidParameterError(
-            "sensitive", sensitive, "a column that is not a quasi-identifier"
-        )
+        raise InvalidParameterError("sensitive", sensitive, "a column that is not a quasi-identifier")
     counts = df.groupby(qi, dropna=False, observed=True)[sensitive].nunique(dropna=False)
     return int(counts.min())
 
@@ -92,7 +88,7 @@ class AnonymityReport:
     """
 
     k: int
-    l: int | None
+    l: int | None  # noqa: E741 - the l of l-diversity, a public field name
     n_classes: int
     n_rows: int
     target_k: int | None
@@ -120,13 +116,15 @@ def anonymity_report(
     (1, 1, 2, 1)
     """
     sizes = equivalence_classes(df, quasi_identifiers)
-    if target_k is not None and (
-        isinstance(target_k, bool) or not isinstance(target_k, int) or target_k < 1
-    ):
+    if target_k is not None and (isinstance(target_k, bool) or not isinstance(target_k, int) or target_k < 1):
         raise InvalidParameterError("target_k", target_k, "an integer >= 1")
     below = int(sizes[sizes < target_k].sum()) if target_k is not None else 0
     ell = l_diversity(df, quasi_identifiers, sensitive) if sensitive is not None else None
     return AnonymityReport(
-        k=int(sizes.min()), l=ell, n_classes=int(len(sizes)), n_rows=int(len(df)),
-        target_k=target_k, rows_below_target=below,
+        k=int(sizes.min()),
+        l=ell,
+        n_classes=int(len(sizes)),
+        n_rows=int(len(df)),
+        target_k=target_k,
+        rows_below_target=below,
     )

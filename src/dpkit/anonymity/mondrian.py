@@ -37,9 +37,9 @@ k-anonymity is not differential privacy: see :mod:`dpkit.attacks.linkage`.
 from __future__ import annotations
 
 import math
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from types import MappingProxyType
-from typing import Mapping, Sequence
 
 import numpy as np
 import pandas as pd
@@ -75,6 +75,7 @@ class _Categorical:
     def __init__(self, name: str, values: pd.Series, hierarchy: Mapping | None) -> None:
         domain = pd.unique(values)
         self.hierarchy = hierarchy
+        chains: dict[object, tuple[object, ...]]
         if hierarchy is None:
             chains = {v: (v,) for v in domain}
             order = sorted(domain, key=str)
@@ -90,7 +91,9 @@ class _Categorical:
                     chain.append(hierarchy[chain[-1]])
                     if len(chain) > len(hierarchy) + 1:
                         raise InvalidParameterError(
-                            f"hierarchies[{name!r}]", "(cycle)", "a dict without cycles",
+                            f"hierarchies[{name!r}]",
+                            "(cycle)",
+                            "a dict without cycles",
                             f"Climbing from {v!r} never reaches a root.",
                         )
                 chains[v] = tuple(chain)
@@ -100,8 +103,8 @@ class _Categorical:
         self.size = len(self.order)
         # leaves below every node, for the NCP of a generalised cell
         self.leaves: dict = {}
-        for chain in self.chains:
-            for node in chain[1:]:
+        for path in self.chains:
+            for node in path[1:]:
                 self.leaves[node] = self.leaves.get(node, 0) + 1
         self.codes = pd.Categorical(values, categories=self.order).codes.astype(np.float64)
 
@@ -157,9 +160,7 @@ def generalise(
     if isinstance(k, bool) or not isinstance(k, (int, np.integer)) or k < 1:
         raise InvalidParameterError("k", k, "an integer >= 1")
     k = int(k)
-    if isinstance(suppress, bool) or not isinstance(suppress, (int, float)) or not (
-        0.0 <= suppress < 1.0
-    ):
+    if isinstance(suppress, bool) or not isinstance(suppress, (int, float)) or not (0.0 <= suppress < 1.0):
         raise InvalidParameterError("suppress", suppress, "a fraction in [0, 1)")
     hierarchies = dict(hierarchies or {})
     for name in hierarchies:
@@ -179,7 +180,9 @@ def generalise(
         is_num = pd.api.types.is_numeric_dtype(col) and not pd.api.types.is_bool_dtype(col)
         if is_num and name in hierarchies:
             raise InvalidParameterError(
-                "hierarchies", name, "hierarchies for categorical QIs only",
+                "hierarchies",
+                name,
+                "hierarchies for categorical QIs only",
                 "Numeric QIs are generalised to ranges.",
             )
         numeric[name] = bool(is_num)

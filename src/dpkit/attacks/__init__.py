@@ -4,9 +4,9 @@ their failure against dpkit's Laplace curator under a budget."""
 
 from dpkit.attacks.linkage import LinkageResult, linkage_attack
 from dpkit.attacks.reconstruction import (
+    Curator,
     DPCurator,
     IdentifierCondition,
-    Curator,
     NaiveCurator,
     ReconstructionResult,
     StickyCurator,

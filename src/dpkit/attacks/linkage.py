@@ -1,4 +1,5 @@
-"""Linkage attack on two k-anonymous releases (textbook §5.1, tables 5.2 and 5.3).
+"""Linkage attack on two k-anonymous releases (Ganta, Kasiviswanathan & Smith 2008,
+"Composition attacks and auxiliary information in data privacy", KDD: the intersection attack).
 
 Hospital A publishes a k-anonymous table; hospital B publishes its own.  Someone in both tables
 lies in one equivalence class of each, so their sensitive value is in the *intersection* of the
@@ -27,8 +28,8 @@ and the person's raw or generalised QI values, e.g. "Zhao Lina, 56, female, was 
 from __future__ import annotations
 
 import re
+from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Sequence
 
 import numpy as np
 import pandas as pd
@@ -88,7 +89,7 @@ def _fmt(v: float) -> str:
 
 
 def _mask_ok(a: str, b: str) -> bool:
-    return len(a) == len(b) and all(p == q or p == "*" or q == "*" for p, q in zip(a, b))
+    return len(a) == len(b) and all(p == q or p == "*" or q == "*" for p, q in zip(a, b, strict=True))
 
 
 def _match_matrix(cells_x: pd.DataFrame, cells_y: pd.DataFrame, qi: list[str], mode: str):
@@ -102,9 +103,7 @@ def _match_matrix(cells_x: pd.DataFrame, cells_y: pd.DataFrame, qi: list[str], m
         else:
             px = [_parse(v) for v in ux]
             py = [_parse(v) for v in uy]
-            c = np.array([[_compatible(a, b) for b in py] for a in px], dtype=bool).reshape(
-                len(ux), len(uy)
-            )
+            c = np.array([[_compatible(a, b) for b in py] for a in px], dtype=bool).reshape(len(ux), len(uy))
         out &= c[cx][:, cy]
     return out
 
@@ -141,7 +140,7 @@ def linkage_attack(
 ) -> LinkageResult:
     """Join two releases on their (generalised) QIs and find pinned-down sensitive values.
 
-    Assumes each target is in both releases (the attacker's side knowledge in the textbook).
+    Assumes each target is in both releases (the attacker's side knowledge).
     """
     qi = _check_table(released_a, quasi_identifiers, extra=[sensitive])
     _check_table(released_b, qi, extra=[sensitive])
@@ -149,13 +148,9 @@ def linkage_attack(
         raise InvalidParameterError("match", match, "'overlap' or 'equality'")
     if sensitive in qi:
         raise InvalidParameterError("sensitive", sensitive, "a column that is not a QI")
-    ga = released_a.groupby(qi, dropna=False, sort=True)[sensitive].agg(
-        [lambda s: frozenset(s.astype(str)), "size"]
-    )
+    ga = released_a.groupby(qi, dropna=False, sort=True)[sensitive].agg([lambda s: frozenset(s.astype(str)), "size"])
     ga.columns = ["values", "rows"]
-    gb = released_b.groupby(qi, dropna=False, sort=True)[sensitive].agg(
-        [lambda s: frozenset(s.astype(str)), "size"]
-    )
+    gb = released_b.groupby(qi, dropna=False, sort=True)[sensitive].agg([lambda s: frozenset(s.astype(str)), "size"])
     gb.columns = ["values", "rows"]
     ca, cb = ga.index.to_frame(index=False), gb.index.to_frame(index=False)
 

@@ -1,20 +1,19 @@
-"""Reconstruction attacks on subset-sum query interfaces (seed 004 ch. 1).
+"""Reconstruction attacks on subset-sum query interfaces (Dwork & Roth 2014, §8.1).
 
 A curator holds a secret bit vector x ∈ {0,1}^n (one sensitive bit per person) and answers
 *subset-sum* queries q_S(x) = Σ_{i∈S} x_i with some error. The attacks here show why "a little
 noise" does not protect x, and why dpkit's Laplace noise does:
 
-* Theorem 1.1 (exhaustive attack, seed 004 §1.3): an analyst who may ask all 2^n subset queries
-  of a curator whose every answer is within E of the truth finds a candidate c with Hamming
-  distance ≤ 4E from x — any c consistent with every answer to within E. Proof: on
-  I_0 = {i : x_i = 0} both c and x are within E of r(I_0), so c has at most 2E ones there; same
-  for the zeros of c on I_1.
-* Theorem 1.2 (Dinur & Nissim 2003; Dwork & Roth 2014, Thm 8.2): with O(n) *random* subset
-  queries and error E = o(√n), an LP (or least squares) followed by rounding recovers all but
-  o(n) bits: the curator is *blatantly non-private* (BNP — definition 1.1, the reconstruction
-  differs from x in o(n) positions; we call a run BNP when it recovers at least
-  :data:`BNP_THRESHOLD` of the bits).
-* Diffix (seed 004 §1.4, Cohen & Nissim 2018): "sticky" noise — a deterministic pseudo-random
+* The exhaustive attack (Dinur & Nissim 2003; Dwork & Roth 2014, Thm 8.1): an analyst who may ask
+  all 2^n subset queries of a curator whose every answer is within E of the truth finds a candidate
+  c with Hamming distance ≤ 4E from x — any c consistent with every answer to within E. Proof: on
+  I_0 = {i : x_i = 0} both c and x are within E of r(I_0), so c has at most 2E ones there; same for
+  the zeros of c on I_1.
+* The LP attack (Dinur & Nissim 2003; Dwork & Roth 2014, Thm 8.2): with O(n) *random* subset queries
+  and error E = o(√n), an LP (or least squares) followed by rounding recovers all but o(n) bits: the
+  curator is *blatantly non-private* (BNP, Dinur & Nissim 2003: the reconstruction differs from x in
+  o(n) positions; we call a run BNP when it recovers at least :data:`BNP_THRESHOLD` of the bits).
+* Diffix (Cohen & Nissim 2018): "sticky" noise — a deterministic pseudo-random
   function of the query's conditions — makes repeating a query useless, but logically equivalent
   queries with different (dummy) conditions get independent noise, and averaging them removes it.
 
@@ -136,10 +135,16 @@ def _as_mask(subset: ArrayLike, n: int) -> NDArray[np.bool_]:
     s = np.asarray(subset)
     if s.dtype == bool:
         if s.shape != (n,):
-            raise InvalidDataError("subset", f"boolean mask of shape {s.shape}", f"a mask of shape ({n},) or indices in [0, {n})")
+            raise InvalidDataError(
+                "subset", f"boolean mask of shape {s.shape}", f"a mask of shape ({n},) or indices in [0, {n})"
+            )
         return s
     if s.dtype.kind not in "iu" or s.ndim > 1 or (s.size and (s.min() < 0 or s.max() >= n)):
-        raise InvalidDataError("subset", f"dtype {s.dtype}, shape {s.shape}", f"a boolean mask of shape ({n},) or integer indices in [0, {n})")
+        raise InvalidDataError(
+            "subset",
+            f"dtype {s.dtype}, shape {s.shape}",
+            f"a boolean mask of shape ({n},) or integer indices in [0, {n})",
+        )
     mask = np.zeros(n, dtype=bool)
     mask[s] = True
     return mask
@@ -148,7 +153,9 @@ def _as_mask(subset: ArrayLike, n: int) -> NDArray[np.bool_]:
 def _as_masks(subsets: ArrayLike, n: int) -> NDArray[np.bool_]:
     q = np.asarray(subsets)
     if q.ndim != 2 or q.shape[1] != n or q.dtype.kind not in "biu" or not np.all((q == 0) | (q == 1)):
-        raise InvalidDataError("subsets", f"dtype {q.dtype}, shape {q.shape}", f"a 0/1 matrix with {n} columns, one query per row")
+        raise InvalidDataError(
+            "subsets", f"dtype {q.dtype}, shape {q.shape}", f"a 0/1 matrix with {n} columns, one query per row"
+        )
     return q.astype(bool)
 
 
@@ -193,7 +200,12 @@ class NaiveCurator(Curator):
     """
 
     def __init__(
-        self, x: ArrayLike, *, noise_bound: float = MISSING, rng: np.random.Generator | int | None = None, **renamed: Any
+        self,
+        x: ArrayLike,
+        *,
+        noise_bound: float = MISSING,
+        rng: np.random.Generator | int | None = None,
+        **renamed: Any,
     ) -> None:
         super().__init__(x)
         self.noise_bound = _noise_bound("NaiveCurator", noise_bound, renamed)
@@ -239,12 +251,17 @@ class StickyCurator(Curator):
     The rows counted are those in the subset for which every condition holds.
 
     Simplification: real Diffix adds further noise layers (seeded by the rows selected) and
-    suppresses low counts; the seed's account of the bounty and Cohen & Nissim's attack show
+    suppresses low counts; Cohen & Nissim's attack on the deployed system shows
     those do not stop equivalent-query averaging either.
     """
 
     def __init__(
-        self, x: ArrayLike, *, noise_bound: float = MISSING, rng: np.random.Generator | int | None = None, **renamed: Any
+        self,
+        x: ArrayLike,
+        *,
+        noise_bound: float = MISSING,
+        rng: np.random.Generator | int | None = None,
+        **renamed: Any,
     ) -> None:
         super().__init__(x)
         self.noise_bound = _noise_bound("StickyCurator", noise_bound, renamed)
@@ -259,7 +276,7 @@ class StickyCurator(Curator):
         u = int.from_bytes(h.digest(), "little") / 2.0**64  # in [0, 1)
         return (2.0 * u - 1.0) * self.noise_bound
 
-    def query(self, subset: ArrayLike, conditions: Sequence[IdentifierCondition] = ()) -> float:  # type: ignore[override]
+    def query(self, subset: ArrayLike, conditions: Sequence[IdentifierCondition] = ()) -> float:
         mask = _as_mask(subset, self.n)
         for c in conditions:
             if not isinstance(c, IdentifierCondition):
@@ -278,8 +295,9 @@ class StickyCurator(Curator):
 def split_epsilon(total_epsilon: float, queries: int) -> float:
     """The largest double ε such that ``queries`` Laplace releases at ε fit in ``total_epsilon``.
 
-    The budget adds the exact binary values of the ε's (STYLE §3), so total/k computed in floating
-    point may overshoot by one ulp; this rounds down until k·ε ≤ total holds exactly.
+    The budget adds the exact binary values of the ε's (docs/architecture.md, "Privacy arithmetic"),
+    so total/k computed in floating point may overshoot by one ulp; this rounds down until k·ε ≤
+    total holds exactly.
 
     >>> eps = split_epsilon(1.0, 400)
     >>> 400 * Fraction(eps) <= 1 and eps > 0.0024999
@@ -299,9 +317,9 @@ class DPCurator(Curator):
     """Answers through dpkit's Laplace mechanism (sensitivity 1, ε per query) under a budget.
 
     A subset-sum query changes by at most 1 when one person is added or removed, so each answer
-    ``Laplace(epsilon=epsilon_per_query, sensitivity=1).release(count)`` is ε-DP (seed 004 §3.2).
-    Before answering, the mechanism's ``LaplaceEvent`` is spent on ``budget``; when the budget
-    cannot pay, :class:`~dpkit.errors.BudgetExceededError` is raised and nothing is released.
+    ``Laplace(epsilon=epsilon_per_query, sensitivity=1).release(count)`` is ε-DP (Dwork & Roth 2014,
+    Thm 3.6). Before answering, the mechanism's ``LaplaceEvent`` is spent on ``budget``; when the
+    budget cannot pay, :class:`~dpkit.errors.BudgetExceededError` is raised and nothing is released.
     For many queries use :func:`split_epsilon` to choose ``epsilon_per_query``.
     """
 
@@ -358,7 +376,9 @@ class ReconstructionResult:
         return None if self.guarantee is None else self.hamming_errors <= self.guarantee
 
 
-def _score(attack: str, curator: Curator, c: NDArray[Any], queries: int, t0: float, guarantee: float | None = None) -> ReconstructionResult:
+def _score(
+    attack: str, curator: Curator, c: NDArray[Any], queries: int, t0: float, guarantee: float | None = None
+) -> ReconstructionResult:
     c = np.asarray(c, dtype=np.int64)
     errors = int(np.sum(c != curator.secret))
     frac = (curator.n - errors) / curator.n
@@ -393,8 +413,10 @@ def _all_subsets(n: int) -> NDArray[np.int8]:
 # ------------------------------------------------------------------------------------------------
 
 
-def exhaustive_attack(curator: Curator, n: int, *, error_bound: float | None = None, block: int = 256) -> ReconstructionResult:
-    """Theorem 1.1: ask all 2^n subset sums, return a candidate consistent with all within E.
+def exhaustive_attack(
+    curator: Curator, n: int, *, error_bound: float | None = None, block: int = 256
+) -> ReconstructionResult:
+    """The exhaustive attack: ask all 2^n subset sums, return a candidate consistent with all within E.
 
     ``error_bound`` is E, by default the curator's promised ``noise_bound``. Any consistent
     candidate is within Hamming distance 4E of the secret (``result.guarantee``). Candidates are
@@ -423,12 +445,16 @@ def exhaustive_attack(curator: Curator, n: int, *, error_bound: float | None = N
         if len(alive) <= 1:
             break
     if len(alive) == 0:  # only when the curator broke its promise |error| <= E
-        raise InvalidDataError("answers", f"no candidate is consistent within E={E}", "a curator whose errors are at most E")
+        raise InvalidDataError(
+            "answers", f"no candidate is consistent within E={E}", "a curator whose errors are at most E"
+        )
     if len(alive) > 1:  # verify the first survivor against every query
         alive = alive[:1]
     c = candidates[alive[0]]
     if not np.all(np.abs(subsets.astype(np.int32) @ c - answers) <= tol):
-        raise InvalidDataError("answers", f"no candidate is consistent within E={E}", "a curator whose errors are at most E")
+        raise InvalidDataError(
+            "answers", f"no candidate is consistent within E={E}", "a curator whose errors are at most E"
+        )
     return _score("exhaustive", curator, c, len(subsets), t0, guarantee=4 * E)
 
 
@@ -438,7 +464,7 @@ Method = Literal["lp", "lp_max", "lstsq"]
 def _solve(Q: NDArray[np.float64], r: NDArray[np.float64], method: str) -> NDArray[np.float64]:
     m, n = Q.shape
     if method == "lstsq":
-        return np.linalg.lstsq(Q, r, rcond=None)[0]
+        return np.asarray(np.linalg.lstsq(Q, r, rcond=None)[0], dtype=np.float64)
     if method == "lp":  # min Σ_j e_j  s.t. −e ≤ Qc − r ≤ e, 0 ≤ c ≤ 1
         cost = np.concatenate([np.zeros(n), np.ones(m)])
         eye = np.eye(m)
@@ -466,13 +492,13 @@ def dinur_nissim_attack(
     method: Method = "lp",
     rng: np.random.Generator | int | None = None,
 ) -> ReconstructionResult:
-    """Theorem 1.2 (Dinur–Nissim): ``queries`` (default 4n) uniformly random subsets, then fit and round.
+    """The LP attack (Dinur–Nissim): ``queries`` (default 4n) uniformly random subsets, then fit and round.
 
     ``method``: ``"lp"`` minimises the total (L1) error Σ|Qc − r| over c ∈ [0,1]^n (scipy
-    ``linprog``/HiGHS); ``"lp_max"`` minimises the largest error (the seed's "consistent within
-    E" form); ``"lstsq"`` is ordinary least squares (fast at n = 1000). Each coordinate is then
-    rounded at 1/2. Raises :class:`~dpkit.errors.BudgetExceededError` from a :class:`DPCurator`
-    whose budget cannot pay for the queries.
+    ``linprog``/HiGHS); ``"lp_max"`` minimises the largest error (the "consistent within E" form of
+    the exhaustive attack); ``"lstsq"`` is ordinary least squares (fast at n = 1000). Each
+    coordinate is then rounded at 1/2. Raises :class:`~dpkit.errors.BudgetExceededError` from a
+    :class:`DPCurator` whose budget cannot pay for the queries.
     """
     n = _check_n(n)
     curator = _check_curator(curator, n)
@@ -496,7 +522,7 @@ def diffix_attack(
     modulus: int = 1_000_003,
     rng: np.random.Generator | int | None = None,
 ) -> ReconstructionResult:
-    """Defeat sticky noise by averaging logically equivalent queries (seed 004 §1.4).
+    """Defeat sticky noise by averaging logically equivalent queries (Cohen & Nissim 2018).
 
     For each target i the attacker asks ``repeats`` queries "id = i AND (mult·id + offset) mod p ≠ 0"
     with pseudo-random (mult, offset) chosen so the dummy condition holds for i. Every query

@@ -8,7 +8,12 @@ lower bound on its ε that holds with a stated confidence. It can prove a violat
 
 from dpkit.audit.canary import CanaryAuditResult, canary_audit, insert_canary
 from dpkit.audit.epsilon import AuditResult, estimate_epsilon
-from dpkit.audit.membership import MembershipAttackResult, epsilon_from_tpr_fpr, loss_threshold_attack, per_example_losses
+from dpkit.audit.membership import (
+    MembershipAttackResult,
+    epsilon_from_tpr_fpr,
+    loss_threshold_attack,
+    per_example_losses,
+)
 
 __all__ = [
     "AuditResult",

@@ -30,7 +30,7 @@ from numpy.typing import NDArray
 
 from dpkit import _validate
 from dpkit._validate import short_repr
-from dpkit.audit.epsilon import EVENT_FAMILIES, AuditResult, estimate_epsilon
+from dpkit.audit.epsilon import EVENT_FAMILIES, AuditResult, EventFamily, estimate_epsilon
 from dpkit.audit.membership import _auc
 from dpkit.errors import InvalidDataError, InvalidParameterError
 
@@ -86,15 +86,23 @@ def insert_canary(dataset: Any, canary: Any) -> Any:
     """
     if isinstance(dataset, tuple):
         if not isinstance(canary, (tuple, list)) or len(canary) != len(dataset):
-            raise InvalidDataError("canary", f"is {short_repr(canary, 80)}", f"a tuple of {len(dataset)} components, one per dataset component")
-        return type(dataset)(_append_row(part, row, f"dataset[{i}]") for i, (part, row) in enumerate(zip(dataset, canary)))
+            raise InvalidDataError(
+                "canary",
+                f"is {short_repr(canary, 80)}",
+                f"a tuple of {len(dataset)} components, one per dataset component",
+            )
+        return type(dataset)(
+            _append_row(part, row, f"dataset[{i}]") for i, (part, row) in enumerate(zip(dataset, canary, strict=True))
+        )
     if _is_arraylike(dataset):
         return _append_row(dataset, canary, "dataset")
     if isinstance(dataset, list):
         return dataset + [canary]
     raise InvalidDataError(
-        "dataset", f"has type {type(dataset).__name__}",
-        "a tuple of arrays/tensors, an array, a tensor or a list of records (or pass insert=)")
+        "dataset",
+        f"has type {type(dataset).__name__}",
+        "a tuple of arrays/tensors, an array, a tensor or a list of records (or pass insert=)",
+    )
 
 
 def _is_arraylike(x: Any) -> bool:
@@ -108,8 +116,8 @@ def _append_row(part: Any, row: Any, name: str) -> Any:
     if type(part).__module__.startswith("torch"):
         import torch
 
-        r = torch.as_tensor(row, dtype=part.dtype).reshape((1,) + tuple(part.shape[1:]))
-        return torch.cat([part, r], dim=0)
+        t = torch.as_tensor(row, dtype=part.dtype).reshape((1,) + tuple(part.shape[1:]))
+        return torch.cat([part, t], dim=0)
     raise InvalidDataError(name, f"has type {type(part).__name__}", "a numpy array or a torch tensor")
 
 
@@ -124,7 +132,7 @@ def canary_audit(
     confidence: float = 0.95,
     delta: float = 0.0,
     insert: Callable[[Any, Any], Any] | None = None,
-    events: str = "thresholds",
+    events: EventFamily = "thresholds",
     progress: bool = False,
 ) -> CanaryAuditResult:
     """A lower bound on the ε of ``train_fn`` from ``trials`` trainings with and without a canary.
@@ -167,15 +175,21 @@ def canary_audit(
     if not callable(score_fn):
         raise InvalidParameterError("score_fn", short_repr(score_fn, 80), "a callable score_fn(model, canary) -> float")
     if insert is not None and not callable(insert):
-        raise InvalidParameterError("insert", short_repr(insert, 80), "None or a callable insert(dataset, canary) -> dataset")
+        raise InvalidParameterError(
+            "insert", short_repr(insert, 80), "None or a callable insert(dataset, canary) -> dataset"
+        )
     trials = _validate.positive_int(trials, "trials", minimum=100)
     confidence = _validate.probability(confidence, "confidence")
     delta = _validate.delta(delta)
     if not isinstance(events, str) or events not in EVENT_FAMILIES:
         raise InvalidParameterError("events", events, "one of 'auto', 'values', 'thresholds', 'bins'")
     if not isinstance(rng, np.random.Generator):
-        raise InvalidParameterError("rng", short_repr(rng, 80), "a numpy.random.Generator, e.g. np.random.default_rng(seed)",
-                                    "Audits are reproducible experiments, so the generator is always explicit.")
+        raise InvalidParameterError(
+            "rng",
+            short_repr(rng, 80),
+            "a numpy.random.Generator, e.g. np.random.default_rng(seed)",
+            "Audits are reproducible experiments, so the generator is always explicit.",
+        )
     with_canary = (insert or insert_canary)(dataset, canary)
     inputs = (dataset, with_canary)
     scores: tuple[list[float], list[float]] = ([], [])
@@ -193,14 +207,20 @@ def canary_audit(
         scores[which].extend(out.tolist())
         return out
 
-    audit = estimate_epsilon(sampler, 0, 1, trials=trials, delta=delta, confidence=confidence,
-                             events=events, rng=rng, progress=progress)  # type: ignore[arg-type]
+    audit = estimate_epsilon(
+        sampler, 0, 1, trials=trials, delta=delta, confidence=confidence, events=events, rng=rng, progress=progress
+    )
     ro = []
     for s in scores:
         a = np.asarray(s, dtype=np.float64)
         a.setflags(write=False)
         ro.append(a)
     return CanaryAuditResult(
-        epsilon_lower=audit.epsilon_lower, audit=audit, scores_without=ro[0], scores_with=ro[1],
-        trials=trials, confidence=confidence, delta=delta,
+        epsilon_lower=audit.epsilon_lower,
+        audit=audit,
+        scores_without=ro[0],
+        scores_with=ro[1],
+        trials=trials,
+        confidence=confidence,
+        delta=delta,
     )

@@ -166,9 +166,7 @@ def _cp_upper(k: NDArray[Any], n: int, alpha: float) -> NDArray[np.float64]:
     return np.where(k >= n, 1.0, b)
 
 
-def _log_ratio_bound(
-    k_a: NDArray[Any], k_b: NDArray[Any], n: int, alpha: float, delta: float
-) -> NDArray[np.float64]:
+def _log_ratio_bound(k_a: NDArray[Any], k_b: NDArray[Any], n: int, alpha: float, delta: float) -> NDArray[np.float64]:
     """ln((lower_CP(k_a) − δ) / upper_CP(k_b)); −inf where the numerator is not positive."""
     num = _cp_lower(k_a, n, alpha) - delta
     den = _cp_upper(k_b, n, alpha)
@@ -206,9 +204,7 @@ def _draw(
         advance(m)
 
 
-def _candidate_events(
-    pooled: NDArray[Any], family: str, bins: int, n_per_input: int
-) -> tuple[_Events, str]:
+def _candidate_events(pooled: NDArray[Any], family: str, bins: int, n_per_input: int) -> tuple[_Events, str]:
     """Candidate events built from the pooled selection half only; returns (events, family)."""
     integer = pooled.dtype.kind in "biu"
     distinct = np.unique(pooled)
@@ -364,7 +360,9 @@ def estimate_epsilon(
     bins = _validate.positive_int(bins, "bins", minimum=2)
     if not isinstance(rng, np.random.Generator):
         raise InvalidParameterError(
-            "rng", rng, "a numpy.random.Generator, e.g. np.random.default_rng(seed)",
+            "rng",
+            rng,
+            "a numpy.random.Generator, e.g. np.random.default_rng(seed)",
             "Audits are reproducible experiments, so the generator is always explicit.",
         )
     if not isinstance(progress, bool):

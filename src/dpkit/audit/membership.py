@@ -128,7 +128,9 @@ def _check_rng(rng: object) -> np.random.Generator:
     if rng is None:
         return np.random.default_rng()  # fresh OS entropy: a valid, non-reproducible split
     if not isinstance(rng, np.random.Generator):
-        raise InvalidParameterError("rng", short_repr(rng, 80), "None (a fresh split) or a numpy.random.Generator (reproducible)")
+        raise InvalidParameterError(
+            "rng", short_repr(rng, 80), "None (a fresh split) or a numpy.random.Generator (reproducible)"
+        )
     return rng
 
 
@@ -210,7 +212,9 @@ def _held_out_bound(
         lo_tpr = _cp_lower(km, sel_m.size, alpha) - delta
         lo_tnr = _cp_lower(sel_n.size - kn, sel_n.size, alpha) - delta
         below = np.where(lo_tpr > 0, np.log(lo_tpr / _cp_upper(kn, sel_n.size, alpha)), -np.inf)  # {loss <= τ}
-        above = np.where(lo_tnr > 0, np.log(lo_tnr / _cp_upper(sel_m.size - km, sel_m.size, alpha)), -np.inf)  # {loss > τ}
+        above = np.where(
+            lo_tnr > 0, np.log(lo_tnr / _cp_upper(sel_m.size - km, sel_m.size, alpha)), -np.inf
+        )  # {loss > τ}
     scores = np.concatenate([below, above])
     best = int(np.argmax(scores))
     tau = float(taus[best % taus.size])
@@ -295,8 +299,10 @@ def per_example_losses(model: Any, X: Any, y: Any, *, batch_size: int = 4096) ->
     try:
         import torch
     except ImportError:  # pragma: no cover - torch is an optional extra
-        torch = None
-    if torch is not None and isinstance(model, torch.nn.Module):
+        is_torch = False
+    else:
+        is_torch = isinstance(model, torch.nn.Module)
+    if is_torch:
         return _torch_losses(model, X, y, batch_size)
     raise InvalidParameterError("model", short_repr(model, 80), "a torch.nn.Module or a classifier with predict_proba")
 
@@ -307,7 +313,9 @@ def _sklearn_losses(model: Any, X: Any, y: Any) -> NDArray[np.float64]:
         raise InvalidDataError("y", f"has shape {labels.shape}", "a 1-D array of labels")
     proba = np.asarray(model.predict_proba(X), dtype=np.float64)
     if proba.ndim != 2 or proba.shape[0] != labels.shape[0]:
-        raise InvalidDataError("X", f"gave predict_proba of shape {proba.shape} for {labels.shape[0]} labels", "one row per label")
+        raise InvalidDataError(
+            "X", f"gave predict_proba of shape {proba.shape} for {labels.shape[0]} labels", "one row per label"
+        )
     classes = np.asarray(getattr(model, "classes_", np.arange(proba.shape[1])))
     order = np.argsort(classes, kind="stable")
     pos = np.searchsorted(classes[order], labels)
@@ -315,14 +323,17 @@ def _sklearn_losses(model: Any, X: Any, y: Any) -> NDArray[np.float64]:
     found = classes[order][pos] == labels
     if not np.all(found):
         bad = labels[~found][0]
-        raise InvalidDataError("y", f"holds the label {bad!r}, not among the model's classes", f"one of {classes.tolist()}")
+        raise InvalidDataError(
+            "y", f"holds the label {bad!r}, not among the model's classes", f"one of {classes.tolist()}"
+        )
     p = proba[np.arange(labels.size), order[pos]]
     return -np.log(np.clip(p, np.finfo(np.float64).tiny, 1.0))
 
 
 def _torch_losses(model: Any, X: Any, y: Any, batch_size: int) -> NDArray[np.float64]:
-    import torch
     import torch.nn.functional as F
+
+    import torch
 
     dtype = next((p.dtype for p in model.parameters()), torch.get_default_dtype())
     Xt = X.detach() if isinstance(X, torch.Tensor) else torch.as_tensor(np.asarray(X))
@@ -330,7 +341,9 @@ def _torch_losses(model: Any, X: Any, y: Any, batch_size: int) -> NDArray[np.flo
         Xt = Xt.to(dtype)  # integer inputs (e.g. token ids) are passed unchanged
     yt = y.detach() if isinstance(y, torch.Tensor) else torch.as_tensor(np.asarray(y))
     if yt.ndim != 1 or yt.shape[0] != Xt.shape[0]:
-        raise InvalidDataError("y", f"has shape {tuple(yt.shape)} for {Xt.shape[0]} examples", "a 1-D tensor with one label per example")
+        raise InvalidDataError(
+            "y", f"has shape {tuple(yt.shape)} for {Xt.shape[0]} examples", "a 1-D tensor with one label per example"
+        )
     out: list[torch.Tensor] = []
     was_training = model.training
     model.eval()
@@ -342,10 +355,17 @@ def _torch_losses(model: Any, X: Any, y: Any, batch_size: int) -> NDArray[np.flo
                 if logits.ndim == 2 and logits.shape[1] >= 2:
                     out.append(F.cross_entropy(logits.to(torch.float64), target.long(), reduction="none"))
                 elif logits.ndim == 1 or (logits.ndim == 2 and logits.shape[1] == 1):
-                    out.append(F.binary_cross_entropy_with_logits(
-                        logits.reshape(-1).to(torch.float64), target.to(torch.float64), reduction="none"))
+                    out.append(
+                        F.binary_cross_entropy_with_logits(
+                            logits.reshape(-1).to(torch.float64), target.to(torch.float64), reduction="none"
+                        )
+                    )
                 else:
-                    raise InvalidDataError("model", f"returned outputs of shape {tuple(logits.shape)}", "(n, k) logits or (n,) / (n, 1) binary logits")
+                    raise InvalidDataError(
+                        "model",
+                        f"returned outputs of shape {tuple(logits.shape)}",
+                        "(n, k) logits or (n,) / (n, 1) binary logits",
+                    )
     finally:
         model.train(was_training)
     return torch.cat(out).numpy() if out else np.zeros(0)

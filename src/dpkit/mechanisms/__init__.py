@@ -5,9 +5,9 @@ from dpkit.mechanisms.candidate_quantile import CandidateQuantile
 from dpkit.mechanisms.gaussian import Gaussian, GaussianNoisePlan
 from dpkit.mechanisms.laplace import Geometric, Laplace, LaplaceNoisePlan
 from dpkit.mechanisms.mean import BoundedMean, MeanRelease
-from dpkit.mechanisms.randomized_response import ForcedResponse, FrequencyEstimate, RandomizedResponse
-from dpkit.mechanisms.ptr import PTRMean, PTRMedian, PTRResult, ProposeTestRelease
+from dpkit.mechanisms.ptr import ProposeTestRelease, PTRMean, PTRMedian, PTRResult
 from dpkit.mechanisms.quantiles import Median, Quantile, Quantiles
+from dpkit.mechanisms.randomized_response import ForcedResponse, FrequencyEstimate, RandomizedResponse
 from dpkit.mechanisms.sample_aggregate import SampleAndAggregate
 from dpkit.mechanisms.selection import Exponential, ReportNoisyMax
 from dpkit.mechanisms.smooth_sensitivity import (

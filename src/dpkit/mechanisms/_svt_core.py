@@ -83,7 +83,9 @@ def _svt_plan(epsilon: float, sensitivity: float, monotonic: bool) -> SVTNoisePl
         raise InvalidParameterError("sensitivity/epsilon", sensitivity / epsilon, "a ratio in [2**-901, 2**899]")
     k = math.floor(math.log2(base)) - _LATTICE_BITS  # g about 2^-20 of the scale
     if not -1000 <= k <= 960:
-        raise InvalidParameterError("sensitivity/epsilon", sensitivity / epsilon, "a ratio giving a noise scale in [2**-980, 2**980]")
+        raise InvalidParameterError(
+            "sensitivity/epsilon", sensitivity / epsilon, "a ratio giving a noise scale in [2**-980, 2**980]"
+        )
     lattice = Lattice(k)
     steps = math.floor(sensitivity / lattice.granularity) + 1
     eps = Fraction(epsilon)
@@ -131,16 +133,20 @@ def _as_array(queries: object) -> NDArray[np.float64] | None:
 def _stream(queries: object, data: Any) -> Iterator[float]:
     """Lazily validated values: q_i itself, or q_i(data) when ``data`` is given."""
     if isinstance(queries, (str, bytes)) or not isinstance(queries, Iterable):
-        raise InvalidDataError("queries", f"is of type {type(queries).__name__}", "an array of query answers or an iterable of them")
+        raise InvalidDataError(
+            "queries", f"is of type {type(queries).__name__}", "an array of query answers or an iterable of them"
+        )
 
     def gen() -> Iterator[float]:
-        for i, q in enumerate(queries):  # type: ignore[arg-type]
+        for i, q in enumerate(queries):
             if data is not None:
                 if not callable(q):
                     raise InvalidDataError(f"queries[{i}]", "is not callable (data was given)", "a callable q(data)")
                 q = q(data)
             elif callable(q):
-                raise InvalidDataError(f"queries[{i}]", "is a callable but no data was given", "pass data=... or query answers")
+                raise InvalidDataError(
+                    f"queries[{i}]", "is a callable but no data was given", "pass data=... or query answers"
+                )
             yield _real_value(q)
 
     return gen()
@@ -191,7 +197,9 @@ class _Round:
             chunk = min(2 * chunk, _MAX_CHUNK)
         return None
 
-    def first_in_stream(self, values: Iterator[float], counter: list[int], noise: _NoiseBuffer) -> tuple[int, float] | None:
+    def first_in_stream(
+        self, values: Iterator[float], counter: list[int], noise: _NoiseBuffer
+    ) -> tuple[int, float] | None:
         """Pull values one at a time; stop right after the first positive (index, value)."""
         t_hat = self.noisy_threshold()
         g_inv = math.ldexp(1.0, -self.plan.lattice.exponent)

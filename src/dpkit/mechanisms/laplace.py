@@ -26,7 +26,7 @@ __all__ = ["Laplace", "Geometric", "LaplaceNoisePlan"]
 _GEOMETRIC_LIMIT = 2**62
 
 
-def _as_output(noisy: NDArray[Any], original: object) -> Any:
+def _as_output(noisy: NDArray[Any], original: ArrayLike) -> Any:
     """Scalars in, scalar out; arrays keep their shape."""
     return noisy.reshape(()).item() if np.ndim(original) == 0 else noisy
 
@@ -72,7 +72,7 @@ class Laplace:
 
     Guarantee: ε-differential privacy with respect to the neighbour relation ``neighbours``,
     provided the query's ℓ1 sensitivity under that relation is at most ``sensitivity``
-    (Dwork, McSherry, Nissim & Smith 2006; Dwork & Roth 2014, Thm 3.6; seed 004 §3.2).
+    (Dwork, McSherry, Nissim & Smith 2006; Dwork & Roth 2014, Thm 3.6).
 
     Floating-point safety (Mironov 2012): the value is snapped to a lattice g = 2^k chosen from
     the scale (about 2^-40 of it) and discrete Laplace noise is added on the lattice, sampled

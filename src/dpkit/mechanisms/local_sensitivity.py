@@ -1,14 +1,15 @@
-"""Local sensitivity of common queries, and why it cannot be used directly (seed 004 ch. 5).
+"""Local sensitivity of common queries, and why it cannot be used directly.
 
-The local sensitivity of ``f`` at the actual dataset ``D`` (seed 004 Def. 5.1; Dwork & Roth 2014
+The local sensitivity of ``f`` at the actual dataset ``D`` (Dwork & Roth 2014
 §7; Nissim, Raskhodnikova & Smith 2007) is
 
     LS_f(D) = max over neighbours D' of D of |f(D) − f(D')|,
 
 and the local sensitivity at distance ``k`` is A^(k)(D) = max over D' with d(D, D') <= k of
 LS_f(D'). Unlike the global sensitivity it depends on the data, so **noise calibrated to it is not
-differentially private** (seed 004 §5.1.2): :func:`release_with_local_sensitivity` does exactly that,
-for teaching, and the tests show with :func:`dpkit.audit.estimate_epsilon` that it leaks.
+differentially private** (Nissim, Raskhodnikova & Smith 2007):
+:func:`release_with_local_sensitivity` does exactly that, for teaching, and the tests show with
+:func:`dpkit.audit.estimate_epsilon` that it leaks.
 The safe ways to use it are propose-test-release (:mod:`dpkit.mechanisms.ptr`), smooth sensitivity
 and sample-and-aggregate.
 
@@ -130,7 +131,7 @@ def local_sensitivity_mean(data: ArrayLike, *, upper: float, lower: float = 0.0)
     Derivation (n = |D|, m = mean, S = sum):
 
     * add v ∈ [l, u]: (S + v)/(n + 1) − S/n = (v − m)/(n + 1), at most max(u − m, m − l)/(n + 1)
-      ≤ (u − l)/(n + 1). With l = 0 this is the u/(n + 1) of seed 004 §5.1.1, which only
+      ≤ (u − l)/(n + 1). With l = 0 this is the u/(n + 1) often quoted, which only
       considers adding a row.
     * remove x_i (n ≥ 2): (S − x_i)/(n − 1) − S/n = (m − x_i)/(n − 1), at most (u − l)/n
       (attained by [l, …, l, u] with u removed), which is *larger* than (u − l)/(n + 1).
@@ -158,8 +159,8 @@ def mean_sensitivity_at_distance(data: ArrayLike, k: int, *, upper: float, lower
     """An upper bound on A^(k)(D) for the mean under add/remove: (u − l)/max(n − k, 1).
 
     A dataset at distance ≤ k has at least n − k records, and LS ≤ (u − l)/n' for n' records
-    (:func:`local_sensitivity_mean`). This is the ``ls_at_distance`` of seed 004 §5.2.2, which
-    uses u/(n − k + 1) and so misses the removal case.
+    (:func:`local_sensitivity_mean`). A bound of u/(n − k + 1), sometimes used for this, misses the
+    removal case.
 
     >>> mean_sensitivity_at_distance([1.0] * 10, 5, upper=10.0)
     2.0
@@ -265,10 +266,12 @@ def median_distance_to_high_sensitivity(data: ArrayLike, bound: float, *, lower:
 # --- the broken mechanism -------------------------------------------------------------------------
 
 
-def release_with_local_sensitivity(value: ArrayLike, local_sensitivity: float, epsilon: float, *, rng: RNG = None) -> Any:
+def release_with_local_sensitivity(
+    value: ArrayLike, local_sensitivity: float, epsilon: float, *, rng: RNG = None
+) -> Any:
     """value + Laplace(LS/ε) noise — **NOT differentially private**; for teaching only.
 
-    The noise scale depends on the data through LS, so the scale itself leaks (seed 004 §5.1.2;
+    The noise scale depends on the data through LS, so the scale itself leaks (NRS 2007;
     Dwork & Roth 2014 §7): two neighbouring datasets with the same answer but very different local
     sensitivities give noise distributions whose ratio is unbounded in the tails. The tests audit
     this function with :func:`dpkit.audit.estimate_epsilon` and catch it. A local sensitivity of 0
@@ -278,7 +281,9 @@ def release_with_local_sensitivity(value: ArrayLike, local_sensitivity: float, e
     3.0
     """
     eps = v.epsilon(epsilon)
-    if not (isinstance(local_sensitivity, (int, float)) and math.isfinite(local_sensitivity) and local_sensitivity >= 0):
+    if not (
+        isinstance(local_sensitivity, (int, float)) and math.isfinite(local_sensitivity) and local_sensitivity >= 0
+    ):
         raise InvalidParameterError("local_sensitivity", local_sensitivity, "a finite number >= 0")
     x = v.finite_array(value, "value")
     if local_sensitivity == 0:

@@ -58,7 +58,7 @@ class BoundedMean:
 
     The budget is split: ``sum_share``·ε for the sum (sensitivity max(|L|, |U|) under add/remove)
     and the rest for the count (sensitivity 1); sequential composition gives ε in total
-    (Dwork & Roth 2014, Thm 3.16; seed 004). Values are clipped to [lower, upper] before summing —
+    (Dwork & Roth 2014, Thm 3.16). Values are clipped to [lower, upper] before summing —
     the bounds must be chosen without looking at the data. The ratio is post-processing.
     ``neighbours``: ``"add_remove"`` only, recorded in both parts of :attr:`event` (under
     ``replace`` the count is public and the sum's sensitivity is U − L: use a Laplace sum instead).
@@ -84,7 +84,10 @@ class BoundedMean:
     def __post_init__(self) -> None:
         if v.neighbours(self.neighbours) != "add_remove":
             raise InvalidParameterError(
-                "neighbours", self.neighbours, "'add_remove'", "under replace the count is public: use a Laplace sum instead"
+                "neighbours",
+                self.neighbours,
+                "'add_remove'",
+                "under replace the count is public: use a Laplace sum instead",
             )
         object.__setattr__(self, "epsilon", v.epsilon(self.epsilon))
         if self.epsilon > 2.0**20:  # keeps every clipped value below 2^62 lattice steps (int64)
@@ -104,7 +107,9 @@ class BoundedMean:
     @property
     def _count_mech(self) -> Laplace:
         # The remainder, rounded down, so that the two parts never add up to more than ε.
-        return Laplace(epsilon=sub_down(self.epsilon, self._sum_mech.epsilon), sensitivity=1.0, neighbours=self.neighbours)
+        return Laplace(
+            epsilon=sub_down(self.epsilon, self._sum_mech.epsilon), sensitivity=1.0, neighbours=self.neighbours
+        )
 
     @property
     def event(self) -> ComposedEvent:

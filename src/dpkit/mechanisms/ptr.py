@@ -1,4 +1,4 @@
-"""Propose-test-release (Dwork & Lei 2009; Dwork & Roth 2014 §7.1; seed 004 §5.2).
+"""Propose-test-release (Dwork & Lei 2009; Dwork & Roth 2014 §7.1).
 
 The analyst **proposes** a bound b on the local sensitivity. The mechanism **tests**, privately,
 whether the data are far from every dataset whose local sensitivity exceeds b, and only then
@@ -13,7 +13,7 @@ whether the data are far from every dataset whose local sensitivity exceeds b, a
 
 Budget split: ``epsilon`` is the **total**; ε_test = ε_release = ε/2.
 
-Totality (DESIGN.md, core idea 1): a run never raises on a data value. The bounded variants read
+Totality (docs/architecture.md, "Totality"): a run never raises on a data value. The bounded variants read
 data with NaN as 0 and clip every value to [lower, upper] (±inf to the bounds); the released
 value goes through :class:`~dpkit.mechanisms.laplace.Laplace`, which clamps. For
 :class:`ProposeTestRelease` a query value of NaN counts as 0 (±inf are clamped by the Laplace
@@ -29,7 +29,7 @@ If γ(x) = 0 the test passes with probability P[Z > T] ≤ P[Z ≥ ⌊T⌋ + 1] 
 (Dwork & Roth §7.1, with the test and the release at ε each, state (2ε, δ); here the two
 halves add up to the ``epsilon`` passed.) The event is ``ApproxDPEvent(epsilon, delta)``.
 
-The threshold: Dwork & Roth use ln(1/δ)/ε; seed 004 Def. 5.2 prints ln(2/δ)/(2ε), which with
+The threshold: Dwork & Roth use ln(1/δ)/ε; a threshold of ln(2/δ)/(2ε), as sometimes taught, with
 Laplace noise lets γ = 0 pass with probability ½·√(δ/2) ≫ δ — dpkit uses ln(1/δ)/ε_test. The
 slack factor 1/(1 + ρ) ≥ ½ in the bound above absorbs the rounding of T to a float.
 
@@ -231,7 +231,7 @@ class ProposeTestRelease(_PTRCore):
 
     query: Callable[[Any], float]
     distance: Callable[[Any, float], float]
-    neighbours: Neighbours = "add_remove"  # type: ignore[assignment]
+    neighbours: Neighbours = "add_remove"
 
     def __post_init__(self) -> None:
         if not callable(self.query):
@@ -286,12 +286,12 @@ class PTRMedian(_BoundedPTR):
 
 @dataclass(frozen=True, kw_only=True)
 class PTRMean(_BoundedPTR):
-    """The mean by propose-test-release, (ε, δ)-DP under **add/remove** (seed 004 §5.2.2).
+    """The mean by propose-test-release, (ε, δ)-DP under **add/remove** (Dwork & Lei 2009).
 
     Values are clipped to [lower, upper]. LS ≤ (u − l)/n, so γ = max(0, n − (⌈(u − l)/b⌉ − 1))
     (:func:`~dpkit.mechanisms.local_sensitivity.mean_distance_to_high_sensitivity`). Empty data
     are accepted (γ = 0, so ⊥ except with probability < δ; the value would be (l + u)/2).
-    As the seed notes, the noisy-sum / noisy-count mean (:class:`BoundedMean`) is usually better.
+    In practice the noisy-sum / noisy-count mean (:class:`BoundedMean`) is usually better.
 
     >>> import numpy as np
     >>> r = PTRMean(epsilon=1.0, delta=1e-6, bound=0.01, lower=0.0, upper=100.0).release(

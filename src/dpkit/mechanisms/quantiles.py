@@ -56,6 +56,7 @@ import math
 from collections.abc import Sequence
 from dataclasses import dataclass
 from fractions import Fraction
+from functools import partial
 
 import numpy as np
 from numpy.typing import ArrayLike, NDArray
@@ -162,7 +163,9 @@ class Quantile:
         g = self.granularity
         if math.ceil(hi / g) - math.ceil(lo / g) < 1:
             raise InvalidParameterError(
-                "bounds", (lo, hi), "bounds at least a few units in the last place apart",
+                "bounds",
+                (lo, hi),
+                "bounds at least a few units in the last place apart",
                 "No output lattice point fits between them.",
             )
 
@@ -178,6 +181,31 @@ class Quantile:
     def release(self, values: ArrayLike, *, rng: RNG = None) -> float:
         """The private q-quantile of ``values`` (a float on the output lattice)."""
         return float(self._draw_many(values, 1, rng=rng)[0])
+
+    def release_clipped(self, values: ArrayLike, *, rng: RNG = None) -> float:
+        """The private q-quantile of values already clipped to [lower, upper], possibly none.
+
+        For callers that clip per record themselves, such as a query engine releasing one
+        quantile per group: an empty group must still get its draw. ``rng`` is anything
+        :meth:`release` accepts, a :class:`~dpkit.noise.source.RandomSource` included.
+
+        Guarantee: the same as :meth:`release` (ε-DP under ``add_remove`` and ``replace``), and the
+        same output distribution and random draws: the values go through the same NaN rule,
+        clipping (a no-op on clipped values) and sort. An empty input is fine because the
+        mechanism never needed a data point: with n = 0 there is one gap, [lower, upper), and the
+        output is uniform on its lattice points, the exponential mechanism over the same output
+        set with every utility equal. The sensitivity argument holds for n = 0 (adding a record
+        to an empty data set moves each utility by at most 1). Only a non-numeric input raises.
+
+        >>> med = Quantile(epsilon=1.0, q=0.5, lower=0.0, upper=10.0)
+        >>> t = med.release_clipped([], rng=np.random.default_rng(0))
+        >>> bool(0.0 <= t < 10.0)
+        True
+        """
+        x = np.asarray(values, dtype=np.float64).ravel()
+        x = np.where(np.isnan(x), 0.0, x)  # the NaN rule of ``release``
+        x = np.sort(np.clip(x, self.lower, self.upper))
+        return float(self._sample(self._prepare(x), 1, resolve_rng(rng))[0])
 
     def gap_probabilities(self, values: ArrayLike) -> tuple[NDArray[np.float64], NDArray[np.float64]]:
         """(edges, probabilities) of Smith's continuous mechanism, in floating point (display/tests).
@@ -284,7 +312,7 @@ class Quantile:
                     prep.gamma_err[gl],
                     prefix[lanes],
                     53 + int(d),
-                    lambda i, gl=gl: half_eps * (abs(int(gl[i]) - qn) - d_star),
+                    partial(_gap_gamma, half_eps, qn, d_star, gl),
                     src,
                 )
             hit_idx = np.flatnonzero(ok)[:need]
@@ -296,6 +324,11 @@ class Quantile:
             stats["proposals"] = proposals
             stats["drawn"] = drawn
         return out
+
+
+def _gap_gamma(half_eps: Fraction, qn: Fraction, d_star: Fraction, gaps: NDArray[np.int64], i: int) -> Fraction:
+    """The exact γ of lane i: ε/2·(|gap − q·n| − d*)."""
+    return half_eps * (abs(int(gaps[i]) - qn) - d_star)
 
 
 def _envelope_exponent(gamma_hat: NDArray[np.float64], err: NDArray[np.float64]) -> NDArray[np.int64]:
@@ -427,4 +460,3 @@ class Quantiles:
         x = parts[0]._data(values)  # validates once; the same clipping for every part
         src = resolve_rng(rng)
         return np.array([float(p._sample(p._prepare(x), 1, src)[0]) for p in parts])
-

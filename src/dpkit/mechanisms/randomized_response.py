@@ -4,9 +4,9 @@ Two designs:
 
 * :class:`RandomizedResponse` — Warner (1965), k-ary: report the true answer with probability
   ``p_truth``, otherwise one of the other ``k − 1`` answers uniformly at random. For k = 2 and
-  ``p_truth = 2/3`` this is the "RR algorithm" of seed 000 §5.3.1 (Theorem 5.1: log 2-DP), whose
+  ``p_truth = 2/3`` this is Warner's (1965) randomized response (ln 2-DP), whose
   unbiased estimate of the true proportion is p̂ = 3·mean(Y) − 1.
-* :class:`ForcedResponse` — the two-coin design of Dwork & Roth (2014) §2.3 (seed 002): a first
+* :class:`ForcedResponse` — the two-coin design of Dwork & Roth (2014) §3.2: a first
   coin decides whether to answer truthfully; otherwise a second coin forces "yes" or "no". With
   fair coins P(yes) = 1/4 + π/2, the estimate is 2·P(yes) − 1/2, and the design is ln 3-DP.
 
@@ -16,7 +16,7 @@ Both sample with exact rational probabilities (:func:`dpkit.noise.bernoulli`,
 :func:`dpkit.noise.uniform_below`) fed by the CSPRNG unless a seeded generator is passed as
 ``rng=``. The estimators are post-processing: they cost no privacy budget.
 
-Totality (DESIGN.md, core idea 1): a release never raises on an answer's value. A true answer
+Totality (docs/architecture.md, "Totality"): a release never raises on an answer's value. A true answer
 outside the declared domain {0, …, k − 1} (out of range, non-integer, NaN, ±inf) is treated as
 answer 0, so every input is randomised as a valid answer and the guarantee holds unchanged. Only
 public facts raise: the dtype, an empty array, booleans for k > 2. The estimators take released
@@ -167,9 +167,7 @@ def _estimate(counts: NDArray[np.int64], signal: Fraction, offset: Fraction) -> 
     s = float(signal)
     estimate = (observed - float(offset)) / s
     std_error = np.sqrt(observed * (1.0 - observed) / n) / s
-    return FrequencyEstimate(
-        estimate=_frozen(estimate), std_error=_frozen(std_error), observed=_frozen(observed), n=n
-    )
+    return FrequencyEstimate(estimate=_frozen(estimate), std_error=_frozen(std_error), observed=_frozen(observed), n=n)
 
 
 # --------------------------------------------------------------------------------------------
@@ -199,7 +197,7 @@ class RandomizedResponse:
         ε = ln( p (k − 1) / (1 − p) ),    equivalently    p = e^ε / (e^ε + k − 1),
 
     where neighbouring inputs differ in one respondent's answer (``replace``); the bound is tight.
-    Sources: Warner (1965); seed 000 §5.3.1, Theorem 5.1 (k = 2, p = 2/3 gives ε = ln 2, and the
+    Sources: Warner (1965) (k = 2, p = 2/3 gives ε = ln 2, and the
     unbiased estimate p̂ = 3·mean(Y) − 1); Kairouz, Oh & Viswanath (2014) for k > 2.
 
     Give exactly one of:
@@ -327,7 +325,7 @@ class RandomizedResponse:
 
         With p = ``p_truth`` and q = (1 − p)/(k − 1), a report equals v with probability
         q + (p − q)·π_v, so f̂_v = (observed_v − q)/(p − q) is unbiased for π_v (for k = 2 and
-        p = 2/3: f̂_1 = 3·mean − 1, seed 000 §5.3.1). Post-processing: costs no budget.
+        p = 2/3: f̂_1 = 3·mean − 1; Warner 1965). Post-processing: costs no budget.
         """
         r = _answers(reports, self.k, "reports", total=False)
         counts = np.bincount(r.ravel(), minlength=self.k)
@@ -352,7 +350,7 @@ class ForcedResponse:
 
     the larger likelihood ratio over the two reports when one respondent's true answer changes
     (``replace``); the bound is tight. With fair coins (the defaults) P(yes) = 1/4 + π/2, the
-    estimate is π̂ = 2·P̂(yes) − 1/2, and ε = ln 3. Source: Dwork & Roth (2014) §2.3 (seed 002).
+    estimate is π̂ = 2·P̂(yes) − 1/2, and ε = ln 3. Source: Dwork & Roth (2014) §3.2, Claim 3.5.
     With p_yes = 1/2 this is Warner's design with p_truth = (1 + a)/2.
 
     Both coins are sampled with the exact rationals ``Fraction(p_truth_coin)`` and
@@ -422,7 +420,7 @@ class ForcedResponse:
     def estimate_frequency(self, reports: ArrayLike) -> FrequencyEstimate:
         """Unbiased estimate of the true proportions of "no" and "yes" from released reports.
 
-        π̂ = (P̂(yes) − (1 − a)·y) / a; with fair coins π̂ = 2·P̂(yes) − 1/2 (seed 002).
+        π̂ = (P̂(yes) − (1 − a)·y) / a; with fair coins π̂ = 2·P̂(yes) − 1/2 (Dwork & Roth 2014, §3.2).
         Post-processing: costs no budget.
         """
         r = _answers(reports, 2, "reports", total=False)

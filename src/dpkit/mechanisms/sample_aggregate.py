@@ -1,4 +1,4 @@
-"""Sample-and-aggregate (Nissim, Raskhodnikova & Smith 2007; seed 004 §5.4 "采样-聚合框架").
+"""Sample-and-aggregate (Nissim, Raskhodnikova & Smith 2007; "采样-聚合框架").
 
 Any function f becomes ε-DP, without knowing its sensitivity:
 
@@ -13,7 +13,7 @@ same draws; then under ``add_remove`` the extra row changes the contents of exac
 under ``replace`` the changed row sits in exactly one block. Either way one a_i moves, by at most
 u − l, so the average moves by at most (u − l)/k: the Laplace mechanism with that sensitivity is
 ε-DP for every fixed assignment, hence for the mixture over assignments (the coupling has the same
-law on both sides). A fixed split into consecutive chunks (the seed's code) would let one added row
+law on both sides). A fixed split into consecutive chunks (a common shortcut) would let one added row
 shift every later boundary; the i.i.d. assignment avoids that.
 
 Blocks may come out empty (with probability (1 − 1/k)^n each): an empty block, a block whose
@@ -21,7 +21,7 @@ f value is NaN, and a block on which f raises an exception or returns something 
 real number answer the midpoint (lower + upper)/2; ±inf clip to the bounds. These rules do not
 look at the other blocks, so a_i stays in [lower, upper] and the argument above is unchanged.
 
-Totality (DESIGN.md, core idea 1): a release never raises on a data value. The data are handed to
+Totality (docs/architecture.md, "Totality"): a release never raises on a data value. The data are handed to
 f as given (NaN and ±inf included: what they mean is f's business), and whatever f does on a
 block becomes a number in [lower, upper] by the rules above. Only public facts raise: a
 non-numeric dtype, a scalar, fewer rows than blocks.
@@ -127,7 +127,9 @@ class SampleAndAggregate:
         if x.ndim == 0:
             raise InvalidDataError("data", "is a scalar", "an array with one row per record")
         if x.shape[0] < self.blocks:
-            raise InvalidDataError("data", f"has {x.shape[0]} rows, fewer than blocks={self.blocks}", "at least `blocks` rows")
+            raise InvalidDataError(
+                "data", f"has {x.shape[0]} rows, fewer than blocks={self.blocks}", "at least `blocks` rows"
+            )
         return x
 
     def assign_blocks(self, n: int, src: RandomSource) -> NDArray[np.int64]:

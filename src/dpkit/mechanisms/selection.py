@@ -9,6 +9,7 @@ import math
 from collections.abc import Sequence
 from dataclasses import dataclass
 from fractions import Fraction
+from functools import partial
 from typing import Any, Literal
 
 import numpy as np
@@ -52,7 +53,9 @@ def _pick(index: int, candidates: Sequence[Any] | None) -> Any:
 
 def _check_candidates(candidates: Sequence[Any] | None, n: int) -> None:
     if candidates is not None and len(candidates) != n:
-        raise InvalidDataError("candidates", f"has {len(candidates)} entries but utilities has {n}", "one candidate per utility")
+        raise InvalidDataError(
+            "candidates", f"has {len(candidates)} entries but utilities has {n}", "one candidate per utility"
+        )
 
 
 def _validate_selection(mech: Exponential | ReportNoisyMax) -> None:
@@ -63,12 +66,17 @@ def _validate_selection(mech: Exponential | ReportNoisyMax) -> None:
         raise InvalidParameterError("monotonic", mech.monotonic, "True or False")
 
 
+def _gamma_at(factor: Fraction, top: Fraction, u: NDArray[np.float64], idx: NDArray[np.intp], i: int) -> Fraction:
+    """The exact γ of lane i: factor·(max u − u[idx[i]])."""
+    return factor * (top - Fraction(float(u[idx[i]])))
+
+
 @dataclass(frozen=True, kw_only=True)
 class Exponential:
     """The exponential mechanism: select candidate i with probability ∝ exp(ε·u_i / (2Δ)).
 
     Guarantee: ε-DP w.r.t. ``neighbours`` when every utility changes by at most ``sensitivity``
-    between neighbours (McSherry & Talwar 2007; Dwork & Roth 2014, Thm 3.10; seed 004 ch. 6).
+    between neighbours (McSherry & Talwar 2007; Dwork & Roth 2014, Thm 3.10).
     With ``monotonic=True`` (all utilities move in the same direction between neighbours, as for
     counts) the factor 2 is dropped (Dwork & Roth 2014, remark after Thm 3.10).
 
@@ -149,7 +157,7 @@ class Exponential:
                 gamma_err[idx],
                 src.words(batch) >> np.uint64(11),
                 53,
-                lambda i, idx=idx: factor * (top_f - Fraction(float(u[idx[i]]))),
+                partial(_gamma_at, factor, top_f, u, idx),
                 src,
             )
             hits = np.flatnonzero(ok)
@@ -162,7 +170,7 @@ class ReportNoisyMax:
     """Report noisy max: add noise to every score and release only the index of the largest.
 
     Guarantee: ε-DP w.r.t. ``neighbours`` when each score changes by at most ``sensitivity``
-    between neighbours (Dwork & Roth 2014, Claim 3.9 for counts; seed 004 ch. 6). Noise:
+    between neighbours (Dwork & Roth 2014, Claim 3.9 for counts). Noise:
     ``"laplace"`` — Laplace with scale 2Δ/ε (Δ/ε if ``monotonic``); ``"exponential"`` — one-sided
     exponential noise with the same scale, which is the permute-and-flip mechanism (McKenna &
     Sheldon 2020; Ding et al. 2021) and never worse than the exponential mechanism.

@@ -1,7 +1,7 @@
 """Global sensitivities of the common queries, under each neighbour relation.
 
-Sensitivity always comes from declared bounds, never from the data (Dwork & Roth 2014, Def. 3.1;
-seed 004 §3). ``add_remove``: one record is added or removed; ``replace``: one record changes.
+Sensitivity always comes from declared bounds, never from the data (Dwork & Roth 2014, Def. 3.1
+and §3.3). ``add_remove``: one record is added or removed; ``replace``: one record changes.
 """
 
 from __future__ import annotations
@@ -42,7 +42,7 @@ def bounded_sum(lower: float, upper: float, neighbours: Neighbours = "add_remove
 
 def histogram(neighbours: Neighbours = "add_remove") -> Sensitivity:
     """Counts over disjoint bins: one record touches one bin (add/remove: ℓ1 = 1) or moves
-    between two bins (replace: ℓ1 = 2, ℓ2 = √2). Seed 004 §3.3.2."""
+    between two bins (replace: ℓ1 = 2, ℓ2 = √2). Dwork & Roth 2014, §3.3, histogram queries."""
     if v.neighbours(neighbours) == "add_remove":
         return Sensitivity(1.0, 1.0, neighbours)
     return Sensitivity(2.0, math.sqrt(2.0), neighbours)
@@ -50,6 +50,6 @@ def histogram(neighbours: Neighbours = "add_remove") -> Sensitivity:
 
 def counting_queries(k: int, neighbours: Neighbours = "add_remove") -> Sensitivity:
     """k arbitrary counting queries: one record can change each by 1 → ℓ1 = k, ℓ2 = √k
-    (seed 004 §3.3.1)."""
+    (Dwork & Roth 2014, §3.3, counting queries)."""
     k = v.positive_int(k, "k")
     return Sensitivity(float(k), math.sqrt(k), v.neighbours(neighbours))

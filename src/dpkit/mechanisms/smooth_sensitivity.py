@@ -1,6 +1,6 @@
 """Smooth sensitivity (Nissim, Raskhodnikova & Smith 2007) for the median and order statistics.
 
-Theory (NRS 2007, Def. 2.1–2.2, Lemmas 2.6/2.7, Cor. 2.4; seed 004 §5.3 "平滑敏感度"). For a
+Theory (NRS 2007, Def. 2.1–2.2, Lemmas 2.6/2.7, Cor. 2.4; "平滑敏感度"). For a
 query f and β > 0 the β-smooth sensitivity is
 
     S*(x) = max_{k >= 0} e^{−kβ} A^(k)(x),   A^(k)(x) = max_{y : d(x, y) <= k} LS_f(y),
@@ -19,7 +19,7 @@ The median is the order statistic of rank r = ⌈n/2⌉ = (n + 1) // 2 (the lowe
 Mechanisms (NRS Lemma 2.5 with the admissible noises of Lemma 2.7 / Example 2 there):
 
 * ``noise="laplace"``: β = ε / (2 ln(2/δ)), release f(x) + (2 S(x)/ε)·Z, Z standard Laplace:
-  (ε, δ)-DP. These are exactly the seed's constants (步骤 1–3: β = ε/(2 log(2/δ)), Laplace(2S/ε)).
+  (ε, δ)-DP: NRS 2007's Laplace instance with α = ε/2, i.e. noise S(x)/α.
 * ``noise="cauchy"``: h(z) ∝ 1/(1 + z²) (γ = 2) is (α, β)-admissible with α = β = ε/(2(γ+1)) = ε/6,
   so f(x) + (6 S(x)/ε)·Z with Z standard Cauchy is ε-DP (pure).
 
@@ -122,9 +122,7 @@ def _smooth_sorted(x: NDArray[np.float64], rank: int, lower: float, upper: float
     return math.nextafter(best, math.inf)
 
 
-def smooth_sensitivity_order_statistic(
-    values: ArrayLike, k: int, *, lower: float, upper: float, beta: float
-) -> float:
+def smooth_sensitivity_order_statistic(values: ArrayLike, k: int, *, lower: float, upper: float, beta: float) -> float:
     """The β-smooth sensitivity of the k-th smallest value (k = 1 … n) of ``values`` clipped to
     [lower, upper], under ``replace`` neighbours (NRS 2007, Prop. 3.4).
 
@@ -205,7 +203,9 @@ def _cdf_bounds(noise: str, cell: int, delta: float, b: float, g: float, prec: i
     return _scaled(lower, prec, False), _scaled(upper, prec, True)
 
 
-def _exact_cell(noise: str, delta: float, b: float, g: float, prefix: int, bits: int, guess: int, src: RandomSource) -> int:
+def _exact_cell(
+    noise: str, delta: float, b: float, g: float, prefix: int, bits: int, guess: int, src: RandomSource
+) -> int:
     """min{j : U < c_j}, c_j = F(((j + ½)g − delta)/b), U's known prefix given; galloping then
     bisection, every comparison certified by :func:`lazy_less` (more bits of U as needed)."""
     state = [prefix, bits]
@@ -238,7 +238,9 @@ def _exact_cell(noise: str, delta: float, b: float, g: float, prefix: int, bits:
     return hi
 
 
-def sample_lattice_cells(noise: str, center: float, scale: float, granularity: float, size: int, src: RandomSource) -> NDArray[np.float64]:
+def sample_lattice_cells(
+    noise: str, center: float, scale: float, granularity: float, size: int, src: RandomSource
+) -> NDArray[np.float64]:
     """``size`` independent draws of g·J, J the index of the cell [g(J − ½), g(J + ½)) holding
     center + scale·Z (Z standard Laplace or Cauchy), sampled exactly.
 
@@ -276,7 +278,7 @@ def sample_lattice_cells(noise: str, center: float, scale: float, granularity: f
 
 @dataclass(frozen=True, kw_only=True)
 class SmoothSensitivityMedian:
-    """Private median by smooth sensitivity (NRS 2007; seed 004 §5.3), ``replace`` neighbours.
+    """Private median by smooth sensitivity (NRS 2007), ``replace`` neighbours.
 
     * ``noise="laplace"`` (default): (ε, δ)-DP with β = ε/(2 ln(2/δ)) and noise (2 S/ε)·Laplace(1);
       ``delta`` in (0, 1) is required.
@@ -311,7 +313,10 @@ class SmoothSensitivityMedian:
         if v.neighbours(self.neighbours) != "replace":
             # The local-sensitivity analysis fixes n (NRS 2007, Sec. 3): add/remove is not covered.
             raise InvalidParameterError(
-                "neighbours", self.neighbours, "'replace'", "the smooth-sensitivity analysis of the median treats n as public"
+                "neighbours",
+                self.neighbours,
+                "'replace'",
+                "the smooth-sensitivity analysis of the median treats n as public",
             )
         object.__setattr__(self, "epsilon", v.epsilon(self.epsilon))
         lo, hi = _check_bounds(self.lower, self.upper)
@@ -321,13 +326,17 @@ class SmoothSensitivityMedian:
             raise InvalidParameterError("noise", self.noise, "'laplace' or 'cauchy'")
         if self.noise == "laplace":
             if self.delta is None:
-                raise InvalidParameterError("delta", None, "a number in (0, 1)", "Laplace smooth sensitivity is (ε, δ)-DP")
+                raise InvalidParameterError(
+                    "delta", None, "a number in (0, 1)", "Laplace smooth sensitivity is (ε, δ)-DP"
+                )
             object.__setattr__(self, "delta", v.delta(self.delta, allow_zero=False))
         elif self.delta not in (None, 0, 0.0):
-            raise InvalidParameterError("delta", self.delta, "None or 0 for noise='cauchy'", "Cauchy noise gives pure ε-DP")
+            raise InvalidParameterError(
+                "delta", self.delta, "None or 0 for noise='cauchy'", "Cauchy noise gives pure ε-DP"
+            )
         else:
             object.__setattr__(self, "delta", None)
-        if not 2.0**-40 <= self.beta:
+        if not self.beta >= 2.0**-40:
             raise InvalidParameterError("epsilon", self.epsilon, "a value giving β >= 2**-40")
         if not math.isfinite(self.worst_case_scale):
             raise InvalidParameterError("epsilon", self.epsilon, "a value giving a finite noise scale")

@@ -3,7 +3,7 @@ in :mod:`dpkit.mechanisms.svt_applications`).
 
 SVT answers a long (even unbounded) stream of sensitivity-Δ queries with only "below / above a
 threshold" and pays for the queries that come out *above*, never for the ones below
-(Dwork, Naor, Reingold, Rothblum & Vadhan 2009; Dwork & Roth 2014, §3.6; seed 004 ch. 7,
+(Dwork, Naor, Reingold, Rothblum & Vadhan 2009; Dwork & Roth 2014, §3.6,
 "稀疏向量技术").
 
 Every variant here is one of the proven ones. Lyu, Su & Li (2017, "Understanding the Sparse Vector
@@ -23,7 +23,7 @@ is exact on the integers. No floating-point noise is ever compared.
 Neighbours: the guarantees hold for whatever relation (``add_remove`` or ``replace``) under which
 every query moves by at most ``sensitivity``; the field only labels the recorded event.
 
-Totality (DESIGN.md, core idea 1): no run raises on a query *value*. A NaN answer is treated as 0
+Totality (docs/architecture.md, "Totality"): no run raises on a query *value*. A NaN answer is treated as 0
 (a NaN has no place in a query with a declared sensitivity) and every answer is clamped to
 [−M, M] with M = 2^60·g (:meth:`SVTNoisePlan.value_limit`; at least 2^39 times the threshold
 noise scale, fixed by the parameters), so ±inf become ±M. Clamping each answer to a fixed
@@ -100,11 +100,11 @@ def _deprecated_alias(old: str, new: str) -> Any:
 class AboveThreshold:
     """AboveThreshold: the index of the first query whose noisy answer clears a noisy threshold.
 
-    Algorithm (Dwork & Roth 2014, Alg. 1; seed 004 §7.1): T̂ = T + Lap(2Δ/ε); for i = 0, 1, …,
+    Algorithm (Dwork & Roth 2014, Alg. 1): T̂ = T + Lap(2Δ/ε); for i = 0, 1, …,
     draw ν_i ~ Lap(4Δ/ε) and halt with i at the first q_i(D) + ν_i >= T̂. With
     ``monotonic=True`` (between neighbours all queries move in the same direction, e.g. counts
     under add/remove) ν_i ~ Lap(2Δ/ε) suffices (Lyu, Su & Li 2017, Thm 4 with ε1 = ε2 = ε/2).
-    If the queries run out, ``on_fail="none"`` returns None (the "fail signal" of the notes) and
+    If the queries run out, ``on_fail="none"`` returns None (the ⊥ of Dwork & Roth's Alg. 1) and
     ``"random"`` a uniformly random index among the queries seen (post-processing of ⊥).
 
     Guarantee: ε-DP w.r.t. ``neighbours`` however many queries are asked, when every query has
@@ -219,7 +219,7 @@ def _check_sparse(mech: Any) -> None:
 class Sparse:
     """Sparse: AboveThreshold restarted after each positive, at most ``max_positives`` = c times.
 
-    Algorithm (Dwork & Roth 2014, Alg. 2 with δ = 0; seed 004 §7.3): each round is AboveThreshold
+    Algorithm (Dwork & Roth 2014, Alg. 2 with δ = 0): each round is AboveThreshold
     with ε/c — a *fresh* noisy threshold T + Lap(2cΔ/ε) and query noise Lap(4cΔ/ε) (Lap(2cΔ/ε)
     if monotonic) — started at the query after the last positive. It stops after c positives or
     when the queries run out, and releases the list of positive indices only.
@@ -262,7 +262,9 @@ class Sparse:
         lattice = base.lattice
         steps = base.steps
         eps = self.epsilon_per_round  # exact ε/c, not the rounded float
-        return SVTNoisePlan(lattice, steps, Fraction(2 * steps) / eps, Fraction((2 if self.monotonic else 4) * steps) / eps)
+        return SVTNoisePlan(
+            lattice, steps, Fraction(2 * steps) / eps, Fraction((2 if self.monotonic else 4) * steps) / eps
+        )
 
     def _positives(self, queries: Any, data: Any, src: RandomSource) -> list[tuple[int, float]]:
         rnd = _Round(self.noise_plan(), self.threshold, src)
@@ -282,10 +284,10 @@ class Sparse:
         counter = [0]
         noise = _NoiseBuffer(rnd.q_noise, src)
         while len(found) < self.max_positives:
-            hit = rnd.first_in_stream(values, counter, noise)
-            if hit is None:
+            positive = rnd.first_in_stream(values, counter, noise)
+            if positive is None:
                 break
-            found.append(hit)
+            found.append(positive)
         if counter[0] == 0:
             raise InvalidDataError("queries", "is empty", "at least one query")
         return found
@@ -367,7 +369,9 @@ class NumericSparse:
         _check_bool(self.monotonic, "monotonic")
         split = self.split
         if not isinstance(split, (tuple, list)) or len(split) != 2:
-            raise InvalidParameterError("split", split, "a pair (selection share, value share) of numbers in (0, 1) summing to <= 1")
+            raise InvalidParameterError(
+                "split", split, "a pair (selection share, value share) of numbers in (0, 1) summing to <= 1"
+            )
         a = v.probability(split[0], "split[0]")
         b = v.probability(split[1], "split[1]")
         total = Fraction(a) + Fraction(b)
@@ -422,13 +426,15 @@ class NumericSparse:
             )
         )
 
-    def release(self, queries: ArrayLike | Iterable[Any], data: Any = None, *, rng: RNG = None) -> list[tuple[int, float]]:
+    def release(
+        self, queries: ArrayLike | Iterable[Any], data: Any = None, *, rng: RNG = None
+    ) -> list[tuple[int, float]]:
         """(index, noisy value) for each of the at most c positive queries, in order."""
         src = resolve_rng(rng)
         found = self._selector()._positives(queries, data, src)
         if not found:
             return []
         noisy = self._valuer().release(np.array([x for _, x in found]), rng=src)
-        return [(i, float(y)) for (i, _), y in zip(found, np.atleast_1d(noisy))]
+        return [(i, float(y)) for (i, _), y in zip(found, np.atleast_1d(noisy), strict=True)]
 
     run = _deprecated_alias("run", "release")

@@ -54,7 +54,8 @@ def _candidates(max_bound: object, step: object) -> NDArray[np.float64]:
 
 
 def clipping_queries(values: ArrayLike, bounds: ArrayLike) -> NDArray[np.float64]:
-    """q_b(D) = Σ clip(x, 0, b) − Σ clip(x, 0, b + 1) for every b, vectorised (seed 004 §7.2).
+    """q_b(D) = Σ clip(x, 0, b) − Σ clip(x, 0, b + 1) for every b, vectorised (Near & Abuah,
+    "Programming Differential Privacy", ch. "The Sparse Vector Technique").
 
     Each q_b equals −Σ_x clip(x − b, 0, 1), so adding, removing or changing one record moves it by
     at most 1: sensitivity 1 under both neighbour relations. It rises to 0 as b passes the data.
@@ -68,7 +69,7 @@ def clipping_queries(values: ArrayLike, bounds: ArrayLike) -> NDArray[np.float64
     hi = np.searchsorted(x, b + 1, side="right")
     # Σ (x − b) over b < x <= b + 1, summed slice by slice (terms in (0, 1], so the float error
     # is below m·2^-53 for m terms — no prefix sums, whose error grows with the data's total).
-    partial = np.array([float(np.sum(x[i:j] - bb)) for i, j, bb in zip(lo, hi, b)])
+    partial = np.array([float(np.sum(x[i:j] - bb)) for i, j, bb in zip(lo, hi, b, strict=True)])
     return -((x.size - hi) + partial)
 
 
@@ -83,10 +84,11 @@ def choose_clipping_bound(
 ) -> int:
     """A clipping bound b for sums of non-negative values, chosen with AboveThreshold (ε-DP).
 
-    Seed 004 §7.2 ("应用稀疏向量技术"): candidates b = 1, 1 + step, …, <= ``max_bound``; query
+    Near & Abuah, "Programming Differential Privacy", ch. "The Sparse Vector Technique"
+    ("应用稀疏向量技术"): candidates b = 1, 1 + step, …, <= ``max_bound``; query
     q_b(D) = Σ clip(x, 0, b) − Σ clip(x, 0, b + 1) has sensitivity 1 (:func:`clipping_queries`)
-    and rises to 0 once raising the bound no longer changes the sum; AboveThreshold with the
-    notes' threshold 0 returns the first b whose noisy q_b clears the noisy threshold. The cost
+    and rises to 0 once raising the bound no longer changes the sum; AboveThreshold with
+    threshold 0 returns the first b whose noisy q_b clears the noisy threshold. The cost
     is ε however many candidates there are (Dwork & Roth 2014, Thm 3.23). If no candidate is
     found positive, the largest candidate is returned (post-processing of ⊥). Neighbours:
     add/remove or replace (both give sensitivity 1). Values below 0 count as 0, NaN counts as 0
@@ -118,16 +120,18 @@ class SVTMeanResult:
     event: ComposedEvent
 
 
-def svt_private_mean(values: ArrayLike, *, epsilon: float, max_bound: int, step: int = 1, rng: RNG = None) -> SVTMeanResult:
+def svt_private_mean(
+    values: ArrayLike, *, epsilon: float, max_bound: int, step: int = 1, rng: RNG = None
+) -> SVTMeanResult:
     """ε-DP mean of non-negative values with an automatically chosen clipping bound.
 
-    Seed 004 §7.2 (``auto_avg``): ε/3 chooses the bound b with :func:`choose_clipping_bound`,
-    ε/3 releases Σ clip(x, 0, b) with Laplace noise (sensitivity b), ε/3 the count (sensitivity
-    1); mean = noisy sum / noisy count (post-processing, the count floored at 1 and the mean
-    clamped to [0, b]). Sequential composition gives ε (Dwork & Roth 2014, Thm 3.16). Neighbours:
-    add/remove. The event is ``ComposedEvent((PureDPEvent(ε/3), LaplaceEvent(ε/3),
-    LaplaceEvent(ε/3)))``, each third rounded down. NaN counts as 0 and ±inf are clipped to
-    [0, b] like every value (total: nothing raises on a value).
+    Near & Abuah, "Programming Differential Privacy" (``auto_avg``): ε/3 chooses the bound b with
+    :func:`choose_clipping_bound`, ε/3 releases Σ clip(x, 0, b) with Laplace noise (sensitivity b),
+    ε/3 the count (sensitivity 1); mean = noisy sum / noisy count (post-processing, the count
+    floored at 1 and the mean clamped to [0, b]). Sequential composition gives ε (Dwork & Roth 2014,
+    Thm 3.16). Neighbours: add/remove. The event is ``ComposedEvent((PureDPEvent(ε/3),
+    LaplaceEvent(ε/3), LaplaceEvent(ε/3)))``, each third rounded down. NaN counts as 0 and ±inf are
+    clipped to [0, b] like every value (total: nothing raises on a value).
 
     >>> import numpy as np
     >>> ages = np.random.default_rng(0).integers(18, 90, size=20_000)
@@ -159,7 +163,9 @@ def _check_ranges(ranges: Sequence[tuple[float, float]]) -> NDArray[np.float64]:
     try:
         r = np.asarray(ranges, dtype=np.float64)
     except (TypeError, ValueError) as exc:
-        raise InvalidDataError("ranges", f"cannot be read as (lower, upper) pairs ({exc})", "a list of (lower, upper) pairs") from exc
+        raise InvalidDataError(
+            "ranges", f"cannot be read as (lower, upper) pairs ({exc})", "a list of (lower, upper) pairs"
+        ) from exc
     if r.ndim != 2 or r.shape[1] != 2 or r.shape[0] == 0:
         raise InvalidDataError("ranges", f"has shape {r.shape}", "a non-empty list of (lower, upper) pairs")
     if not np.isfinite(r).all() or np.any(r[:, 0] > r[:, 1]):
@@ -178,14 +184,15 @@ def range_queries_above_threshold(
 ) -> list[tuple[tuple[float, float], float]]:
     """Answer only the range counts that are large, paying for at most ``max_answers`` of them.
 
-    Seed 004 §7.4 ("应用: 范围问询"): the count of rows with lower < x < upper (sensitivity 1,
-    add/remove) for each range; ε/2 runs :class:`Sparse` with c = ``max_answers`` to find the
-    ranges whose count is above ``threshold``, and ε/(2c) releases each selected count with
-    Laplace noise — ε in total by sequential composition (Dwork & Roth 2014, Thm 3.16 and 3.25),
-    however many ranges are asked. Returns ((lower, upper), noisy count) for each selected range.
-    The event is ``ComposedEvent((PureDPEvent(ε/2), SelfComposedEvent(LaplaceEvent(ε/(2c)), c)))``
-    (see :func:`range_queries_event`). A NaN data value counts as 0 and ±inf fall in no range
-    (total: nothing raises on a data value; bad ``ranges`` are refused before anything runs).
+    Near & Abuah, "Programming Differential Privacy" ("应用: 范围问询"): the count of rows with
+    lower < x < upper (sensitivity 1, add/remove) for each range; ε/2 runs :class:`Sparse` with c =
+    ``max_answers`` to find the ranges whose count is above ``threshold``, and ε/(2c) releases each
+    selected count with Laplace noise — ε in total by sequential composition (Dwork & Roth 2014, Thm
+    3.16 and 3.25), however many ranges are asked. Returns ((lower, upper), noisy count) for each
+    selected range. The event is ``ComposedEvent((PureDPEvent(ε/2),
+    SelfComposedEvent(LaplaceEvent(ε/(2c)), c)))`` (see :func:`range_queries_event`). A NaN data
+    value counts as 0 and ±inf fall in no range (total: nothing raises on a data value; bad
+    ``ranges`` are refused before anything runs).
 
     >>> import numpy as np
     >>> ages = np.random.default_rng(0).integers(18, 90, size=10_000)
@@ -203,12 +210,16 @@ def range_queries_above_threshold(
     lap = Laplace(epsilon=to_float_down(Fraction(half) / c), sensitivity=1.0)
     src = resolve_rng(rng)
     x = np.sort(_data_values(data, "data"))
-    counts = (np.searchsorted(x, r[:, 1], side="left") - np.searchsorted(x, r[:, 0], side="right")).clip(0).astype(np.float64)
+    counts = (
+        (np.searchsorted(x, r[:, 1], side="left") - np.searchsorted(x, r[:, 0], side="right"))
+        .clip(0)
+        .astype(np.float64)
+    )
     chosen = sparse.release(counts, rng=src)
     if not chosen:
         return []
     noisy = np.atleast_1d(lap.release(counts[chosen], rng=src))
-    return [((float(r[i, 0]), float(r[i, 1])), float(y)) for i, y in zip(chosen, noisy)]
+    return [((float(r[i, 0]), float(r[i, 1])), float(y)) for i, y in zip(chosen, noisy, strict=True)]
 
 
 def range_queries_event(epsilon: float, max_answers: int) -> ComposedEvent:

@@ -3,7 +3,7 @@
 * :class:`KMeans` — DP Lloyd's algorithm: the textbook's Laplace version and a Gaussian/zCDP
   default with private initialisation.
 * :class:`LogisticRegression`, :class:`LinearRegression` — noisy (mini-batch) gradient descent
-  with clipping, Poisson subsampling and RDP/PLD accounting (notes 004 ch. 8).
+  with clipping, Poisson subsampling and RDP/PLD accounting (Abadi et al. 2016).
 """
 
 from dpkit.ml.kmeans import KMeans

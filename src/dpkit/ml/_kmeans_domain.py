@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
+from typing import Any, cast
 
 import numpy as np
 from numpy.typing import NDArray
@@ -127,7 +128,7 @@ def _domain(bounds: object, data_norm: object, d: int, norm: int) -> _Domain:
         return _Domain("l1" if norm == 1 else "l2", np.zeros(d), None, None, r, norm)
     accepted = f"a pair (lower, upper) of finite numbers or length-{d} arrays with lower < upper in every feature"
     try:
-        lower, upper = bounds  # type: ignore[misc]
+        lower, upper = cast("tuple[Any, Any]", bounds)  # anything else fails here and is refused below
         lo = np.broadcast_to(np.asarray(lower, dtype=np.float64), (d,)).copy()
         hi = np.broadcast_to(np.asarray(upper, dtype=np.float64), (d,)).copy()
     except (TypeError, ValueError) as exc:

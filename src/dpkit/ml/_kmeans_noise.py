@@ -88,7 +88,9 @@ def _gaussian_mechanisms(
     if not (lo > 0 and eps_of(lo) <= epsilon):
         lo = 1e-300
         if not eps_of(lo) <= epsilon:
-            raise InvalidParameterError("epsilon", epsilon, "a value the Gaussian noise can meet at this delta (larger)")
+            raise InvalidParameterError(
+                "epsilon", epsilon, "a value the Gaussian noise can meet at this delta (larger)"
+            )
     hi = max(lo, 1e-12) * 2.0
     while eps_of(hi) <= epsilon:
         lo, hi = hi, hi * 2.0

@@ -2,7 +2,7 @@
 :class:`dpkit.ml.logistic.LogisticRegression` and :class:`dpkit.ml.linear.LinearRegression`
 (private module: its names may change).
 
-The algorithm (notes 004 ch. 8; Abadi et al. 2016; Bassily, Smith & Thakurta 2014)
+The algorithm (Abadi et al. 2016; Bassily, Smith & Thakurta 2014)
 --------------------------------------------------------------------------------------
 Rows are first clipped to the declared ℓ2 norm R (``data_norm``); with an intercept each row is
 augmented with a constant 1, so ‖x̃‖₂ <= R̃ = √(R² + 1). A GLM's per-example gradient is the outer
@@ -11,16 +11,15 @@ softmax(z) − e_y for the multinomial loss, z − y for the squared loss), so i
 norm is ‖x̃‖₂·‖r‖₂: every per-example quantity is computed for all rows at once and the n
 per-example gradients are never materialised.
 
-Step 0 (add/remove only): a noisy row count n̂ = n + N(0, z_c²) (sensitivity 1) — the notes'
-"noisy sum over noisy count" (notes 004 §8.2: the mean gradient is a noisy sum divided by a
-noisy count). Then, for t = 1 … T:
+Step 0 (add/remove only): a noisy row count n̂ = n + N(0, z_c²) (sensitivity 1) — "noisy sum
+over noisy count": the mean gradient is a noisy sum divided by a noisy count. Then, for t = 1 … T:
 
 1. *Sample.* Poisson sampling: each row joins the batch independently with probability q, an
    exact Bernoulli trial for the binary value of q from the secure source (``noise.bernoulli``).
-   q = 1 is the full batch of the notes.
+   q = 1 is full-batch gradient descent.
 2. *Clip.* Each per-example gradient is scaled by min(1, C / ‖g_i‖₂). When C is at least the
-   loss's Lipschitz bound L·R̃ (L = 1 logistic, √2 multinomial: notes 004 eq. 8.1) clipping the
-   *inputs* already bounds every gradient and C is lowered to L·R̃ — the notes' input-clipping
+   loss's Lipschitz bound L·R̃ (L = 1 logistic, √2 multinomial) clipping the
+   *inputs* already bounds every gradient and C is lowered to L·R̃ — the input-clipping
    variant (no per-example gradient is ever scaled).
 3. *Noisy sum.* S_t = Σ_{i∈B_t} clip(g_i) + N(0, σ²I), σ = z·Δ with Δ = C under add/remove (one
    row added or removed moves the clipped sum by at most C) and Δ = 2C under replace.
@@ -147,13 +146,17 @@ def count_noise_multiplier(noise_multiplier: float, sample_rate: float, steps: i
 
 def _replace_with_sampling(sample_rate: float) -> InvalidParameterError:
     return InvalidParameterError(
-        "neighbours", "replace", "'add_remove' when sampling (sample_rate < 1)",
+        "neighbours",
+        "replace",
+        "'add_remove' when sampling (sample_rate < 1)",
         f"Poisson subsampling amplification (Mironov, Talwar & Zhang 2019) is proved for add/remove neighbours "
         f"only, and the sampling rate here is {sample_rate!r}; use neighbours='add_remove' or the full batch",
     )
 
 
-def training_event(noise_multiplier: float, sample_rate: float, steps: int, neighbours: Neighbours = "add_remove") -> DPEvent:
+def training_event(
+    noise_multiplier: float, sample_rate: float, steps: int, neighbours: Neighbours = "add_remove"
+) -> DPEvent:
     """The event of a whole training (see the module docstring)."""
     if neighbours == "replace":
         if sample_rate < 1:
@@ -262,10 +265,7 @@ def plan_training(
         T = v.positive_int(steps, "steps")
     else:
         e = DEFAULT_EPOCHS if epochs is None and q < 1 else epochs
-        if e is None:
-            T = DEFAULT_STEPS
-        else:
-            T = max(1, math.ceil(v.positive(e, "epochs") / q - 1e-9))
+        T = DEFAULT_STEPS if e is None else max(1, math.ceil(v.positive(e, "epochs") / q - 1e-9))
     # Clipping norm and sensitivity.
     bound = None if loss.lipschitz is None else loss.lipschitz * row_bound
     if max_grad_norm is None:
@@ -290,7 +290,9 @@ def plan_training(
         if epsilon is None:  # pragma: no cover - validated by the estimators
             raise InvalidParameterError("epsilon", epsilon, "a finite number > 0")
         z = calibrate_noise_multiplier(
-            epsilon=epsilon, delta=cal_delta, accountant=factory,
+            epsilon=epsilon,
+            delta=cal_delta,
+            accountant=factory,
             event_for=lambda s: training_event(s, q, T, neighbours),
         )
     else:
@@ -298,18 +300,36 @@ def plan_training(
     event = training_event(z, q, T, neighbours)
     proved = float(factory().compose(event).get_epsilon(cal_delta))
     if epsilon is not None and not proved <= epsilon:  # re-check before anything is spent (Opacus #346)
-        raise DPError(f"noise calibration missed its target on re-check: ε={proved!r} > {epsilon!r}")  # pragma: no cover
+        raise DPError(
+            f"noise calibration missed its target on re-check: ε={proved!r} > {epsilon!r}"
+        )  # pragma: no cover
     sum_noise = gaussian_noise_plan(z, sensitivity, n_params * n_outputs)
+    zc: float | None = None
+    count_noise: GaussianNoisePlan | None = None
     if neighbours == "add_remove":
-        zc: float | None = count_noise_multiplier(z, q, T)
-        count_noise: GaussianNoisePlan | None = gaussian_noise_plan(zc, 1.0, 1)
-    else:
-        zc, count_noise = None, None
+        z_count = count_noise_multiplier(z, q, T)
+        zc, count_noise = z_count, gaussian_noise_plan(z_count, 1.0, 1)
     return TrainingPlan(
-        steps=T, sample_rate=q, noise_multiplier=z, count_noise_multiplier=zc, max_grad_norm=C,
-        sensitivity=sensitivity, neighbours=neighbours, learning_rate=float(eta), momentum=momentum,
-        tail_average=tail_average, l2=l2, n_params=n_params, n_outputs=n_outputs, fit_intercept=fit_intercept,
-        sum_noise=sum_noise, count_noise=count_noise, event=event, epsilon=proved, delta=delta, accountant=accountant,
+        steps=T,
+        sample_rate=q,
+        noise_multiplier=z,
+        count_noise_multiplier=zc,
+        max_grad_norm=C,
+        sensitivity=sensitivity,
+        neighbours=neighbours,
+        learning_rate=float(eta),
+        momentum=momentum,
+        tail_average=tail_average,
+        l2=l2,
+        n_params=n_params,
+        n_outputs=n_outputs,
+        fit_intercept=fit_intercept,
+        sum_noise=sum_noise,
+        count_noise=count_noise,
+        event=event,
+        epsilon=proved,
+        delta=delta,
+        accountant=accountant,
     )
 
 
@@ -401,7 +421,9 @@ def train(
                 n_avg += 1
                 average += (theta - average) / n_avg
         done += m
-    return TrainingResult(theta=average if n_avg else theta, noisy_count=noisy_n if plan.count_noise is not None else None)
+    return TrainingResult(
+        theta=average if n_avg else theta, noisy_count=noisy_n if plan.count_noise is not None else None
+    )
 
 
 # ------------------------------------------------------------------------------------------------
@@ -413,16 +435,18 @@ def check_X(X: object, name: str = "X") -> NDArray[np.float64]:
     """A 2-D array of finite numbers (bools become 0/1) with at least one row and one column."""
     try:
         arr = np.asarray(X)
-        if arr.dtype == bool:
-            arr = arr.astype(np.float64)
-        elif arr.dtype.kind == "O":
+        if arr.dtype == bool or arr.dtype.kind == "O":
             arr = arr.astype(np.float64)
     except Exception as exc:
-        raise InvalidDataError(name, f"cannot be read as an array of numbers ({type(exc).__name__})", "a 2-D array of numbers") from None
+        raise InvalidDataError(
+            name, f"cannot be read as an array of numbers ({type(exc).__name__})", "a 2-D array of numbers"
+        ) from None
     if arr.dtype.kind not in "iuf":
         raise InvalidDataError(name, f"has dtype {arr.dtype}", "numbers (int, float or bool)")
     if arr.ndim != 2:
-        raise InvalidDataError(name, f"has {arr.ndim} dimension(s) (shape {arr.shape})", "a 2-D array (n_samples, n_features)")
+        raise InvalidDataError(
+            name, f"has {arr.ndim} dimension(s) (shape {arr.shape})", "a 2-D array (n_samples, n_features)"
+        )
     if arr.shape[0] < 1 or arr.shape[1] < 1:
         raise InvalidDataError(name, f"has shape {arr.shape}", "at least one row and one column")
     arr = arr.astype(np.float64, copy=False)
@@ -436,7 +460,9 @@ def check_y(y: object, n_rows: int) -> NDArray[Any]:
     try:
         arr = np.asarray(y)
     except Exception as exc:
-        raise InvalidDataError("y", f"cannot be read as an array ({type(exc).__name__})", "a 1-D array with one target per row of X") from None
+        raise InvalidDataError(
+            "y", f"cannot be read as an array ({type(exc).__name__})", "a 1-D array with one target per row of X"
+        ) from None
     if arr.ndim != 1:
         raise InvalidDataError("y", f"has shape {arr.shape}", "a 1-D array with one target per row of X")
     if arr.shape[0] != n_rows:
@@ -470,7 +496,8 @@ class NoisyGDMixin:
         params = self.get_params(deep=False)  # type: ignore[attr-defined]
         budget = params.pop("budget", None)
         fresh = {k: clone(p, safe=False) for k, p in params.items()}
-        return type(self)(budget=budget, **fresh)
+        estimator: Any = type(self)  # a concrete estimator, whose __init__ takes the sklearn parameters
+        return estimator(budget=budget, **fresh)
 
     def __sklearn_tags__(self) -> Any:
         tags = super().__sklearn_tags__()  # type: ignore[misc]
@@ -486,7 +513,9 @@ class NoisyGDMixin:
         p["neighbours"], p["accountant"] = nb, self.accountant  # type: ignore[attr-defined]
         if self.delta is None:  # type: ignore[attr-defined]
             raise InvalidParameterError(
-                "delta", None, "a number in [2**-58, 1), e.g. 1e-5 (well below 1/n)",
+                "delta",
+                None,
+                "a number in [2**-58, 1), e.g. 1e-5 (well below 1/n)",
                 "Gaussian noise needs δ > 0 and dpkit has no data-dependent default",
             )
         d = v.delta(self.delta, allow_zero=False)  # type: ignore[attr-defined]
@@ -501,13 +530,17 @@ class NoisyGDMixin:
         else:
             if eps is not None:
                 raise InvalidParameterError(
-                    "epsilon", eps, "None when noise_multiplier is given",
+                    "epsilon",
+                    eps,
+                    "None when noise_multiplier is given",
                     "noise_multiplier fixes the noise and the accountant then reports epsilon_; give one of the two",
                 )
             p["epsilon"], p["noise_multiplier"] = None, v.positive(z, "noise_multiplier")
         if self.data_norm is None:  # type: ignore[attr-defined]
             raise InvalidParameterError(
-                "data_norm", None, "a finite number > 0: a declared bound on the rows' ℓ2 norm",
+                "data_norm",
+                None,
+                "a finite number > 0: a declared bound on the rows' ℓ2 norm",
                 "It sets the sensitivity, so it must come from domain knowledge, never from the data; "
                 "rows with a larger norm are scaled down to it",
             )
@@ -557,12 +590,27 @@ class NoisyGDMixin:
         row_bound = math.hypot(R, 1.0) if p["fit_intercept"] else R
         X_aug = augment(clip_rows(X, R), p["fit_intercept"])
         plan = plan_training(
-            n_rows=X.shape[0], n_params=X_aug.shape[1], n_outputs=Y.shape[1], loss=loss, row_bound=row_bound,
-            fit_intercept=p["fit_intercept"], epsilon=p["epsilon"], delta=p["delta"],
-            noise_multiplier=p["noise_multiplier"], neighbours=p["neighbours"], accountant=p["accountant"],
-            max_grad_norm=p["max_grad_norm"], default_grad_norm=default_grad_norm, steps=p["steps"],
-            epochs=p["epochs"], batch_size=p["batch_size"], sample_rate=p["sample_rate"],
-            learning_rate=p["learning_rate"], momentum=p["momentum"], tail_average=p["tail_average"], l2=p["l2"],
+            n_rows=X.shape[0],
+            n_params=X_aug.shape[1],
+            n_outputs=Y.shape[1],
+            loss=loss,
+            row_bound=row_bound,
+            fit_intercept=p["fit_intercept"],
+            epsilon=p["epsilon"],
+            delta=p["delta"],
+            noise_multiplier=p["noise_multiplier"],
+            neighbours=p["neighbours"],
+            accountant=p["accountant"],
+            max_grad_norm=p["max_grad_norm"],
+            default_grad_norm=default_grad_norm,
+            steps=p["steps"],
+            epochs=p["epochs"],
+            batch_size=p["batch_size"],
+            sample_rate=p["sample_rate"],
+            learning_rate=p["learning_rate"],
+            momentum=p["momentum"],
+            tail_average=p["tail_average"],
+            l2=p["l2"],
         )
         result = train(plan, X_aug, Y, loss, budget=self.budget, src=src)  # type: ignore[attr-defined]
         self.plan_ = plan
@@ -591,6 +639,8 @@ class NoisyGDMixin:
         arr = check_X(X)
         if arr.shape[1] != self.n_features_in_:
             raise InvalidDataError(
-                "X", f"has {arr.shape[1]} features", f"{self.n_features_in_} features, as in fit",
+                "X",
+                f"has {arr.shape[1]} features",
+                f"{self.n_features_in_} features, as in fit",
             )
         return arr

@@ -4,8 +4,8 @@ Two algorithms, one estimator:
 
 * ``method="gaussian"`` (default): Lloyd's iterations with Gaussian noise on the per-cluster
   counts and sums, accounted in zCDP, with a private initialisation; (ε, δ)-DP.
-* ``method="textbook"``: exactly the DP Lloyd algorithm of the textbook (seed 000/001 §5.3.3,
-  "DP 版本 Lloyd 算法"): Laplace noise, ε-DP.
+* ``method="textbook"``: the DP Lloyd algorithm of Blum, Dwork, McSherry & Nissim 2005
+  and McSherry 2009 ("DP 版本 Lloyd 算法"): Laplace noise, ε-DP.
 
 Both release only the cluster centres; everything else on the fitted estimator that is computed
 from the training data (``labels_``, ``inertia_``) is *not* private. See :class:`KMeans`.
@@ -79,7 +79,9 @@ def _exact_group_sums(Y: NDArray[np.float64], labels: NDArray[np.int64], k: int,
     return exact_lattice_sum(steps, labels=labels, groups=k)
 
 
-def _noisy_sums(mech: Mechanism, Y: NDArray[np.float64], labels: NDArray[np.int64], k: int, src: RandomSource) -> NDArray[np.float64]:
+def _noisy_sums(
+    mech: Mechanism, Y: NDArray[np.float64], labels: NDArray[np.int64], k: int, src: RandomSource
+) -> NDArray[np.float64]:
     """The (k, d) per-cluster sums of ``Y`` plus ``mech``'s noise, on its lattice, exactly."""
     d = Y.shape[1]
     plan = mech.noise_plan(k * d)
@@ -164,7 +166,7 @@ class KMeans(ClusterMixin, BaseEstimator):
     discrete Gaussian: Canonne, Kamath & Steinke 2020, Thm 14), converted to (ε, δ) by CKS 2020,
     Prop 12. ``epsilon_`` is that ε (<= ``epsilon``). Needs δ > 0.
 
-    ``method="textbook"``: the text's Theorem 5.3 — ε-DP under its own neighbour relation (one
+    ``method="textbook"``: ε-DP under the neighbour relation of that algorithm (one
     row *changed*, "1-相邻", i.e. ``neighbours="replace"``) by sequential composition of 2T
     Laplace releases (Dwork & Roth 2014, Thm 3.6 and 3.16). Under ``neighbours="add_remove"``
     the same noise is ε/2-DP, and ``epsilon_`` says so (see *Sensitivities* below).
@@ -173,7 +175,7 @@ class KMeans(ClusterMixin, BaseEstimator):
     number of rows stays private) or ``"replace"`` (one row changed). The event, the budget
     debit and ``epsilon_`` all carry it.
 
-    The textbook algorithm (seed 000/001 §5.3.3; McSherry 2009 "PINQ", Sec. 5; Blum, Dwork,
+    The textbook algorithm (McSherry 2009 "PINQ", Sec. 5; Blum, Dwork,
     McSherry & Nissim 2005)
     -----------------------------------------------------------------------------------------
     Data in 𝒳 = {‖x‖₁ <= 1}. ε' = ε/(2T); initial centres uniform in 𝒳; then T times, for every
@@ -329,10 +331,13 @@ class KMeans(ClusterMixin, BaseEstimator):
         resolve_rng(self.rng)  # validates rng without drawing
         domain = _domain(self.bounds, self.data_norm, n_features, 2 if gaussian else 1)
         init = self._public_init(k, n_features, domain)
+        count_mech: Mechanism
+        sum_mech: Mechanism
         try:
             if gaussian:
-                count_mech, sum_mech, _ = _gaussian_mechanisms(eps, delta, T, n_features, nb)
-                event, step = _gaussian_event(count_mech.event.noise_multiplier, sum_mech.event.noise_multiplier, T, nb)
+                g_count, g_sum, _ = _gaussian_mechanisms(eps, delta, T, n_features, nb)
+                event, step = _gaussian_event(g_count.event.noise_multiplier, g_sum.event.noise_multiplier, T, nb)
+                count_mech, sum_mech = g_count, g_sum
                 spent = ZCDPAccountant(neighbours=nb).compose(event).get_epsilon(delta)
                 spent_delta = delta
             else:
@@ -346,7 +351,9 @@ class KMeans(ClusterMixin, BaseEstimator):
             lattice = sum_mech.noise_plan(largest).lattice
             if lattice.exponent < -61:
                 raise InvalidParameterError(
-                    "epsilon", self.epsilon, "a value whose per-iteration noise scale is at least 2**-14 of the data radius"
+                    "epsilon",
+                    self.epsilon,
+                    "a value whose per-iteration noise scale is at least 2**-14 of the data radius",
                 )
         except InvalidParameterError as exc:
             if exc.name == "epsilon":
@@ -359,14 +366,20 @@ class KMeans(ClusterMixin, BaseEstimator):
     def _public_init(self, k: int, d: int, domain: _Domain) -> NDArray[np.float64] | None:
         if isinstance(self.init, str):
             if self.init != "private":
-                raise InvalidParameterError("init", self.init, "'private' or an (n_clusters, n_features) array of public centres")
+                raise InvalidParameterError(
+                    "init", self.init, "'private' or an (n_clusters, n_features) array of public centres"
+                )
             return None
         try:
             arr = np.asarray(self.init, dtype=np.float64)
         except (TypeError, ValueError) as exc:
-            raise InvalidParameterError("init", v.short_repr(self.init), f"'private' or a ({k}, {d}) array of finite numbers") from exc
+            raise InvalidParameterError(
+                "init", v.short_repr(self.init), f"'private' or a ({k}, {d}) array of finite numbers"
+            ) from exc
         if arr.shape != (k, d) or not np.all(np.isfinite(arr)):
-            raise InvalidParameterError("init", v.short_repr(self.init), f"'private' or a ({k}, {d}) array of finite numbers")
+            raise InvalidParameterError(
+                "init", v.short_repr(self.init), f"'private' or a ({k}, {d}) array of finite numbers"
+            )
         return (arr - domain.offset) * domain.factor
 
     # -- fitting ---------------------------------------------------------------------------------
@@ -452,16 +465,22 @@ def _min_count(plan: _Plan, d: int) -> float:
     return max(1.0, 2.0 * _noise_scale(plan.sum_mech) * math.sqrt(d), 2.0 * _noise_scale(plan.count_mech))
 
 
-def _weighted_lloyd(P: NDArray[np.float64], w: NDArray[np.float64], C: NDArray[np.float64], iters: int = 20) -> tuple[NDArray[np.float64], float]:
+def _weighted_lloyd(
+    P: NDArray[np.float64], w: NDArray[np.float64], C: NDArray[np.float64], iters: int = 20
+) -> tuple[NDArray[np.float64], float]:
     for _ in range(iters):
         labels, _ = _assign(P, C)
         tot = np.bincount(labels, weights=w, minlength=C.shape[0])
-        sums = np.stack([np.bincount(labels, weights=w * P[:, j], minlength=C.shape[0]) for j in range(P.shape[1])], axis=1)
+        sums = np.stack(
+            [np.bincount(labels, weights=w * P[:, j], minlength=C.shape[0]) for j in range(P.shape[1])], axis=1
+        )
         C = np.where(tot[:, None] > 0, sums / np.where(tot > 0, tot, 1.0)[:, None], C)
     return C, float((w * _assign(P, C)[1]).sum())
 
 
-def _weighted_kmeans(P: NDArray[np.float64], w: NDArray[np.float64], k: int, domain: _Domain, src: RandomSource) -> NDArray[np.float64]:
+def _weighted_kmeans(
+    P: NDArray[np.float64], w: NDArray[np.float64], k: int, domain: _Domain, src: RandomSource
+) -> NDArray[np.float64]:
     """k centres for weighted points (post-processing of released values): the best of
     ``_RESTARTS`` runs of weighted k-means++ seeding (the first greedy: heaviest point, then
     argmax of weight × squared distance; the others sampled ∝ weight × squared distance)
@@ -482,7 +501,11 @@ def _weighted_kmeans(P: NDArray[np.float64], w: NDArray[np.float64], k: int, dom
             total = score.sum()
             if not total > 0:
                 break
-            i = int(np.argmax(score)) if r == 0 else int(min(np.searchsorted(np.cumsum(score), u[t] * total), P.shape[0] - 1))
+            i = (
+                int(np.argmax(score))
+                if r == 0
+                else int(min(np.searchsorted(np.cumsum(score), u[t] * total), P.shape[0] - 1))
+            )
             idx.append(i)
             d2 = np.minimum(d2, np.einsum("ij,ij->i", P - P[i], P - P[i]))
         C, cost = _weighted_lloyd(P, w, P[idx].copy())
@@ -521,7 +544,9 @@ def _run_gaussian(Y: NDArray[np.float64], plan: _Plan, src: RandomSource) -> NDA
     return C
 
 
-def _relocate(C: NDArray[np.float64], ok: NDArray[np.bool_], n_hat: NDArray[np.float64], src: RandomSource) -> NDArray[np.float64]:
+def _relocate(
+    C: NDArray[np.float64], ok: NDArray[np.bool_], n_hat: NDArray[np.float64], src: RandomSource
+) -> NDArray[np.float64]:
     """Move every dead centre (noisy count below the threshold) next to the centre of the
     largest live cluster, so that the next iteration splits that cluster (two merged clusters
     are the usual reason a centre dies). Post-processing of the released counts."""

@@ -28,7 +28,7 @@ class LinearRegression(NoisyGDMixin, RegressorMixin, BaseEstimator):
         is given). Sensitivity comes from the declared ``data_norm``, ``bounds`` and the
         clipping norm, never from the data.
 
-    Mechanism (notes 004 ch. 8; Abadi et al. 2016; Bassily, Smith & Thakurta 2014)
+    Mechanism (Abadi et al. 2016; Bassily, Smith & Thakurta 2014)
         Rows are clipped to ℓ2 norm ``data_norm`` = R (rows with a larger norm are scaled down to
         it) and targets to ``bounds`` = [lo, hi]; with an intercept the targets are centred on
         the public midpoint (lo + hi)/2. The squared-loss gradient (θᵀx̃ − y)·x̃ has no global
@@ -109,7 +109,9 @@ class LinearRegression(NoisyGDMixin, RegressorMixin, BaseEstimator):
         b = self.bounds
         if b is None:
             raise InvalidParameterError(
-                "bounds", None, "a declared (lower, upper) range of the targets, lower < upper",
+                "bounds",
+                None,
+                "a declared (lower, upper) range of the targets, lower < upper",
                 "It sets the sensitivity, so it must come from domain knowledge, never from the data; "
                 "targets outside are clipped to it",
             )

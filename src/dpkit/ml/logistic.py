@@ -38,12 +38,12 @@ class LogisticRegression(NoisyGDMixin, ClassifierMixin, BaseEstimator):
         that is at most ``epsilon``. Sensitivity comes from the declared ``data_norm`` and the
         clipping norm, never from the data.
 
-    Mechanism (notes 004 ch. 8, noisy gradient descent; Abadi et al. 2016, "Deep learning with
+    Mechanism (noisy gradient descent: Abadi et al. 2016, "Deep learning with
     differential privacy", Alg. 1; Bassily, Smith & Thakurta 2014, noisy SGD for convex ERM)
         Rows are clipped to ℓ2 norm ``data_norm`` = R (rows with a larger norm are scaled down
         to it; nothing else reads the norms) and, with an intercept, augmented with a 1, so
         ‖x̃‖ <= R̃ = √(R² + 1). The logistic gradient (σ(θᵀx̃) − y)·x̃ then has norm <= R̃ (√2·R̃
-        for the softmax loss) — the Lipschitz bound of notes 004 eq. 8.1 — so by default no
+        for the softmax loss) — the loss's Lipschitz bound — so by default no
         gradient needs clipping (input clipping); ``max_grad_norm=C`` below that bound clips
         every per-example gradient to C instead. Each step releases the sum of the clipped
         gradients of a Poisson sample (rate q; the full batch by default) plus Gaussian noise of
@@ -154,7 +154,9 @@ class LogisticRegression(NoisyGDMixin, ClassifierMixin, BaseEstimator):
         if self.classes is None:
             classes = np.unique(y)
             if classes.size < 2:
-                raise InvalidDataError("y", f"holds a single label ({classes[0]!r})", "at least two labels, or declare classes=")
+                raise InvalidDataError(
+                    "y", f"holds a single label ({classes[0]!r})", "at least two labels, or declare classes="
+                )
             warn_data_dependent(
                 "LogisticRegression: the label set was read from y and is treated as public (a label held by "
                 "few rows reveals them); declare it with classes=[...]"
@@ -185,7 +187,9 @@ class LogisticRegression(NoisyGDMixin, ClassifierMixin, BaseEstimator):
             inside = np.zeros(ya.shape, dtype=bool)
         if not inside.all():
             bad = ya[~inside][0]
-            raise InvalidDataError("y", f"holds the label {bad!r}, not among classes {classes.tolist()!r}", "labels from classes")
+            raise InvalidDataError(
+                "y", f"holds the label {bad!r}, not among classes {classes.tolist()!r}", "labels from classes"
+            )
         K = classes.size
         codes = np.searchsorted(classes, ya)
         if K == 2:

@@ -23,7 +23,7 @@ from __future__ import annotations
 import math
 from collections.abc import Callable
 from fractions import Fraction
-from functools import lru_cache
+from functools import lru_cache, partial
 
 import numpy as np
 from numpy.typing import ArrayLike, NDArray
@@ -83,6 +83,11 @@ def exp_neg_enclosure(
         upper = np.where(far, tab_hi[_JMAX] * 2.0, upper)
         upper = np.where(err > 0.5, 1.0, upper)
     return lower, upper
+
+
+def _ratio_at(num: NDArray[np.int64], den: NDArray[np.int64], i: int) -> Fraction:
+    """The exact γ of lane i, num[i]/den[i]."""
+    return Fraction(int(num[i]), int(den[i]))
 
 
 def decide_exp_neg(
@@ -169,7 +174,5 @@ def bernoulli_exp(
         gamma_hat = n_c.astype(np.float64) / d_c.astype(np.float64)
         err = gamma_hat * 2.0**-50  # two int→float roundings and one division: <= 3·2^-53 relative
         prefix = src.words(n_c.size) >> np.uint64(11)
-        out[s : s + CHUNK] = decide_exp_neg(
-            gamma_hat, err, prefix, 53, lambda i, n_c=n_c, d_c=d_c: Fraction(int(n_c[i]), int(d_c[i])), src
-        )
+        out[s : s + CHUNK] = decide_exp_neg(gamma_hat, err, prefix, 53, partial(_ratio_at, n_c, d_c), src)
     return out.reshape(shape)

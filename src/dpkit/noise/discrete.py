@@ -33,7 +33,7 @@ import math
 from collections.abc import Callable
 from dataclasses import dataclass
 from fractions import Fraction
-from functools import lru_cache
+from functools import lru_cache, partial
 
 import numpy as np
 from numpy.typing import NDArray
@@ -166,12 +166,12 @@ def laplace_plan(scale: Fraction) -> LaplacePlan:
     mid = []
     for v in range(1, 1 << m):
         lo_, hi_ = interval_quotient((pw[v][0] - q_hi, pw[v][1] - q_lo), den, p)
-        mid.append(_threshold(lo_, hi_, lambda prec, v=v: plan.mid_tail(v, prec)))
+        mid.append(_threshold(lo_, hi_, partial(plan.mid_tail, v)))
     top = []
     t_lo, t_hi = q_lo, q_hi
     k = 1
     while True:
-        t_k = _threshold(t_lo, t_hi, lambda prec, k=k: plan.top_tail(k, prec))
+        t_k = _threshold(t_lo, t_hi, partial(plan.top_tail, k))
         top.append(t_k)
         if t_k == 0:
             break
@@ -181,11 +181,11 @@ def laplace_plan(scale: Fraction) -> LaplacePlan:
     return LaplacePlan(scale, j, hi, m, mid_table, InversionTable.build(top))
 
 
-def _resolve_count(prefix: int, tail, start: int, src: RandomSource) -> int:
+def _resolve_count(prefix: int, tail: Callable[[int, int], tuple[int, int]], start: int, src: RandomSource) -> int:
     """Exact count of k >= start with U < tail(k), given U's 32-bit prefix (the rare branch)."""
     bits, k = 32, start
     while True:
-        less, prefix, bits = lazy_less(prefix, bits, lambda p, k=k: tail(k, p), src)
+        less, prefix, bits = lazy_less(prefix, bits, partial(tail, k), src)
         if not less:
             return k - 1
         k += 1
@@ -197,10 +197,7 @@ def _geometric(plan: LaplacePlan, n: int, src: RandomSource) -> tuple[NDArray[np
     word_b = src.words(n)
     spare = word_a >> np.uint64(63)
     top = _counts(plan.top, word_b & _MASK32, plan.top_tail, src)
-    if plan.mid is not None:
-        mid = _counts(plan.mid, word_b >> _U32, plan.mid_tail, src)
-    else:
-        mid = np.zeros(n, dtype=np.int64)
+    mid = _counts(plan.mid, word_b >> _U32, plan.mid_tail, src) if plan.mid is not None else np.zeros(n, dtype=np.int64)
     x = (top << np.int64(plan.mid_bits)) + mid
     if not plan.lo_bits:
         return x, spare
@@ -226,7 +223,7 @@ def _low_part(plan: LaplacePlan, word_a: NDArray[np.uint64], src: RandomSource) 
         r = (words & mask_j).view(np.int64)
         gamma_hat = r.astype(np.float64) * inv
         ok = decide_exp_neg_small(
-            gamma_hat, (words >> np.uint64(jbits)) & mask_u, ubits, lambda i, r=r: int(r[i]) / plan.scale, src
+            gamma_hat, (words >> np.uint64(jbits)) & mask_u, ubits, partial(_over_scale, r, plan.scale), src
         )
         out[todo[ok]] = r[ok]
         todo = todo[~ok]
@@ -234,12 +231,20 @@ def _low_part(plan: LaplacePlan, word_a: NDArray[np.uint64], src: RandomSource) 
     return out
 
 
+def _over_scale(r: NDArray[np.int64], scale: Fraction, i: int) -> Fraction:
+    """The exact γ of lane i, r[i]/scale."""
+    return int(r[i]) / scale
+
+
 def _check_scale(value: object, name: str) -> Fraction:
     if isinstance(value, bool) or not isinstance(value, (int, float, Fraction, np.floating, np.integer)):
         raise InvalidParameterError(name, value, "a finite number in [2**-20, 2**52]")
     if isinstance(value, (float, np.floating)) and not math.isfinite(value):
         raise InvalidParameterError(name, value, "a finite number in [2**-20, 2**52]")
-    f = Fraction(value)  # exact for floats
+    if isinstance(value, np.floating):  # exact, whatever the width
+        f = Fraction(*value.as_integer_ratio())
+    else:
+        f = Fraction(int(value) if isinstance(value, np.integer) else value)  # exact for floats
     if not _MIN_SCALE <= f <= _MAX_SCALE:
         raise InvalidParameterError(name, value, "a finite number in [2**-20, 2**52]")
     return f
@@ -370,7 +375,7 @@ def gaussian_plan(sigma: Fraction) -> GaussianPlan:
     k = 1
     while True:
         lo, hi = _quotient_at(sums, k, p, p)
-        t_k = _threshold(lo, hi, lambda prec, k=k: plan.tail(k, prec))
+        t_k = _threshold(lo, hi, partial(plan.tail, k))
         thresholds.append(t_k)
         if t_k == 0:
             break

@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import numbers
 from fractions import Fraction
+from typing import cast
 
 import numpy as np
 from numpy.typing import NDArray
@@ -55,7 +57,8 @@ def _as_fraction(p: object, name: str) -> Fraction:
     if isinstance(p, bool):
         raise InvalidParameterError(name, p, "a number in [0, 1]")
     try:
-        f = Fraction(p)  # type: ignore[arg-type]  # floats convert exactly
+        # floats convert exactly; anything Fraction does not take raises TypeError, caught below
+        f = Fraction(cast("numbers.Rational | float | str", p))
     except (TypeError, ValueError, OverflowError):
         raise InvalidParameterError(name, p, "a number in [0, 1]") from None
     if not 0 <= f <= 1:

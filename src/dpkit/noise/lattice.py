@@ -13,7 +13,7 @@ calibrating; choosing g about 2^-40 of the noise scale (less for long vectors) k
 noise, size·g/Δ relative, negligible: below 2^-39 up to 2^7 coordinates and below
 size/(ε·2^47) beyond.
 
-Totality (DESIGN.md, core idea 1): a release never fails on a value. Before snapping, every
+Totality (docs/architecture.md, "Totality"): a release never fails on a value. Before snapping, every
 coordinate is clamped to [−M, M] with M = :func:`value_limit` (lattice) = min(2^1000, 2^1000·g),
 a function of the lattice — of the noise scale and the size — alone; NaN becomes 0 and ±inf
 become ±M. Clamping each coordinate to a fixed interval is 1-Lipschitz, so it never increases

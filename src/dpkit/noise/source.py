@@ -58,7 +58,7 @@ class SecureSource:
             key = os.urandom(32)
             iv = _COUNTER_START + os.urandom(12)
             enc = Cipher(algorithms.ChaCha20(key, iv), mode=None).encryptor()
-            buf = memoryview(out[done : done + m]).cast("B")
+            buf = out[done : done + m].data.cast("B")
             # Encrypting zeros yields the raw keystream; written straight into the output array.
             enc.update_into(bytes(8 * m), buf) if m else None
             done += m

@@ -15,14 +15,14 @@ from __future__ import annotations
 import math
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, cast
 
-import torch
 import torch.nn.functional as F
-from torch import nn
 from torch.utils._pytree import tree_flatten, tree_unflatten
 
+import torch
 from dpkit.errors import InvalidDataError, InvalidParameterError
+from torch import nn
 
 _F64 = torch.float64
 
@@ -73,11 +73,11 @@ class _Tap(torch.autograd.Function):
     @staticmethod
     def backward(ctx: Any, *grads: torch.Tensor) -> tuple[Any, ...]:
         call: _Call = ctx.call
-        got = [g.detach() if g is not None else None for g in grads]
+        got: list[torch.Tensor | None] = [g.detach() if g is not None else None for g in grads]
         if call.grads is None:
             call.grads = got
         else:  # a second backward through the same graph (retain_graph=True): the loss adds up
-            call.grads = [a if b is None else (b if a is None else a + b) for a, b in zip(call.grads, got)]
+            call.grads = [a if b is None else (b if a is None else a + b) for a, b in zip(call.grads, got, strict=True)]
         return (None, None, *grads)
 
 
@@ -96,7 +96,9 @@ class _Unit:
 
     kind = "vmap"
 
-    def __init__(self, engine: PerExampleEngine, module: nn.Module, name: str, params: list[tuple[str, nn.Parameter]]) -> None:
+    def __init__(
+        self, engine: PerExampleEngine, module: nn.Module, name: str, params: list[tuple[str, nn.Parameter]]
+    ) -> None:
         self.engine = engine
         self.module = module
         self.name = name or "<root>"
@@ -113,7 +115,15 @@ class _Unit:
         if isinstance(output, torch.Tensor):  # the common case, without pytree overhead
             if not output.is_floating_point():
                 return None
-            call = _Call(eng.pass_id, self._keep(args), self._keep(kwargs), 1, None, (0,), ((output.shape, output.dtype, output.device),))
+            call = _Call(
+                eng.pass_id,
+                self._keep(args),
+                self._keep(kwargs),
+                1,
+                None,
+                (0,),
+                ((output.shape, output.dtype, output.device),),
+            )
             self.calls.append(call)
             return _Tap.apply(call, eng.anchor, output)[0]
         leaves, spec = tree_flatten(output)
@@ -125,7 +135,7 @@ class _Unit:
         self.calls.append(call)
         new = _Tap.apply(call, eng.anchor, *(leaves[i] for i in tapped))
         leaves = list(leaves)
-        for i, t in zip(tapped, new):
+        for i, t in zip(tapped, new, strict=True):
             leaves[i] = t
         return tree_unflatten(leaves, spec)
 
@@ -237,7 +247,7 @@ class _VmapUnit(_Unit):
         total: list[torch.Tensor] | None = None
         for call in calls:
             grads = self._call_grads(call, batch, scale)
-            total = grads if total is None else [a + b for a, b in zip(total, grads)]
+            total = grads if total is None else [a + b for a, b in zip(total, grads, strict=True)]
         assert total is not None
         for g in total:
             norms.add(*_sumsq(g))
@@ -263,12 +273,12 @@ class _VmapUnit(_Unit):
         params = {n: p.detach() for n, p in self.params}
         leaves, spec = tree_flatten((call.args, call.kwargs))
         batched = [isinstance(x, torch.Tensor) and x.dim() > 0 and x.shape[0] == batch for x in leaves]
-        b_leaves = [x for x, bt in zip(leaves, batched) if bt]
+        b_leaves = [x for x, bt in zip(leaves, batched, strict=True) if bt]
         cot = [call.grad(k) for k in range(len(call.tapped))]
 
         def one(p: dict[str, torch.Tensor], xs: list[torch.Tensor], gs: list[torch.Tensor]) -> list[torch.Tensor]:
             it = iter(xs)
-            full = [next(it).unsqueeze(0) if bt else x for x, bt in zip(leaves, batched)]
+            full = [next(it).unsqueeze(0) if bt else x for x, bt in zip(leaves, batched, strict=True)]
             args, kwargs = tree_unflatten(full, spec)
 
             def fwd(pp: dict[str, torch.Tensor]) -> tuple[torch.Tensor, ...]:
@@ -276,7 +286,7 @@ class _VmapUnit(_Unit):
                 o_leaves, _ = tree_flatten(out)
                 return tuple(o_leaves[i] for i in call.tapped)
 
-            _, pull = vjp(fwd, p)
+            pull = vjp(fwd, p)[1]
             (grads,) = pull(tuple(g.unsqueeze(0) * scale for g in gs))
             return [grads[n] for n in names]
 
@@ -312,8 +322,10 @@ class _MatmulUnit(_Unit):
     def __init__(self, *a: Any, **k: Any) -> None:
         super().__init__(*a, **k)
         mod = self.module
-        self.weight = mod.weight if mod.weight.requires_grad else None
-        self.bias = mod.bias if getattr(mod, "bias", None) is not None and mod.bias.requires_grad else None
+        weight = cast(torch.Tensor, mod.weight)
+        bias = cast("torch.Tensor | None", getattr(mod, "bias", None))
+        self.weight: torch.Tensor | None = weight if weight.requires_grad else None
+        self.bias: torch.Tensor | None = bias if bias is not None and bias.requires_grad else None
         self._a: torch.Tensor | None = None
         self._b: torch.Tensor | None = None
         self._bsum: torch.Tensor | None = None
@@ -335,6 +347,7 @@ class _MatmulUnit(_Unit):
         self._a, self._b, self._bsum, self._direct, self._scale = a, b, bsum, None, scale
         if self.weight is not None:
             if t == 1:  # ‖b_i a_iᵀ‖² = ‖a_i‖²‖b_i‖²
+                assert nb is not None  # computed above whenever t == 1
                 na, ea = _sumsq(a[:, 0])
                 norms.add(na * nb, _product_eta(ea, eb), s2)
             elif t * (k_in + k_out) <= k_in * k_out:  # ghost: Gram matrices over positions (no bound claimed)
@@ -367,7 +380,9 @@ class _MatmulUnit(_Unit):
         return out
 
     def mask(self, keep: torch.Tensor) -> None:
-        self._a, self._b, self._bsum, self._direct = (_zero_rows(x, keep) for x in (self._a, self._b, self._bsum, self._direct))
+        self._a, self._b, self._bsum, self._direct = (
+            _zero_rows(x, keep) for x in (self._a, self._b, self._bsum, self._direct)
+        )
 
     def release(self) -> None:
         super().release()
@@ -399,7 +414,9 @@ def _patches(x: torch.Tensor, k: Sequence[int], d: Sequence[int], p: Sequence[in
     ho = (h - d[0] * (k[0] - 1) - 1) // s[0] + 1
     wo = (w - d[1] * (k[1] - 1) - 1) // s[1] + 1
     st = x.stride()
-    view = x.as_strided((b, ho, wo, c, k[0], k[1]), (st[0], st[2] * s[0], st[3] * s[1], st[1], st[2] * d[0], st[3] * d[1]))
+    view = x.as_strided(
+        (b, ho, wo, c, k[0], k[1]), (st[0], st[2] * s[0], st[3] * s[1], st[1], st[2] * d[0], st[3] * d[1])
+    )
     return view.reshape(b, ho * wo, c * k[0] * k[1])
 
 
@@ -410,11 +427,18 @@ class _ConvUnit(_MatmulUnit):
         m = self.module
         x = call.args[0] if call.args else call.kwargs["input"]
         n = x.shape[0]
+        k: tuple[int, ...]
+        d: tuple[int, ...]
+        p: tuple[int, ...]
+        s: tuple[int, ...]
         if isinstance(m, nn.Conv1d):
             x4 = x.unsqueeze(2)
-            k, d, p, s = (1, m.kernel_size[0]), (1, m.dilation[0]), (0, m.padding[0]), (1, m.stride[0])
+            pad = cast("tuple[int, ...]", m.padding)  # a string padding is refused by supports()
+            k, d, p, s = (1, m.kernel_size[0]), (1, m.dilation[0]), (0, pad[0]), (1, m.stride[0])
         else:
-            x4, k, d, p, s = x, m.kernel_size, m.dilation, m.padding, m.stride
+            conv = cast(nn.Conv2d, m)
+            x4, k, d, s = x, conv.kernel_size, conv.dilation, conv.stride
+            p = cast("tuple[int, ...]", conv.padding)
         return _patches(x4, k, d, p, s), grad.reshape(n, grad.shape[1], -1).transpose(1, 2)
 
     @staticmethod
@@ -443,7 +467,7 @@ class _EmbeddingUnit(_Unit):
         return isinstance(m, nn.Embedding) and m.max_norm is None and not m.scale_grad_by_freq
 
     def prepare(self, calls: list[_Call], batch: int, scale: float, norms: _Norms) -> None:
-        m = self.module
+        m = cast(nn.Embedding, self.module)
         idx_l, g_l = [], []
         for c in calls:
             idx = c.args[0] if c.args else c.kwargs["input"]
@@ -468,7 +492,7 @@ class _EmbeddingUnit(_Unit):
         self._idx, self._g = idx, g
 
     def clipped_sums(self, c: torch.Tensor, dtype: torch.dtype) -> list[torch.Tensor]:
-        m = self.module
+        m = cast(nn.Embedding, self.module)
         assert self._idx is not None and self._g is not None
         out = torch.zeros(m.weight.shape, dtype=dtype, device=m.weight.device)
         cg = self._g.to(dtype) * c.to(dtype)[:, None, None]

@@ -28,17 +28,17 @@ McMahan et al.; pass ``expected_clients_per_round`` to fix that constant from pu
 instead. Only the model's parameters are aggregated; buffers (e.g. batch-norm statistics) stay
 those of the global model.
 
-Noise (floating-point safe, DESIGN core idea 4): the sum is not formed in floating point. Every
-clipped update is snapped to the lattice g·ℤ^d, g = 2^k, chosen from σ·``clip``, the dimension d
-and n only (never from the data): r_k = round(Δ_k / g) as exact int64, summed exactly in int64,
-plus exact discrete Gaussian noise on ℤ (Canonne, Kamath & Steinke 2020) drawn from the secure
-source, and only then multiplied by g. Neighbouring integer sums differ by r_k with
-‖r_k‖₂ ≤ clip/g + √d/2, so the lattice noise parameter is σ·(clip/g + √d/2), rounded *up* to a
+Noise (floating-point safe; docs/architecture.md, "The noise layer"): the sum is not formed in
+floating point. Every clipped update is snapped to the lattice g·ℤ^d, g = 2^k, chosen from
+σ·``clip``, the dimension d and n only (never from the data): r_k = round(Δ_k / g) as exact int64,
+summed exactly in int64, plus exact discrete Gaussian noise on ℤ (Canonne, Kamath & Steinke 2020)
+drawn from the secure source, and only then multiplied by g. Neighbouring integer sums differ by r_k
+with ‖r_k‖₂ ≤ clip/g + √d/2, so the lattice noise parameter is σ·(clip/g + √d/2), rounded *up* to a
 multiple of 2^-8: the noise multiplier actually used is at least σ (and exceeds it by a relative
 √d·g/(2·clip), about 2^-40·σ). The discrete Gaussian at this scale (σ/g ≈ 2^40) differs from the
-continuous one by O(2^-78) in δ per round (see :mod:`dpkit.mechanisms.gaussian`); σ is
-calibrated and ε reported at δ·(1 − 2^-20), which covers that for ``rounds`` · 2^-58 <= δ. The
-resulting float tensor is post-processing of the exact noisy integer.
+continuous one by O(2^-78) in δ per round (see :mod:`dpkit.mechanisms.gaussian`); σ is calibrated
+and ε reported at δ·(1 − 2^-20), which covers that for ``rounds`` · 2^-58 <= δ. The resulting float
+tensor is post-processing of the exact noisy integer.
 
 Paying: :meth:`FederatedAveraging.fit` spends ``event_`` on ``budget`` (if given) for the whole
 run *before* any client is sampled or any update computed; a refusal raises
@@ -57,10 +57,9 @@ from fractions import Fraction
 from typing import Any, Literal
 
 import numpy as np
-import torch
-from torch import nn
 from torch.func import functional_call
 
+import torch
 from dpkit import _validate as v
 from dpkit._validate import short_repr
 from dpkit.accounting.calibration import calibrate_noise_multiplier, dp_sgd_event
@@ -71,8 +70,12 @@ from dpkit.errors import DPError, InvalidDataError, InvalidParameterError
 from dpkit.mechanisms._renamed import MISSING, take_renamed
 from dpkit.noise.discrete import sample_discrete_gaussian
 from dpkit.noise.integers import bernoulli
-from dpkit.noise.lattice import DELTA_MARGIN, exact_lattice_sum  # covers the lattice's O(2^-78) per round (module docstring)
+from dpkit.noise.lattice import (  # covers the lattice's O(2^-78) per round (module docstring)
+    DELTA_MARGIN,
+    exact_lattice_sum,
+)
 from dpkit.noise.source import RNG, RandomSource, resolve_rng
+from torch import nn
 
 __all__ = ["FederatedAveraging", "ClientData"]
 
@@ -133,10 +136,7 @@ def _client_tensors(client: ClientData, k: int, dtype: torch.dtype) -> tuple[tor
         raise InvalidDataError(name, "holds no examples", "at least one example per client")
     if y.ndim == 0 or y.shape[0] != X.shape[0]:
         raise InvalidDataError(name, f"has {X.shape[0]} feature rows but labels of shape {tuple(y.shape)}", accepted)
-    if y.dtype.is_floating_point:
-        y = y.to(dtype)
-    else:
-        y = y.to(torch.long)
+    y = y.to(dtype) if y.dtype.is_floating_point else y.to(torch.long)
     return X, y
 
 
@@ -234,7 +234,11 @@ class FederatedAveraging:
         **renamed: Any,
     ) -> None:
         # -- the vocabulary (docs/glossary.md): old keyword names still work, with a warning ----
-        given = {"sample_rate": sample_rate, "max_grad_norm": max_grad_norm, "epsilon": MISSING if epsilon is None else epsilon}
+        given = {
+            "sample_rate": sample_rate,
+            "max_grad_norm": max_grad_norm,
+            "epsilon": MISSING if epsilon is None else epsilon,
+        }
         names = take_renamed("FederatedAveraging", renamed, _ALIASES, given)
         for required in ("sample_rate", "max_grad_norm"):
             if given[required] is MISSING:
@@ -247,13 +251,22 @@ class FederatedAveraging:
         elif callable(model):
             built = model()
             if not isinstance(built, nn.Module):
-                raise InvalidParameterError("model", short_repr(model, 80), "a torch.nn.Module or a callable returning one", f"it returned {short_repr(built, 80)}")
+                raise InvalidParameterError(
+                    "model",
+                    short_repr(model, 80),
+                    "a torch.nn.Module or a callable returning one",
+                    f"it returned {short_repr(built, 80)}",
+                )
             self.model_ = built
         else:
-            raise InvalidParameterError("model", short_repr(model, 80), "a torch.nn.Module or a zero-argument callable returning one")
+            raise InvalidParameterError(
+                "model", short_repr(model, 80), "a torch.nn.Module or a zero-argument callable returning one"
+            )
         self._names = [name for name, p in self.model_.named_parameters() if p.requires_grad]
         if not self._names:
-            raise InvalidParameterError("model", type(self.model_).__name__, "a module with at least one trainable parameter")
+            raise InvalidParameterError(
+                "model", type(self.model_).__name__, "a module with at least one trainable parameter"
+            )
         self._dim = sum(p.numel() for name, p in self.model_.named_parameters() if p.requires_grad)
 
         # -- the clients -------------------------------------------------------------------------
@@ -270,10 +283,18 @@ class FederatedAveraging:
         self.server_lr = v.positive(server_lr, "server_lr")
         self.max_grad_norm = v.positive(max_grad_norm, names["max_grad_norm"])
         if local_steps is not None and local_epochs is not None:
-            raise InvalidParameterError("local_epochs", local_epochs, "None when local_steps is given", "give local_steps or local_epochs, not both")
+            raise InvalidParameterError(
+                "local_epochs",
+                local_epochs,
+                "None when local_steps is given",
+                "give local_steps or local_epochs, not both",
+            )
         self.local_steps = None if local_steps is None else v.positive_int(local_steps, "local_steps")
-        self.local_epochs = 1 if local_steps is None and local_epochs is None else (
-            None if local_epochs is None else v.positive_int(local_epochs, "local_epochs"))
+        self.local_epochs = (
+            1
+            if local_steps is None and local_epochs is None
+            else (None if local_epochs is None else v.positive_int(local_epochs, "local_epochs"))
+        )
         self.batch_size = None if batch_size is None else v.positive_int(batch_size, "batch_size")
         if expected_clients_per_round is None:
             self.expected_clients_per_round = self.sample_rate * n
@@ -282,7 +303,9 @@ class FederatedAveraging:
         if loss is None:
             loss = nn.functional.cross_entropy
         if not callable(loss):
-            raise InvalidParameterError("loss", short_repr(loss, 80), "a callable loss(outputs, labels) -> scalar tensor")
+            raise InvalidParameterError(
+                "loss", short_repr(loss, 80), "a callable loss(outputs, labels) -> scalar tensor"
+            )
         self.loss = loss
         if not isinstance(progress, bool):
             raise InvalidParameterError("progress", progress, "True or False")
@@ -291,8 +314,12 @@ class FederatedAveraging:
         # -- privacy -------------------------------------------------------------------------------
         self.delta = v.delta(delta, allow_zero=False)
         if self.delta < self.rounds * 2.0**-58:
-            raise InvalidParameterError("delta", delta, f"a number in [rounds·2**-58, 1) = [{self.rounds * 2.0**-58:.3g}, 1)",
-                                        "the lattice noise's O(2**-78) per-round slack must fit in δ·2**-20")
+            raise InvalidParameterError(
+                "delta",
+                delta,
+                f"a number in [rounds·2**-58, 1) = [{self.rounds * 2.0**-58:.3g}, 1)",
+                "the lattice noise's O(2**-78) per-round slack must fit in δ·2**-20",
+            )
         if not isinstance(accountant, str) or accountant not in _SUPPORTED_ACCOUNTANTS:
             raise InvalidParameterError("accountant", accountant, "'rdp' or 'pld'")
         self.accountant = accountant
@@ -303,34 +330,49 @@ class FederatedAveraging:
         self._src: RandomSource = resolve_rng(rng)
         if (noise_multiplier is None) == (target_epsilon is None):
             raise InvalidParameterError(
-                "noise_multiplier", noise_multiplier, f"a number > 0 when {names['epsilon']} is None, else None",
-                f"give exactly one of noise_multiplier and {names['epsilon']}")
+                "noise_multiplier",
+                noise_multiplier,
+                f"a number > 0 when {names['epsilon']} is None, else None",
+                f"give exactly one of noise_multiplier and {names['epsilon']}",
+            )
         if noise_multiplier is not None:
             self.noise_multiplier_ = v.positive(noise_multiplier, "noise_multiplier")
             self.target_epsilon = None
         else:
             self.target_epsilon = v.epsilon(target_epsilon, names["epsilon"])
             self.noise_multiplier_ = calibrate_noise_multiplier(
-                epsilon=self.target_epsilon, delta=self.delta * DELTA_MARGIN, accountant=self._factory,
-                sample_rate=self.sample_rate, steps=self.rounds)
+                epsilon=self.target_epsilon,
+                delta=self.delta * DELTA_MARGIN,
+                accountant=self._factory,
+                sample_rate=self.sample_rate,
+                steps=self.rounds,
+            )
         self.event_: DPEvent = dp_sgd_event(self.noise_multiplier_, self.sample_rate, self.rounds)
         self.epsilon_: float = self.epsilon_after(self.rounds)
         if budget is not None:
             budget.can_spend(self.event_)  # unsupported event types raise here, before anything runs
 
         # -- the noise plan (a function of σ, clip, d and n only) ---------------------------------
-        self._exponent = _lattice_exponent(self.noise_multiplier_ * self.max_grad_norm, self.max_grad_norm, self._dim, n)
+        self._exponent = _lattice_exponent(
+            self.noise_multiplier_ * self.max_grad_norm, self.max_grad_norm, self._dim, n
+        )
         g = Fraction(math.ldexp(1.0, self._exponent))
         root = Fraction(math.nextafter(math.sqrt(self._dim), math.inf))
         self._lattice_sensitivity = Fraction(self.max_grad_norm) / g + root / 2
-        self._lattice_sigma = Fraction(math.ceil(Fraction(self.noise_multiplier_) * self._lattice_sensitivity * 256), 256)
+        self._lattice_sigma = Fraction(
+            math.ceil(Fraction(self.noise_multiplier_) * self._lattice_sensitivity * 256), 256
+        )
 
     # -- accounting ------------------------------------------------------------------------------
 
     def epsilon_after(self, rounds: int) -> float:
         """ε at ``delta`` of the first ``rounds`` rounds, with this run's accountant."""
         t = v.positive_int(rounds, "rounds")
-        return self._factory().compose(dp_sgd_event(self.noise_multiplier_, self.sample_rate, t)).get_epsilon(self.delta * DELTA_MARGIN)
+        return (
+            self._factory()
+            .compose(dp_sgd_event(self.noise_multiplier_, self.sample_rate, t))
+            .get_epsilon(self.delta * DELTA_MARGIN)
+        )
 
     @property
     def granularity(self) -> float:
@@ -365,7 +407,7 @@ class FederatedAveraging:
             loss = self.loss(out, y[idx])
             grads = torch.autograd.grad(loss, [params[name] for name in self._names], allow_unused=True)
             with torch.no_grad():
-                for name, grad in zip(self._names, grads):
+                for name, grad in zip(self._names, grads, strict=True):
                     if grad is not None:
                         params[name] -= self.local_lr * grad
         delta = self._flat({k2: p.detach() for k2, p in params.items()}) - self._flat(start)
@@ -419,7 +461,7 @@ class FederatedAveraging:
         average = self._noisy_sum(updates) / self.expected_clients_per_round
         offset = 0
         with torch.no_grad():
-            for name, p in self.model_.named_parameters():
+            for p in self.model_.parameters():
                 if not p.requires_grad:
                     continue
                 size = p.numel()
@@ -441,7 +483,9 @@ class FederatedAveraging:
         when ``budget`` cannot pay for ``event_``.
         """
         if on_round is not None and not callable(on_round):
-            raise InvalidParameterError("on_round", short_repr(on_round, 80), "None or a callable on_round(round, model)")
+            raise InvalidParameterError(
+                "on_round", short_repr(on_round, 80), "None or a callable on_round(round, model)"
+            )
         if self.budget is not None:
             self.budget.spend(self.event_)  # pay first; refused → raises, nothing has run
         seed = int(self._src.words(1)[0] >> np.uint64(1))  # local minibatch order only
@@ -470,7 +514,13 @@ class FederatedAveraging:
             return
         from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
-        columns = (TextColumn("DP-FedAvg"), BarColumn(), MofNCompleteColumn(), TextColumn("ε = {task.fields[eps]}"), TimeElapsedColumn())
+        columns = (
+            TextColumn("DP-FedAvg"),
+            BarColumn(),
+            MofNCompleteColumn(),
+            TextColumn("ε = {task.fields[eps]}"),
+            TimeElapsedColumn(),
+        )
         with Progress(*columns, transient=False) as bar:
             task = bar.add_task("rounds", total=self.rounds, eps="0")
 
@@ -482,7 +532,9 @@ class FederatedAveraging:
     @property
     def client_rate(self) -> float:
         """Deprecated name of :attr:`sample_rate`."""
-        warnings.warn("FederatedAveraging.client_rate is deprecated; use .sample_rate", DeprecationWarning, stacklevel=2)
+        warnings.warn(
+            "FederatedAveraging.client_rate is deprecated; use .sample_rate", DeprecationWarning, stacklevel=2
+        )
         return self.sample_rate
 
     @property
@@ -492,5 +544,7 @@ class FederatedAveraging:
         return self.max_grad_norm
 
     def __repr__(self) -> str:
-        return (f"FederatedAveraging(clients={len(self._clients)}, sample_rate={self.sample_rate}, rounds={self.rounds}, "
-                f"max_grad_norm={self.max_grad_norm}, noise_multiplier={self.noise_multiplier_:.6g}, epsilon={self.epsilon_:.4g}, delta={self.delta:g})")
+        return (
+            f"FederatedAveraging(clients={len(self._clients)}, sample_rate={self.sample_rate}, rounds={self.rounds}, "
+            f"max_grad_norm={self.max_grad_norm}, noise_multiplier={self.noise_multiplier_:.6g}, epsilon={self.epsilon_:.4g}, delta={self.delta:g})"
+        )

@@ -52,8 +52,8 @@ from dataclasses import dataclass
 from fractions import Fraction
 
 import numpy as np
-import torch
 
+import torch
 from dpkit.errors import InvalidParameterError
 from dpkit.noise.lattice import Lattice, choose_lattice, lattice_gaussian
 from dpkit.noise.source import RandomSource
@@ -158,7 +158,9 @@ def make_noise(
 ) -> LatticeNoise | ContinuousNoise:
     """The noise plan for ``kind``; ``wide``: the model has float64 parameters."""
     if kind == "lattice":
-        return LatticeNoise.plan(noise_multiplier=noise_multiplier, max_grad_norm=max_grad_norm, size=size, max_batch=max_batch)
+        return LatticeNoise.plan(
+            noise_multiplier=noise_multiplier, max_grad_norm=max_grad_norm, size=size, max_batch=max_batch
+        )
     if kind == "continuous":
         return ContinuousNoise(noise_multiplier, max_grad_norm, size, torch.float64 if wide else torch.float32)
     raise InvalidParameterError(

@@ -10,7 +10,6 @@ from collections.abc import Callable
 from typing import Any
 
 import torch
-
 from dpkit import _validate as v
 from dpkit.accounting.accountant import Accountant
 from dpkit.accounting.events import DPEvent, SelfComposedEvent
@@ -99,7 +98,7 @@ class DPOptimizer(torch.optim.Optimizer):
 
     # -- what the wrapped optimizer owns --------------------------------------------------------
 
-    @property  # type: ignore[override]
+    @property
     def param_groups(self) -> list[dict[str, Any]]:
         return self.original_optimizer.param_groups
 
@@ -107,7 +106,7 @@ class DPOptimizer(torch.optim.Optimizer):
     def param_groups(self, value: list[dict[str, Any]]) -> None:
         self.original_optimizer.param_groups = value
 
-    @property  # type: ignore[override]
+    @property
     def state(self) -> Any:
         return self.original_optimizer.state
 
@@ -115,7 +114,7 @@ class DPOptimizer(torch.optim.Optimizer):
     def state(self, value: Any) -> None:
         self.original_optimizer.state = value
 
-    @property  # type: ignore[override]
+    @property
     def defaults(self) -> dict[str, Any]:
         return self.original_optimizer.defaults
 
@@ -251,12 +250,12 @@ class DPOptimizer(torch.optim.Optimizer):
             offset += n
         return out
 
-    def step(self, closure: Callable[[], Any] | None = None) -> Any:  # type: ignore[override]
+    def step(self, closure: Callable[[], Any] | None = None) -> Any:
         loss = None
         if closure is not None:
             with torch.enable_grad():
                 loss = closure()
-        for p, g in zip(self.engine.params, self.private_gradient()):
+        for p, g in zip(self.engine.params, self.private_gradient(), strict=True):
             p.grad = g
         self.original_optimizer.step()
         return loss

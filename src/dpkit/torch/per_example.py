@@ -36,8 +36,8 @@ book-keeping product sums over positions inside one matrix product: no rounding 
 there (see :mod:`dpkit.torch.noise`). A non-finite per-example gradient gets c_i = 0 and its
 data is zeroed, so it contributes nothing (not NaN). There is no way to clip a sum of several
 examples: a step refuses records from more than one forward pass (gradient accumulation over
-batches would be sum-then-clip, seed 003's warning), and the parameters are marked
-``requires_grad=False`` so that autograd never forms the unclipped gradient.
+batches would be sum-then-clip, not the per-example clipping of Abadi et al. 2016), and the
+parameters are marked ``requires_grad=False`` so that autograd never forms the unclipped gradient.
 """
 
 from __future__ import annotations
@@ -45,10 +45,9 @@ from __future__ import annotations
 from typing import Any
 
 import torch
-from torch import nn
-
 from dpkit.errors import DPError, InvalidDataError, InvalidParameterError
 from dpkit.torch._units import _fast_unit_type, _Norms, _Unit, _VmapUnit
+from torch import nn
 
 __all__ = ["PerExampleEngine", "CLIP_MARGIN", "MODES"]
 
@@ -70,9 +69,13 @@ class PerExampleEngine:
 
     def __init__(self, module: nn.Module, *, mode: str = "fast", loss_reduction: str = "mean") -> None:
         if mode not in MODES:
-            raise InvalidParameterError("grad_mode", mode, "'fast' (ghost clipping / book-keeping where possible) or 'vmap'")
+            raise InvalidParameterError(
+                "grad_mode", mode, "'fast' (ghost clipping / book-keeping where possible) or 'vmap'"
+            )
         if loss_reduction not in ("mean", "sum"):
-            raise InvalidParameterError("loss_reduction", loss_reduction, "'mean' or 'sum' (how the loss combines the examples of a batch)")
+            raise InvalidParameterError(
+                "loss_reduction", loss_reduction, "'mean' or 'sum' (how the loss combines the examples of a batch)"
+            )
         self.module = module
         self.mode = mode
         self.loss_reduction = loss_reduction
@@ -98,7 +101,9 @@ class PerExampleEngine:
                 units.append(fast(self, mod, prefix, own))
                 return
             if own:
-                units.append(_VmapUnit(self, mod, prefix, [(n, p) for n, p in mod.named_parameters() if p.requires_grad]))
+                units.append(
+                    _VmapUnit(self, mod, prefix, [(n, p) for n, p in mod.named_parameters() if p.requires_grad])
+                )
                 return
             for name, child in mod.named_children():
                 visit(child, f"{prefix}.{name}" if prefix else name)
@@ -162,7 +167,9 @@ class PerExampleEngine:
             )
         return next(iter(sizes)) if sizes else None
 
-    def clipped_sum(self, max_grad_norm: float, dtype: torch.dtype) -> tuple[list[torch.Tensor], int | None, torch.Tensor]:
+    def clipped_sum(
+        self, max_grad_norm: float, dtype: torch.dtype
+    ) -> tuple[list[torch.Tensor], int | None, torch.Tensor]:
         """(Σ_i clip(g_i) per parameter in ``self.params`` order, batch size B — None when no
         forward/backward pass was recorded —, the per-example norms ‖g_i‖). Per-example
         clipping of the whole gradient; nothing else is possible."""

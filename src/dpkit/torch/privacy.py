@@ -1,6 +1,6 @@
 """DP-SGD for PyTorch: ``make_private`` and the private optimizer it returns.
 
-One step (Abadi et al. 2016; seed 003 "DP-SGD 完整算法流程"):
+One step (Abadi et al. 2016, Alg. 1, "DP-SGD 完整算法流程"):
 
 1. the data loader draws a batch with the sampler whose parameters the accountant prices
    (Poisson with rate q = b/N by default; :mod:`dpkit.torch.sampling`);
@@ -33,11 +33,10 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any, NamedTuple
 
-import torch
-from torch import nn
 from torch.utils._pytree import tree_map
 from torch.utils.data import DataLoader, IterableDataset
 
+import torch
 from dpkit import _validate as v
 from dpkit.accounting.accountant import Accountant
 from dpkit.accounting.calibration import calibrate_noise_multiplier
@@ -48,10 +47,11 @@ from dpkit.errors import BudgetExceededError, DPError, InvalidDataError, Invalid
 from dpkit.mechanisms._renamed import MISSING, take_renamed
 from dpkit.noise.source import resolve_rng
 from dpkit.torch.noise import make_noise
-from dpkit.torch.optimizer import LATTICE_DELTA_SHARE, _TARGET_ALIASES, DPOptimizer, _accounting_delta
+from dpkit.torch.optimizer import _TARGET_ALIASES, LATTICE_DELTA_SHARE, DPOptimizer, _accounting_delta
 from dpkit.torch.per_example import PerExampleEngine
 from dpkit.torch.sampling import PoissonBatchSampler, UniformBatchSampler
 from dpkit.torch.validation import check_module
+from torch import nn
 
 __all__ = ["make_private", "DPOptimizer", "PrivateTraining", "TrainingReport", "LATTICE_DELTA_SHARE"]
 
@@ -168,7 +168,9 @@ class PrivateTraining(NamedTuple):
                     for batch in loader:
                         if not isinstance(batch, (tuple, list)) or len(batch) < 2:
                             raise InvalidDataError(
-                                "batch", f"got {type(batch).__name__}", "a tuple (*inputs, target); write your own loop for other shapes"
+                                "batch",
+                                f"got {type(batch).__name__}",
+                                "a tuple (*inputs, target); write your own loop for other shapes",
                             )
                         opt.zero_grad()
                         out = module(*batch[:-1])
@@ -225,7 +227,9 @@ class _Bar:
                 TimeRemainingColumn(),
             )
             self._progress.__enter__()
-            self._task = self._progress.add_task("train", total=self.total, eps=self.opt.epsilon, delta=self.opt.target_delta, loss=math.nan)
+            self._task = self._progress.add_task(
+                "train", total=self.total, eps=self.opt.epsilon, delta=self.opt.target_delta, loss=math.nan
+            )
         return self
 
     def advance(self, loss: float) -> None:
@@ -248,11 +252,13 @@ class _Bar:
             self._progress.__exit__(None, None, None)
 
 
-def _accountant_factory(name: object, neighbours: str) -> Callable[[], Accountant]:
+def _accountant_factory(name: object, neighbours: v.Neighbours) -> Callable[[], Accountant]:
     """Fresh accountants from the registry (:func:`dpkit.accounting.registry.resolve_accountant`);
     DP-SGD accepts the two that price subsampled Gaussian steps tightly."""
     if not isinstance(name, str) or name not in _SUPPORTED_ACCOUNTANTS:
-        raise InvalidParameterError("accountant", name, "'rdp' (Rényi DP, Mironov 2017) or 'pld' (privacy loss distributions: tighter, slower)")
+        raise InvalidParameterError(
+            "accountant", name, "'rdp' (Rényi DP, Mironov 2017) or 'pld' (privacy loss distributions: tighter, slower)"
+        )
     return resolve_accountant(name, neighbours=neighbours)
 
 
@@ -338,25 +344,39 @@ def make_private(
     target_epsilon = None if given["epsilon"] is MISSING else given["epsilon"]
     check_module(module)
     if not isinstance(optimizer, torch.optim.Optimizer) or isinstance(optimizer, DPOptimizer):
-        raise InvalidParameterError("optimizer", type(optimizer).__name__, "a torch.optim.Optimizer over the module's parameters (not already private)")
+        raise InvalidParameterError(
+            "optimizer",
+            type(optimizer).__name__,
+            "a torch.optim.Optimizer over the module's parameters (not already private)",
+        )
     module_params = {id(p) for p in module.parameters()}
     foreign = [p for g in optimizer.param_groups for p in g["params"] if id(p) not in module_params]
     if foreign:
         raise InvalidParameterError(
-            "optimizer", f"{len(foreign)} parameter(s) not in module", "an optimizer over the module's own parameters",
+            "optimizer",
+            f"{len(foreign)} parameter(s) not in module",
+            "an optimizer over the module's own parameters",
             "their gradients would not be clipped or noised",
         )
     if not isinstance(data_loader, DataLoader):
         raise InvalidParameterError("data_loader", type(data_loader).__name__, "a torch.utils.data.DataLoader")
     dataset = data_loader.dataset
     if isinstance(dataset, IterableDataset) or not hasattr(dataset, "__len__") or not hasattr(dataset, "__getitem__"):
-        raise InvalidDataError("data_loader.dataset", f"is a {type(dataset).__name__}", "a map-style dataset with __len__ and __getitem__ (the sampler draws indices)")
+        raise InvalidDataError(
+            "data_loader.dataset",
+            f"is a {type(dataset).__name__}",
+            "a map-style dataset with __len__ and __getitem__ (the sampler draws indices)",
+        )
     population = len(dataset)
     if population < 1:
         raise InvalidDataError("data_loader.dataset", "is empty", "at least one record")
     batch_size = data_loader.batch_size
     if batch_size is None:
-        raise InvalidParameterError("data_loader.batch_size", None, "an integer (dpkit replaces the loader's sampler with its own and needs the batch size)")
+        raise InvalidParameterError(
+            "data_loader.batch_size",
+            None,
+            "an integer (dpkit replaces the loader's sampler with its own and needs the batch size)",
+        )
     if batch_size > population:
         raise InvalidParameterError("data_loader.batch_size", batch_size, f"at most the dataset size {population}")
     delta = v.delta(target_delta, names["delta"], allow_zero=False)
@@ -391,12 +411,16 @@ def make_private(
             population=population, batch_size=batch_size, steps_per_epoch=steps_per_epoch, rng=src
         )
     else:
-        sampler = UniformBatchSampler(population=population, batch_size=batch_size, steps_per_epoch=steps_per_epoch, rng=src)
+        sampler = UniformBatchSampler(
+            population=population, batch_size=batch_size, steps_per_epoch=steps_per_epoch, rng=src
+        )
     factory = _accountant_factory(accountant, sampler.neighbours)
     probe_event = sampler.step_event(1.0)
     if not factory().supports(probe_event):
         raise InvalidParameterError(
-            "accountant", accountant, "an accountant that supports this sampling ('rdp' for poisson_sampling=False)",
+            "accountant",
+            accountant,
+            "an accountant that supports this sampling ('rdp' for poisson_sampling=False)",
             f"{type(probe_event).__name__} is not supported by accountant={accountant!r}",
         )
     planned = n_epochs * steps_per_epoch
@@ -419,8 +443,14 @@ def make_private(
     # -- attach -----------------------------------------------------------------------------------
     engine = PerExampleEngine(module, mode=grad_mode, loss_reduction=loss_reduction)
     size = sum(p.numel() for p in engine.params)
-    plan = make_noise(noise, noise_multiplier=sigma, max_grad_norm=clip, size=size, max_batch=population + 1,
-                      wide=any(p.dtype == torch.float64 for p in engine.params))
+    plan = make_noise(
+        noise,
+        noise_multiplier=sigma,
+        max_grad_norm=clip,
+        size=size,
+        max_batch=population + 1,
+        wide=any(p.dtype == torch.float64 for p in engine.params),
+    )
     engine.attach()
     loader = _private_loader(data_loader, sampler)
     private_opt = DPOptimizer(

@@ -17,8 +17,8 @@ training loop used shuffled fixed-size batches reports an ε that does not hold.
   disjoint blocks of a per-epoch shuffle — a shuffle is *not* sampling without replacement, and
   accounting it as such under-reports ε (Chua et al. 2024).
 
-Seed 003: "数据采样: 从大小为 N 的数据集中, 以采样率 q = b/N 随机抽取一个大小为 b 的 mini-batch ...
-通过子采样进行隐私放大".
+Abadi et al. 2016 (Alg. 1): each lot is sampled with rate q = L/N ("数据采样"), and the
+accountant prices that sampling (privacy amplification by subsampling, "通过子采样进行隐私放大").
 """
 
 from __future__ import annotations
@@ -103,7 +103,7 @@ class PoissonBatchSampler(_Sampler):
         return self.sample_rate * self.population
 
     @property
-    def neighbours(self) -> str:
+    def neighbours(self) -> v.Neighbours:
         return "add_remove"
 
     def step_event(self, noise_multiplier: float) -> DPEvent:
@@ -162,7 +162,7 @@ class UniformBatchSampler(_Sampler):
         return float(self.batch_size)
 
     @property
-    def neighbours(self) -> str:
+    def neighbours(self) -> v.Neighbours:
         return "replace"
 
     def step_event(self, noise_multiplier: float) -> DPEvent:

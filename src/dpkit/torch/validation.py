@@ -8,9 +8,8 @@ outside the gradient, break that and are refused up front with the layer's name 
 
 from __future__ import annotations
 
-from torch import nn
-
 from dpkit.errors import InvalidParameterError
+from torch import nn
 
 __all__ = ["check_module", "module_problems"]
 
@@ -42,12 +41,11 @@ def module_problems(module: nn.Module) -> list[str]:
                 f"{kind} at {where} has batch_first=False: dpkit.torch needs the examples on the first "
                 "dimension of every layer's input; construct it with batch_first=True"
             )
-        elif isinstance(m, nn.MultiheadAttention) and not m.batch_first:
-            problems.append(
-                f"{kind} at {where} has batch_first=False: construct it with batch_first=True"
-            )
-        elif isinstance(m, (nn.TransformerEncoderLayer, nn.TransformerDecoderLayer)) and not getattr(
-            m.self_attn, "batch_first", True
+        elif (
+            isinstance(m, nn.MultiheadAttention)
+            and not m.batch_first
+            or isinstance(m, (nn.TransformerEncoderLayer, nn.TransformerDecoderLayer))
+            and not getattr(m.self_attn, "batch_first", True)
         ):
             problems.append(f"{kind} at {where} has batch_first=False: construct it with batch_first=True")
         elif isinstance(m, nn.Embedding) and m.max_norm is not None:

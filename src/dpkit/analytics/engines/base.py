@@ -2,7 +2,7 @@
 
 An engine owns a table and runs :class:`~dpkit.analytics.plan.AggregationPlan` s on it: the
 filter, the contribution bounding, the group-by and the exact integer sums all run inside the
-engine; only noise and accounting run in dpkit (DESIGN core idea 7).
+engine; only noise and accounting run in dpkit (docs/architecture.md, "Analytics").
 """
 
 from __future__ import annotations
@@ -14,7 +14,16 @@ import pandas as pd
 
 from dpkit.analytics.plan import AggregationPlan
 
-__all__ = ["Engine", "ColumnKind", "ReadType", "quote_identifier", "ROW_SALT_MASK", "SUM_LIMIT", "GAUSSIAN_SUM_LIMIT", "EXACT_INTEGER_LIMIT"]
+__all__ = [
+    "Engine",
+    "ColumnKind",
+    "ReadType",
+    "quote_identifier",
+    "ROW_SALT_MASK",
+    "SUM_LIMIT",
+    "GAUSSIAN_SUM_LIMIT",
+    "EXACT_INTEGER_LIMIT",
+]
 
 #: A source column's physical kind, from the source's own schema (never from its rows).
 #: ``nested`` (LIST, STRUCT, MAP, arrays, …) cannot be declared.

