@@ -28,7 +28,7 @@ demo: $(STAMP_RUN)
 
 # The service's tests need a PostgreSQL server and a headless Chromium: the scripts install
 # (Debian packages, as root) and start them; without them those tests skip and say why.
-test: $(STAMP_DEV)
+test: lint
 	@pg=$$(bash scripts/postgres.sh start) || echo "make test: PostgreSQL could not be started; its tests will be skipped" >&2; \
 	chromium=$$(bash scripts/chromium.sh) || echo "make test: no Chromium; the dashboard test will be skipped" >&2; \
 	DPKIT_TEST_POSTGRES_URL="$$pg" DPKIT_CHROMIUM="$$chromium" $(BIN)/python -m pytest -n 2 --doctest-modules src tests
@@ -38,9 +38,10 @@ FAST_MARKERS := not (slow or statistical or spark or postgres or browser)
 test-fast: $(STAMP_DEV)
 	DPKIT_TEST_POSTGRES_URL= DPKIT_CHROMIUM= $(BIN)/python -m pytest -n 2 -m "$(FAST_MARKERS)" tests
 
+# The library's code: ruff (lint and format) and mypy, clean on src/ and part of `make test`.
 lint: $(STAMP_DEV)
-	$(BIN)/ruff check src tests benchmarks
-	$(BIN)/ruff format --check src tests benchmarks
+	$(BIN)/ruff check src
+	$(BIN)/ruff format --check src
 	$(BIN)/mypy
 
 # Peer libraries live in their own environment: their pins clash with dpkit's.
@@ -57,6 +58,7 @@ bench: $(STAMP_RUN)
 	.venv-bench/bin/python benchmarks/bench_dpsgd.py
 	.venv-bench/bin/python benchmarks/bench_reconstruction.py
 	.venv-bench/bin/python benchmarks/bench_server.py
+	$(BIN)/python benchmarks/bench_import.py
 
 clean:
 	rm -rf $(VENV) .venv-bench out

@@ -9,6 +9,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
+from dpkit._validate import Neighbours
 from dpkit.accounting.events import DPEvent, event_to_dict
 
 __all__ = ["AggregateInfo", "QueryCost", "QueryResult"]
@@ -94,7 +95,7 @@ class QueryResult:
     privacy_unit: str | None = None
     max_groups: int = 1
     max_rows: int = 1
-    neighbours: str = "add_remove"
+    neighbours: Neighbours = "add_remove"
     seeded: bool = False
     truncated: bool = False
 

@@ -42,17 +42,17 @@ builder. The sensitivities and how ε is shared are written down in
 
 from __future__ import annotations
 
+import functools
 import os
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
-from typing import Any
+from typing import Any, Concatenate, ParamSpec, TypeVar
 
 from dpkit import _validate as v
 from dpkit._validate import Neighbours
 from dpkit._validate import short_repr as _short
 from dpkit.accounting.composition import basic_cost
 from dpkit.accounting.events import DPEvent
-from dpkit.analytics import aggregates as A
 from dpkit.analytics.declared import ColumnKind, DeclaredTable, check_bound
 from dpkit.analytics.engines.base import Engine, ReadType
 from dpkit.analytics.execute import Payer
@@ -69,6 +69,22 @@ from dpkit.ledger.base import LedgerBackend
 from dpkit.noise.source import RNG, is_seeded, resolve_rng
 
 __all__ = ["Session", "Query"]
+
+
+_P = ParamSpec("_P")
+_R = TypeVar("_R")
+
+
+def _over_whole_table(method: Callable[Concatenate[Query, _P], _R]) -> Callable[Concatenate[Session, _P], _R]:
+    """``Session.<name>``: :class:`Query`'s method of that name run on ``session.query()``."""
+
+    @functools.wraps(method)
+    def over_whole_table(self: Session, /, *args: _P.args, **kwargs: _P.kwargs) -> _R:
+        return method(self.query(), *args, **kwargs)
+
+    over_whole_table.__qualname__ = f"Session.{method.__name__}"
+    over_whole_table.__doc__ = f":meth:`Query.{method.__name__}` over the whole table.\n\n{method.__doc__ or ''}"
+    return over_whole_table
 
 
 def _check_rng(rng: object, ledger: object) -> None:
@@ -421,247 +437,18 @@ class Session:
     ) -> Query:
         return self.query().group_by(*columns, keys=keys, bins=bins)
 
-    def count(
-        self,
-        *,
-        epsilon: float,
-        delta: float = _DELTA,
-        noise: Noise = _NOISE,
-        confidence: float = _CONFIDENCE,
-        key_selection: str = _KEY_SELECTION,
-        split: Sequence[float] | None = None,
-        rng: RNG = None,
-    ) -> QueryResult:
-        """:meth:`Query.count` over the whole table."""
-        return self.query().count(
-            epsilon=epsilon,
-            delta=delta,
-            noise=noise,
-            confidence=confidence,
-            key_selection=key_selection,
-            split=split,
-            rng=rng,
-        )
-
-    def count_units(
-        self,
-        *,
-        epsilon: float,
-        delta: float = _DELTA,
-        noise: Noise = _NOISE,
-        confidence: float = _CONFIDENCE,
-        key_selection: str = _KEY_SELECTION,
-        split: Sequence[float] | None = None,
-        rng: RNG = None,
-    ) -> QueryResult:
-        """:meth:`Query.count_units` over the whole table."""
-        return self.query().count_units(
-            epsilon=epsilon,
-            delta=delta,
-            noise=noise,
-            confidence=confidence,
-            key_selection=key_selection,
-            split=split,
-            rng=rng,
-        )
-
-    def sum(
-        self,
-        column: str,
-        *,
-        epsilon: float,
-        delta: float = _DELTA,
-        noise: Noise = _NOISE,
-        confidence: float = _CONFIDENCE,
-        key_selection: str = _KEY_SELECTION,
-        split: Sequence[float] | None = None,
-        rng: RNG = None,
-    ) -> QueryResult:
-        """:meth:`Query.sum` over the whole table."""
-        return self.query().sum(
-            column,
-            epsilon=epsilon,
-            delta=delta,
-            noise=noise,
-            confidence=confidence,
-            key_selection=key_selection,
-            split=split,
-            rng=rng,
-        )
-
-    def mean(
-        self,
-        column: str,
-        *,
-        epsilon: float,
-        delta: float = _DELTA,
-        noise: Noise = _NOISE,
-        confidence: float = _CONFIDENCE,
-        key_selection: str = _KEY_SELECTION,
-        split: Sequence[float] | None = None,
-        rng: RNG = None,
-    ) -> QueryResult:
-        """:meth:`Query.mean` over the whole table."""
-        return self.query().mean(
-            column,
-            epsilon=epsilon,
-            delta=delta,
-            noise=noise,
-            confidence=confidence,
-            key_selection=key_selection,
-            split=split,
-            rng=rng,
-        )
-
-    def variance(
-        self,
-        column: str,
-        *,
-        epsilon: float,
-        delta: float = _DELTA,
-        noise: Noise = _NOISE,
-        confidence: float = _CONFIDENCE,
-        key_selection: str = _KEY_SELECTION,
-        split: Sequence[float] | None = None,
-        rng: RNG = None,
-    ) -> QueryResult:
-        """:meth:`Query.variance` over the whole table."""
-        return self.query().variance(
-            column,
-            epsilon=epsilon,
-            delta=delta,
-            noise=noise,
-            confidence=confidence,
-            key_selection=key_selection,
-            split=split,
-            rng=rng,
-        )
-
-    def std(
-        self,
-        column: str,
-        *,
-        epsilon: float,
-        delta: float = _DELTA,
-        noise: Noise = _NOISE,
-        confidence: float = _CONFIDENCE,
-        key_selection: str = _KEY_SELECTION,
-        split: Sequence[float] | None = None,
-        rng: RNG = None,
-    ) -> QueryResult:
-        """:meth:`Query.std` over the whole table."""
-        return self.query().std(
-            column,
-            epsilon=epsilon,
-            delta=delta,
-            noise=noise,
-            confidence=confidence,
-            key_selection=key_selection,
-            split=split,
-            rng=rng,
-        )
-
-    def quantile(
-        self,
-        column: str,
-        q: float,
-        *,
-        epsilon: float,
-        delta: float = _DELTA,
-        noise: Noise = _NOISE,
-        confidence: float = _CONFIDENCE,
-        key_selection: str = _KEY_SELECTION,
-        split: Sequence[float] | None = None,
-        rng: RNG = None,
-    ) -> QueryResult:
-        """:meth:`Query.quantile` over the whole table."""
-        return self.query().quantile(
-            column,
-            q,
-            epsilon=epsilon,
-            delta=delta,
-            noise=noise,
-            confidence=confidence,
-            key_selection=key_selection,
-            split=split,
-            rng=rng,
-        )
-
-    def median(
-        self,
-        column: str,
-        *,
-        epsilon: float,
-        delta: float = _DELTA,
-        noise: Noise = _NOISE,
-        confidence: float = _CONFIDENCE,
-        key_selection: str = _KEY_SELECTION,
-        split: Sequence[float] | None = None,
-        rng: RNG = None,
-    ) -> QueryResult:
-        """:meth:`Query.median` over the whole table."""
-        return self.query().median(
-            column,
-            epsilon=epsilon,
-            delta=delta,
-            noise=noise,
-            confidence=confidence,
-            key_selection=key_selection,
-            split=split,
-            rng=rng,
-        )
-
-    def histogram(
-        self,
-        column: str,
-        *,
-        bins: Sequence[float] | None = None,
-        epsilon: float,
-        delta: float = _DELTA,
-        noise: Noise = _NOISE,
-        confidence: float = _CONFIDENCE,
-        key_selection: str = _KEY_SELECTION,
-        split: Sequence[float] | None = None,
-        rng: RNG = None,
-    ) -> QueryResult:
-        """:meth:`Query.histogram` over the whole table."""
-        return self.query().histogram(
-            column,
-            bins=bins,
-            epsilon=epsilon,
-            delta=delta,
-            noise=noise,
-            confidence=confidence,
-            key_selection=key_selection,
-            split=split,
-            rng=rng,
-        )
-
-    def aggregate(
-        self,
-        aggregates: Sequence[A.Aggregate],
-        *,
-        epsilon: float,
-        delta: float = _DELTA,
-        noise: Noise = _NOISE,
-        confidence: float = _CONFIDENCE,
-        key_selection: str = _KEY_SELECTION,
-        split: Sequence[float] | None = None,
-        rng: RNG = None,
-        _text: str | None = None,
-    ) -> QueryResult:
-        """:meth:`Query.aggregate` over the whole table."""
-        return self.query().aggregate(
-            aggregates,
-            epsilon=epsilon,
-            delta=delta,
-            noise=noise,
-            confidence=confidence,
-            key_selection=key_selection,
-            split=split,
-            rng=rng,
-            _text=_text,
-        )
+    # The aggregate methods over the whole table: Query's, with Query's signatures and docs (so
+    # the options are written once, in query.py, and inspect/IDEs/mypy see them here too).
+    count = _over_whole_table(Query.count)
+    count_units = _over_whole_table(Query.count_units)
+    sum = _over_whole_table(Query.sum)
+    mean = _over_whole_table(Query.mean)
+    variance = _over_whole_table(Query.variance)
+    std = _over_whole_table(Query.std)
+    quantile = _over_whole_table(Query.quantile)
+    median = _over_whole_table(Query.median)
+    histogram = _over_whole_table(Query.histogram)
+    aggregate = _over_whole_table(Query.aggregate)
 
     def sql(
         self,
