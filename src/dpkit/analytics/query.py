@@ -13,7 +13,7 @@ defaults and checks of :class:`~dpkit.analytics.spec.QueryOptions`, and ``rng`` 
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, replace
 from typing import Any, Protocol
 
@@ -55,6 +55,8 @@ _DELTA: float = QueryOptions.delta
 _NOISE: Noise = QueryOptions.noise
 _CONFIDENCE: float = QueryOptions.confidence
 _KEY_SELECTION: str = QueryOptions.key_selection
+#: The options each single-aggregate method passes on to :meth:`Query.aggregate`.
+_PASSED_ON = ("epsilon", "delta", "noise", "confidence", "key_selection", "split", "rng")
 
 
 @dataclass(frozen=True)
@@ -121,16 +123,7 @@ class Query:
         rng: RNG = None,
     ) -> QueryResult:
         """The number of rows (per group), each unit contributing at most max_rows per group."""
-        return self.aggregate(
-            [A.Count()],
-            epsilon=epsilon,
-            delta=delta,
-            noise=noise,
-            confidence=confidence,
-            key_selection=key_selection,
-            split=split,
-            rng=rng,
-        )
+        return self._one(A.Count(), locals())
 
     def count_units(
         self,
@@ -144,16 +137,7 @@ class Query:
         rng: RNG = None,
     ) -> QueryResult:
         """The number of distinct privacy units (per group)."""
-        return self.aggregate(
-            [A.CountUnits()],
-            epsilon=epsilon,
-            delta=delta,
-            noise=noise,
-            confidence=confidence,
-            key_selection=key_selection,
-            split=split,
-            rng=rng,
-        )
+        return self._one(A.CountUnits(), locals())
 
     def sum(
         self,
@@ -168,16 +152,7 @@ class Query:
         rng: RNG = None,
     ) -> QueryResult:
         """The sum of ``column``'s values, clipped to its declared bounds."""
-        return self.aggregate(
-            [A.Sum(column)],
-            epsilon=epsilon,
-            delta=delta,
-            noise=noise,
-            confidence=confidence,
-            key_selection=key_selection,
-            split=split,
-            rng=rng,
-        )
+        return self._one(A.Sum(column), locals())
 
     def mean(
         self,
@@ -192,16 +167,7 @@ class Query:
         rng: RNG = None,
     ) -> QueryResult:
         """The mean of ``column``'s clipped values."""
-        return self.aggregate(
-            [A.Mean(column)],
-            epsilon=epsilon,
-            delta=delta,
-            noise=noise,
-            confidence=confidence,
-            key_selection=key_selection,
-            split=split,
-            rng=rng,
-        )
+        return self._one(A.Mean(column), locals())
 
     def variance(
         self,
@@ -216,16 +182,7 @@ class Query:
         rng: RNG = None,
     ) -> QueryResult:
         """The (population) variance of ``column``'s clipped values."""
-        return self.aggregate(
-            [A.Variance(column)],
-            epsilon=epsilon,
-            delta=delta,
-            noise=noise,
-            confidence=confidence,
-            key_selection=key_selection,
-            split=split,
-            rng=rng,
-        )
+        return self._one(A.Variance(column), locals())
 
     def std(
         self,
@@ -240,16 +197,7 @@ class Query:
         rng: RNG = None,
     ) -> QueryResult:
         """The standard deviation of ``column``'s clipped values."""
-        return self.aggregate(
-            [A.Std(column)],
-            epsilon=epsilon,
-            delta=delta,
-            noise=noise,
-            confidence=confidence,
-            key_selection=key_selection,
-            split=split,
-            rng=rng,
-        )
+        return self._one(A.Std(column), locals())
 
     def quantile(
         self,
@@ -265,16 +213,7 @@ class Query:
         rng: RNG = None,
     ) -> QueryResult:
         """The ``q``-quantile of ``column``'s clipped values (exponential mechanism per group)."""
-        return self.aggregate(
-            [A.QuantileAgg(column, q)],
-            epsilon=epsilon,
-            delta=delta,
-            noise=noise,
-            confidence=confidence,
-            key_selection=key_selection,
-            split=split,
-            rng=rng,
-        )
+        return self._one(A.QuantileAgg(column, q), locals())
 
     def median(
         self,
@@ -289,16 +228,7 @@ class Query:
         rng: RNG = None,
     ) -> QueryResult:
         """The median of ``column``'s clipped values."""
-        return self.aggregate(
-            [A.QuantileAgg(column, 0.5)],
-            epsilon=epsilon,
-            delta=delta,
-            noise=noise,
-            confidence=confidence,
-            key_selection=key_selection,
-            split=split,
-            rng=rng,
-        )
+        return self._one(A.QuantileAgg(column, 0.5), locals())
 
     def histogram(
         self,
@@ -327,16 +257,12 @@ class Query:
                 "a histogram's keys must be public",
             )
         q = self.group_by(column, bins=None if bins is None else {column: bins})
-        return q.aggregate(
-            [A.Count()],
-            epsilon=epsilon,
-            delta=delta,
-            noise=noise,
-            confidence=confidence,
-            key_selection=key_selection,
-            split=split,
-            rng=rng,
-        )
+        return q._one(A.Count(), locals())
+
+    def _one(self, aggregate: A.Aggregate, args: Mapping[str, Any]) -> QueryResult:
+        """:meth:`aggregate` of one aggregate, with the options of the single-aggregate method that
+        calls it (its ``locals()``): their signatures stay explicit, their bodies one line."""
+        return self.aggregate([aggregate], **{name: args[name] for name in _PASSED_ON})
 
     def aggregate(
         self,

@@ -1,0 +1,164 @@
+"""``dpkit query``: one private SQL query on a data file, paid for from the ledger."""
+
+from __future__ import annotations
+
+import contextlib
+from pathlib import Path
+from typing import Annotated
+
+import typer
+from rich.console import Console
+from rich.table import Table
+
+from dpkit.cli._common import JsonOption, LedgerOption, _emit_json, _fail, _ledger_missing
+from dpkit.errors import DPError, LedgerError
+
+__all__ = ["query"]
+
+
+def query(
+    data: Annotated[Path, typer.Argument(help="A CSV or Parquet file.")],
+    sql: Annotated[
+        str,
+        typer.Argument(
+            help='SQL of the private subset, e.g. "SELECT sex, COUNT(*), AVG(age) FROM adult GROUP BY sex".'
+        ),
+    ],
+    epsilon: Annotated[
+        float, typer.Option("--epsilon", help="ε for the whole query, split equally across its aggregates.")
+    ],
+    metadata: Annotated[
+        Path,
+        typer.Option(
+            "--metadata",
+            help="The curator's declared schema (JSON): every usable column's type, bounds and categories, and the privacy unit (see docs/guide.md, 'The metadata file').",
+        ),
+    ],
+    delta: Annotated[float, typer.Option("--delta", help="δ (private key selection, Gaussian noise).")] = 0.0,
+    unit: Annotated[
+        str | None, typer.Option("--unit", help="The privacy-unit column (default: the metadata's).")
+    ] = None,
+    row_level: Annotated[
+        bool,
+        typer.Option("--row-level", help="Every row is a different person (only when the metadata declares no unit)."),
+    ] = False,
+    ledger: LedgerOption = ".dpkit/ledger.sqlite",
+    analyst: Annotated[
+        str, typer.Option("--analyst", help="Whose budget pays (created with dpkit budget create DATA ANALYST ...).")
+    ] = "analyst",
+    table: Annotated[
+        str | None,
+        typer.Option(
+            "--table", help="The table's name in SQL (default: the file's stem). It does not choose the budget."
+        ),
+    ] = None,
+    max_groups: Annotated[
+        int | None, typer.Option("--max-groups", help="Groups per privacy unit (default: metadata's, else 1).")
+    ] = None,
+    max_rows: Annotated[
+        int | None, typer.Option("--max-rows", help="Rows per privacy unit per group (default: metadata's, else 1).")
+    ] = None,
+    noise: Annotated[str, typer.Option("--noise", help="laplace or gaussian.")] = "laplace",
+    confidence: Annotated[float, typer.Option("--confidence", help="Confidence level of the intervals.")] = 0.95,
+    seed: Annotated[
+        int | None,
+        typer.Option(
+            "--seed", help="Refused: seeded noise can be replayed, and this command always pays from a ledger."
+        ),
+    ] = None,
+    json_output: JsonOption = False,
+) -> None:
+    """Run one private SQL query on a file and pay for it from the ledger.
+
+    The budget is the one created for this file's content (dpkit budget create DATA ANALYST),
+    whatever --table says. Example:
+
+    dpkit generate census census.csv --metadata census.json && \
+    dpkit budget create census.csv alice --epsilon 3 && \
+    dpkit query census.csv "SELECT sex, COUNT(*), AVG(age) FROM census WHERE age > 30 GROUP BY sex" --epsilon 1 --metadata census.json --analyst alice
+    """
+    import numpy as np
+
+    from dpkit.analytics import Session
+    from dpkit.ledger.identity import dataset_identity
+
+    if not data.is_file():
+        _fail(f"no such file: {str(data)!r}")
+    if not metadata.is_file():
+        _fail(
+            f"no such metadata file: {str(metadata)!r} (write one by hand, or dpkit generate census ... --metadata FILE for the example)"
+        )
+    name = table or data.stem
+    dataset = dataset_identity(data)
+    if _ledger_missing(ledger):
+        _fail(
+            f"no ledger at {ledger!r}: create a budget first (dpkit budget create {data} {analyst} --epsilon E --ledger {ledger})"
+        )
+    err = Console(stderr=True)
+    try:
+        with err.status(f"scanning {data.name} …", spinner="dots") if not json_output else contextlib.nullcontext():
+            session = Session(
+                data,
+                privacy_unit=unit,
+                row_level=True if row_level else None,
+                ledger=ledger,
+                dataset=dataset,
+                analyst=analyst,
+                metadata=metadata,
+                max_groups=max_groups,
+                max_rows=max_rows,
+                table=name,
+                rng=None if seed is None else np.random.default_rng(seed),
+            )
+            result = session.sql(sql, epsilon=epsilon, delta=delta, noise=noise, confidence=confidence)  # type: ignore[arg-type]
+            record = session._ledger.get_budget(dataset, analyst)
+    except LedgerError as exc:
+        _fail(
+            f"{exc} (budgets for a file are created with: dpkit budget create {data} {analyst} --epsilon E --ledger {ledger})"
+        )
+    except DPError as exc:
+        _fail(str(exc))
+    if json_output:
+        out = result.to_dict()
+        out["budget"] = {
+            "dataset": dataset,
+            "analyst": analyst,
+            "epsilon": record.epsilon,
+            "delta": record.delta,
+            "spent_epsilon": record.spent_epsilon,
+            "spent_delta": record.spent_delta,
+            "remaining_epsilon": record.remaining_epsilon,
+            "remaining_delta": record.remaining_delta,
+        }
+        _emit_json(out)
+        return
+    console = Console()
+    pct = f"{confidence * 100:g}%"
+    tbl = Table(
+        title=f"{sql}", caption=f"ε={result.epsilon:g}, δ={result.delta:g} · {pct} intervals · keys: {result.keys}"
+    )
+    for g in result.groups:
+        tbl.add_column(g)
+    for a in result.aggregates:
+        tbl.add_column(a.name, justify="right")
+        tbl.add_column(f"{pct} CI", justify="right")
+    for _, row in result.table.iterrows():
+        cells = [str(row[g]) for g in result.groups]
+        for a in result.aggregates:
+            lo, hi = row[f"{a.name}_low"], row[f"{a.name}_high"]
+            cells += [_fmt(row[a.name]), "—" if lo != lo else f"[{_fmt(lo)}, {_fmt(hi)}]"]
+        tbl.add_row(*cells)
+    console.print(tbl)
+    for a in result.aggregates:
+        scale = "" if a.scale != a.scale else f", noise scale {_fmt(a.scale)}"
+        console.print(f"  {a.name}: {a.mechanism}, ε={a.epsilon:.4g}{f', δ={a.delta:.3g}' if a.delta else ''}{scale}")
+    for note in result.notes:
+        console.print(f"  {note}")
+    console.print(
+        f"budget {dataset}/{analyst}: spent ε={record.spent_epsilon:.6g} of {record.epsilon:g}, "
+        f"remaining ε={record.remaining_epsilon:.6g}, δ={record.remaining_delta:.3g}"
+    )
+
+
+def _fmt(x: float) -> str:
+    return f"{x:,.0f}" if abs(x) >= 1000 else f"{x:.4g}"
