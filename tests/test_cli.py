@@ -170,6 +170,39 @@ def test_account_can_run_chosen_accountants_by_name() -> None:
     assert "moments" in bad.output and "zcdp" in bad.output
 
 
+def test_account_in_training_terms_is_the_same_event() -> None:
+    import json as _json
+
+    def run(*args: str) -> dict:
+        result = runner.invoke(app, ["account", "--noise-multiplier", "1.1", "--accountant", "rdp", "--json", *args])
+        assert result.exit_code == 0, result.output
+        return _json.loads(result.stdout)
+
+    # 10 epochs of batches of 256 out of 60,000: q = 256/60000, ⌈10 · 60000 / 256⌉ = 2344 steps
+    training = run("--epochs", "10", "--batch-size", "256", "--dataset-size", "60000")
+    explicit = run("--sample-rate", "256/60000", "--steps", "2344")
+    assert training["event"] == explicit["event"]
+    assert training["results"][0]["epsilon"] == explicit["results"][0]["epsilon"]
+    assert explicit["event"] != run("--sample-rate", "256/60000", "--steps", "2343")["event"]  # the test can tell
+
+
+@pytest.mark.parametrize(
+    ("args", "says"),
+    [
+        (["--epochs", "1", "--batch-size", "10"], "--dataset-size missing"),
+        (["--epochs", "1", "--batch-size", "10", "--dataset-size", "100", "--steps", "5"], "not both"),
+        (["--epochs", "1", "--batch-size", "200", "--dataset-size", "100"], "batch size <= dataset size"),
+        (["--epochs", "0", "--batch-size", "10", "--dataset-size", "100"], "--epochs=0"),
+        (["--sample-rate", "1/0"], "--sample-rate='1/0'"),
+        (["--sample-rate", "a quarter"], "256/60000"),
+    ],
+)
+def test_account_training_terms_bad_input(args: list[str], says: str) -> None:
+    result = runner.invoke(app, ["account", *args])
+    assert result.exit_code == 1
+    assert says in " ".join(result.output.split())
+
+
 def test_account_rejects_a_bad_mechanism() -> None:
     result = runner.invoke(app, ["account", "--mechanism", "cauchy"])
     assert result.exit_code == 1

@@ -518,3 +518,17 @@ def test_aggregate_specs_validate_their_arguments() -> None:
         A.Quantile("age", q=-0.1)
     with pytest.raises(InvalidParameterError):
         A.Count(name="")
+
+
+def test_an_unquoted_hyphenated_name_gets_a_hint_to_quote_it() -> None:
+    frame = pd.DataFrame({"hours-per-week": [40, 50, 60]})
+    meta = Metadata(columns={"hours-per-week": Numeric(0, 100)}, row_level=True)
+    s = dp.Session(frame, metadata=meta, budget=dp.Budget(epsilon=1.0))
+    with pytest.raises(InvalidParameterError) as info:
+        s.sql_cost("SELECT AVG(hours-per-week) FROM data", epsilon=0.1)
+    assert 'must be double-quoted, as in "hours-per-week"' in str(info.value)
+    # Only a chain of bare names gets the hint (it is read from the query text alone).
+    with pytest.raises(InvalidParameterError) as other:
+        s.sql_cost("SELECT AVG(hours - 1) FROM data", epsilon=0.1)
+    assert "double-quoted" not in str(other.value)
+    assert s.sql_cost('SELECT AVG("hours-per-week") AS h FROM data', epsilon=0.1).epsilon == pytest.approx(0.1)

@@ -342,8 +342,26 @@ def _what(node: object) -> str:
 
 def _column_name(node: exp.Expression) -> str:
     if not isinstance(node, exp.Column) or node.args.get("table") or not isinstance(node.this, exp.Identifier):
-        raise _reject(f"only plain column names are accepted here, not {_what(node)}", node)
+        raise _reject(f"only plain column names are accepted here, not {_what(node)}{_hyphen_hint(node)}", node)
     return node.name
+
+
+def _hyphen_hint(node: exp.Expression) -> str:
+    """A hint for ``hours-per-week`` written without quotes, which SQL reads as a subtraction of
+    three columns (the hint is built from the query text alone)."""
+    parts: list[str] = []
+    todo: list[exp.Expression] = [node]
+    while todo:
+        n = todo.pop()
+        if isinstance(n, exp.Sub):
+            todo += [n.expression, n.this]  # left first, so the names come out in order
+        elif isinstance(n, exp.Column) and not n.args.get("table") and isinstance(n.this, exp.Identifier):
+            parts.append(n.name)
+        else:
+            return ""
+    if len(parts) < 2:
+        return ""
+    return f' (a minus sign: a name with hyphens must be double-quoted, as in "{"-".join(parts)}")'
 
 
 def _literal(node: exp.Expression) -> Any:

@@ -31,10 +31,18 @@ from typing import Any, Literal
 
 import numpy as np
 from numpy.typing import ArrayLike, NDArray
-from scipy.stats import beta as _beta
 
 from dpkit import _validate
 from dpkit.errors import InvalidDataError, InvalidParameterError
+
+
+def _beta() -> Any:
+    """scipy's beta distribution, imported on first use: scipy.stats takes about half a second to
+    import (it loads scipy.optimize), which `import dpkit.audit` should not pay."""
+    from scipy.stats import beta
+
+    return beta
+
 
 __all__ = ["AuditResult", "estimate_epsilon"]
 
@@ -154,7 +162,7 @@ def _cp_lower(k: NDArray[Any], n: int, alpha: float) -> NDArray[np.float64]:
     """One-sided Clopper–Pearson lower bound at level ``alpha`` (P[p < bound] ≤ alpha)."""
     k = np.asarray(k, dtype=np.float64)
     with np.errstate(all="ignore"):
-        b = _beta.ppf(alpha, np.maximum(k, 1.0), n - k + 1.0)
+        b = _beta().ppf(alpha, np.maximum(k, 1.0), n - k + 1.0)
     return np.where(k <= 0, 0.0, b)
 
 
@@ -162,7 +170,7 @@ def _cp_upper(k: NDArray[Any], n: int, alpha: float) -> NDArray[np.float64]:
     """One-sided Clopper–Pearson upper bound at level ``alpha`` (P[p > bound] ≤ alpha)."""
     k = np.asarray(k, dtype=np.float64)
     with np.errstate(all="ignore"):
-        b = _beta.ppf(1.0 - alpha, k + 1.0, np.maximum(n - k, 1.0))
+        b = _beta().ppf(1.0 - alpha, k + 1.0, np.maximum(n - k, 1.0))
     return np.where(k >= n, 1.0, b)
 
 

@@ -38,7 +38,6 @@ from typing import Any
 
 import numpy as np
 from numpy.typing import ArrayLike, NDArray
-from scipy.stats import rankdata
 
 from dpkit import _validate
 from dpkit._validate import short_repr
@@ -188,6 +187,8 @@ def _roc(members: NDArray[np.float64], nonmembers: NDArray[np.float64]) -> tuple
 
 def _auc(members: NDArray[np.float64], nonmembers: NDArray[np.float64]) -> float:
     """Mann–Whitney: P[member loss < non-member loss] + ½ P[tie]."""
+    from scipy.stats import rankdata  # imported on first use (scipy.stats is slow to import)
+
     ranks = rankdata(np.concatenate([-members, -nonmembers]))  # high score = low loss = "member"
     m, n = members.size, nonmembers.size
     return float((ranks[:m].sum() - m * (m + 1) / 2) / (m * n))
