@@ -222,6 +222,18 @@ def test_budget_create_and_show(tmp_path) -> None:
     assert missing.exit_code == 1 and "no ledger" in missing.output
 
 
+def test_budget_create_says_where_the_ledger_is_and_when_it_is_new(tmp_path, monkeypatch) -> None:
+    monkeypatch.chdir(tmp_path)  # the relative default ledger lands here
+    first = runner.invoke(app, ["budget", "create", "census", "alice", "--epsilon", "1"])
+    assert first.exit_code == 0, first.output
+    where = str((tmp_path / ".dpkit" / "ledger.sqlite").resolve())
+    assert where in first.stdout
+    assert "created a new ledger" in first.stderr
+    second = runner.invoke(app, ["budget", "create", "census", "bob", "--epsilon", "1"])
+    assert second.exit_code == 0 and where in second.stdout
+    assert "created a new ledger" not in second.stderr  # only when it is new
+
+
 # ---- dpkit generate / dpkit query ------------------------------------------------------------------
 
 

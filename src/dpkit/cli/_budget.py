@@ -10,7 +10,15 @@ from rich.console import Console
 from rich.table import Table
 
 from dpkit.accounting.events import event_to_dict
-from dpkit.cli._common import JsonOption, LedgerOption, _emit_json, _fail, _open_existing
+from dpkit.cli._common import (
+    JsonOption,
+    LedgerOption,
+    _emit_json,
+    _fail,
+    _ledger_missing,
+    _ledger_where,
+    _open_existing,
+)
 from dpkit.errors import DPError
 
 __all__ = ["budget_app", "budget_create", "budget_show"]
@@ -132,9 +140,17 @@ def budget_create(
     if Path(dataset).is_file():
         dataset = dataset_identity(dataset)
         shown = f"{Path(shown).name} ({dataset})"
+    new_ledger = _ledger_missing(ledger)
     try:
         with open_ledger(ledger) as store:
             record = store.create_budget(dataset, analyst, epsilon=epsilon, delta=delta)
     except DPError as exc:
         _fail(str(exc))
-    typer.echo(f"created budget ε={record.epsilon:g}, δ={record.delta:g} for {shown}/{analyst} in {ledger}")
+    where = _ledger_where(ledger)
+    typer.echo(f"created budget ε={record.epsilon:g}, δ={record.delta:g} for {shown}/{analyst} in {where}")
+    if new_ledger:
+        typer.echo(
+            f"note: this created a new ledger at {where}; give the same --ledger (or DPKIT_LEDGER) to every "
+            "command that should pay from it",
+            err=True,
+        )

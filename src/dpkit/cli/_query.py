@@ -10,7 +10,7 @@ import typer
 from rich.console import Console
 from rich.table import Table
 
-from dpkit.cli._common import JsonOption, LedgerOption, _emit_json, _fail, _ledger_missing
+from dpkit.cli._common import JsonOption, LedgerOption, _emit_json, _fail, _ledger_missing, _ledger_where
 from dpkit.errors import DPError, LedgerError
 
 __all__ = ["query"]
@@ -121,6 +121,7 @@ def query(
     if json_output:
         out = result.to_dict()
         out["budget"] = {
+            "ledger": _ledger_where(ledger),
             "dataset": dataset,
             "analyst": analyst,
             "epsilon": record.epsilon,
@@ -158,6 +159,7 @@ def query(
         f"budget {dataset}/{analyst}: spent ε={record.spent_epsilon:.6g} of {record.epsilon:g}, "
         f"remaining ε={record.remaining_epsilon:.6g}, δ={record.remaining_delta:.3g}"
     )
+    console.print(f"ledger: {_ledger_where(ledger)}")
 
 
 def _fmt(x: float) -> str:
