@@ -263,6 +263,20 @@ def test_query_prints_a_table_and_spends_from_the_ledger(tmp_path: Path) -> None
     assert len(dpkit.open_ledger(ledger).list_spends(dataset_identity(data), "ann")) == 2
 
 
+def test_query_says_which_noise_scale_and_where_the_ledger_is(tmp_path: Path) -> None:
+    data, meta, ledger = _census(tmp_path)
+    args = ["query", str(data), "SELECT COUNT(*), AVG(age) FROM census", "--epsilon", "0.2",
+            "--metadata", str(meta), "--ledger", str(ledger), "--analyst", "ann"]
+    result = runner.invoke(app, args)
+    assert result.exit_code == 0, result.output
+    text = " ".join(result.output.split())
+    assert "count: " in text and "noise scale of its sum" in text  # the mean's noise is on its sum
+    assert text.count("noise scale of its sum") == 1  # the count's own scale is not relabelled
+    assert "ledger: /" in text and "ledger.sqlite" in text  # (rich may wrap a long path)
+    doc = json.loads(runner.invoke(app, [*args, "--json"]).stdout)
+    assert doc["budget"]["ledger"] == str(ledger.resolve())
+
+
 def test_the_budget_follows_the_file_not_the_table_name(tmp_path: Path) -> None:
     """--table names the table in SQL only; a different file has no budget until one is made for
     it, and a copy of the file pays from the same budget."""

@@ -151,7 +151,9 @@ def query(
         tbl.add_row(*cells)
     console.print(tbl)
     for a in result.aggregates:
-        scale = "" if a.scale != a.scale else f", noise scale {_fmt(a.scale)}"
+        # A mean's (variance's, std's) noise is on the sum inside it, not on the mean itself.
+        what = "noise scale" if a.kind in ("count", "count_units", "sum") else "noise scale of its sum"
+        scale = "" if a.scale != a.scale else f", {what} {_fmt(a.scale)}"
         console.print(f"  {a.name}: {a.mechanism}, ε={a.epsilon:.4g}{f', δ={a.delta:.3g}' if a.delta else ''}{scale}")
     for note in result.notes:
         console.print(f"  {note}")
