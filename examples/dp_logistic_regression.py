@@ -8,16 +8,18 @@ of the gradients and divides by a *noisy count*; the per-step noise is calibrate
 budget before any noise is drawn. Accuracy on the test split against scikit-learn's non-private
 model, at ε = 0.5, 1 and 4 (δ = 1e-5).
 
-Data: ``<repo>/../shared/data/adult/adult.data`` (train) and ``adult.test`` (test). Preprocessing
+Data: ``adult.data`` (train) and ``adult.test`` (test) in the directory given as the command's
+argument, else in ``$DPKIT_ADULT``, else in ``<repo>/../shared/data/adult/``. Preprocessing
 uses only the public schema (``adult.names``): the six numeric columns are scaled to [0, 1] by
 declared ranges, the seven categorical columns are one-hot encoded (a missing value is all
 zeros), so every row has ℓ2 norm <= √(6 + 7) — the declared ``data_norm``. When the files are
 absent a generated dataset of the same shape is used instead (and the output says so).
 
-Run:  .venv/bin/python examples/dp_logistic_regression.py [--seed N]
+Run:  .venv/bin/python examples/dp_logistic_regression.py [ADULT_DIR] [--seed N]
 """
 
 import argparse
+import os
 import time
 import warnings
 from pathlib import Path
@@ -29,7 +31,8 @@ from dpkit.datasets import ADULT_CATEGORICAL, ADULT_DATA_NORM, ADULT_NUMERIC, ad
 from dpkit.accounting import RDPAccountant
 from dpkit.ml.logistic import LogisticRegression
 
-ADULT = Path(__file__).resolve().parent.parent / ".." / "shared" / "data" / "adult"
+# The default location of UCI Adult: beside the repository (overridden by DPKIT_ADULT or the argument).
+DEFAULT_ADULT = Path(__file__).resolve().parent.parent / ".." / "shared" / "data" / "adult"
 
 # The public schema (adult.names). Numeric ranges are the census domain, declared, not measured.
 DATA_NORM = ADULT_DATA_NORM  # each one-hot group adds at most 1 to ‖x‖²
@@ -56,8 +59,14 @@ def generated(seed: int = 20240607) -> tuple[np.ndarray, np.ndarray, np.ndarray,
 
 
 parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+parser.add_argument(
+    "adult", nargs="?", type=Path, default=Path(os.environ.get("DPKIT_ADULT") or DEFAULT_ADULT),
+    help="directory holding adult.data and adult.test (default: $DPKIT_ADULT, else ../shared/data/adult/ "
+    "beside the repository)",
+)
 parser.add_argument("--seed", type=int, help="seed the noise: reproducible, NOT secure (default: OS CSPRNG)")
 args = parser.parse_args()
+ADULT = args.adult
 rng = None if args.seed is None else np.random.default_rng(args.seed)
 
 if (ADULT / "adult.data").exists() and (ADULT / "adult.test").exists():
@@ -66,7 +75,7 @@ if (ADULT / "adult.data").exists() and (ADULT / "adult.test").exists():
     source = f"UCI Adult ({ADULT.resolve()})"
 else:
     X_train, y_train, X_test, y_test = generated()
-    source = "GENERATED stand-in data: UCI Adult was not found at ../shared/data/adult/"
+    source = f"GENERATED stand-in data: UCI Adult was not found in {ADULT}"
 print(f"data: {source}")
 print(f"      {X_train.shape[0]:,} train / {X_test.shape[0]:,} test rows, {X_train.shape[1]} features, "
       f"declared data_norm = √{len(ADULT_NUMERIC) + len(ADULT_CATEGORICAL)} = {DATA_NORM:.3f}")

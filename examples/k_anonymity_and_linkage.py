@@ -6,9 +6,14 @@ generalised table (5.3) the only diagnosis both "50-60, female" classes share is
 to have visited both hospitals with those attributes is pinned down.  Then Mondrian
 (LeFevre et al. 2006) k-anonymises UCI Adult to k = 10 and reports time and information loss.
 
-Run:  .venv/bin/python examples/k_anonymity_and_linkage.py
+UCI Adult is read from ``adult.data`` in the directory given as the command's argument, else in
+``$DPKIT_ADULT``, else in ``<repo>/../shared/data/adult/``; without it that last part is skipped.
+
+Run:  .venv/bin/python examples/k_anonymity_and_linkage.py [ADULT_DIR]
 """
 
+import argparse
+import os
 import time
 from pathlib import Path
 
@@ -16,6 +21,14 @@ import pandas as pd
 
 from dpkit.anonymity import anonymity_report, generalise, k_anonymity
 from dpkit.attacks import linkage_attack
+
+DEFAULT_ADULT = Path(__file__).resolve().parents[1] / ".." / "shared" / "data" / "adult"
+parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+parser.add_argument(
+    "adult", nargs="?", type=Path, default=Path(os.environ.get("DPKIT_ADULT") or DEFAULT_ADULT),
+    help="directory holding adult.data (default: $DPKIT_ADULT, else ../shared/data/adult/ beside the repository)",
+)
+args = parser.parse_args()
 
 pd.set_option("display.width", 120)
 
@@ -55,7 +68,7 @@ res_known = linkage_attack(table_5_2, table_5_3, qi, "dx", known=known, identifi
 print("\nAttacker knows 赵丽娜 (56, 女, 190103) visited both:",
       res_known.matches[["name", "candidates", "value"]].to_string(index=False))
 
-adult = Path(__file__).resolve().parents[1] / ".." / "shared" / "data" / "adult" / "adult.data"
+adult = args.adult / "adult.data"
 if adult.exists():
     df = pd.read_csv(adult, skipinitialspace=True)
     aqi = ["age", "sex", "race", "native-country"]

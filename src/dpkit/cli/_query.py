@@ -21,7 +21,7 @@ def query(
     sql: Annotated[
         str,
         typer.Argument(
-            help='SQL of the private subset, e.g. "SELECT sex, COUNT(*), AVG(age) FROM adult GROUP BY sex".'
+            help='SQL of the private subset, e.g. "SELECT sex, COUNT(*), AVG(age) FROM census GROUP BY sex" (the table dpkit generate census census.csv makes).'
         ),
     ],
     epsilon: Annotated[
@@ -31,7 +31,7 @@ def query(
         Path,
         typer.Option(
             "--metadata",
-            help="The curator's declared schema (JSON): every usable column's type, bounds and categories, and the privacy unit (see docs/guide.md, 'The metadata file').",
+            help="The curator's declared schema (JSON): every usable column's type, bounds and categories, and the privacy unit (the format: docs/metadata.md).",
         ),
     ],
     delta: Annotated[float, typer.Option("--delta", help="δ (private key selection, Gaussian noise).")] = 0.0,
