@@ -6,7 +6,7 @@ BIN    := $(VENV)/bin
 STAMP_RUN := $(VENV)/.installed-run
 STAMP_DEV := $(VENV)/.installed-dev
 
-.PHONY: demo test test-fast lint bench clean
+.PHONY: demo test test-fast lint docs bench clean
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
@@ -43,6 +43,11 @@ lint: $(STAMP_DEV)
 	$(BIN)/ruff check src
 	$(BIN)/ruff format --check src
 	$(BIN)/mypy
+
+# The documentation site (mkdocs.yml): the pages under docs/ and the API reference from the
+# docstrings, into out/site. Strict: a broken link or docstring reference fails the build.
+docs: $(STAMP_DEV)
+	NO_MKDOCS_2_WARNING=1 $(BIN)/mkdocs build --strict --site-dir out/site
 
 # Peer libraries live in their own environment: their pins clash with dpkit's.
 bench: $(STAMP_RUN)
