@@ -161,7 +161,7 @@ def query(
         f"budget {dataset}/{analyst}: spent ε={record.spent_epsilon:.6g} of {record.epsilon:g}, "
         f"remaining ε={record.remaining_epsilon:.6g}, δ={record.remaining_delta:.3g}"
     )
-    console.print(f"ledger: {_ledger_where(ledger)}")
+    console.print(f"ledger: {_ledger_where(ledger)}", soft_wrap=True)  # a path is not wrapped
 
 
 def _fmt(x: float) -> str:
