@@ -531,3 +531,17 @@ def test_rate_limit_applies_to_every_endpoint(env: tuple[World, Any]) -> None:
         kwargs = {"json": q(COUNT_SQL)} if method == "POST" else {}
         r = client.request(method, path, headers=bob, **kwargs)
         assert r.status_code == 429 and "retry-after" in r.headers, (path, r.text)
+
+
+@pytest.mark.parametrize("content_type", [None, "application/x-www-form-urlencoded", "text/plain"])
+def test_a_body_without_the_json_content_type_says_which_header_to_send(env: tuple[World, Any], content_type: str | None) -> None:
+    """What `curl -d '{...}'` sends (a form): the answer names the missing header, refused like
+    any other bad body (nothing debited, one audit entry)."""
+    world, client = env
+    before, n = world.snapshot(), len(world.entries())
+    headers = {**world.h("alice"), **({"Content-Type": content_type} if content_type else {})}
+    body = b'{"epsilon": 0.5, "sql": "SELECT COUNT(*) FROM people"}'
+    r = client.post("/v1/datasets/people/query", content=body, headers=headers)
+    assert_refused(world, r, before, n, status=400, code="invalid_request", needles=("Content-Type: application/json",), parameter="Content-Type")
+    ok = client.post("/v1/datasets/people/query/cost", content=body, headers={**world.h("alice"), "Content-Type": "application/json"})
+    assert ok.status_code == 200, ok.text  # the same bytes with the header are a query

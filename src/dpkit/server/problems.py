@@ -141,6 +141,13 @@ async def _on_dp_error(request: Request, exc: DPError) -> JSONResponse:
 
 async def _on_invalid(request: Request, exc: RequestValidationError) -> JSONResponse:
     message, parameter = _validation_message(exc)
+    content_type = request.headers.get("content-type", "")
+    if parameter in (None, "body") and "json" not in content_type.lower():
+        # Without the header the body is not read as JSON at all (curl -d sends a form); say so
+        # rather than "Input should be a valid dictionary".
+        shown = edge.printable(content_type, 80) if content_type else "none"
+        message = f"the body must be a JSON object sent with Content-Type: application/json (this request's: {shown})"
+        parameter = "Content-Type"
     return problem_response(request, Problem(400, "invalid_request", message, parameter=parameter))
 
 
