@@ -1,9 +1,9 @@
 """Composition, privacy accounting and budgets (隐私预算与组合定理; seeds 003 and 004).
 
 * Answering k queries, each ε-DP: basic composition spends kε; advanced composition
-  (Dwork–Rothblum–Vadhan) spends about ε·sqrt(2k ln(1/δ')) + kε(e^ε − 1), and the notes' simpler
+  (Dwork–Rothblum–Vadhan) spends about ε·sqrt(2k ln(1/δ')) + kε(e^ε − 1), and the simpler
   form 2ε·sqrt(2k ln(1/δ')); the optimal bound (Kairouz–Oh–Viswanath) is smaller still.
-* DP-SGD (seed 003): Rényi DP with ε = R(α) + ln(1/δ)/(α − 1) minimised over α, against the
+* DP-SGD (Abadi et al. 2016; Mironov 2017): Rényi DP with ε = R(α) + ln(1/δ)/(α − 1) minimised over α, against the
   tighter conversion and the privacy-loss-distribution accountant.
 * Budgets: an in-memory filter that refuses the query that would overspend, and a ledger on disk.
 

@@ -1,4 +1,4 @@
-"""The trusted curator as a service (seed 004 ch. 1–2): analysts ask, the curator answers with noise
+"""The trusted curator as a service (Dwork & Roth 2014, ch. 1–2): analysts ask, the curator answers with noise
 and stops them when their budget is spent.
 
 A scripted session against a local ``dpkit serve`` (started here on a free loopback port):

@@ -1,4 +1,4 @@
-"""DP k-means (k-均值聚类, DP 版本 Lloyd 算法): the textbook's algorithm vs dpkit's default (seed 000/001 §5.3.3)
+"""DP k-means (k-均值聚类, DP 版本 Lloyd 算法): the textbook's algorithm vs dpkit's default (Blum, Dwork, McSherry & Nissim 2005; McSherry 2009)
 
 The text turns Lloyd's algorithm into an ε-DP one: data in the ℓ1 unit ball, ε' = ε/(2T), and
 Laplace noise of scale 2/ε' on every cluster's count and on every coordinate of its sum, for T

@@ -1,4 +1,4 @@
-"""Private logistic regression (逻辑回归) on UCI Adult by noisy gradient descent (seed 004 ch. 8).
+"""Private logistic regression (逻辑回归) on UCI Adult by noisy gradient descent (Abadi et al. 2016).
 
 The notes' recipe, with the improvements the chapter lists: rows are clipped to a declared ℓ2
 norm, so every per-example gradient of the logistic loss is bounded (the Lipschitz argument of

@@ -1,4 +1,4 @@
-"""The Laplace mechanism (拉普拉斯机制) on counting queries and a histogram (seed 004 §3.3).
+"""The Laplace mechanism (拉普拉斯机制) on counting queries and a histogram (Dwork & Roth 2014, §3.3).
 
 * One count has sensitivity (敏感度) 1: add Laplace(1/ε) noise. The error bound
   P[|Y| ≥ t·b] = e^{-t} gives a 95% bound of b·ln 20.

@@ -1,4 +1,4 @@
-"""Private analytics over a table with a person as the privacy unit (seed 004 §3: counting
+"""Private analytics over a table with a person as the privacy unit (Dwork & Roth 2014, §3.3: counting
 queries and histograms; user-level contribution bounding and private key selection go beyond it).
 
 1. A census-like table where each person has 1–3 rows (jobs).

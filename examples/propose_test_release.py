@@ -1,4 +1,4 @@
-"""Propose-test-release for the median and the mean (seed 004 ch. 5), at ε = 1, δ = 1e-6.
+"""Propose-test-release for the median and the mean (Dwork & Lei 2009), at ε = 1, δ = 1e-6.
 
 Run:  python examples/propose_test_release.py
 

@@ -1,4 +1,4 @@
-"""Reconstruction attacks (seed 004 ch. 1): small noise is blatantly non-private; dpkit's is not.
+"""Reconstruction attacks (Dinur & Nissim 2003): small noise is blatantly non-private; dpkit's is not.
 
 Runs the exhaustive 2^n attack (Theorem 1.1, error ≤ 4E), the Dinur–Nissim LP attack
 (Theorem 1.2), the Diffix-style equivalent-query attack on sticky noise, and the same

@@ -1,4 +1,4 @@
-"""The sparse vector technique, side by side with the naive alternatives (seed 004 ch. 7).
+"""The sparse vector technique, side by side with the naive alternatives (Dwork & Roth 2014, §3.6).
 
 Run: .venv/bin/python examples/sparse_vector.py [--seed N]
 """
@@ -39,7 +39,7 @@ def main() -> None:
     print("2. Choosing a clipping bound, and the mean (ε = 1)")
     b = choose_clipping_bound(ages, epsilon=1 / 3, max_bound=1000, rng=rng)
     res = svt_private_mean(ages, epsilon=1.0, max_bound=1000, rng=rng)
-    # naive: a Laplace-noised clipped sum per candidate, each costing ε/n (seed 004 naive_select_b)
+    # naive: a Laplace-noised clipped sum per candidate, each costing ε/n (the naive baseline)
     bs = range(1, 1000, 10)
     eps_i = (1 / 3) / len(bs)
     best, naive_b = 0.0, bs[-1]

@@ -192,6 +192,8 @@ def check_group_by(
 def _check_edges(t: DeclaredTable, column: str, edges: Any) -> tuple[float, ...]:
     if t.columns[column] != "numeric":
         raise InvalidParameterError(f"bins[{column!r}]", _short(edges), "edges only for numeric columns")
+    if isinstance(edges, int) and not isinstance(edges, bool):
+        edges = _equal_width(t, column, edges)
     if not isinstance(edges, (str, bytes)) and hasattr(edges, "__iter__"):
         if not hasattr(edges, "__len__"):  # read no more of an iterator than the limit allows
             edges = tuple(itertools.islice(edges, t.limits.max_keys + 2))
@@ -207,6 +209,24 @@ def _check_edges(t: DeclaredTable, column: str, edges: Any) -> tuple[float, ...]
             f"bins[{column!r}]", _short(edges), "a list of at least two increasing finite numbers"
         )
     return e
+
+
+def _equal_width(t: DeclaredTable, column: str, count: int) -> tuple[float, ...]:
+    """``count`` equal-width bins over the column's declared bounds: edges from the metadata
+    alone (public), never from the data."""
+    spec = t.metadata.columns.get(column)
+    lower, upper = getattr(spec, "lower", None), getattr(spec, "upper", None)
+    if lower is None or upper is None:
+        raise InvalidParameterError(
+            f"bins[{column!r}]",
+            count,
+            "a list of edges, or a number of bins for a column with declared bounds (Numeric(lower, upper))",
+        )
+    if count < 1:
+        raise InvalidParameterError(f"bins[{column!r}]", count, "a number of bins >= 1, or a list of edges")
+    t.limits.check("group_by keys", count, "max_keys")
+    width = (float(upper) - float(lower)) / count
+    return (*(float(lower) + i * width for i in range(count)), float(upper))
 
 
 def _check_keys(t: DeclaredTable, groups: list[GroupKey], keys: Any) -> tuple[tuple[Any, ...], ...]:

@@ -79,12 +79,13 @@ class Query:
         return replace(self, predicate=check_where(self.session._declared, self.predicate, predicate))
 
     def group_by(
-        self, *columns: str, keys: Sequence[Any] | None = None, bins: dict[str, Sequence[float]] | None = None
+        self, *columns: str, keys: Sequence[Any] | None = None, bins: dict[str, Sequence[float] | int] | None = None
     ) -> Query:
         """Group by ``columns``. ``keys``: the public key list (values for one column, tuples for
         several); without it, declared category lists (and ``bins``) are the keys, and columns
         with neither get their keys selected privately (which needs δ > 0). ``bins``: edges per
-        numeric column; the key is the bin's label ``[a, b)``."""
+        numeric column, or a number of equal-width bins over its declared bounds; the key is the
+        bin's label ``[a, b)``."""
         groups, key_tuples = check_group_by(self.session._declared, self.groups, columns, keys, bins)
         return replace(self, groups=groups, keys=key_tuples)
 
@@ -234,7 +235,7 @@ class Query:
         self,
         column: str,
         *,
-        bins: Sequence[float] | None = None,
+        bins: Sequence[float] | int | None = None,
         epsilon: float,
         delta: float = _DELTA,
         noise: Noise = _NOISE,
@@ -243,7 +244,8 @@ class Query:
         split: Sequence[float] | None = None,
         rng: RNG = None,
     ) -> QueryResult:
-        """Counts over the declared categories of ``column`` (or over ``bins`` of a numeric one)."""
+        """Counts over the declared categories of ``column``, or over ``bins`` of a numeric one:
+        a list of edges, or a number of equal-width bins over its declared bounds."""
         if self.groups:
             raise InvalidParameterError(
                 "histogram", column, "a query without group_by (the histogram groups by its column)"

@@ -4,13 +4,17 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import pandas as pd
 
 from dpkit._validate import Neighbours
 from dpkit.accounting.events import DPEvent, event_to_dict
+from dpkit.analytics.result_display import plot_result, result_html, result_text
+
+if TYPE_CHECKING:
+    from matplotlib.axes import Axes
 
 __all__ = ["AggregateInfo", "QueryCost", "QueryResult"]
 
@@ -191,3 +195,25 @@ class QueryResult:
             f"QueryResult(ε={self.epsilon:.6g}, δ={self.delta:.3g}, keys={self.keys!r}, "
             f"confidence={self.confidence})\n{self.unit_description}\n{self.table.to_string(index=False)}"
         )
+
+    def __str__(self) -> str:
+        """The whole table (every row and column, whatever pandas' display options), then who is
+        protected, each aggregate's mechanism and cost, the budget left and the notes.
+
+        Post-processing of the released result only: reads no data and touches no budget."""
+        return result_text(self)
+
+    def _repr_html_(self) -> str:
+        """Notebook display: the whole table as escaped HTML and the facts of ``str(result)``;
+        no JavaScript. Post-processing only: reads no data and touches no budget."""
+        return result_html(self)
+
+    def plot(self, ax: Axes | None = None, aggregate: str | None = None) -> Axes:
+        """A matplotlib bar chart of one aggregate (default: the first) per group, or a single
+        bar without a group-by, with the released interval (``<name>_low``, ``<name>_high``) as
+        error bars; rows whose interval is NaN (quantiles) get none. Draws on ``ax`` (default: a
+        new figure) and returns it. Raises :class:`~dpkit.errors.InvalidParameterError` for an
+        unknown ``aggregate``. matplotlib is imported here only (an optional extra).
+
+        Post-processing of the released result only: reads no data and touches no budget."""
+        return plot_result(self, ax=ax, aggregate=aggregate)

@@ -433,7 +433,7 @@ class Session:
         return self.query().where(predicate)
 
     def group_by(
-        self, *columns: str, keys: Sequence[Any] | None = None, bins: dict[str, Sequence[float]] | None = None
+        self, *columns: str, keys: Sequence[Any] | None = None, bins: dict[str, Sequence[float] | int] | None = None
     ) -> Query:
         return self.query().group_by(*columns, keys=keys, bins=bins)
 

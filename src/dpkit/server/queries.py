@@ -131,7 +131,7 @@ def compile_request(session: Session, request: QueryRequest) -> tuple[Query, lis
     if spec.where is not None:
         q = q.where(parse_predicate(spec.where, limits=session.limits))
     if spec.group_by:
-        q = q.group_by(*spec.group_by, keys=spec.keys, bins=cast("dict[str, Sequence[float]] | None", spec.bins))
+        q = q.group_by(*spec.group_by, keys=spec.keys, bins=cast("dict[str, Sequence[float] | int] | None", spec.bins))
     elif spec.keys is not None or spec.bins is not None:
         raise InvalidParameterError(
             "keys", spec.keys if spec.keys is not None else spec.bins, "keys and bins only with group_by"

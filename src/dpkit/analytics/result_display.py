@@ -1,0 +1,111 @@
+"""How a :class:`~dpkit.analytics.results.QueryResult` is shown: text, notebook HTML and a chart.
+
+All of it is post-processing of a result that has already been released: nothing here reads the
+data, draws noise or touches a budget. The whole table is always shown (pandas' display limits
+never cut it); matplotlib is imported only when a chart is asked for (it is an optional extra).
+"""
+
+from __future__ import annotations
+
+import html
+import math
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+
+from dpkit.errors import InvalidParameterError
+
+if TYPE_CHECKING:
+    from matplotlib.axes import Axes
+
+    from dpkit.analytics.results import QueryResult
+
+__all__ = ["plot_result", "result_html", "result_lines", "result_text"]
+
+
+def _header(r: QueryResult) -> str:
+    return f"QueryResult(ε={r.epsilon:.6g}, δ={r.delta:.3g}, keys={r.keys!r}, confidence={r.confidence})"
+
+
+def _table_text(r: QueryResult) -> str:
+    # Explicit "no limit" for rows, columns, width and cell width: the display options of the
+    # caller's session must not drop released groups from what they read.
+    return r.table.to_string(index=False, max_rows=None, max_cols=None, max_colwidth=None, line_width=None)
+
+
+def result_lines(r: QueryResult) -> list[str]:
+    """The facts printed under the table: who is protected, each aggregate, budget left, notes."""
+    lines = [r.unit_description]
+    if r.aggregates:
+        lines.append(
+            f"intervals: <name>_low, <name>_high: {r.confidence:.4g} confidence interval around the bounded "
+            "statistic, from the noise distribution (NaN: none)"
+        )
+    for a in r.aggregates:
+        what = a.kind if a.column is None else f"{a.kind}({a.column})"
+        scale = "" if math.isnan(a.scale) else f", noise scale {a.scale:.4g}"
+        lines.append(f"{a.name}: {what}, {a.mechanism}, ε={a.epsilon:.4g}, δ={a.delta:.3g}{scale}")
+    if r.remaining_epsilon is not None:
+        lines.append(f"remaining ε: {r.remaining_epsilon:.6g}")
+    lines.extend(f"note: {n}" for n in r.notes)
+    return lines
+
+
+def result_text(r: QueryResult) -> str:
+    """The header, the whole table (never truncated) and the facts of :func:`result_lines`."""
+    lines = result_lines(r)
+    return "\n".join([_header(r), lines[0], _table_text(r), *lines[1:]])
+
+
+def result_html(r: QueryResult) -> str:
+    """Notebook HTML: the whole table (escaped) and the same facts as text; no JavaScript."""
+    table = r.table.to_html(index=False, escape=True, max_rows=None, max_cols=None, na_rep="NaN", border=0)
+    facts = "".join(f"<li>{html.escape(line)}</li>" for line in result_lines(r))
+    return f'<div class="dpkit-query-result"><p><b>{html.escape(_header(r))}</b></p>{table}<ul>{facts}</ul></div>'
+
+
+def _group_labels(r: QueryResult) -> list[str]:
+    if not r.groups:
+        return [""] * len(r.table)
+    cols = [r.table[g].tolist() for g in r.groups]
+    return [", ".join(str(v) for v in row) for row in zip(*cols, strict=True)]
+
+
+def plot_result(r: QueryResult, ax: Axes | None = None, aggregate: str | None = None) -> Axes:
+    """A bar per group (one bar without a group-by) of one aggregate, with the released interval
+    as its error bar (none where the interval is NaN). Returns the Axes drawn on."""
+    names = [a.name for a in r.aggregates]
+    if aggregate is None:
+        if not names:
+            raise InvalidParameterError("aggregate", aggregate, "the name of an aggregate, but this result has none")
+        aggregate = names[0]
+    if aggregate not in names:
+        raise InvalidParameterError("aggregate", aggregate, f"one of {names}")
+    try:
+        import matplotlib.pyplot as plt
+    except ModuleNotFoundError as exc:  # pragma: no cover - depends on the installation
+        raise ModuleNotFoundError(
+            "QueryResult.plot needs matplotlib, which is not installed: pip install 'dpkit[cli]'", name=exc.name
+        ) from exc
+    if ax is None:
+        _, ax = plt.subplots()
+    value = r.table[aggregate].to_numpy(dtype=float)
+    low = r.table[f"{aggregate}_low"].to_numpy(dtype=float)
+    high = r.table[f"{aggregate}_high"].to_numpy(dtype=float)
+    x = np.arange(len(value), dtype=float)
+    ax.bar(x, value, color="C0", alpha=0.7, label=aggregate)
+    has = np.isfinite(low) & np.isfinite(high)
+    if has.any():
+        # Centred on the interval, not on the value: the bar spans exactly [low, high] whatever
+        # the value's position inside it.
+        mid = (low[has] + high[has]) / 2
+        half = (high[has] - low[has]) / 2
+        ax.errorbar(x[has], mid, yerr=half, fmt="none", ecolor="black", capsize=3, label=f"{r.confidence:.4g} interval")
+    labels: list[Any] = _group_labels(r) if r.groups else [aggregate]
+    ax.set_xticks(x)
+    ax.set_xticklabels(labels, rotation=90 if len(labels) > 8 else 0)
+    if r.groups:
+        ax.set_xlabel(", ".join(r.groups))
+    ax.set_ylabel(aggregate)
+    ax.set_title(f"{aggregate} (ε={r.epsilon:.4g}, {r.confidence:.4g} confidence intervals)")
+    return ax
