@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import html
 import math
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, TypeAlias
 
 import numpy as np
 
@@ -18,7 +18,9 @@ from dpkit.errors import InvalidParameterError
 if TYPE_CHECKING:
     from matplotlib.axes import Axes
 
-    from dpkit.analytics.results import QueryResult
+#: A :class:`~dpkit.analytics.results.QueryResult`. Not imported, even for type checking:
+#: ``results`` imports this module, and the analytics package has no import cycle (tested).
+QueryResult: TypeAlias = Any
 
 __all__ = ["plot_result", "result_html", "result_lines", "result_text"]
 
