@@ -45,7 +45,7 @@ def result_lines(r: QueryResult) -> list[str]:
         )
     for a in r.aggregates:
         what = a.kind if a.column is None else f"{a.kind}({a.column})"
-        scale = "" if math.isnan(a.scale) else f", noise scale {a.scale:.4g}"
+        scale = "" if math.isnan(a.scale) else f", {a.scale_label} {a.scale:.4g}"
         lines.append(f"{a.name}: {what}, {a.mechanism}, ε={a.epsilon:.4g}, δ={a.delta:.3g}{scale}")
     if r.remaining_epsilon is not None:
         lines.append(f"remaining ε: {r.remaining_epsilon:.6g}")

@@ -39,6 +39,12 @@ class AggregateInfo:
     sensitivity: float
     event: DPEvent
 
+    @property
+    def scale_label(self) -> str:
+        """What :attr:`scale` is the scale of, in words: a mean's (variance's, std's) noise is on
+        the sum inside it, not on the released value itself."""
+        return "noise scale" if self.kind in ("count", "count_units", "sum") else "noise scale of its sum"
+
     def to_dict(self) -> dict[str, Any]:
         return {
             "name": self.name,

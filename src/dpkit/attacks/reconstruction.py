@@ -52,9 +52,9 @@ import numpy as np
 from numpy.typing import ArrayLike, NDArray
 from scipy.optimize import linprog
 
+from dpkit._renamed import MISSING, take_renamed
 from dpkit.budget import Budget
 from dpkit.errors import InvalidDataError, InvalidParameterError
-from dpkit.mechanisms._renamed import MISSING, take_renamed
 from dpkit.mechanisms.laplace import Laplace
 from dpkit.noise.source import RNG, resolve_rng
 

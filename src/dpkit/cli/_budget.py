@@ -59,19 +59,7 @@ def budget_show(
             {
                 "ledger": str(ledger),
                 "budgets": [
-                    {
-                        "dataset": b.dataset,
-                        "analyst": b.analyst,
-                        "epsilon": b.epsilon,
-                        "delta": b.delta,
-                        "spent_epsilon": b.spent_epsilon,
-                        "spent_delta": b.spent_delta,
-                        "remaining_epsilon": b.remaining_epsilon,
-                        "remaining_delta": b.remaining_delta,
-                        "neighbours": b.neighbours,
-                        "created_at": b.created_at.isoformat(),
-                    }
-                    for b in budgets
+                    {**b.to_dict(), "neighbours": b.neighbours, "created_at": b.created_at.isoformat()} for b in budgets
                 ],
                 "spends": [
                     {
@@ -144,9 +132,9 @@ def budget_create(
     try:
         with open_ledger(ledger) as store:
             record = store.create_budget(dataset, analyst, epsilon=epsilon, delta=delta)
+            where = _ledger_where(store)
     except DPError as exc:
         _fail(str(exc))
-    where = _ledger_where(ledger)
     typer.echo(f"created budget ε={record.epsilon:g}, δ={record.delta:g} for {shown}/{analyst} in {where}")
     if new_ledger:
         typer.echo(

@@ -49,15 +49,12 @@ def _ledger_missing(ledger: str) -> bool:
     return not Path(ledger.removeprefix("sqlite:///")).exists()
 
 
-def _ledger_where(ledger: str) -> str:
-    """Where the ledger is, as a reader can find it again: a SQLite file's absolute path (the
+def _ledger_where(store: Any) -> str:
+    """Where an open ledger is, as a reader can find it again: a SQLite file's absolute path (the
     default is relative to the working directory, so the same command elsewhere uses another
     ledger), or a server URL without its password."""
-    if ledger.lower().startswith(("postgresql://", "postgres://")):
-        from dpkit.ledger._postgres_driver import mask_url
-
-        return mask_url(ledger)
-    return str(Path(ledger.removeprefix("sqlite:///")).resolve())
+    path = getattr(store, "path", None)
+    return str(path) if path is not None else str(store.url)
 
 
 def _open_existing(ledger: str):

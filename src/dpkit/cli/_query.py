@@ -112,6 +112,7 @@ def query(
             )
             result = session.sql(sql, epsilon=epsilon, delta=delta, noise=noise, confidence=confidence)  # type: ignore[arg-type]
             record = session._ledger.get_budget(dataset, analyst)
+            where = _ledger_where(session._ledger)
     except LedgerError as exc:
         _fail(
             f"{exc} (budgets for a file are created with: dpkit budget create {data} {analyst} --epsilon E --ledger {ledger})"
@@ -120,17 +121,7 @@ def query(
         _fail(str(exc))
     if json_output:
         out = result.to_dict()
-        out["budget"] = {
-            "ledger": _ledger_where(ledger),
-            "dataset": dataset,
-            "analyst": analyst,
-            "epsilon": record.epsilon,
-            "delta": record.delta,
-            "spent_epsilon": record.spent_epsilon,
-            "spent_delta": record.spent_delta,
-            "remaining_epsilon": record.remaining_epsilon,
-            "remaining_delta": record.remaining_delta,
-        }
+        out["budget"] = {"ledger": where, **record.to_dict()}
         _emit_json(out)
         return
     console = Console()
@@ -151,9 +142,7 @@ def query(
         tbl.add_row(*cells)
     console.print(tbl)
     for a in result.aggregates:
-        # A mean's (variance's, std's) noise is on the sum inside it, not on the mean itself.
-        what = "noise scale" if a.kind in ("count", "count_units", "sum") else "noise scale of its sum"
-        scale = "" if a.scale != a.scale else f", {what} {_fmt(a.scale)}"
+        scale = "" if a.scale != a.scale else f", {a.scale_label} {_fmt(a.scale)}"
         console.print(f"  {a.name}: {a.mechanism}, ε={a.epsilon:.4g}{f', δ={a.delta:.3g}' if a.delta else ''}{scale}")
     for note in result.notes:
         console.print(f"  {note}")
@@ -161,7 +150,7 @@ def query(
         f"budget {dataset}/{analyst}: spent ε={record.spent_epsilon:.6g} of {record.epsilon:g}, "
         f"remaining ε={record.remaining_epsilon:.6g}, δ={record.remaining_delta:.3g}"
     )
-    console.print(f"ledger: {_ledger_where(ledger)}", soft_wrap=True)  # a path is not wrapped
+    console.print(f"ledger: {where}", soft_wrap=True)  # a path is not wrapped
 
 
 def _fmt(x: float) -> str:

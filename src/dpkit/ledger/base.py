@@ -81,6 +81,19 @@ class BudgetRecord:
         """δ left, rounded down, never below 0."""
         return max(0.0, sub_down(self.delta, self.spent_delta))
 
+    def to_dict(self) -> dict[str, Any]:
+        """The budget as the API and the command line show it: amounts spent and left."""
+        return {
+            "dataset": self.dataset,
+            "analyst": self.analyst,
+            "epsilon": self.epsilon,
+            "delta": self.delta,
+            "spent_epsilon": self.spent_epsilon,
+            "spent_delta": self.spent_delta,
+            "remaining_epsilon": self.remaining_epsilon,
+            "remaining_delta": self.remaining_delta,
+        }
+
 
 @dataclass(frozen=True)
 class SpendRecord:

@@ -10,9 +10,9 @@ from numpy.typing import ArrayLike, NDArray
 from sklearn.base import BaseEstimator, RegressorMixin
 
 from dpkit import _validate as v
+from dpkit._renamed import MISSING, take_renamed
 from dpkit._validate import Neighbours
 from dpkit.errors import InvalidDataError, InvalidParameterError
-from dpkit.mechanisms._renamed import MISSING, take_renamed
 from dpkit.ml._noisy_gd import SQUARED, NoisyGDMixin, check_X, check_y
 from dpkit.noise.source import RNG
 

@@ -28,17 +28,8 @@ DEFAULT_MAX_GRANT_EPSILON = 10.0
 
 
 def budget_dict(b: BudgetRecord) -> dict[str, Any]:
-    """A budget as the API and the command line show it."""
-    return {
-        "dataset": b.dataset,
-        "analyst": b.analyst,
-        "epsilon": b.epsilon,
-        "delta": b.delta,
-        "spent_epsilon": b.spent_epsilon,
-        "spent_delta": b.spent_delta,
-        "remaining_epsilon": b.remaining_epsilon,
-        "remaining_delta": b.remaining_delta,
-    }
+    """A budget as the API and the command line show it (:meth:`BudgetRecord.to_dict`)."""
+    return b.to_dict()
 
 
 class Grants:

@@ -61,13 +61,13 @@ from torch.func import functional_call
 
 import torch
 from dpkit import _validate as v
+from dpkit._renamed import MISSING, take_renamed
 from dpkit._validate import short_repr
 from dpkit.accounting.calibration import calibrate_noise_multiplier, dp_sgd_event
 from dpkit.accounting.events import DPEvent
 from dpkit.accounting.registry import resolve_accountant
 from dpkit.budget import Budget
 from dpkit.errors import DPError, InvalidDataError, InvalidParameterError
-from dpkit.mechanisms._renamed import MISSING, take_renamed
 from dpkit.noise.discrete import sample_discrete_gaussian
 from dpkit.noise.integers import bernoulli
 from dpkit.noise.lattice import (  # covers the lattice's O(2^-78) per round (module docstring)

@@ -11,11 +11,11 @@ from typing import Any
 
 import torch
 from dpkit import _validate as v
+from dpkit._renamed import MISSING, take_renamed
 from dpkit.accounting.accountant import Accountant
 from dpkit.accounting.events import DPEvent, SelfComposedEvent
 from dpkit.budget import Budget
 from dpkit.errors import BudgetExceededError, DPError, InvalidDataError
-from dpkit.mechanisms._renamed import MISSING, take_renamed
 from dpkit.noise.lattice import DELTA_MARGIN
 from dpkit.noise.source import RandomSource
 from dpkit.torch.noise import ContinuousNoise, LatticeNoise

@@ -38,13 +38,13 @@ from torch.utils.data import DataLoader, IterableDataset
 
 import torch
 from dpkit import _validate as v
+from dpkit._renamed import MISSING, take_renamed
 from dpkit.accounting.accountant import Accountant
 from dpkit.accounting.calibration import calibrate_noise_multiplier
 from dpkit.accounting.events import DPEvent, SelfComposedEvent
 from dpkit.accounting.registry import resolve_accountant
 from dpkit.budget import Budget
 from dpkit.errors import BudgetExceededError, DPError, InvalidDataError, InvalidParameterError
-from dpkit.mechanisms._renamed import MISSING, take_renamed
 from dpkit.noise.source import resolve_rng
 from dpkit.torch.noise import make_noise
 from dpkit.torch.optimizer import _TARGET_ALIASES, LATTICE_DELTA_SHARE, DPOptimizer, _accounting_delta
