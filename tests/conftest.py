@@ -54,6 +54,8 @@ MODULE_MARKERS: dict[str, tuple[str, ...]] = {
     "ledger/test_postgres_ledger.py": ("postgres",),
     # Headless Chromium against a live server.
     "server/test_dashboard.py": ("browser", "slow"),
+    # The README's curl against a real `dpkit serve` subprocess (about 25 s).
+    "test_docs_curl.py": ("slow",),
 }
 
 #: Single tests, "module::name" relative to tests/ (every parametrisation of the name), that took

@@ -23,6 +23,7 @@ from dpkit.accounting import (
 from dpkit.accounting.composition import BasicAccountant
 from dpkit.budget import Budget
 from dpkit.errors import BudgetExceededError, InvalidParameterError
+from dpkit.mechanisms.laplace import Laplace
 
 
 def test_spend_spent_remaining_events() -> None:
@@ -111,19 +112,41 @@ def test_threads_never_overshoot() -> None:
     assert seen == sorted(seen)  # spent only grows
 
 
-def test_budgets_compare_exactly_against_ourselves() -> None:
-    """The double 0.01 is slightly more than 1/100, so 100 spends of it would exceed ε = 1: the
-    100th is refused (rounding against ourselves), while ε = 1/100 exactly fits 100 times."""
+def test_budgets_compare_exactly_at_decimal_values() -> None:
+    """ε = 0.01 is read as 1/100 (the decimal it prints as), by the mechanism that calibrates to
+    it and by the budget: exactly 100 spends fit ε = 1 and the 101st is refused. At the doubles'
+    binary values (0.01 is a little more than 1/100) only 99 would fit."""
     budget = Budget(epsilon=1.0)
     accepted = 0
     for _ in range(101):
         try:
-            budget.spend(LaplaceEvent.for_epsilon(0.01))
+            budget.spend(Laplace(epsilon=0.01).event)
             accepted += 1
         except BudgetExceededError:
             pass
-    assert accepted == 99
-    assert Fraction(0.01) * 100 > 1
+    assert accepted == 100 and budget.remaining == 0.0
+    assert Fraction(0.01) * 100 > 1  # what the binary reading would have charged
+    # Ten spends of 0.1 (the friction a new user hit: "remaining ε=0.09999999999999987").
+    tenth = Budget(epsilon=1.0)
+    for _ in range(10):
+        tenth.spend(PureDPEvent(0.1))
+    assert tenth.spent[0] == 1.0 and not tenth.can_spend(PureDPEvent(1e-300))
+    # A decimal above its double is charged in full: 0.3 is 3/10 > the double 0.29999999999999998.
+    budget = Budget(epsilon=0.9)
+    budget.spend(PureDPEvent(0.3), count=3)
+    assert not budget.can_spend(PureDPEvent(1e-300))
+    assert Fraction(0.3) * 3 < Fraction(9, 10)  # a binary reading would have left room
+
+
+def test_the_noise_is_calibrated_to_exactly_the_amount_charged() -> None:
+    """Laplace(ε = 0.1) draws discrete Laplace noise of scale exactly (Δ/g + 1)·10 lattice steps
+    and charges exactly 1/10; the power check: the same noise charged at the double's binary value
+    would be a different (larger) amount."""
+    mech = Laplace(epsilon=0.1, sensitivity=1.0)
+    plan = mech.noise_plan()
+    assert plan.sensitivity_on_lattice / plan.lattice_scale == Fraction(1, 10)
+    assert BasicAccountant().compose(mech.event)._exact_epsilon(0.0) == Fraction(1, 10)
+    assert Fraction(0.1) != Fraction(1, 10)
 
 
 def test_delta_accumulates_and_is_capped_by_the_budget() -> None:
@@ -253,11 +276,13 @@ def test_bad_budget_arguments(kwargs: dict, name: str) -> None:
     assert info.value.name == name
 
 
-def test_exact_budget_rounds_down() -> None:
+def test_exact_budget_is_kept_exactly() -> None:
     budget = Budget(epsilon=Fraction(1, 3))  # type: ignore[arg-type]
-    assert budget.epsilon <= Fraction(1, 3) and budget.epsilon == pytest.approx(1 / 3)
+    assert budget.epsilon <= Fraction(1, 3) and budget.epsilon == pytest.approx(1 / 3)  # shown rounded down
+    budget.spend(LaplaceEvent(noise_multiplier=3))  # exactly 1/3 fits exactly 1/3
     with pytest.raises(BudgetExceededError):
-        budget.spend(LaplaceEvent(noise_multiplier=3))  # exactly 1/3 is more than the double below it
+        budget.spend(PureDPEvent(1e-300))
+    assert budget.remaining == 0.0
 
 
 # ------------------------------------------------------------------------------------------------

@@ -178,12 +178,13 @@ def test_account_in_training_terms_is_the_same_event() -> None:
         assert result.exit_code == 0, result.output
         return _json.loads(result.stdout)
 
-    # 10 epochs of batches of 256 out of 60,000: q = 256/60000, ⌈10 · 60000 / 256⌉ = 2344 steps
+    # 10 epochs of batches of 256 out of 60,000: q = 256/60000, 10 · ⌈60000 / 256⌉ = 2350 steps,
+    # the steps make_private takes (the loader's length per epoch), not ⌈10 · 60000 / 256⌉ = 2344
     training = run("--epochs", "10", "--batch-size", "256", "--dataset-size", "60000")
-    explicit = run("--sample-rate", "256/60000", "--steps", "2344")
+    explicit = run("--sample-rate", "256/60000", "--steps", "2350")
     assert training["event"] == explicit["event"]
     assert training["results"][0]["epsilon"] == explicit["results"][0]["epsilon"]
-    assert explicit["event"] != run("--sample-rate", "256/60000", "--steps", "2343")["event"]  # the test can tell
+    assert explicit["event"] != run("--sample-rate", "256/60000", "--steps", "2344")["event"]  # the test can tell
 
 
 @pytest.mark.parametrize(
@@ -270,8 +271,10 @@ def test_query_says_which_noise_scale_and_where_the_ledger_is(tmp_path: Path) ->
     result = runner.invoke(app, args)
     assert result.exit_code == 0, result.output
     text = " ".join(result.output.split())
-    assert "count: " in text and "noise scale of its sum" in text  # the mean's noise is on its sum
-    assert text.count("noise scale of its sum") == 1  # the count's own scale is not relabelled
+    # the mean's scale is its own (an approximate standard deviation in years), not its sum's
+    assert "count: " in text and "approx. std. dev. of the mean" in text
+    assert text.count("approx. std. dev. of the mean") == 1  # the count's own scale is not relabelled
+    assert "count: laplace, ε=0.1, noise scale 20" in text  # Δ = 2 (two rows a person), ε = 0.1
     assert f"ledger: {ledger.resolve()}" in result.output  # on one line, however long
     doc = json.loads(runner.invoke(app, [*args, "--json"]).stdout)
     assert doc["budget"]["ledger"] == str(ledger.resolve())
@@ -311,7 +314,7 @@ def test_query_errors_are_clear(tmp_path: Path) -> None:
         (["query", str(tmp_path / "missing.csv"), "SELECT COUNT(*) FROM missing", *base], "no such file"),
         (["query", str(data), "SELECT COUNT(*) FROM census", "--epsilon", "0.5", "--metadata", str(meta), "--ledger", str(tmp_path / "none.sqlite")], "create a budget"),
         (["query", str(data), "SELECT COUNT(*) FROM census", "--epsilon", "0.5", "--ledger", str(ledger)], "--metadata"),
-        (["query", str(data), "SELECT COUNT(*) FROM census", "--row-level", *base], "row_level"),
+        (["query", str(data), "SELECT COUNT(*) FROM census", "--row-level", *base], "--row-level"),
         (["query", str(data), "SELECT COUNT(*) FROM census", *base[:-1], "bob"], "bob"),
         (["query", str(data), "SELECT AVG(person_id) FROM census", *base], "Numeric column"),
     ]

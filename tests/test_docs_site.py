@@ -48,6 +48,14 @@ def test_the_site_builds_in_strict_mode(tmp_path: Path) -> None:
     assert 'id="dpkit.mechanisms.Laplace"' in reference
     benchmarks = (tmp_path / "site" / "benchmarks" / "index.html").read_text(encoding="utf-8")
     assert "Noise: 10,000,000 values" in benchmarks
+    # The guide is a section of pages, each built (strict mode also fails a page left out of the nav).
+    guide = sorted(p.stem for p in (ROOT / "docs" / "guide").glob("*.md"))
+    assert {"index", "getting-started", "mechanisms", "analytics", "service", "ml"} <= set(guide)
+    for stem in guide:
+        built = tmp_path / "site" / "guide" / ("" if stem == "index" else stem) / "index.html"
+        assert built.is_file(), f"docs/guide/{stem}.md was not built"
+    start = (tmp_path / "site" / "guide" / "getting-started" / "index.html").read_text(encoding="utf-8")
+    assert 'id="9-a-query-over-http"' in start  # GitHub-style anchors, as the pages link them
 
 
 def _copy_of_the_docs(tmp_path: Path) -> Path:

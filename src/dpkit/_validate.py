@@ -54,14 +54,36 @@ def delta(value: object, name: str = "delta", *, allow_zero: bool = True) -> flo
     return v
 
 
-def exact_amount(name: str, value: object, *, positive: bool = False, upper: Fraction | None = None) -> Fraction:
+def decimal_fraction(value: float) -> Fraction:
+    """The exact value of an ε as the user wrote it: a double is read as the shortest decimal
+    that prints as it (``repr(0.1) == "0.1"``, so 1/10, not the double's binary value
+    0.1000000000000000055...); exact rationals are themselves.
+
+    Every ε in dpkit is read this way, by the mechanism that calibrates its noise and by every
+    accountant and budget that charges for it, so ten spends of ε = 0.1 cost exactly 1. The
+    decimal differs from the double by less than half a unit in the last place; mechanisms whose
+    calibration is computed in floating point use the double just below it
+    (:func:`dpkit.accounting.rounding.decimal_down`), so the noise is never calibrated to more
+    than what is charged. Raises ValueError or OverflowError for NaN and infinities."""
+    if isinstance(value, Rational):
+        return Fraction(value)
+    return Fraction(repr(float(value)))
+
+
+def exact_amount(
+    name: str, value: object, *, positive: bool = False, upper: Fraction | None = None, decimal: bool = False
+) -> Fraction:
     """A privacy amount as an exact fraction: a finite real (not bool), >= 0 (> 0 if
-    ``positive``) and < ``upper`` when given. Budgets and costs are compared exactly."""
+    ``positive``) and < ``upper`` when given. Budgets and costs are compared exactly. With
+    ``decimal``, a double is read as the decimal it prints as (:func:`decimal_fraction`: how ε
+    is read everywhere); without, at its exact binary value (δ)."""
     exact: Fraction | None = None
     if _is_real(value):
         try:
             # Fraction takes the rationals and floats; any other real raises TypeError, caught below.
             exact = Fraction(cast("Rational | float", value))
+            if decimal:
+                exact = decimal_fraction(cast("float", value))
         except (ValueError, OverflowError, TypeError):  # nan, inf, exotic reals
             exact = None
     if exact is None or exact < 0 or (positive and exact == 0) or (upper is not None and exact >= upper):

@@ -20,11 +20,12 @@ The default accountant is basic composition with exact :class:`~fractions.Fracti
 Pass ``accountant=dpkit.accounting.RDPAccountant`` (or ``PLDAccountant``) for Gaussian noise and
 subsampled events.
 
-Rounding: accountants round ε up; ``remaining`` is rounded down; the budget itself is
-rounded down when given as an exact fraction that no double equals. Budgets compare exactly: a
-``LaplaceEvent.for_epsilon(0.01)`` costs the exact binary value of the double 0.01, which is a
-little more than 1/100, so a budget of ε = 1.0 pays for 99 of them, not 100; spend
-``LaplaceEvent(noise_multiplier=100)`` (ε exactly 1/100) to pay for exactly 100.
+Exact decimal amounts: every ε is read as the decimal number it prints as — the budget's, and
+the one each mechanism calibrates its noise to and records in its event (0.1 is exactly 1/10,
+not the double 0.1000000000000000055...). Budgets compare exactly, with the exact total of basic
+composition, so a budget of ε = 1.0 pays for exactly ten spends of ``Laplace(epsilon=0.1)`` and
+a hundred of ε = 0.01. Accountants that work in floating point (RDP, zCDP, PLD) round their ε up,
+and that bound is compared at its exact binary value. ``remaining`` is rounded down.
 
 >>> from dpkit.accounting import LaplaceEvent
 >>> budget = Budget(epsilon=1.0)
@@ -34,6 +35,11 @@ little more than 1/100, so a budget of ε = 1.0 pays for 99 of them, not 100; sp
 ((0.75, 0.0), 0.25)
 >>> budget.can_spend(LaplaceEvent(noise_multiplier=2))
 False
+>>> tenth = Budget(epsilon=1.0)
+>>> for _ in range(10):
+...     tenth.spend(LaplaceEvent.for_epsilon(0.1))
+>>> tenth.remaining
+0.0
 """
 
 from __future__ import annotations
@@ -50,7 +56,7 @@ from dpkit.accounting.accountant import Accountant
 from dpkit.accounting.composition import BasicAccountant
 from dpkit.accounting.events import DPEvent, SelfComposedEvent
 from dpkit.accounting.registry import resolve_accountant
-from dpkit.accounting.rounding import sub_down, to_float_down
+from dpkit.accounting.rounding import to_decimal_down, to_decimal_up, to_float_down
 from dpkit.errors import BudgetExceededError, DPError, InvalidParameterError
 
 __all__ = ["Budget"]
@@ -71,6 +77,18 @@ def _as_budget_float(value: float | Rational) -> float:
     """A validated budget parameter as a double, rounded down when it is an exact number (such as
     Fraction(1, 3)) that no double equals: a budget may be understated, never overstated."""
     return value if isinstance(value, float) else to_float_down(Fraction(value))
+
+
+def _exact_epsilon(acc: Accountant, delta: float, eps: float) -> Fraction | None:
+    """The accountant's ε at ``delta`` as an exact fraction (None: unbounded): the exact total
+    where the accountant keeps one (basic composition), else its float answer, an upper bound
+    rounded up, at its exact binary value."""
+    exact = getattr(acc, "_exact_epsilon", None)
+    if callable(exact):
+        value = exact(delta)
+        if value is None or isinstance(value, Fraction):
+            return value
+    return Fraction(eps) if math.isfinite(eps) else None
 
 
 class Budget:
@@ -107,14 +125,27 @@ class Budget:
     dpkit.errors.BudgetExceededError: privacy budget exceeded: requested PureDPEvent(ε=0.5), which would bring the total to ε=1.5 at δ=0.0 against a budget of ε=1.0, remaining ε=0.0 of ε=1.0 (δ=0.0)
     """
 
-    __slots__ = ("_epsilon", "_delta", "_factory", "_lock", "_runs", "_n", "_spent_epsilon", "_spent_delta")
+    __slots__ = (
+        "_epsilon",
+        "_epsilon_exact",
+        "_delta",
+        "_factory",
+        "_lock",
+        "_runs",
+        "_n",
+        "_spent_epsilon",
+        "_spent_exact",
+        "_spent_delta",
+    )
     _epsilon: float
+    _epsilon_exact: Fraction
     _delta: float
     _factory: Callable[[], Accountant]
     _lock: threading.Lock
     _runs: tuple[tuple[DPEvent, int], ...]
     _n: int
     _spent_epsilon: float
+    _spent_exact: Fraction
     _spent_delta: float
 
     def __init__(
@@ -126,7 +157,10 @@ class Budget:
     ) -> None:
         v.epsilon(epsilon)
         v.delta(delta)
-        object.__setattr__(self, "_epsilon", _as_budget_float(epsilon))
+        # the limit at its decimal value (1.0 is 1, 0.3 is 3/10), as every ε is read
+        exact = v.exact_amount("epsilon", epsilon, positive=True, decimal=True)
+        object.__setattr__(self, "_epsilon_exact", exact)
+        object.__setattr__(self, "_epsilon", epsilon if isinstance(epsilon, float) else to_decimal_down(exact))
         object.__setattr__(self, "_delta", _as_budget_float(delta))
         object.__setattr__(self, "_factory", self._check_factory(accountant))
         object.__setattr__(self, "_lock", threading.Lock())
@@ -135,6 +169,7 @@ class Budget:
         object.__setattr__(self, "_runs", ())
         object.__setattr__(self, "_n", 0)
         object.__setattr__(self, "_spent_epsilon", 0.0)
+        object.__setattr__(self, "_spent_exact", Fraction(0))
         object.__setattr__(self, "_spent_delta", 0.0)
 
     def __setattr__(self, name: str, value: object) -> None:
@@ -196,10 +231,10 @@ class Budget:
 
     @property
     def remaining(self) -> float:
-        """ε left: budget ε − spent ε, rounded down, never below 0."""
+        """ε left: budget ε − spent ε (exactly, at decimal values), rounded down, never below 0."""
         with self._lock:
-            spent = self._spent_epsilon
-        return max(0.0, sub_down(self._epsilon, spent))
+            spent = self._spent_exact
+        return max(0.0, to_decimal_down(self._epsilon_exact - spent))
 
     @property
     def events(self) -> tuple[DPEvent, ...]:
@@ -223,15 +258,20 @@ class Budget:
         recorded = self._validate(event, count)
         with self._lock:
             runs = self._append(self._runs, recorded)
-            acc, eps = self._price(runs, recorded)
-            if not eps <= self._epsilon:
+            acc, eps, exact = self._price(runs, recorded)
+            if exact is None or not exact <= self._epsilon_exact:
                 raise self._exceeded(recorded, eps)
-            spent_eps = max(self._spent_epsilon, eps)
+            spent_exact = max(self._spent_exact, exact)
+            # An exact total is shown at its decimal value (7/10 as 0.7); a float accountant's
+            # ε is already a rounded-up double and is shown as it is.
+            shown = to_decimal_up(exact) if hasattr(acc, "_exact_epsilon") else eps
+            spent_eps = max(self._spent_epsilon, shown)
             spent_delta = max(self._spent_delta, self._delta_at(acc, eps))
             # Nothing below can raise: record.
             object.__setattr__(self, "_runs", runs)
             object.__setattr__(self, "_n", self._n + 1)
             object.__setattr__(self, "_spent_epsilon", spent_eps)
+            object.__setattr__(self, "_spent_exact", spent_exact)
             object.__setattr__(self, "_spent_delta", spent_delta)
 
     def can_spend(self, event: DPEvent, *, count: int = 1) -> bool:
@@ -245,10 +285,10 @@ class Budget:
         with self._lock:
             runs = self._append(self._runs, recorded)
         try:
-            _, eps = self._price(runs, recorded)
+            _, _, exact = self._price(runs, recorded)
         except BudgetExceededError:
             return False
-        return eps <= self._epsilon
+        return exact is not None and exact <= self._epsilon_exact
 
     # -- internals --------------------------------------------------------------------------------
 
@@ -272,8 +312,11 @@ class Budget:
             return runs[:-1] + ((runs[-1][0], runs[-1][1] + 1),)
         return runs + ((event, 1),)
 
-    def _price(self, runs: tuple[tuple[DPEvent, int], ...], event: DPEvent) -> tuple[Accountant, float]:
-        """A fresh accountant holding the whole history, and its ε at the budget's δ.
+    def _price(
+        self, runs: tuple[tuple[DPEvent, int], ...], event: DPEvent
+    ) -> tuple[Accountant, float, Fraction | None]:
+        """A fresh accountant holding the whole history, and its ε at the budget's δ (rounded up,
+        and exact: :func:`_exact_epsilon`).
 
         Errors from dpkit (unsupported event, neighbour mismatch) pass through unchanged; any
         other failure of the accountant, or an answer that is not a number >= 0, refuses the
@@ -298,7 +341,13 @@ class Budget:
                 f"{_short(event)}, for which the accountant answered ε={eps!r} (not a number >= 0)",
                 self._remaining_text(),
             )
-        return acc, float(eps)
+        try:
+            exact = _exact_epsilon(acc, self._delta, float(eps))
+        except Exception as exc:  # a duck-typed accountant's own failure
+            raise BudgetExceededError(
+                f"{_short(event)}, which the accountant could not price ({exc!r})", self._remaining_text()
+            ) from exc
+        return acc, float(eps), exact
 
     def _delta_at(self, acc: Accountant, eps: float) -> float:
         """The accountant's δ at ``eps``, capped at the budget's δ (the budget's δ if it fails)."""
@@ -311,7 +360,7 @@ class Budget:
         return self._delta
 
     def _remaining_text(self) -> str:
-        remaining = max(0.0, sub_down(self._epsilon, self._spent_epsilon))
+        remaining = max(0.0, to_decimal_down(self._epsilon_exact - self._spent_exact))
         return f"ε={remaining!r} of ε={self._epsilon!r} (δ={self._delta!r})"
 
     def _exceeded(self, event: DPEvent, eps: float) -> BudgetExceededError:

@@ -464,16 +464,24 @@ def test_basic_accountant_empty():
     assert acc.get_epsilon(0.0) == 0.0 and acc.get_delta(0.0) == 0.0
 
 
-def test_basic_accountant_rounding_never_understates():
-    # 10 × the double 0.1: the exact sum 1.0000000000000000555… rounds up to 1 + 2^-52.
+def test_basic_accountant_reads_epsilon_at_its_decimal_value():
+    # 10 × ε = 0.1 is exactly 1: an ε is the decimal it prints as (1/10), not the double's binary
+    # value 0.1000000000000000055…, whose ten-fold sum would round up to 1 + 2^-52.
     for event in (PureDPEvent(0.1), ExponentialEvent(0.1), LaplaceEvent.for_epsilon(0.1), ApproxDPEvent(0.1, 1e-7)):
         acc = BasicAccountant().compose(event, count=10)
-        assert Fraction(acc.epsilon) >= 10 * Fraction(0.1)
-        assert acc.epsilon == 1.0000000000000002
+        assert acc._exact_epsilon(1e-6) == 1
+        assert acc.epsilon == 1.0
     acc = BasicAccountant()
     for _ in range(10):
         acc.compose(PureDPEvent(0.1))
-    assert acc.epsilon == 1.0000000000000002  # the same, however it is split up
+    assert acc.epsilon == 1.0  # the same, however it is split up
+    # A decimal above its double (0.3 > the double 0.29999999999999998…) is charged in full.
+    acc = BasicAccountant().compose(PureDPEvent(0.3), count=3)
+    assert acc._exact_epsilon(0.0) == Fraction(9, 10) > 3 * Fraction(0.3)
+    assert Fraction(acc.epsilon) >= Fraction(9, 10)
+
+
+def test_basic_accountant_rounding_never_understates():
     # Laplace ε is taken as exactly 1/noise_multiplier: 3 × 1/3 = 1 exactly (summing the rounded-up
     # event.epsilon would give 1 + 2^-52, valid but looser).
     assert BasicAccountant().compose(LaplaceEvent(noise_multiplier=3.0), count=3).epsilon == 1.0
@@ -481,7 +489,7 @@ def test_basic_accountant_rounding_never_understates():
     acc, exact = BasicAccountant(), Fraction(0)
     for e in rng.uniform(0.001, 2.0, 300):
         acc.compose(PureDPEvent(float(e)))
-        exact += Fraction(float(e))
+        exact += Fraction(repr(float(e)))  # the decimal value every ε is read at
         assert Fraction(acc.epsilon) >= exact and acc.epsilon == to_float_up(exact)
 
 
@@ -514,8 +522,8 @@ def test_basic_accountant_nested_events():
     acc = BasicAccountant()
     assert acc.supports(inner) and acc.supports(SelfComposedEvent(inner, 5))
     acc.compose(inner, count=2)
-    exact_eps = 2 * (3 * Fraction(0.1) + Fraction(0.2) + Fraction(1, 4))
-    assert acc.epsilon == to_float_up(exact_eps) and acc.epsilon == pytest.approx(1.5)
+    exact_eps = 2 * (3 * Fraction("0.1") + Fraction("0.2") + Fraction(1, 4))  # ε at decimal values
+    assert exact_eps == Fraction(3, 2) and acc.epsilon == 1.5
     assert acc.delta == to_float_up(2 * Fraction(1e-6))
     acc.compose(SelfComposedEvent(SelfComposedEvent(ExponentialEvent(0.5), 2), 3))  # + 6 × 0.5
     assert acc.epsilon == to_float_up(exact_eps + 3)

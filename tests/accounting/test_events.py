@@ -54,7 +54,7 @@ def test_json_round_trip(event: dp.accounting.DPEvent) -> None:
 def test_exact_fractions_survive() -> None:
     e = LaplaceEvent.for_epsilon(0.1)
     back = event_from_json(event_to_json(e))
-    assert isinstance(back.noise_multiplier, Fraction) and back.noise_multiplier == 1 / Fraction(0.1)
+    assert isinstance(back.noise_multiplier, Fraction) and back.noise_multiplier == 10  # ε = 0.1 read as 1/10
     assert back.epsilon == 0.1
 
 

@@ -105,27 +105,35 @@ def test_costs_follow_basic_composition(ledger: LedgerBackend) -> None:
     ledger.debit("census", "alice", SelfComposedEvent(LaplaceEvent(noise_multiplier=10), 3))
     ledger.debit("census", "alice", PureDPEvent(0.125))
     ledger.debit("census", "alice", ApproxDPEvent(0.125, 2.5e-7))
-    assert [s.epsilon_cost for s in ledger.list_spends("census", "alice")] == [0.30000000000000004, 0.125, 0.125]
+    assert [s.epsilon_cost for s in ledger.list_spends("census", "alice")] == [0.3, 0.125, 0.125]  # 3/10 shown as written
     record = ledger.get_budget("census", "alice")
-    assert record.spent_epsilon == pytest.approx(0.55) and record.spent_epsilon >= 0.55
+    assert record.spent_epsilon == 0.55  # exactly 11/20, shown at its decimal value
     assert record.spent_delta == 2.5e-7
 
 
 def test_sums_are_exact(ledger: LedgerBackend) -> None:
     ledger.create_budget("d", "exact", epsilon=1.0)
-    ledger.create_budget("d", "binary", epsilon=1.0)
+    ledger.create_budget("d", "decimal", epsilon=1.0)
     for _ in range(10):
         ledger.debit("d", "exact", LaplaceEvent(noise_multiplier=10))  # 1/10 exactly: 10 fit
-    # The double 0.1 is a little more than 1/10, so ten of them exceed 1: the tenth is refused.
-    accepted = 0
+    # ε = 0.1 is read at its decimal value 1/10 (not the double's 0.1000000000000000055...):
+    # ten fit exactly and the eleventh, however small, is refused.
     for _ in range(10):
-        try:
-            ledger.debit("d", "binary", PureDPEvent(0.1))
-            accepted += 1
-        except BudgetExceededError:
-            pass
-    assert accepted == 9
-    assert ledger.get_budget("d", "exact").spent_epsilon == 1.0
+        ledger.debit("d", "decimal", PureDPEvent(0.1))
+    with pytest.raises(BudgetExceededError):
+        ledger.debit("d", "decimal", PureDPEvent(1e-300))
+    for who in ("exact", "decimal"):
+        record = ledger.get_budget("d", who)
+        assert (record.spent_epsilon, record.remaining_epsilon) == (1.0, 0.0)
+    # A decimal above its double is charged in full and shown as written: 3 × 0.3 = 9/10 exactly.
+    ledger.create_budget("d", "above", epsilon=0.9)
+    spend = ledger.debit("d", "above", PureDPEvent(0.3))
+    for _ in range(2):
+        ledger.debit("d", "above", PureDPEvent(0.3))
+    with pytest.raises(BudgetExceededError):
+        ledger.debit("d", "above", PureDPEvent(1e-300))
+    record = ledger.get_budget("d", "above")
+    assert (spend.epsilon_cost, record.epsilon, record.spent_epsilon) == (0.3, 0.9, 0.9)
     ledger.verify()
 
 

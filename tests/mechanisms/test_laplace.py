@@ -19,6 +19,7 @@ from scipy import stats
 
 import dpkit.mechanisms.laplace as laplace_module
 import dpkit.noise.lattice as lattice_module
+from dpkit._validate import decimal_fraction
 from dpkit.accounting.events import LaplaceEvent
 from dpkit.errors import InvalidDataError, InvalidParameterError
 from dpkit.mechanisms.laplace import Geometric, Laplace, LaplaceNoisePlan
@@ -102,11 +103,11 @@ def test_laplace_event_equals_noise_drawn(spy_lattice_laplace, eps, sens, size):
     assert sum(n for _, n in spy_lattice_laplace) == size
     g = Fraction(plan.lattice.granularity)
     assert plan.sensitivity_on_lattice == Fraction(sens) / g + size
-    assert plan.lattice_scale == plan.sensitivity_on_lattice / Fraction(eps)
+    assert plan.lattice_scale == plan.sensitivity_on_lattice / decimal_fraction(eps)
     # The noise drawn is exactly Fraction(ε)-DP on the lattice, and the event says so.
-    assert plan.sensitivity_on_lattice / plan.lattice_scale == Fraction(eps)
+    assert plan.sensitivity_on_lattice / plan.lattice_scale == decimal_fraction(eps)
     assert plan.epsilon == eps
-    assert Fraction(mech.event.epsilon) >= Fraction(eps) and mech.event.epsilon <= math.nextafter(eps, math.inf)
+    assert Fraction(mech.event.epsilon) >= decimal_fraction(eps) and mech.event.epsilon <= math.nextafter(eps, math.inf)
     # The lattice is chosen from the scale alone and is tiny relative to it: the extra noise from
     # snapping (size·g/Δ relative) is negligible at these sizes.
     assert mech.scale <= plan.scale <= mech.scale * (1 + 1e-5)
@@ -128,7 +129,7 @@ def test_laplace_lattice_overhead_is_bounded_for_small_epsilon():
 def test_laplace_event_epsilon_brackets_the_noise_epsilon(eps):
     mech = Laplace(epsilon=eps)
     exact = mech.noise_plan(1).sensitivity_on_lattice / mech.noise_plan(1).lattice_scale
-    assert exact == Fraction(eps)
+    assert exact == decimal_fraction(eps)
     assert Fraction(mech.event.epsilon) >= exact
     assert mech.event.epsilon <= math.nextafter(eps, math.inf)
 
@@ -290,19 +291,19 @@ def test_geometric_scale_and_event():
 def test_geometric_event_equals_noise_drawn(spy_geometric, eps, sens):
     mech = Geometric(epsilon=eps, sensitivity=sens)
     mech.release(np.zeros(100, dtype=np.int64), rng=np.random.default_rng(SEED))
-    assert {s for s, _ in spy_geometric} == {Fraction(sens) / Fraction(eps)}
+    assert {s for s, _ in spy_geometric} == {Fraction(sens) / decimal_fraction(eps)}
     assert sum(n for _, n in spy_geometric) == 100
-    # Exactly ε-DP for an integer query of sensitivity Δ: scale = Δ/ε taken at ε's binary value.
+    # Exactly ε-DP for an integer query of sensitivity Δ: scale = Δ/ε taken at ε's decimal value,
+    # the amount the event charges.
     (scale,) = {s for s, _ in spy_geometric}
-    assert Fraction(sens) / scale == Fraction(eps)
-    assert mech.event.epsilon == eps
+    assert Fraction(sens) / scale == decimal_fraction(eps) == 1 / Fraction(mech.event.noise_multiplier)
 
 
 @pytest.mark.parametrize("eps", [0.11, 0.41])
 def test_geometric_event_never_understates_epsilon(eps):
     event = Geometric(epsilon=eps).event
-    assert 1 / Fraction(event.noise_multiplier) >= Fraction(eps)
-    assert Fraction(eps) <= Fraction(event.epsilon) and event.epsilon <= math.nextafter(eps, math.inf)
+    assert 1 / Fraction(event.noise_multiplier) >= decimal_fraction(eps)
+    assert decimal_fraction(eps) <= Fraction(event.epsilon) and event.epsilon <= math.nextafter(eps, math.inf)
 
 
 def test_geometric_matches_discrete_laplace_pmf():

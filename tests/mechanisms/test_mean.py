@@ -14,6 +14,7 @@ import pytest
 
 import dpkit.mechanisms.laplace as laplace_module
 import dpkit.noise.lattice as lattice_module
+from dpkit._validate import decimal_fraction
 from dpkit.accounting.events import ComposedEvent, LaplaceEvent
 from dpkit.errors import InvalidDataError, InvalidParameterError
 from dpkit.mechanisms.laplace import Laplace
@@ -77,8 +78,8 @@ def test_event_is_two_laplace_events_summing_to_epsilon(eps, share):
     assert count_event.epsilon == pytest.approx(eps * (1 - share), rel=1e-15)
     # Exact for these dyadic shares: the parts sum to ε with no rounding.
     # The split is rounded against us: the parts never add up to more than ε, and lose < 1e-15.
-    total = Fraction(sum_event.epsilon) + Fraction(count_event.epsilon)
-    assert Fraction(eps) * (1 - Fraction(1, 10**15)) <= total <= Fraction(eps)
+    total = 1 / Fraction(sum_event.noise_multiplier) + 1 / Fraction(count_event.noise_multiplier)
+    assert decimal_fraction(eps) * (1 - Fraction(1, 10**15)) <= total <= decimal_fraction(eps)
 
 
 @pytest.mark.parametrize("eps, share", [(1.0, 0.3), (0.7, 0.1), (3.3, 0.9)])
@@ -91,7 +92,7 @@ def test_event_parts_sum_to_epsilon_approximately(eps, share):
 def test_budget_split_never_exceeds_epsilon(eps, share):
     mech = BoundedMean(epsilon=eps, lower=0.0, upper=1.0, sum_share=share)
     spent = sum(1 / Fraction(e.noise_multiplier) for e in mech.event.events)
-    assert spent <= Fraction(eps)
+    assert spent <= decimal_fraction(eps)
 
 
 def test_sensitivities_come_from_the_declared_bounds():
@@ -108,8 +109,8 @@ def test_event_equals_noise_drawn(spy_release):
     sum_plan, count_plan = mech._sum_mech.noise_plan(1), mech._count_mech.noise_plan(1)
     assert sum_scale == sum_plan.lattice_scale and count_scale == count_plan.lattice_scale
     sum_event, count_event = mech.event.events
-    assert sum_plan.sensitivity_on_lattice / sum_scale == Fraction(sum_event.epsilon)
-    assert count_plan.sensitivity_on_lattice / count_scale == Fraction(count_event.epsilon)
+    assert sum_plan.sensitivity_on_lattice / sum_scale == 1 / Fraction(sum_event.noise_multiplier)
+    assert count_plan.sensitivity_on_lattice / count_scale == 1 / Fraction(count_event.noise_multiplier)
     assert sum_plan.sensitivity_on_lattice == Fraction(10.0) / Fraction(sum_plan.lattice.granularity) + 1
 
 

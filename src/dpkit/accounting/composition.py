@@ -372,21 +372,22 @@ def optimal_homogeneous_composition(epsilon: float, delta: float, k: int, delta_
 # ------------------------------------------------------------------------------------------------
 
 
-def _exact(name: str, value: object, *, positive: bool = True) -> Fraction:
+def _exact(name: str, value: object, *, positive: bool = True, decimal: bool = False) -> Fraction:
     """An event field, re-validated: events are frozen, but a budget must never grow by spending
-    even if one was tampered with (negative, NaN or infinite values)."""
-    return v.exact_amount(f"event.{name}", value, positive=positive)
+    even if one was tampered with (negative, NaN or infinite values). An ε is read as the decimal
+    it prints as (``decimal``), as the mechanism that recorded it calibrated to."""
+    return v.exact_amount(f"event.{name}", value, positive=positive, decimal=decimal)
 
 
 def _leaf_pure(event: PureDPEvent | ExponentialEvent) -> tuple[Fraction, Fraction]:
-    return _exact("epsilon", event.epsilon), Fraction(0)
+    return _exact("epsilon", event.epsilon, decimal=True), Fraction(0)
 
 
 def _leaf_approx(event: ApproxDPEvent) -> tuple[Fraction, Fraction]:
     delta = _exact("delta", event.delta, positive=False)
     if delta >= 1:
         raise InvalidParameterError("event.delta", event.delta, "a number in [0, 1)")
-    return _exact("epsilon", event.epsilon), delta
+    return _exact("epsilon", event.epsilon, decimal=True), delta
 
 
 def _leaf_laplace(event: LaplaceEvent) -> tuple[Fraction, Fraction]:
@@ -554,7 +555,12 @@ class BasicAccountant(Accountant):
     def get_delta(self, epsilon: float) -> float:
         """The total δ, rounded up, if the total ε is at most ``epsilon``; otherwise 1.0."""
         epsilon = check_epsilon(epsilon)
-        return self.delta if self._epsilon <= Fraction(epsilon) else 1.0
+        return self.delta if self._epsilon <= v.decimal_fraction(epsilon) else 1.0
+
+    def _exact_epsilon(self, delta: float) -> Fraction | None:
+        """The total ε as an exact fraction if the total δ is at most ``delta`` (None: unbounded);
+        a :class:`~dpkit.budget.Budget` compares it with its limit without rounding."""
+        return self._epsilon if self._delta <= Fraction(v.delta(delta)) else None
 
     # -- totals -----------------------------------------------------------------------------------
 

@@ -1,5 +1,9 @@
 """Privacy events: immutable descriptions of what a mechanism did.
 
+An ε in an event is read as the decimal number it prints as (``PureDPEvent(0.1)`` costs exactly
+1/10, see :func:`dpkit._validate.decimal_fraction`), by every accountant; the mechanisms that
+record it calibrate their noise to no more than that.
+
 Mechanisms record events, not numbers (in the spirit of dp_accounting's ``DpEvent``): an
 accountant turns events into an (ε, δ) guarantee, and a tighter accountant can later re-evaluate
 what was spent. Every event carries its neighbouring relation so that a mismatch between how the
@@ -12,9 +16,10 @@ import json
 import math
 from dataclasses import dataclass, field, fields
 from fractions import Fraction
+from numbers import Real
 from typing import cast
 
-from dpkit._validate import Neighbours
+from dpkit._validate import Neighbours, decimal_fraction
 from dpkit.accounting.rounding import log_up, to_float_up
 from dpkit.errors import InvalidParameterError
 
@@ -106,7 +111,12 @@ class LaplaceEvent(DPEvent):
 
     @classmethod
     def for_epsilon(cls, epsilon: float, neighbours: Neighbours = "add_remove") -> LaplaceEvent:
-        return cls(noise_multiplier=1 / Fraction(epsilon), neighbours=neighbours)
+        """The event of Laplace noise calibrated to ``epsilon`` read as the decimal it prints as
+        (:func:`dpkit._validate.decimal_fraction`): ``for_epsilon(0.1)`` has noise multiplier 10
+        exactly, and costs exactly 1/10."""
+        if not (isinstance(epsilon, Real) and not isinstance(epsilon, bool) and math.isfinite(epsilon) and epsilon > 0):
+            raise InvalidParameterError("epsilon", epsilon, "a finite number > 0")
+        return cls(noise_multiplier=1 / decimal_fraction(epsilon), neighbours=neighbours)
 
     @property
     def epsilon(self) -> float:

@@ -11,6 +11,8 @@ from __future__ import annotations
 import math
 from fractions import Fraction
 
+from dpkit._validate import decimal_fraction
+
 __all__ = [
     "to_float_down",
     "to_float_up",
@@ -26,12 +28,55 @@ __all__ = [
     "log_up",
     "log_down",
     "sqrt_up",
+    "decimal_down",
+    "decimal_up",
+    "to_decimal_down",
+    "to_decimal_up",
 ]
 
 
 def to_float_down(x: Fraction) -> float:
     f = float(x)
     return math.nextafter(f, -math.inf) if Fraction(f) > x else f
+
+
+def decimal_down(epsilon: float) -> float:
+    """The largest double <= the decimal value of ``epsilon`` (``decimal_fraction``): the ε a
+    mechanism uses where its calibration is computed in floating point, so that the noise is
+    never calibrated to more than the ε charged for it. Equal to ``epsilon`` or one ulp below."""
+    return to_float_down(decimal_fraction(epsilon))
+
+
+def decimal_up(epsilon: float) -> float:
+    """The smallest double >= the decimal value of ``epsilon``: how an accountant that works in
+    floating point reads an event's ε (never below what the mechanism calibrated to)."""
+    return to_float_up(decimal_fraction(epsilon))
+
+
+def to_decimal_down(x: Fraction) -> float:
+    """A double whose decimal value is <= ``x`` (the nearest one, or the next below): the ε to
+    hand a part of a mechanism whose parts must not cost more than their exact share ``x``
+    (``float(x)`` alone is not enough: the part is charged the decimal its double prints as), and
+    how an exact budget is shown (9/10 as 0.9, where the largest double below it is 0.8999...)."""
+    try:
+        f = float(x)
+    except OverflowError:
+        return math.inf
+    while math.isfinite(f) and decimal_fraction(f) > x:
+        f = math.nextafter(f, -math.inf)
+    return f
+
+
+def to_decimal_up(x: Fraction) -> float:
+    """A double whose decimal value is >= ``x`` (the nearest one, or the next above): how an exact
+    amount spent is shown (7/10 as 0.7, where the smallest double above it is 0.7000000000000001)."""
+    try:
+        f = float(x)
+    except OverflowError:
+        return math.inf
+    while math.isfinite(f) and decimal_fraction(f) < x:
+        f = math.nextafter(f, math.inf)
+    return f
 
 
 def to_float_up(x: Fraction) -> float:

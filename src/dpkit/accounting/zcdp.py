@@ -44,7 +44,7 @@ from fractions import Fraction
 import numpy as np
 
 from dpkit import _validate as v
-from dpkit._validate import Neighbours
+from dpkit._validate import Neighbours, decimal_fraction
 from dpkit.accounting._shared import CheckFunction, Registry, check_leaf_neighbours, rr_epsilon
 from dpkit.accounting.accountant import Accountant, check_epsilon
 from dpkit.accounting.events import (
@@ -302,7 +302,7 @@ def _gaussian_rho(event: DPEvent) -> Fraction:
 
 def _pure_rho(event: DPEvent) -> Fraction:
     assert isinstance(event, (PureDPEvent, ApproxDPEvent))
-    return _rho_pure_exact(Fraction(event.epsilon))
+    return _rho_pure_exact(decimal_fraction(event.epsilon))
 
 
 def _laplace_rho(event: DPEvent) -> Fraction:
@@ -312,7 +312,7 @@ def _laplace_rho(event: DPEvent) -> Fraction:
 
 def _exponential_rho(event: DPEvent) -> Fraction:
     assert isinstance(event, ExponentialEvent)
-    return _rho_bounded_range_exact(Fraction(event.epsilon))
+    return _rho_bounded_range_exact(decimal_fraction(event.epsilon))
 
 
 def _rr_rho(event: DPEvent) -> Fraction:

@@ -111,21 +111,26 @@ class Sum(_OnColumn):
 
 @dataclass(frozen=True)
 class Mean(_OnColumn):
-    """The mean of clipped values: (noisy centred sum) / (noisy count) + centre."""
+    """The mean of clipped values: (noisy centred sum) / (noisy count) + centre, clamped to the
+    declared bounds. Its result's ``scale`` is the approximate standard deviation of the released
+    mean's noise, in the mean's units; its interval combines the sum's and the count's intervals
+    (see :class:`~dpkit.analytics.results.AggregateInfo`)."""
 
     kind = "mean"
 
 
 @dataclass(frozen=True)
 class Variance(_OnColumn):
-    """The (population) variance of clipped values, from noisy count, sum and sum of squares."""
+    """The (population) variance of clipped values, from noisy count, sum and sum of squares
+    (``scale``: the approximate standard deviation of the released variance's noise)."""
 
     kind = "var"
 
 
 @dataclass(frozen=True)
 class Std(_OnColumn):
-    """The square root of :class:`Variance`."""
+    """The square root of :class:`Variance` (``scale``: the approximate standard deviation of the
+    released value's noise)."""
 
     kind = "std"
 

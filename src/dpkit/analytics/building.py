@@ -22,7 +22,7 @@ from dpkit.analytics.metadata import Categorical, Metadata, Numeric
 from dpkit.analytics.plan import And, Between, Compare, GroupKey, InList, IsNull, Not, Or, Predicate
 from dpkit.analytics.spec import QuerySpec
 from dpkit.analytics.sql import parse_predicate
-from dpkit.errors import InvalidParameterError
+from dpkit.errors import Fix, InvalidParameterError
 
 __all__ = [
     "Built",
@@ -200,7 +200,7 @@ def _check_edges(t: DeclaredTable, column: str, edges: Any) -> tuple[float, ...]
         t.limits.check("group_by keys", max(len(edges) - 1, 0), "max_keys")
     try:
         e = tuple(float(x) for x in edges)
-    except (TypeError, ValueError):
+    except (TypeError, ValueError, OverflowError):  # OverflowError: an integer beyond the doubles
         raise InvalidParameterError(
             f"bins[{column!r}]", _short(edges), "a list of at least two increasing finite numbers"
         ) from None
@@ -319,11 +319,13 @@ def check_aggregates(t: DeclaredTable, groups: Sequence[GroupKey], aggregates: o
                 "column", spec.column, f"a Numeric column for {spec.kind} (it is declared as {declared})"
             )
         if not spec_meta.bounded:
+            fix = Fix("declare_bounds", "Numeric(lower, upper) in the metadata", {"column": spec.column})
             raise InvalidParameterError(
                 "column",
                 spec.column,
-                "a column with declared bounds (Numeric(lower, upper) in the metadata)",
+                f"a column with declared bounds ({fix.text})",
                 "sensitivity comes from declared bounds, never from the data",
+                fix=fix,
             )
     return specs
 

@@ -60,13 +60,34 @@ class Payer(Protocol):
 @dataclass(frozen=True)
 class _Noisy:
     """One noisy integer quantity: the noisy values (integer units), its half-width at the
-    requested confidence share, its scale and sensitivity (integer units) and its event."""
+    requested confidence share, its scale and sensitivity (integer units), the variance of its
+    noise (integer units squared) and its event."""
 
     values: np.ndarray
     halfwidth: float
     scale: float
     sensitivity: float
     event: DPEvent
+    variance: float
+
+
+@dataclass(frozen=True)
+class _Finished:
+    """One aggregate in value units: values and interval ends per row, the scale reported for it
+    (see :class:`~dpkit.analytics.results.AggregateInfo`), the sensitivity, the approximate
+    standard deviation of each row's noise (ratios only, else None) and each noisy part's scale."""
+
+    value: Any
+    low: Any
+    high: Any
+    scale: float
+    sensitivity: float
+    sd: np.ndarray | None
+    noise_scales: tuple[tuple[str, float], ...]
+
+
+#: The public name of each noisy part (``AggregateInfo.noise_scales``).
+_PART_NAMES = {"count": "count", "units": "count_units", "n": "count", "sum": "sum", "sq": "sum_of_squares"}
 
 
 def execute(priced: Priced, engine: Engine, payer: Payer, rng: RNG) -> QueryResult:
@@ -132,8 +153,8 @@ def _release_all(
         beta_each = beta / len(payload)
         for label, col, mech, _l1, _l2 in payload:
             noisy[label] = _release(mech, frame[col].to_numpy(), beta_each, src)
-        value, low, high, scale, sens = _finish(p, spec, p.uses[i], noisy)
-        out[name], out[f"{name}_low"], out[f"{name}_high"] = value, low, high
+        done = _finish(p, spec, p.uses[i], noisy)
+        out[name], out[f"{name}_low"], out[f"{name}_high"] = done.value, done.low, done.high
         mech_name = "gaussian" if opts.noise == "gaussian" else "laplace"
         infos.append(
             AggregateInfo(
@@ -143,9 +164,11 @@ def _release_all(
                 eps_i,
                 p.deltas.get(i, 0.0),
                 mech_name,
-                scale,
-                sens,
+                done.scale,
+                done.sensitivity,
                 ComposedEvent(tuple(m[2].event for m in payload)) if len(payload) > 1 else payload[0][2].event,
+                noise_scales=done.noise_scales,
+                scales=() if done.sd is None else tuple(done.sd.tolist()),
             )
         )
     table = pd.DataFrame(out, index=pd.RangeIndex(len(frame)))
@@ -216,36 +239,69 @@ def _release(mech: Any, ints: np.ndarray, beta: float, src: RandomSource) -> _No
     if isinstance(mech, Geometric):
         noisy = mech.release(ints, rng=src) if ints.size else np.zeros(0, dtype=np.int64)
         half = float(mech.error_bound(beta) - 1)
-        return _Noisy(np.asarray(noisy, dtype=np.float64), half, mech.scale, float(mech.sensitivity), mech.event)
+        t = mech.scale
+        return _Noisy(
+            np.asarray(noisy, dtype=np.float64),
+            half,
+            t,
+            float(mech.sensitivity),
+            mech.event,
+            _discrete_laplace_variance(t),
+        )
     # exact doubles only: clamping is 1-Lipschitz, so the sensitivity is unchanged
     ints = np.clip(ints, -GAUSSIAN_SUM_LIMIT, GAUSSIAN_SUM_LIMIT)
     noisy = mech.release(ints.astype(np.float64), rng=src) if ints.size else np.zeros(0)
     half = mech.error_bound(beta, size=max(ints.size, 1))
-    return _Noisy(
-        np.asarray(noisy, dtype=np.float64),
-        half,
-        mech.noise_plan(max(ints.size, 1)).sigma,
-        mech.sensitivity,
-        mech.event,
-    )
+    sigma = mech.noise_plan(max(ints.size, 1)).sigma
+    # A discrete Gaussian with parameter σ has variance below σ² (CKS 2020, Prop. 19).
+    return _Noisy(np.asarray(noisy, dtype=np.float64), half, sigma, mech.sensitivity, mech.event, sigma * sigma)
 
 
-def _finish(
-    p: Priced, spec: A.Aggregate, u: dict[str, Any], noisy: dict[str, _Noisy]
-) -> tuple[Any, Any, Any, float, float]:
-    """Values and interval ends (value units) from the noisy integer parts."""
+def _discrete_laplace_variance(t: float) -> float:
+    """The variance of the discrete Laplace noise P(Y = y) ∝ e^{−|y|/t}: 2p/(1 − p)² with
+    p = e^{−1/t} (about 2t², the continuous Laplace's, for t ≫ 1)."""
+    q = -math.expm1(-1.0 / t)  # 1 − p, without cancellation for large t
+    return 2.0 * (1.0 - q) / (q * q)
+
+
+def _finish(p: Priced, spec: A.Aggregate, u: dict[str, Any], noisy: dict[str, _Noisy]) -> _Finished:
+    """Values and interval ends (value units) from the noisy integer parts.
+
+    A ratio's (mean, variance, std) interval combines its parts' intervals, each at confidence
+    1 − β/k for its k parts (a union bound, see ``_release_all``): the extreme ratios over the
+    parts' intervals, or the whole declared range when the count's interval reaches below 1. Its
+    scale is the approximate standard deviation of its noise (``_mean_sd``, ``_variance_sd``),
+    from the noisy parts alone: post-processing."""
     if spec.kind in ("count", "count_units"):
-        part = noisy["count" if spec.kind == "count" else "units"]
+        label = "count" if spec.kind == "count" else "units"
+        part = noisy[label]
         val = part.values
-        return val, val - part.halfwidth, val + part.halfwidth, part.scale, part.sensitivity
+        return _Finished(
+            val,
+            val - part.halfwidth,
+            val + part.halfwidth,
+            part.scale,
+            part.sensitivity,
+            None,
+            ((_PART_NAMES[label], part.scale),),
+        )
     s_spec: SumSpec = u["sum"]
     unit = s_spec.unit
     s = noisy["sum"]
     if spec.kind == "sum":
         val = s.values * unit
-        return val, val - s.halfwidth * unit, val + s.halfwidth * unit, s.scale * unit, s.sensitivity * unit
+        return _Finished(
+            val,
+            val - s.halfwidth * unit,
+            val + s.halfwidth * unit,
+            s.scale * unit,
+            s.sensitivity * unit,
+            None,
+            (("sum", s.scale * unit),),
+        )
     lo, hi = p.bounds(s_spec.column)
     m = s_spec.center
+    half_range = (hi - lo) / 2
     n = noisy["n"]
     n_hat = np.maximum(n.values, 1.0)
     n_lo, n_hi = n.values - n.halfwidth, n.values + n.halfwidth
@@ -256,27 +312,68 @@ def _finish(
     e1 = s_hat / n_hat
     e1_lo = np.minimum(s_lo / n_lo_c, s_lo / n_hi)
     e1_hi = np.maximum(s_hi / n_lo_c, s_hi / n_hi)
+    mean = np.clip(m + e1, lo, hi)
+    d1 = mean - m  # the released mean minus the centre
+    var_s = s.variance * unit * unit
+    scales = [("count", n.scale), ("sum", s.scale * unit)]
     if spec.kind == "mean":
-        val = np.clip(m + e1, lo, hi)
+        val = mean
         low = np.where(ok, np.clip(m + e1_lo, lo, hi), lo)
         high = np.where(ok, np.clip(m + e1_hi, lo, hi), hi)
-        return val, low, high, s.scale * unit, s.sensitivity * unit
+        sd = _mean_sd(d1, n_hat, var_s, n.variance, half_range)
+        return _Finished(val, low, high, _largest(sd), s.sensitivity * unit, sd, tuple(scales))
     sq_spec: SumSpec = u["sq"]
     sq = noisy["sq"]
     usq = sq_spec.unit
+    scales.append(("sum_of_squares", sq.scale * usq))
     # Σ (x − m)² ≈ Σ q·usq: the engine's q is in [0, qmax]
     e2 = sq.values * usq / n_hat
     e2_lo = np.minimum((sq.values - sq.halfwidth) * usq / n_lo_c, (sq.values - sq.halfwidth) * usq / n_hi)
     e2_hi = np.maximum((sq.values + sq.halfwidth) * usq / n_lo_c, (sq.values + sq.halfwidth) * usq / n_hi)
-    top = ((hi - lo) / 2) ** 2
+    top = half_range**2
     var = np.clip(e2 - e1**2, 0.0, top)
     sq1_lo = np.where((e1_lo <= 0) & (e1_hi >= 0), 0.0, np.minimum(e1_lo**2, e1_hi**2))
     sq1_hi = np.maximum(e1_lo**2, e1_hi**2)
     v_lo = np.where(ok, np.clip(e2_lo - sq1_hi, 0.0, top), 0.0)
     v_hi = np.where(ok, np.clip(e2_hi - sq1_lo, 0.0, top), top)
+    sd_var = _variance_sd(d1, np.clip(e2, 0.0, top), n_hat, sq.variance * usq * usq, var_s, n.variance, top)
     if spec.kind == "std":
-        return np.sqrt(var), np.sqrt(v_lo), np.sqrt(v_hi), sq.scale * usq, sq.sensitivity * usq
-    return var, v_lo, v_hi, sq.scale * usq, sq.sensitivity * usq
+        # d√v/dv = 1/(2√v), with v floored at sd_var: near v = 0 the std's noise is about √sd_var / 2
+        sd = np.minimum(sd_var / (2.0 * np.sqrt(np.maximum(np.maximum(var, sd_var), 1e-300))), half_range / 2)
+        return _Finished(
+            np.sqrt(var), np.sqrt(v_lo), np.sqrt(v_hi), _largest(sd), sq.sensitivity * usq, sd, tuple(scales)
+        )
+    return _Finished(var, v_lo, v_hi, _largest(sd_var), sq.sensitivity * usq, sd_var, tuple(scales))
+
+
+def _mean_sd(d: np.ndarray, n_hat: np.ndarray, var_sum: float, var_count: float, half_range: float) -> np.ndarray:
+    """The approximate standard deviation of the noise of a released mean m + Ŝ/ĉ, by the delta
+    method on the independent noises of the sum (variance ``var_sum``) and of the count
+    (``var_count``): √(var_sum + d²·var_count) / ĉ, with ĉ the noisy count floored at 1 and d
+    the released mean minus the centre m. At most half the declared range: the released mean
+    lies within the bounds. Reads the noisy values only (post-processing)."""
+    return np.minimum(np.sqrt(var_sum + d * d * var_count) / n_hat, half_range)
+
+
+def _variance_sd(
+    d: np.ndarray,
+    e2: np.ndarray,
+    n_hat: np.ndarray,
+    var_sq: float,
+    var_sum: float,
+    var_count: float,
+    top: float,
+) -> np.ndarray:
+    """The approximate standard deviation of the noise of a released variance Q̂/ĉ − (Ŝ/ĉ)², by
+    the delta method (gradient (1, −2d, 2d² − e2)/ĉ in (Q, S, c)), with d = Ŝ/ĉ and e2 = Q̂/ĉ as
+    released (clipped to their ranges); at most ``top``/2, the variance lying in [0, top]."""
+    g_count = 2.0 * d * d - e2
+    return np.minimum(np.sqrt(var_sq + 4.0 * d * d * var_sum + g_count * g_count * var_count) / n_hat, top / 2)
+
+
+def _largest(sd: np.ndarray) -> float:
+    """The scale an aggregate reports for all its rows: the largest row's (NaN without rows)."""
+    return float(np.max(sd)) if sd.size else math.nan
 
 
 def _quantiles(

@@ -37,7 +37,8 @@ from typing import Any, Literal
 import numpy as np
 from numpy.typing import NDArray
 
-from dpkit.accounting.rounding import exp_up
+from dpkit._validate import decimal_fraction
+from dpkit.accounting.rounding import decimal_down, exp_up, to_decimal_down, to_float_down
 from dpkit.errors import InvalidParameterError
 from dpkit.mechanisms.gaussian import Gaussian
 from dpkit.mechanisms.laplace import Geometric
@@ -66,8 +67,10 @@ def _floor64(x: Fraction) -> Fraction:
 def keep_probabilities(epsilon: float, delta: float) -> list[Fraction]:
     """π(0), π(1), ..., up to the first n with π(n) = 1, for one group's (ε, δ)."""
     # <= e^ε (exp is within 1 ulp); beyond 700 a power of two below e^ε does (no overflow)
-    e_down = Fraction(math.exp(epsilon)) * (1 - Fraction(1, 2**50)) if epsilon < 700 else Fraction(2) ** 1000
-    e_inv_up = Fraction(exp_up(-Fraction(epsilon)))  # >= e^-ε
+    e_down = (
+        Fraction(math.exp(decimal_down(epsilon))) * (1 - Fraction(1, 2**50)) if epsilon < 700 else Fraction(2) ** 1000
+    )
+    e_inv_up = Fraction(exp_up(-decimal_fraction(epsilon)))  # >= e^-ε, ε at its decimal value (as charged)
     d = Fraction(delta)
     pi = [Fraction(0)]
     while pi[-1] < 1:
@@ -136,7 +139,10 @@ def key_selector(
     """Validate the selection's parameters and precompute its tables (no data involved)."""
     if strategy not in KEY_SELECTIONS:
         raise InvalidParameterError("key_selection", strategy, "one of " + ", ".join(map(repr, KEY_SELECTIONS)))
-    eps_each, delta_each = epsilon / fan_out, delta / fan_out
+    # Each group's share, rounded so that the fan_out groups never cost more than (ε, δ): ε is
+    # charged at the decimal value of its double (decimal_fraction), δ at its binary value.
+    eps_each = to_decimal_down(decimal_fraction(epsilon) / fan_out)
+    delta_each = to_float_down(Fraction(delta) / fan_out)
     if not delta_each >= 2.0**-60:
         raise InvalidParameterError(
             "delta",

@@ -28,10 +28,12 @@ import json
 import math
 from collections.abc import Sequence
 from dataclasses import dataclass
+from fractions import Fraction
 from typing import Any, cast
 
 import pandas as pd
 
+from dpkit._validate import decimal_fraction
 from dpkit.accounting.events import (
     ApproxDPEvent,
     ComposedEvent,
@@ -40,6 +42,7 @@ from dpkit.accounting.events import (
     SelfComposedEvent,
     event_to_dict,
 )
+from dpkit.accounting.rounding import to_decimal_down, to_float_down
 from dpkit.analytics import aggregates as A
 from dpkit.analytics.building import Built, build, check_aggregates, public_counts, public_key_count_of
 from dpkit.analytics.declared import DeclaredTable
@@ -56,7 +59,7 @@ from dpkit.analytics.metadata import Categorical, Numeric
 from dpkit.analytics.plan import AggregationPlan, SumSpec, ValueSpec, quantize_spec
 from dpkit.analytics.results import QueryCost
 from dpkit.analytics.spec import QueryOptions, QuerySpec
-from dpkit.errors import InvalidParameterError
+from dpkit.errors import Fix, InvalidParameterError
 from dpkit.mechanisms.gaussian import Gaussian
 from dpkit.mechanisms.laplace import Geometric
 from dpkit.mechanisms.quantiles import Quantile as QuantileMechanism
@@ -155,11 +158,17 @@ def price_built(
     _check_rows(table, built, private)
     if private and options.delta == 0:
         missing = [g.column for g, allowed in zip(built.groups, _allowed(table, built), strict=True) if allowed is None]
+        fix = Fix(
+            "public_keys",
+            "declare categories in the metadata, pass keys=, or give δ > 0 for private key selection",
+            {"columns": tuple(missing)},
+        )
         raise InvalidParameterError(
             "delta",
             options.delta_given,
             "a number in (0, 1) for a group-by whose keys are not public",
-            f"no public keys for {missing}: declare categories in the metadata, pass keys=, or give δ > 0 for private key selection",
+            f"no public keys for {missing}: {fix.text}",
+            fix=fix,
         )
     split = options.weights(len(aggregates) + (1 if private else 0), selection=private)
     plan, uses = _plan(table, built, aggregates, 0)
@@ -269,7 +278,23 @@ def _delta_shares(aggregates: Sequence[A.Aggregate], options: QueryOptions, priv
         users += [i for i, s in enumerate(aggregates) if s.kind != "quantile"]
     if users and options.delta == 0:
         raise InvalidParameterError("delta", options.delta, "a number in (0, 1) with noise='gaussian'")
-    return {u: options.delta / len(users) for u in users}
+    each = (
+        to_float_down(Fraction(options.delta) / len(users)) if users else 0.0
+    )  # the shares never add up to more than δ
+    return {u: each for u in users}
+
+
+def _epsilon_shares(options: QueryOptions, split: tuple[float, ...]) -> tuple[Fraction, ...]:
+    """Each part's exact share of the query's ε, read at its decimal value (as the user wrote it,
+    ``decimal_fraction``): the shares add up to exactly ε, and each mechanism is then handed a
+    double whose decimal value is at most its share (``to_decimal_down``), so the query never costs
+    more than ε and ten queries of ε = 0.1 fit a budget of 1."""
+    total = decimal_fraction(options.epsilon)
+    if options.split is None:
+        return tuple(total / len(split) for _ in split)
+    weights = [decimal_fraction(w) for w in options.split]
+    whole = sum(weights, Fraction(0))
+    return tuple(total * w / whole for w in weights)
 
 
 def _mechanism(t: DeclaredTable, options: QueryOptions, eps: float, delta: float, l1: int, l2: float) -> Any:
@@ -297,20 +322,22 @@ def _price(
     deltas = _delta_shares(aggregates, options, private)
     pending: list[tuple[int, str, Any]] = []
     events: list[DPEvent] = []
-    sel_eps = options.epsilon * split[-1] if private else 0.0
+    shares = _epsilon_shares(options, split)
+    sel_eps = to_decimal_down(shares[-1]) if private else 0.0
     sel_delta = deltas.get("selection", 0.0)
     if private:
         events.append(ApproxDPEvent(epsilon=sel_eps, delta=sel_delta, neighbours=t.neighbours))
     for i, spec in enumerate(aggregates):
-        eps_i = options.epsilon * split[i]
+        eps_i = shares[i]
         dl = deltas.get(i, 0.0)
         kind = spec.kind
         u = uses[i]
         if kind == "quantile":
-            eps_group = eps_i / fan_out
+            eps_group = to_decimal_down(eps_i / fan_out)
             assert isinstance(spec, A.QuantileAgg) and spec.column is not None
             lower, upper = _bounds(t, spec.column)
-            mech = QuantileMechanism(epsilon=eps_group / R, q=spec.q, lower=lower, upper=upper, neighbours=t.neighbours)
+            eps_row = to_decimal_down(decimal_fraction(eps_group) / R)  # R rows of a unit cost at most eps_group
+            mech = QuantileMechanism(epsilon=eps_row, q=spec.q, lower=lower, upper=upper, neighbours=t.neighbours)
             ev: DPEvent = ExponentialEvent(epsilon=eps_group, neighbours=t.neighbours)
             ev = SelfComposedEvent(ev, fan_out) if fan_out > 1 else ev
             events.append(ev)
@@ -334,7 +361,14 @@ def _price(
         share = len(parts)
         mechs = []
         for label, col, l1, l2sq in parts:
-            mech_p = _mechanism(t, options, eps_i / share, dl / share, l1 * twice, math.sqrt(l2sq) * twice)
+            mech_p = _mechanism(
+                t,
+                options,
+                to_decimal_down(eps_i / share),
+                to_float_down(Fraction(dl) / share),
+                l1 * twice,
+                math.sqrt(l2sq) * twice,
+            )
             events.append(mech_p.event)
             mechs.append((label, col, mech_p, l1 * twice, math.sqrt(l2sq) * twice))
         pending.append((i, "noisy", mechs))

@@ -27,7 +27,7 @@ from dpkit.analytics.plan import GroupKey, Predicate
 from dpkit.analytics.pricing import price_built
 from dpkit.analytics.results import QueryCost, QueryResult
 from dpkit.analytics.spec import Noise, QueryOptions, QuerySpec
-from dpkit.errors import InvalidParameterError
+from dpkit.errors import Fix, InvalidParameterError
 from dpkit.noise.source import RNG
 
 __all__ = ["Query"]
@@ -252,11 +252,13 @@ class Query:
             )
         spec = self.session.metadata.columns.get(column)
         if bins is None and not (isinstance(spec, Categorical) and spec.categories is not None):
+            fix = Fix("declare_categories", "Categorical([...]) in the metadata", {"column": column})
             raise InvalidParameterError(
                 "column",
                 column,
-                "a column with declared categories (Categorical([...]) in the metadata), or bins= for a numeric column",
+                f"a column with declared categories ({fix.text}), or bins= for a numeric column",
                 "a histogram's keys must be public",
+                fix=fix,
             )
         q = self.group_by(column, bins=None if bins is None else {column: bins})
         return q._one(A.Count(), locals())

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import html
 import math
+from collections.abc import Callable
 from typing import TYPE_CHECKING, Any, TypeAlias
 
 import numpy as np
@@ -22,7 +23,7 @@ if TYPE_CHECKING:
 #: ``results`` imports this module, and the analytics package has no import cycle (tested).
 QueryResult: TypeAlias = Any
 
-__all__ = ["plot_result", "result_html", "result_lines", "result_text"]
+__all__ = ["plot_result", "result_html", "result_lines", "result_text", "scale_phrase"]
 
 
 def _header(r: QueryResult) -> str:
@@ -45,12 +46,28 @@ def result_lines(r: QueryResult) -> list[str]:
         )
     for a in r.aggregates:
         what = a.kind if a.column is None else f"{a.kind}({a.column})"
-        scale = "" if math.isnan(a.scale) else f", {a.scale_label} {a.scale:.4g}"
-        lines.append(f"{a.name}: {what}, {a.mechanism}, ε={a.epsilon:.4g}, δ={a.delta:.3g}{scale}")
+        scale = scale_phrase(a)
+        lines.append(
+            f"{a.name}: {what}, {a.mechanism}, ε={a.epsilon:.4g}, δ={a.delta:.3g}{', ' + scale if scale else ''}"
+        )
     if r.remaining_epsilon is not None:
         lines.append(f"remaining ε: {r.remaining_epsilon:.6g}")
     lines.extend(f"note: {n}" for n in r.notes)
     return lines
+
+
+def scale_phrase(a: Any, number: Callable[[float], str] = "{:.4g}".format) -> str:
+    """What an aggregate's scale is, in words and the value's units (``number`` formats it):
+    ``noise scale 2`` for a count or sum, ``approx. std. dev. of the mean 212`` for a mean, and
+    for a mean over groups of different sizes ``approx. std. dev. of the mean 180 to 260 across
+    the groups`` (each group's own comes from its noisy count). Empty when there is none
+    (quantiles). ``a`` is an :class:`~dpkit.analytics.results.AggregateInfo`."""
+    low, high = a.scale_range()
+    if math.isnan(high):
+        return ""
+    if low == high:
+        return f"{a.scale_label} {number(high)}"
+    return f"{a.scale_label} {number(low)} to {number(high)} across the groups"
 
 
 def result_text(r: QueryResult) -> str:

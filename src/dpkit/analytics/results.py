@@ -19,14 +19,30 @@ if TYPE_CHECKING:
 __all__ = ["AggregateInfo", "QueryCost", "QueryResult"]
 
 
+#: What a ratio aggregate's :attr:`AggregateInfo.scale` is the standard deviation of, in words.
+_RATIOS = {"mean": "the mean", "var": "the variance", "std": "the standard deviation"}
+
+
 @dataclass(frozen=True)
 class AggregateInfo:
     """One released aggregate: its name, the mechanism, the (ε, δ) it was given and its noise.
 
-    ``scale`` is the noise scale in the value's units (Laplace b or Gaussian σ) for counts and
-    sums, and for the sum inside a mean/variance; NaN for quantiles (exponential mechanism).
-    ``sensitivity`` is the ℓ1 (Laplace) or ℓ2 (Gaussian) sensitivity of that noisy quantity,
-    from the declared bounds and the contribution bounds.
+    ``scale`` is in the released value's units:
+
+    * counts and sums: the noise scale of the released value (Laplace b or Gaussian σ);
+    * means, variances and standard deviations (ratios of noisy sums and a noisy count): the
+      approximate standard deviation of the released value's noise, by the delta method from the
+      released noisy parts alone (post-processing; see ``dpkit.analytics.execute._mean_sd``).
+      It depends on each group's noisy count, so with several groups ``scale`` is the largest
+      over the released groups and ``scales`` holds each row's, in the order of the table;
+    * quantiles (exponential mechanism): NaN.
+
+    ``noise_scales`` names the noise scale (b or σ, value units) of each noisy part: ``count``,
+    ``count_units``, ``sum``, ``sum_of_squares``; :attr:`sum_scale` is the sum's (for a mean,
+    the number ``scale`` held before it became the mean's own). ``sensitivity`` is the ℓ1
+    (Laplace) or ℓ2 (Gaussian) sensitivity of the noisy count or sum — for a mean the noisy
+    (centred) sum inside it, for a variance or std its sum of squares — from the declared bounds
+    and the contribution bounds.
     """
 
     name: str
@@ -38,12 +54,32 @@ class AggregateInfo:
     scale: float
     sensitivity: float
     event: DPEvent
+    noise_scales: tuple[tuple[str, float], ...] = ()
+    scales: tuple[float, ...] = field(default=(), repr=False)
+
+    @property
+    def is_ratio(self) -> bool:
+        """Whether the value is a ratio of noisy parts (mean, variance, std), whose :attr:`scale`
+        is an approximate standard deviation rather than a noise scale."""
+        return self.kind in _RATIOS
 
     @property
     def scale_label(self) -> str:
-        """What :attr:`scale` is the scale of, in words: a mean's (variance's, std's) noise is on
-        the sum inside it, not on the released value itself."""
-        return "noise scale" if self.kind in ("count", "count_units", "sum") else "noise scale of its sum"
+        """What :attr:`scale` is, in words: ``noise scale`` for counts and sums, ``approx. std.
+        dev. of the mean`` (of the variance, of the standard deviation) for ratios."""
+        return f"approx. std. dev. of {_RATIOS[self.kind]}" if self.is_ratio else "noise scale"
+
+    @property
+    def sum_scale(self) -> float:
+        """The noise scale (b or σ, value units) of the noisy sum: a sum's own, or the centred
+        sum inside a mean, variance or std; NaN for counts and quantiles."""
+        return dict(self.noise_scales).get("sum", math.nan)
+
+    def scale_range(self) -> tuple[float, float]:
+        """(smallest, largest) of :attr:`scales` over the released rows; (scale, scale) when
+        the scale is the same for every row (counts, sums, quantiles)."""
+        finite = [x for x in self.scales if not math.isnan(x)]
+        return (min(finite), max(finite)) if finite else (self.scale, self.scale)
 
     def to_dict(self) -> dict[str, Any]:
         return {
@@ -54,6 +90,8 @@ class AggregateInfo:
             "delta": self.delta,
             "mechanism": self.mechanism,
             "scale": None if math.isnan(self.scale) else self.scale,
+            "scale_label": self.scale_label,
+            "noise_scales": {k: None if math.isnan(x) else x for k, x in self.noise_scales},
             "sensitivity": None if math.isnan(self.sensitivity) else self.sensitivity,
         }
 
@@ -114,16 +152,17 @@ class QueryResult:
             raise AttributeError("this result holds several aggregates: read result.table (or result[name])")
         return self.aggregates[0]
 
+    def _index(self) -> pd.Index:
+        """The keys of the rows (a group-by only)."""
+        if len(self.groups) > 1:
+            return pd.MultiIndex.from_frame(self.table[list(self.groups)])
+        return pd.Index(self.table[self.groups[0]])
+
     def _column(self, name: str) -> Any:
         col = self.table[name]
         if not self.groups:
             return float(col.iloc[0]) if len(col) else math.nan
-        index = (
-            pd.MultiIndex.from_frame(self.table[list(self.groups)])
-            if len(self.groups) > 1
-            else pd.Index(self.table[self.groups[0]])
-        )
-        return pd.Series(col.to_numpy(), index=index, name=name)
+        return pd.Series(col.to_numpy(), index=self._index(), name=name)
 
     @property
     def value(self) -> Any:
@@ -137,9 +176,15 @@ class QueryResult:
         return self._column(f"{name}_low"), self._column(f"{name}_high")
 
     @property
-    def scale(self) -> float:
-        """The noise scale of the single aggregate (see :class:`AggregateInfo`)."""
-        return self._only().scale
+    def scale(self) -> Any:
+        """The single aggregate's :attr:`AggregateInfo.scale`, in its value's units: the noise
+        scale of a count or sum; for a mean (variance, std) the approximate standard deviation of
+        its noise — with a group-by a Series indexed by the keys like :attr:`value` (each group's
+        own, from its noisy count), else a float."""
+        a = self._only()
+        if not (self.groups and a.scales):
+            return a.scale
+        return pd.Series(np.asarray(a.scales, dtype=np.float64), index=self._index(), name=f"{a.name}_scale")
 
     def __getitem__(self, name: str) -> Any:
         """The released values of the aggregate ``name``."""

@@ -49,7 +49,7 @@ from pathlib import Path
 from typing import Any, Concatenate, ParamSpec, TypeVar
 
 from dpkit import _validate as v
-from dpkit._validate import Neighbours
+from dpkit._validate import Neighbours, decimal_fraction
 from dpkit._validate import short_repr as _short
 from dpkit.accounting.composition import basic_cost
 from dpkit.accounting.events import DPEvent
@@ -228,11 +228,56 @@ class Session:
     # -- construction helpers -----------------------------------------------------------------
 
     @classmethod
-    def from_csv(cls, path: str | os.PathLike[str], **kwargs: Any) -> Session:
-        """A session over a CSV file (read by DuckDB; the table is named after the file's stem
-        unless ``table=`` is given)."""
+    def from_csv(
+        cls,
+        path: str | os.PathLike[str],
+        *,
+        header: bool = True,
+        columns: Sequence[str] | None = None,
+        delimiter: str = ",",
+        null: str | Sequence[str] | None = None,
+        **kwargs: Any,
+    ) -> Session:
+        """A session over a CSV file, read by DuckDB's ``read_csv`` with every column as text and
+        nothing sniffed from the rows (the declared types apply); the table is named after the
+        file's stem unless ``table=`` is given. The other keywords are :class:`Session`'s.
+
+        ``header``: whether the first line names the columns (default True). ``columns``: the
+        columns' names in the file's order — required with ``header=False``; with a header line
+        they replace its names. ``delimiter``: the one character between fields (default ``","``;
+        ``";"``, ``"\\t"``, ``"|"``). ``null``: a text or list of texts read as NULL besides the
+        empty field (``"NA"``, ``["NA", "?"]``). A bad value raises
+        :class:`~dpkit.errors.InvalidParameterError` naming the option, before anything is read.
+
+        >>> import tempfile, pathlib, dpkit as dp
+        >>> from dpkit.analytics import Metadata, Numeric
+        >>> p = pathlib.Path(tempfile.mkdtemp()) / "ages.csv"
+        >>> _ = p.write_text("31;F\\n45;M\\nNA;F\\n")
+        >>> s = dp.Session.from_csv(p, header=False, columns=["age", "sex"], delimiter=";", null="NA",
+        ...                         metadata=Metadata(columns={"age": Numeric(0, 100)}, row_level=True),
+        ...                         budget=dp.Budget(epsilon=1.0))
+        >>> s.table, sorted(s.columns)
+        ('ages', ['age'])
+        """
+        from dpkit.analytics.engines.duckdb import CsvFile, CsvOptions
+
+        if not isinstance(path, (str, os.PathLike)):
+            raise InvalidParameterError("path", _short(path), "the path of a CSV file (a str or os.PathLike)")
+        engine = kwargs.pop("engine", None)
+        if engine is not None and (not isinstance(engine, str) or engine != "duckdb"):
+            raise InvalidParameterError(
+                "engine",
+                _short(engine),
+                "'duckdb' or None: from_csv reads the file with DuckDB (give another engine to Session(data, engine=...))",
+            )
+        options = CsvOptions(
+            header=header,
+            columns=columns,  # type: ignore[arg-type]  # checked and made a tuple by CsvOptions
+            delimiter=delimiter,
+            null=() if null is None else null,  # type: ignore[arg-type]
+        )
         kwargs.setdefault("table", Path(path).stem)
-        return cls(path, **kwargs)
+        return cls(CsvFile(Path(path), options), **kwargs)
 
     @classmethod
     def from_parquet(cls, path: str | os.PathLike[str], **kwargs: Any) -> Session:
@@ -414,10 +459,10 @@ class Session:
             return None
         try:
             basic_cost(event)
-            costs: dict[str, float] = {}
+            costs: dict[str, object] = {}
         except DPError:
             # No basic-composition price (Gaussian noise): the query was calibrated to (ε, δ).
-            costs = {"epsilon_cost": epsilon, "delta_cost": delta}
+            costs = {"epsilon_cost": decimal_fraction(epsilon), "delta_cost": delta}
         return self._ledger.debit(self._dataset, self._analyst, event, text, **costs).id
 
     def _check_query_rng(self, rng: object) -> None:

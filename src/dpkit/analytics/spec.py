@@ -159,8 +159,10 @@ class QuerySpec:
     where:
         A filter: SQL predicate text of the analytics subset, or a predicate object.
     group_by, keys, bins:
-        Group columns; the public key list (values for one column, tuples for several) and
-        bin edges per numeric group column (see :meth:`dpkit.analytics.Query.group_by`).
+        Group columns; the public key list (values for one column, tuples for several) and the
+        bins per numeric group column: its edges, or a number of equal-width bins over its
+        declared bounds (see :meth:`dpkit.analytics.Query.group_by`; SQL's ``BIN(c, n)`` and
+        ``BIN(c, e0, e1, ...)`` compile to these).
     max_groups, max_rows:
         Contribution bounds per privacy unit for this query (None: the session's).
     options:
@@ -171,7 +173,7 @@ class QuerySpec:
     where: str | Predicate | None = None
     group_by: tuple[str, ...] = ()
     keys: tuple[Any, ...] | None = None
-    bins: Mapping[str, tuple[float, ...]] | None = None
+    bins: Mapping[str, tuple[float, ...] | int] | None = None
     max_groups: int | None = None
     max_rows: int | None = None
     options: QueryOptions | None = field(default=None, compare=True)
@@ -186,7 +188,9 @@ class QuerySpec:
 
         Aggregate kinds: ``count``, ``count_units``, ``sum``, ``mean``, ``variance``, ``std``,
         ``quantile``; fields ``kind``, ``column``, ``q`` (quantile only) and ``name``. A field
-        given as null counts as absent. The column checks come later, against the schema."""
+        given as null counts as absent. ``bins`` maps a group column to its edges, or to a whole
+        number of equal-width bins over its declared bounds (``{"age": 10}``), as
+        ``group_by(bins=)`` takes them. The column checks come later, against the schema."""
         if not isinstance(obj, Mapping):
             raise InvalidParameterError(
                 "query", _short(obj), "a JSON object with aggregates and optionally " + ", ".join(_SPEC_FIELDS[1:])
@@ -207,7 +211,9 @@ class QuerySpec:
         if bins is not None:
             if not isinstance(bins, Mapping):
                 raise InvalidParameterError(
-                    "bins", _short(bins), "a dict from column name to a list of increasing edges"
+                    "bins",
+                    _short(bins),
+                    "a dict from column name to a list of increasing edges or a number of bins",
                 )
             bins = {k: tuple(_number(x) for x in e) if isinstance(e, (list, tuple)) else e for k, e in bins.items()}
         keys = obj.get("keys")

@@ -9,11 +9,24 @@ accepted) before anything runs and before any budget is spent.
 
 Accepted — exactly this::
 
-    SELECT <item>, ... FROM <table> [WHERE <condition>] [GROUP BY <column>, ...]
+    SELECT <item>, ... FROM <table> [WHERE <condition>] [GROUP BY <group>, ...]
 
 (DuckDB's ``FROM <table> SELECT ...`` order is the same statement; one trailing ``;`` is fine.)
 
-* ``<item>``: a GROUP BY column (under its own name: no other alias), or an aggregate,
+* ``<group>``: a column, or the bins of a numeric column — ``BIN(c, n)``: n equal-width bins
+  over its *declared* bounds (n a whole number >= 1; the edges come from the metadata, never
+  from the data), or ``BIN(c, e0, e1, ...)``: explicit edges (at least two increasing finite
+  numbers) — written in GROUP BY as the same ``BIN(...)`` or as the alias it has in the SELECT
+  list. It is exactly ``group_by(c, bins={c: n})`` / ``bins={c: [e0, e1, ...]}``: the same
+  :class:`~dpkit.analytics.spec.QuerySpec`, the same keys, the labels ``[a, b)`` (the last bin
+  closed) and the same release; values outside every bin are dropped. The result's column is
+  the column's own name, as with ``group_by(bins=)``: an alias only lets GROUP BY refer to the
+  BIN (so it may not be a column's name). One column has one set of bins (two different BINs
+  of it, or it grouped both as it is and by BIN, are refused); BIN anywhere else (a condition,
+  an aggregate) is refused. ``WIDTH_BUCKET`` is refused: its buckets 0 and n + 1 (values
+  outside [lo, hi)) and its open last bucket are not these bins.
+* ``<item>``: a GROUP BY column (under its own name: no other alias), its ``BIN(...)``
+  (optionally ``[AS] alias``), or an aggregate,
   optionally ``[AS] alias``: ``COUNT(*)`` / ``COUNT(1)``, ``COUNT(DISTINCT <privacy unit>)``,
   ``SUM(c)``, ``AVG(c)`` / ``MEAN(c)``, ``VARIANCE(c)`` / ``VAR_POP(c)`` / ``VAR_SAMP(c)``, ``STDDEV(c)`` /
   ``STDDEV_POP(c)`` / ``STDDEV_SAMP(c)`` (all population moments of the clipped values),
@@ -52,8 +65,8 @@ RENAME) and any bare column that is not grouped (reading rows); ``SELECT DISTINC
 placeholders, arrays, subqueries and ``FILTER (WHERE ...)``, inside aggregates or conditions;
 ``ORDER BY`` inside aggregates other than PERCENTILE_CONT's WITHIN GROUP, and ``WITH FILL``;
 window functions (``OVER``), ``WINDOW``, ``QUALIFY``; ``HAVING``, ``ORDER BY``, ``LIMIT``,
-``OFFSET``; ``GROUP BY ALL``, ``GROUPING SETS``, ``ROLLUP``, ``CUBE``, positions or expressions in
-GROUP BY; CTEs (``WITH``), set operations, ``VALUES``, joins, ``LATERAL``, ``UNNEST``, table
+``OFFSET``; ``GROUP BY ALL``, ``GROUPING SETS``, ``ROLLUP``, ``CUBE``, positions or expressions
+(other than ``BIN``) in GROUP BY, ``WIDTH_BUCKET``; CTEs (``WITH``), set operations, ``VALUES``, joins, ``LATERAL``, ``UNNEST``, table
 functions (``read_csv(...)``), several tables; on the table: qualified names (``db.t``),
 aliases (DuckDB reads ``FROM t FINAL`` as the alias ``FINAL``), ``TABLESAMPLE`` / ``USING
 SAMPLE``, ``PIVOT`` / ``UNPIVOT``, time travel (``AT (VERSION => 1)``, ``FOR ... AS OF``), table
@@ -79,13 +92,16 @@ from dpkit.analytics.limits import QueryLimits
 from dpkit.analytics.plan import And, Not, Or, Predicate
 from dpkit.analytics.spec import QuerySpec
 from dpkit.analytics.sql_parse import (  # the parsing layer; re-exported here, where it used to live
+    _BIN,
     _CONDITION_NODES,  # noqa: F401
     _NODES,
     _SUBSET,
     _backstop,
+    _bin_parts,
     _check_node,
     _check_tree,  # noqa: F401
     _column_name,
+    _is_bin,
     _literal,
     _parse,
     _predicate,
@@ -99,6 +115,10 @@ from dpkit.analytics.sql_parse import (  # the parsing layer; re-exported here, 
 from dpkit.errors import InvalidParameterError
 
 __all__ = ["parse_predicate", "compile_sql", "compile_spec", "query_depth"]
+
+#: The bins of one column as ``group_by(bins=)`` takes them: a number of equal-width bins over
+#: the declared bounds, or the edges.
+Bins = int | tuple[float, ...]
 
 
 class Session(Protocol):
@@ -218,6 +238,72 @@ def _check_alias(item: exp.Alias) -> str:
     return alias
 
 
+def _declared(session: Session, column: str) -> object:
+    """The metadata's declaration of ``column``, when the session has metadata (a
+    :class:`~dpkit.analytics.Session` and a :class:`~dpkit.analytics.declared.DeclaredTable` do)."""
+    columns = getattr(getattr(session, "metadata", None), "columns", None)
+    return columns.get(column) if isinstance(columns, Mapping) else None
+
+
+def _bin(session: Session, call: exp.Expression) -> tuple[str, Bins]:
+    """The column and the bins of ``BIN(c, n)`` / ``BIN(c, e0, e1, ...)``, checked against the
+    declared schema (a numeric column; declared bounds for a number of bins). The edges and the
+    key limit are checked again by the query builder, which is what the session runs."""
+    column, bins = _bin_parts(call)
+    name = _resolve(session, _column_name(column))
+    kind = session.columns[name]
+    if kind != "numeric":
+        declared = "the privacy unit" if kind == "unit" else f"a {kind} column"
+        raise _reject(f"BIN takes a numeric column; {name!r} is {declared}", call, _BIN)
+    if isinstance(bins, int):
+        spec = _declared(session, name)
+        if spec is not None and (getattr(spec, "lower", None) is None or getattr(spec, "upper", None) is None):
+            raise _reject(
+                f"a number of bins needs the declared bounds of {name!r} (Numeric(lower, upper) in the metadata), "
+                f"and it has none: give explicit edges, BIN({name}, e0, e1, ...) — bounds come from the metadata, "
+                "never from the data",
+                call,
+                _BIN,
+            )
+    return name, bins
+
+
+def _check_bin_places(tree: exp.Select, group: exp.Group | None) -> None:
+    """BIN only as a SELECT item (aliased or not) or a GROUP BY item."""
+    allowed = {id(item.this if isinstance(item, exp.Alias) else item) for item in tree.expressions}
+    if group is not None:
+        allowed |= {id(g) for g in group.expressions}
+    for node in tree.find_all(exp.Anonymous):
+        if _is_bin(node) and id(node) not in allowed:
+            raise _reject(
+                "BIN(...) is accepted only as a SELECT item or a GROUP BY item, not inside a condition, "
+                "an aggregate or another expression",
+                node,
+                _BIN,
+            )
+
+
+def _bin_aliases(session: Session, tree: exp.Select) -> dict[str, tuple[str, Bins]]:
+    """The SELECT list's aliased BINs, by alias (case-folded): what GROUP BY may name."""
+    out: dict[str, tuple[str, Bins]] = {}
+    for item in tree.expressions:
+        if not (isinstance(item, exp.Alias) and _is_bin(item.this)):
+            continue
+        alias = _check_alias(item)
+        key = alias.casefold()
+        if any(c.casefold() == key for c in session.columns):
+            raise _reject(
+                f"the alias {alias!r} of a BIN is a column's name (GROUP BY {alias} would mean the column): "
+                "choose another alias",
+                item,
+                _BIN,
+            )
+        if key in out:
+            raise _reject(f"two BINs are aliased {alias!r}", item, _BIN)
+        out[key] = _bin(session, item.this)
+    return out
+
+
 def _check_output_names(outputs: list[tuple[str, str, exp.Expression]]) -> None:
     """Refuse two output columns whose names are equal ignoring case (see the module docstring)."""
     seen: dict[str, str] = {}
@@ -235,7 +321,7 @@ def _check_output_names(outputs: list[tuple[str, str, exp.Expression]]) -> None:
 
 def _compile_select(
     session: Session, tree: exp.Select
-) -> tuple[Predicate | None, list[str], list[A.Aggregate], list[tuple[str, str, exp.Expression]]]:
+) -> tuple[Predicate | None, list[str], dict[str, Bins], list[A.Aggregate], list[tuple[str, str, exp.Expression]]]:
     # The clauses first (DISTINCT, WITH, HAVING, LIMIT, joins, TABLESAMPLE, ...): the clearest refusals.
     _check_node(tree, _NODES, _SUBSET)
     source = tree.args.get("from") or tree.args.get("from_")
@@ -253,13 +339,44 @@ def _compile_select(
     if table.name != session.table and table.name.lower() != session.table.lower():
         raise InvalidParameterError("sql", table.name[:200], f"the session's table {session.table!r}")
 
+    _check_bin_places(tree, group)
+    aliases = _bin_aliases(session, tree)
     groups: list[str] = []
+    bins: dict[str, Bins] = {}
+    shown: dict[str, str] = {}  # a binned column's BIN, as GROUP BY wrote it
     outputs: list[tuple[str, str, exp.Expression]] = []
     if group is not None:
         for g in group.expressions:
-            name = _resolve(session, _column_name(g))
+            if _is_bin(g):
+                name, b = _bin(session, g)
+            elif (
+                isinstance(g, exp.Column)
+                and not g.args.get("table")
+                and isinstance(g.this, exp.Identifier)
+                and g.name.casefold() in aliases
+            ):
+                name, b = aliases[g.name.casefold()]
+            else:
+                name = _resolve(session, _column_name(g))
+                if name in bins:
+                    raise _reject(
+                        f"the column {name!r} is grouped both by {shown[name]} and as it is: group by one of them",
+                        g,
+                        _BIN,
+                    )
+                groups.append(name)
+                outputs.append((name, f"the group column {name!r}", g))
+                continue
+            if name in bins:
+                why = "two different BINs of one column" if bins[name] != b else "the same BIN twice"
+                raise _reject(f"GROUP BY has {why} ({shown[name]}; {_sql(g)}): one column has one set of bins", g, _BIN)
+            if name in groups:
+                raise _reject(
+                    f"the column {name!r} is grouped both as it is and by {_sql(g)}: group by one of them", g, _BIN
+                )
+            bins[name], shown[name] = b, _sql(g)
             groups.append(name)
-            outputs.append((name, f"the group column {name!r}", g))
+            outputs.append((name, f"the binned group column {name!r} ({shown[name]})", g))
     aggs: list[A.Aggregate] = []
     selected: set[str] = set()
     for item in tree.expressions:
@@ -269,8 +386,30 @@ def _compile_select(
             alias, node = _check_alias(item), item.this
         if isinstance(node, exp.Star):
             raise _reject("SELECT * would read rows: select aggregates", item, "aggregates such as COUNT(*), AVG(age)")
+        if _is_bin(node):
+            name, b = _bin(session, node)
+            if name not in bins:
+                place = f"the column {name!r} is grouped as it is" if name in groups else "it is not in GROUP BY"
+                raise _reject(f"{_sql(node)} is not grouped ({place}): GROUP BY the same BIN or its alias", item, _BIN)
+            if bins[name] != b:
+                raise _reject(
+                    f"two different BINs of one column ({shown[name]} in GROUP BY; {_sql(node)}): one column has one set of bins",
+                    item,
+                    _BIN,
+                )
+            if name in selected:
+                raise _reject(f"the bins of {name!r} are selected twice (the result has one column per name)", item)
+            selected.add(name)
+            continue
         if isinstance(node, exp.Column):
             name = _resolve(session, _column_name(node))
+            if name in bins:
+                raise _reject(
+                    f"the column {name!r} is grouped by {shown[name]}, not as it is: select that BIN "
+                    "(or nothing: every group column is in the result)",
+                    item,
+                    _BIN,
+                )
             if name not in groups:
                 raise _reject(
                     f"the column {name!r} is neither grouped nor aggregated (reading rows is not allowed)",
@@ -291,7 +430,7 @@ def _compile_select(
         raise _reject("at least one aggregate is needed", tree)
     where = tree.args.get("where")
     predicate = _resolve_predicate(session, _predicate(where.this)) if where is not None else None
-    return predicate, groups, aggs, outputs
+    return predicate, groups, bins, aggs, outputs
 
 
 def compile_spec(session: Session, text: str) -> QuerySpec:
@@ -312,7 +451,9 @@ def compile_sql(session: Any, text: str) -> tuple[Any, list[A.Aggregate]]:
         query = session.query()
         if spec.where is not None:
             query = query.where(spec.where)
-        if spec.group_by:
+        if spec.bins:  # the builder checks them again, and turns a number of bins into edges
+            query = query.group_by(*spec.group_by, bins=dict(spec.bins))
+        elif spec.group_by:
             query = query.group_by(*spec.group_by)
     except RecursionError:
         raise _too_deep("sql", session.limits) from None
@@ -323,6 +464,6 @@ def _compile(session: Session, text: str) -> QuerySpec:
     tree = _parse(text, "sql", session.limits)
     if not isinstance(tree, exp.Select):
         raise _reject(f"only SELECT is accepted, not {type(tree).__name__}", tree)
-    predicate, groups, aggs, outputs = _backstop(tree, _NODES, _SUBSET, lambda: _compile_select(session, tree))
+    predicate, groups, bins, aggs, outputs = _backstop(tree, _NODES, _SUBSET, lambda: _compile_select(session, tree))
     _check_output_names(outputs)
-    return QuerySpec(aggregates=tuple(aggs), where=predicate, group_by=tuple(groups))
+    return QuerySpec(aggregates=tuple(aggs), where=predicate, group_by=tuple(groups), bins=bins or None)

@@ -26,10 +26,16 @@ __all__ = ["parse_predicate", "query_depth"]
 
 
 _SUBSET = (
-    "SELECT <group columns and aggregates> FROM <table> [WHERE <condition>] [GROUP BY <column>, ...] with the "
+    "SELECT <group columns and aggregates> FROM <table> [WHERE <condition>] [GROUP BY <column>, ...] (a group "
+    "may be a numeric column's BIN(c, n) or BIN(c, e0, e1, ...), in SELECT and in GROUP BY or by its alias) with the "
     "aggregates COUNT(*), COUNT(DISTINCT <privacy unit>), SUM, AVG/MEAN, VARIANCE/VAR_POP/VAR_SAMP, "
     "STDDEV/STDDEV_POP/STDDEV_SAMP, MEDIAN, QUANTILE_CONT(c, q)/QUANTILE(c, q), "
     "PERCENTILE_CONT(q) WITHIN GROUP (ORDER BY c [DESC]) (see dpkit.analytics.sql)"
+)
+_BIN = (
+    "BIN(<numeric column>, n) for n equal-width bins over the column's declared bounds (n a whole number >= 1), "
+    "or BIN(<numeric column>, e0, e1, ...) for explicit edges (at least two increasing finite numbers), "
+    "as a SELECT item (optionally AS alias) and as a GROUP BY item (the same BIN, or its alias)"
 )
 _CONDITION = (
     "a condition: <column> =, <>, <, <=, >, >= <literal>, <column> [NOT] IN (<literals>), "
@@ -176,6 +182,13 @@ _CLASS_WORDS: dict[type, str] = {
     exp.Lateral: "LATERAL",
     exp.Placeholder: "a placeholder (bound parameters are not supported)",
 }
+if hasattr(exp, "WidthBucket"):  # sqlglot >= 25 spells it as its own class in recent versions only
+    # WIDTH_BUCKET numbers its buckets 1..n, puts values outside [lo, hi) in buckets 0 and n + 1
+    # and leaves the last bucket open: not dpkit's bins, whose labels are the intervals.
+    _CLASS_WORDS[exp.WidthBucket] = (
+        "WIDTH_BUCKET (not supported: use BIN(c, n) for n equal-width bins over the declared bounds, "
+        "or BIN(c, e0, e1, ...) for explicit edges)"
+    )
 
 
 def _sql(node: object) -> str:
@@ -389,6 +402,51 @@ def _literal(node: exp.Expression) -> Any:
         f"only literals (numbers, strings, TRUE/FALSE) are accepted on this side of a comparison, not {_what(node)}",
         node,
     )
+
+
+# -- BIN(c, n) and BIN(c, e0, e1, ...) -----------------------------------------------------------
+#
+# dpkit's binned group key, with exactly what Query.group_by(bins=) accepts: a number of equal-
+# width bins over the column's declared bounds, or explicit edges. (DuckDB's own bin(x) is a
+# binary string; the SQL text never reaches an engine, so the name is free here.)
+
+
+def _is_bin(node: object) -> bool:
+    """Whether ``node`` is a call of BIN (any case)."""
+    return type(node) is exp.Anonymous and node.name.lower() == "bin"
+
+
+def _bin_number(call: exp.Expression, node: exp.Expression) -> int | float:
+    try:
+        value = _literal(node)
+    except InvalidParameterError:
+        value = None
+    if value is None or isinstance(value, (bool, str)):
+        raise _reject(f"BIN takes finite number literals after its column, not {_sql(node)}", call, _BIN)
+    return value
+
+
+def _bin_parts(call: exp.Expression) -> tuple[exp.Expression, int | tuple[float, ...]]:
+    """The column node of ``BIN(c, ...)`` and its bins as ``group_by(bins=)`` takes them: a
+    number of bins (an int), or the edges (floats, as the service's JSON reads them)."""
+    args = call.expressions
+    if len(args) < 2:
+        raise _reject("BIN takes a column, then a number of bins or at least two edges", call, _BIN)
+    values = [_bin_number(call, x) for x in args[1:]]
+    if len(values) == 1:
+        n = values[0]
+        if not isinstance(n, int) or n < 1:
+            raise _reject(f"the number of bins is a whole number >= 1, not {n!r}", call, _BIN)
+        return args[0], n
+    edges = []
+    for x in values:
+        try:
+            edges.append(float(x))
+        except OverflowError:  # an integer beyond the doubles
+            raise _reject(f"a bin edge must be a finite number, not {x!r}", call, _BIN) from None
+    if any(b <= a for a, b in zip(edges, edges[1:], strict=False)):
+        raise _reject(f"the edges must be increasing, not {', '.join(f'{e:g}' for e in edges)}", call, _BIN)
+    return args[0], tuple(edges)
 
 
 def _predicate(node: exp.Expression) -> Predicate:

@@ -44,7 +44,6 @@ import struct
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass, field
-from fractions import Fraction
 from numbers import Integral, Real
 from typing import Any, Literal
 
@@ -53,6 +52,8 @@ from numpy.typing import ArrayLike, NDArray
 from scipy.optimize import linprog
 
 from dpkit._renamed import MISSING, take_renamed
+from dpkit._validate import decimal_fraction
+from dpkit.accounting.rounding import to_decimal_down
 from dpkit.budget import Budget
 from dpkit.errors import InvalidDataError, InvalidParameterError
 from dpkit.mechanisms.laplace import Laplace
@@ -295,22 +296,21 @@ class StickyCurator(Curator):
 def split_epsilon(total_epsilon: float, queries: int) -> float:
     """The largest double ε such that ``queries`` Laplace releases at ε fit in ``total_epsilon``.
 
-    The budget adds the exact binary values of the ε's (docs/architecture.md, "Privacy arithmetic"),
-    so total/k computed in floating point may overshoot by one ulp; this rounds down until k·ε ≤
-    total holds exactly.
+    The budget adds the ε's at their decimal values (docs/architecture.md, "Privacy arithmetic"):
+    this is total/k rounded so that k times the decimal value of the result is at most the
+    decimal value of the total, exactly.
 
-    >>> eps = split_epsilon(1.0, 400)
-    >>> 400 * Fraction(eps) <= 1 and eps > 0.0024999
+    >>> split_epsilon(1.0, 400)
+    0.0025
+    >>> eps = split_epsilon(1.0, 3)
+    >>> from fractions import Fraction
+    >>> 3 * Fraction(repr(eps)) <= 1
     True
     """
     if not isinstance(total_epsilon, Real) or not math.isfinite(float(total_epsilon)) or float(total_epsilon) <= 0:
         raise InvalidParameterError("total_epsilon", total_epsilon, "a finite number > 0")
     k = _check_n(queries, "queries")
-    total = Fraction(float(total_epsilon))
-    eps = float(total / k)
-    while k * Fraction(eps) > total:
-        eps = math.nextafter(eps, 0.0)
-    return eps
+    return to_decimal_down(decimal_fraction(float(total_epsilon)) / k)
 
 
 class DPCurator(Curator):

@@ -14,7 +14,11 @@ Extending: a new command is a function in its own module, registered here with
 ``app.command()(function)``; a command group (``budget``, ``account``, ...) is its own
 ``typer.Typer()`` mounted with ``app.add_typer(group, name=...)``. Reuse the shared options of
 :mod:`dpkit.cli._common` (``JsonOption``, ``SeedOption``, ``LedgerOption``) and its ``_emit_json``
-/ ``_fail`` so every command behaves alike.
+/ ``_fail`` so every command behaves alike. A command whose options are the library's parameters
+(``--epsilon``, ``--max-groups``, ...) reports a dpkit error with ``_fail_error``, which words it
+in the command line's terms (:mod:`dpkit.cli._errors`: options for parameters, the metadata
+file's JSON and commands to run for the Python API's remedies); one that pays from or shows a
+budget states its dataset and ledger (``_say_identity``).
 """
 
 from __future__ import annotations

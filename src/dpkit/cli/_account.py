@@ -53,7 +53,7 @@ def account(
     Example: dpkit account --mechanism gaussian --noise-multiplier 1.1 --sample-rate 0.004 --steps 2350 --delta 1e-5
 
     Or in training terms: dpkit account --noise-multiplier 1.1 --epochs 10 --batch-size 256 --dataset-size 60000
-    (q = batch size / dataset size, steps = ⌈epochs · dataset size / batch size⌉).
+    (q = batch size / dataset size, steps = epochs · ⌈dataset size / batch size⌉, as make_private takes them).
     """
     from dpkit import account_report as rep
 
@@ -106,7 +106,8 @@ def _rate_and_steps(
             _fail(f"--batch-size={batch_size} and --dataset-size={dataset_size}: need 1 <= batch size <= dataset size")
         if not (math.isfinite(epochs) and epochs > 0):
             _fail(f"--epochs={epochs}: need a number > 0")
-        return batch_size / dataset_size, max(1, math.ceil(epochs * dataset_size / batch_size))
+        # As make_private counts them: ⌈dataset size / batch size⌉ steps per epoch (the loader's length)
+        return batch_size / dataset_size, max(1, math.ceil(epochs * math.ceil(dataset_size / batch_size)))
     rate = 1.0
     if sample_rate is not None:
         try:

@@ -1,15 +1,21 @@
 """Options and helpers shared by the ``dpkit`` commands: ``--json``, ``--seed`` and ``--ledger``,
-JSON output (:func:`_emit_json`), errors (:func:`_fail`) and opening an existing ledger.
+JSON output (:func:`_emit_json`), errors (:func:`_fail`; a dpkit error in the command line's terms
+with :func:`_fail_error`, see :mod:`dpkit.cli._errors`), opening an existing ledger, and saying
+which ledger and which dataset a budget is (:func:`_ledger_location`, :class:`DatasetChoice`).
 """
 
 from __future__ import annotations
 
 import json
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Annotated, Any, NoReturn
 
 import typer
 from rich.console import Console
+from rich.markup import escape
+
+from dpkit.cli._errors import CliContext, cli_message
 
 JsonOption = Annotated[bool, typer.Option("--json", help="Print machine-readable JSON on stdout instead of tables.")]
 SeedOption = Annotated[
@@ -28,8 +34,15 @@ def _emit_json(obj: Any) -> None:
 
 
 def _fail(message: str, code: int = 1) -> NoReturn:
-    Console(stderr=True).print(f"[bold red]error:[/] {message}")
+    # soft_wrap: a message is never broken with newlines, so the paths and commands in it copy whole
+    Console(stderr=True, soft_wrap=True).print(f"[bold red]error:[/] {escape(message)}")  # text, never markup
     raise typer.Exit(code)
+
+
+def _fail_error(exc: BaseException, ctx: CliContext | None = None, code: int = 1) -> NoReturn:
+    """Fail with a dpkit error's message in the command line's terms (options for parameters,
+    the command-line remedy for the Python one: :func:`dpkit.cli._errors.cli_message`)."""
+    _fail(cli_message(exc, ctx), code)
 
 
 LedgerOption = Annotated[
@@ -57,9 +70,71 @@ def _ledger_where(store: Any) -> str:
     return str(path) if path is not None else str(store.url)
 
 
+def _ledger_location(ledger: str) -> str:
+    """Where ``--ledger`` points, before it is opened, as :func:`_ledger_where` says it after: a
+    SQLite file's absolute path, or a server URL without its password."""
+    if ledger.lower().startswith(("postgresql://", "postgres://")):
+        from dpkit.ledger._postgres_driver import mask_url
+
+        return mask_url(ledger)
+    return str(Path(ledger.removeprefix("sqlite:///")).expanduser().absolute())
+
+
+@dataclass(frozen=True)
+class DatasetChoice:
+    """The dataset a command's budget is kept under, and where that name came from.
+
+    ``name``: the ledger's dataset name; ``given_as``: what gave it (``"DATA"``, ``"--dataset"``,
+    ``"DATASET"``); ``file``: the data file whose content identity (``sha256:…``, see
+    :mod:`dpkit.ledger.identity`) the name is, or None for a plain name."""
+
+    name: str
+    given_as: str
+    file: str | None = None
+
+    @classmethod
+    def of(cls, given: str | Path, given_as: str) -> DatasetChoice:
+        """A data file's content identity, or ``given`` itself as a name."""
+        from dpkit.ledger.identity import dataset_identity
+
+        if Path(given).is_file():
+            return cls(dataset_identity(given), given_as, str(given))
+        return cls(str(given), given_as)
+
+    @property
+    def origin(self) -> str:
+        """Where the name came from, in words."""
+        if self.file is None:
+            return f"named by {self.given_as}"
+        return f"the content of {self.file}" + (f", from {self.given_as}" if self.given_as.startswith("-") else "")
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"dataset": self.name, "dataset_from": self.given_as, "file": self.file}
+
+
+def _say_identity(dataset: DatasetChoice | None, ledger: str) -> None:
+    """The budget's dataset (when there is one) and ledger, on stderr, one line each (human
+    output; --json carries them as fields)."""
+    err = Console(stderr=True, soft_wrap=True)  # a path or identity is never wrapped
+    if dataset is not None:
+        err.print(f"dataset: {escape(dataset.name)} ({escape(dataset.origin)})", highlight=False)
+    err.print(f"ledger: {escape(ledger)}", highlight=False)
+
+
+def _budget_datasets(store: Any) -> tuple[str, ...]:
+    """The datasets that have a budget in an open ledger (its metadata, not data); () if it
+    cannot be read."""
+    from dpkit.errors import DPError
+
+    try:
+        return tuple(dict.fromkeys(b.dataset for b in store.list_budgets()))
+    except DPError:
+        return ()
+
+
 def _open_existing(ledger: str):
     from dpkit.ledger import open_ledger
 
     if _ledger_missing(ledger):
-        _fail(f"no ledger at {ledger!r} (create a budget first: dpkit budget create ...)")
+        _fail(f"no ledger at {_ledger_location(ledger)} (create a budget first: dpkit budget create ...)")
     return open_ledger(ledger)

@@ -4,13 +4,27 @@ from __future__ import annotations
 
 import contextlib
 from pathlib import Path
-from typing import Annotated
+from shlex import quote
+from typing import Annotated, Any
 
 import typer
 from rich.console import Console
 from rich.table import Table
 
-from dpkit.cli._common import JsonOption, LedgerOption, _emit_json, _fail, _ledger_missing, _ledger_where
+from dpkit.cli._common import (
+    DatasetChoice,
+    JsonOption,
+    LedgerOption,
+    _budget_datasets,
+    _emit_json,
+    _fail,
+    _fail_error,
+    _ledger_location,
+    _ledger_missing,
+    _ledger_where,
+    _say_identity,
+)
+from dpkit.cli._errors import CliContext
 from dpkit.errors import DPError, LedgerError
 
 __all__ = ["query"]
@@ -46,11 +60,32 @@ def query(
     analyst: Annotated[
         str, typer.Option("--analyst", help="Whose budget pays (created with dpkit budget create DATA ANALYST ...).")
     ] = "analyst",
+    dataset_name: Annotated[
+        str | None,
+        typer.Option(
+            "--dataset",
+            help="Pay from the budget of this dataset (a name given to dpkit budget create, or a data file: its "
+            "content) instead of DATA's own, e.g. for a cleaned copy of the data that budget protects.",
+        ),
+    ] = None,
     table: Annotated[
         str | None,
         typer.Option(
             "--table", help="The table's name in SQL (default: the file's stem). It does not choose the budget."
         ),
+    ] = None,
+    no_header: Annotated[
+        bool, typer.Option("--no-header", help="A CSV without a header line (name its columns with --columns).")
+    ] = False,
+    csv_columns: Annotated[
+        str | None, typer.Option("--columns", help="A CSV's column names, comma-separated (replacing its header's).")
+    ] = None,
+    delimiter: Annotated[
+        str, typer.Option("--delimiter", help="A CSV's field delimiter: one character (';', '|', 'tab').")
+    ] = ",",
+    null: Annotated[
+        list[str] | None,
+        typer.Option("--null", help="A text read as NULL in a CSV, besides the empty field (repeatable)."),
     ] = None,
     max_groups: Annotated[
         int | None, typer.Option("--max-groups", help="Groups per privacy unit (default: metadata's, else 1).")
@@ -71,16 +106,16 @@ def query(
     """Run one private SQL query on a file and pay for it from the ledger.
 
     The budget is the one created for this file's content (dpkit budget create DATA ANALYST),
-    whatever --table says. Example:
+    whatever --table says, or the one --dataset names. The dataset and the ledger paying are
+    printed on stderr (fields of "budget" with --json). Example:
 
     dpkit generate census census.csv --metadata census.json && \
     dpkit budget create census.csv alice --epsilon 3 && \
     dpkit query census.csv "SELECT sex, COUNT(*), AVG(age) FROM census WHERE age > 30 GROUP BY sex" --epsilon 1 --metadata census.json --analyst alice
     """
-    import numpy as np
-
     from dpkit.analytics import Session
-    from dpkit.ledger.identity import dataset_identity
+    from dpkit.analytics.result_display import scale_phrase
+    from dpkit.ledger import open_ledger
 
     if not data.is_file():
         _fail(f"no such file: {str(data)!r}")
@@ -88,17 +123,30 @@ def query(
         _fail(
             f"no such metadata file: {str(metadata)!r} (write one by hand, or dpkit generate census ... --metadata FILE for the example)"
         )
-    name = table or data.stem
-    dataset = dataset_identity(data)
-    if _ledger_missing(ledger):
+    if seed is not None:
         _fail(
-            f"no ledger at {ledger!r}: create a budget first (dpkit budget create {data} {analyst} --epsilon E --ledger {ledger})"
+            f"--seed {seed} is refused: dpkit query always pays from a ledger, and noise from a seeded rng can be "
+            "replayed and subtracted, so the ledger would charge for privacy that was not given (seeds are for "
+            "dpkit demo, and for tests with an in-memory dp.Budget in Python)"
         )
+    name = table or data.stem
+    choice = DatasetChoice.of(data, "DATA") if dataset_name is None else DatasetChoice.of(dataset_name, "--dataset")
+    dataset = choice.name
+    where = _ledger_location(ledger)
+    ctx = CliContext(data=choice.file, ledger=where)
+    if _ledger_missing(ledger):
+        _say_identity(choice, where)
+        _fail(
+            f"no ledger at {where}: create a budget first (dpkit budget create {quote(choice.file or dataset)} "
+            f"{quote(analyst)} --epsilon E --ledger {quote(where)})"
+        )
+    csv_options = _csv_options(data, no_header, csv_columns, delimiter, null)
     err = Console(stderr=True)
     try:
         with err.status(f"scanning {data.name} …", spinner="dots") if not json_output else contextlib.nullcontext():
-            session = Session(
+            session = (Session.from_csv if csv_options else Session)(
                 data,
+                **csv_options,
                 privacy_unit=unit,
                 row_level=True if row_level else None,
                 ledger=ledger,
@@ -108,20 +156,22 @@ def query(
                 max_groups=max_groups,
                 max_rows=max_rows,
                 table=name,
-                rng=None if seed is None else np.random.default_rng(seed),
             )
             result = session.sql(sql, epsilon=epsilon, delta=delta, noise=noise, confidence=confidence)  # type: ignore[arg-type]
             record = session._ledger.get_budget(dataset, analyst)
             where = _ledger_where(session._ledger)
     except LedgerError as exc:
-        _fail(
-            f"{exc} (budgets for a file are created with: dpkit budget create {data} {analyst} --epsilon E --ledger {ledger})"
-        )
+        datasets: tuple[str, ...] = ()
+        with contextlib.suppress(DPError), open_ledger(ledger) as store:
+            datasets = _budget_datasets(store)
+        _say_identity(choice, where)
+        _fail_error(exc, CliContext(data=ctx.data, ledger=where, datasets=datasets))
     except DPError as exc:
-        _fail(str(exc))
+        _say_identity(choice, where)
+        _fail_error(exc, ctx)
     if json_output:
         out = result.to_dict()
-        out["budget"] = {"ledger": where, **record.to_dict()}
+        out["budget"] = {"ledger": where, **record.to_dict(), **choice.to_dict()}
         _emit_json(out)
         return
     console = Console()
@@ -142,7 +192,8 @@ def query(
         tbl.add_row(*cells)
     console.print(tbl)
     for a in result.aggregates:
-        scale = "" if a.scale != a.scale else f", {a.scale_label} {_fmt(a.scale)}"
+        scale = scale_phrase(a, _fmt)
+        scale = f", {scale}" if scale else ""
         console.print(f"  {a.name}: {a.mechanism}, ε={a.epsilon:.4g}{f', δ={a.delta:.3g}' if a.delta else ''}{scale}")
     for note in result.notes:
         console.print(f"  {note}")
@@ -150,7 +201,25 @@ def query(
         f"budget {dataset}/{analyst}: spent ε={record.spent_epsilon:.6g} of {record.epsilon:g}, "
         f"remaining ε={record.remaining_epsilon:.6g}, δ={record.remaining_delta:.3g}"
     )
-    console.print(f"ledger: {where}", soft_wrap=True)  # a path is not wrapped
+    _say_identity(choice, where)  # on stderr, never wrapped
+
+
+def _csv_options(
+    data: Path, no_header: bool, columns: str | None, delimiter: str, null: list[str] | None
+) -> dict[str, Any]:
+    """The CSV options given (keywords of Session.from_csv), or {} for none."""
+    given: dict[str, Any] = {}
+    if no_header:
+        given["header"] = False
+    if columns is not None:
+        given["columns"] = [c.strip() for c in columns.split(",")]
+    if delimiter != ",":
+        given["delimiter"] = "\t" if delimiter.lower() in ("tab", "\\t") else delimiter
+    if null:
+        given["null"] = list(null)
+    if given and data.suffix.lower() in (".parquet", ".pq"):
+        _fail(f"--no-header, --columns, --delimiter and --null are for CSV files, not {data.name}")
+    return given
 
 
 def _fmt(x: float) -> str:

@@ -25,11 +25,11 @@ from datetime import datetime
 from fractions import Fraction
 from typing import Any, Literal, Protocol, runtime_checkable
 
-from dpkit._validate import NEIGHBOUR_RELATIONS, exact_amount
+from dpkit._validate import NEIGHBOUR_RELATIONS, decimal_fraction, exact_amount
 from dpkit._validate import short_repr as _short
 from dpkit.accounting.composition import basic_cost
 from dpkit.accounting.events import ComposedEvent, DPEvent, event_from_json, event_to_json
-from dpkit.accounting.rounding import down, sub_down, up
+from dpkit.accounting.rounding import down, sub_down, to_decimal_down, to_decimal_up, up
 from dpkit.errors import BudgetExceededError, DPError, InvalidParameterError, LedgerError
 
 __all__ = [
@@ -57,8 +57,10 @@ __all__ = [
 class BudgetRecord:
     """One budget as stored: the budget (ε, δ), what has been spent, and when it was created.
 
-    Amounts are doubles rounded against ourselves: the budget rounded down (it is exact when it
-    was given as a double), the spent amounts rounded up. ``neighbours`` is the neighbour relation
+    Amounts are doubles rounded against ourselves: the budget rounded down, the spent amounts
+    rounded up. ε is shown as the decimal it is stored as (a budget of 0.9 is 0.9, a spend of 7/10
+    is 0.7: every ε is read at its decimal value, see ``dpkit._validate.decimal_fraction``); δ at
+    its binary value. ``neighbours`` is the neighbour relation
     fixed by the first debit (None before), which every later debit must share.
     """
 
@@ -73,8 +75,10 @@ class BudgetRecord:
 
     @property
     def remaining_epsilon(self) -> float:
-        """ε left, rounded down, never below 0."""
-        return max(0.0, sub_down(self.epsilon, self.spent_epsilon))
+        """ε left, rounded down, never below 0 (computed at the amounts' decimal values, which
+        are at most the budget and at least the amount spent)."""
+        left = decimal_fraction(self.epsilon) - decimal_fraction(self.spent_epsilon)
+        return max(0.0, to_decimal_down(left))
 
     @property
     def remaining_delta(self) -> float:
@@ -248,8 +252,11 @@ def fraction_from_text(text: object) -> Fraction:
 
 
 def budget_amounts(epsilon: object, delta: object) -> tuple[Fraction, Fraction]:
-    """A budget's (ε, δ) as exact fractions: ε finite > 0, δ in [0, 1)."""
-    return exact_amount("epsilon", epsilon, positive=True), exact_amount("delta", delta, upper=Fraction(1))
+    """A budget's (ε, δ) as exact fractions: ε finite > 0, read at its decimal value (1.0 is 1,
+    0.3 is 3/10: ten spends of 0.1 fit a budget of 1), δ in [0, 1) at its binary value."""
+    return exact_amount("epsilon", epsilon, positive=True, decimal=True), exact_amount(
+        "delta", delta, upper=Fraction(1)
+    )
 
 
 def debit_cost(
@@ -260,7 +267,9 @@ def debit_cost(
     With no costs given, the event's basic-composition cost (Gaussian and subsampled events raise
     :class:`InvalidParameterError` naming ``event``: price them with RDPAccountant or
     PLDAccountant and pass the result). With both given, those costs (finite, >= 0, δ <= 1) — the
-    caller vouches that the event is (epsilon_cost, delta_cost)-DP.
+    caller vouches that the event is (epsilon_cost, delta_cost)-DP. A double cost is read at its
+    exact binary value (an accountant's ε, rounded up, stays an upper bound); pass a
+    :class:`~fractions.Fraction` for an exact decimal amount.
     """
     if not isinstance(event, DPEvent):
         raise InvalidParameterError(
@@ -356,9 +365,9 @@ def budget_from_row(row: tuple[Any, ...], where: object) -> BudgetRecord:
     return BudgetRecord(
         dataset=dataset,
         analyst=analyst,
-        epsilon=down(decode_amount(eps, where, what)),
+        epsilon=to_decimal_down(decode_amount(eps, where, what)),
         delta=down(decode_amount(dlt, where, what)),
-        spent_epsilon=up(decode_amount(s_eps, where, what)),
+        spent_epsilon=to_decimal_up(decode_amount(s_eps, where, what)),
         spent_delta=up(decode_amount(s_dlt, where, what)),
         created_at=_time(created),
         neighbours=neighbours,
@@ -379,7 +388,7 @@ def spend_from_row(row: tuple[Any, ...], where: object) -> SpendRecord:
         analyst=analyst,
         event=event,
         query_text=query_text,
-        epsilon_cost=up(decode_amount(eps, where, what)),
+        epsilon_cost=to_decimal_up(decode_amount(eps, where, what)),
         delta_cost=up(decode_amount(dlt, where, what)),
         created_at=_time(created),
     )
@@ -415,9 +424,9 @@ def check_debit(
     new_eps, new_dlt = spent_eps + eps, spent_dlt + dlt
     if new_eps > budget_eps or new_dlt > budget_dlt:
         raise BudgetExceededError(
-            f"ε={up(eps)!r}, δ={up(dlt)!r} for {_short(event)}",
-            f"ε={down(budget_eps - spent_eps)!r}, δ={down(budget_dlt - spent_dlt)!r} of the budget "
-            f"ε={down(budget_eps)!r}, δ={down(budget_dlt)!r} of {what} in {where}",
+            f"ε={to_decimal_up(eps)!r}, δ={up(dlt)!r} for {_short(event)}",
+            f"ε={to_decimal_down(budget_eps - spent_eps)!r}, δ={down(budget_dlt - spent_dlt)!r} of the budget "
+            f"ε={to_decimal_down(budget_eps)!r}, δ={down(budget_dlt)!r} of {what} in {where}",
         )
     return new_eps, new_dlt
 

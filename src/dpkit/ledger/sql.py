@@ -22,8 +22,8 @@ from typing import Any
 
 from dpkit._validate import short_repr as _short
 from dpkit.accounting.events import DPEvent
-from dpkit.accounting.rounding import up
-from dpkit.errors import InvalidParameterError, LedgerError
+from dpkit.accounting.rounding import to_decimal_up, up
+from dpkit.errors import Fix, InvalidParameterError, LedgerError
 from dpkit.ledger._driver import Runner, TransactionKind
 from dpkit.ledger.base import (
     BudgetRecord,
@@ -48,6 +48,10 @@ __all__ = ["SQLLedger", "BUDGET_COLUMNS", "SPEND_COLUMNS"]
 
 BUDGET_COLUMNS = "dataset, analyst, epsilon, delta, spent_epsilon, spent_delta, created_at, neighbours"
 SPEND_COLUMNS = "id, dataset, analyst, event, query_text, epsilon_cost, delta_cost, created_at"
+
+
+def _reuse_fix(dataset: str, analyst: str) -> Fix:
+    return Fix("reuse_budget", "pass exist_ok=True to reuse it", {"dataset": dataset, "analyst": analyst})
 
 
 def iso(value: object) -> str:
@@ -118,9 +122,13 @@ class SQLLedger:
         return budget_from_row(row, self._where)
 
     def _missing(self, dataset: str, analyst: str) -> LedgerError:
+        fix = Fix(
+            "create_budget",
+            "create it first with create_budget(dataset, analyst, epsilon=..., delta=...)",
+            {"dataset": dataset, "analyst": analyst},
+        )
         return LedgerError(
-            f"there is no budget for analyst {analyst!r} on dataset {dataset!r} in {self._where}; "
-            "create it first with create_budget(dataset, analyst, epsilon=..., delta=...)"
+            f"there is no budget for analyst {analyst!r} on dataset {dataset!r} in {self._where}; {fix.text}", fix=fix
         )
 
     def close(self) -> None:
@@ -169,6 +177,8 @@ class SQLLedger:
                 same = stored_amounts == (eps, dlt)
                 if not (exist_ok and same):
                     stored = self._budget(row)
+                    # exist_ok reuses a budget of the same amounts only: it is suggested for those
+                    fix = None if exist_ok or not same else _reuse_fix(dataset, analyst)
                     raise LedgerError(
                         f"a budget for analyst {analyst!r} on dataset {dataset!r} already exists in {self._where} "
                         f"(epsilon={stored.epsilon!r}, delta={stored.delta!r})"
@@ -177,7 +187,8 @@ class SQLLedger:
                             if same
                             else f", not epsilon={float(epsilon)!r}, delta={float(delta)!r}; a stored budget is never changed"
                         )
-                        + ("" if exist_ok else "; pass exist_ok=True to reuse it")
+                        + ("" if fix is None else f"; {fix.text}"),
+                        fix=fix,
                     )
         return self._budget(row)
 
@@ -268,7 +279,7 @@ class SQLLedger:
             analyst=analyst,
             event=event,
             query_text=query_text,
-            epsilon_cost=up(eps),
+            epsilon_cost=to_decimal_up(eps),
             delta_cost=up(dlt),
             created_at=created if isinstance(created, datetime) else datetime.fromisoformat(str(created)),
         )

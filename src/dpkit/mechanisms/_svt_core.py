@@ -19,6 +19,7 @@ import numpy as np
 from numpy.typing import ArrayLike, NDArray
 
 from dpkit import _validate as v
+from dpkit._validate import decimal_fraction
 from dpkit.errors import InvalidDataError, InvalidParameterError
 from dpkit.noise.discrete import LaplacePlan, laplace_plan, sample_discrete_laplace
 from dpkit.noise.lattice import Lattice, snap
@@ -88,7 +89,7 @@ def _svt_plan(epsilon: float, sensitivity: float, monotonic: bool) -> SVTNoisePl
         )
     lattice = Lattice(k)
     steps = math.floor(sensitivity / lattice.granularity) + 1
-    eps = Fraction(epsilon)
+    eps = decimal_fraction(epsilon)  # ε at its decimal value: what the event charges
     return SVTNoisePlan(lattice, steps, Fraction(2 * steps) / eps, Fraction((2 if monotonic else 4) * steps) / eps)
 
 

@@ -13,6 +13,7 @@ from dpkit import _validate as v
 from dpkit._validate import Neighbours
 from dpkit.accounting.analytic_gaussian import analytic_gaussian_sigma, classic_gaussian_sigma, gaussian_delta
 from dpkit.accounting.events import GaussianEvent
+from dpkit.accounting.rounding import decimal_down
 from dpkit.errors import InvalidParameterError
 from dpkit.mechanisms.laplace import _as_output, _check_scale_range
 from dpkit.noise.lattice import DELTA_MARGIN, Lattice, choose_lattice, lattice_gaussian
@@ -103,10 +104,12 @@ class Gaussian:
         v.neighbours(self.neighbours)
         if self.delta < _MIN_DELTA:
             raise InvalidParameterError("delta", self.delta, "a number in [2**-58, 1)")
+        # ε at its decimal value, rounded down: never calibrated to more than the ε charged
+        eps = decimal_down(self.epsilon)
         if self.calibration == "analytic":
-            unit = analytic_gaussian_sigma(self.epsilon, self.delta * DELTA_MARGIN, 1.0)
+            unit = analytic_gaussian_sigma(eps, self.delta * DELTA_MARGIN, 1.0)
         elif self.calibration == "classic":
-            unit = classic_gaussian_sigma(self.epsilon, self.delta * DELTA_MARGIN, 1.0)
+            unit = classic_gaussian_sigma(eps, self.delta * DELTA_MARGIN, 1.0)
         else:
             raise InvalidParameterError("calibration", self.calibration, "'analytic' or 'classic'")
         object.__setattr__(self, "_unit_sigma", unit)  # σ per unit of ℓ2 sensitivity

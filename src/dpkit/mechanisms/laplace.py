@@ -11,7 +11,7 @@ import numpy as np
 from numpy.typing import ArrayLike, NDArray
 
 from dpkit import _validate as v
-from dpkit._validate import Neighbours
+from dpkit._validate import Neighbours, decimal_fraction
 from dpkit.accounting.events import LaplaceEvent
 from dpkit.errors import InvalidParameterError
 from dpkit.noise.discrete import laplace_plan, sample_discrete_laplace
@@ -78,7 +78,7 @@ class Laplace:
     the scale (about 2^-40 of it) and discrete Laplace noise is added on the lattice, sampled
     exactly (Canonne, Kamath & Steinke 2020). Snapping adds at most g per coordinate to the
     sensitivity, so the lattice noise scale is (Δ/g + d)/ε for d coordinates and the guarantee is
-    exactly ε. The extra noise, d·g/Δ relative, is below 2^-39 for short vectors and below
+    exactly ε, taken at its decimal value (ε = 0.1 is 1/10: the amount :attr:`event` charges). The extra noise, d·g/Δ relative, is below 2^-39 for short vectors and below
     d/(ε·2^47) for long ones (``noise_plan(d)`` shows the numbers).
 
     Totality: :meth:`release` never raises on a value. NaN is treated as 0 (a NaN has no place
@@ -124,7 +124,7 @@ class Laplace:
         """The exact lattice and noise a release of ``size`` coordinates uses."""
         lattice = choose_lattice(self.scale, size, norm=1)
         sens = Fraction(self.sensitivity) / Fraction(lattice.granularity) + size
-        return LaplaceNoisePlan(lattice, sens / Fraction(self.epsilon), sens)
+        return LaplaceNoisePlan(lattice, sens / decimal_fraction(self.epsilon), sens)
 
     def release(self, value: ArrayLike, *, rng: RNG = None) -> Any:
         """Return value + Laplace noise (same shape; a float for a scalar input).
@@ -158,7 +158,8 @@ class Geometric:
     Guarantee: ε-DP for integer-valued queries whose ℓ1 sensitivity (an integer) under
     ``neighbours`` is at most ``sensitivity`` (Ghosh, Roughgarden & Sundararajan 2009; the
     discrete Laplace of Canonne, Kamath & Steinke 2020, Sec. 2). The noise P(Y = y) ∝
-    e^{−ε|y|/Δ} is sampled exactly, with the scale Δ/ε taken at ε's exact binary value.
+    e^{−ε|y|/Δ} is sampled exactly, with the scale Δ/ε taken at ε's decimal value (ε = 0.1 is
+    1/10, and the event charges exactly that).
 
     Totality: :meth:`release` never raises on a value. Float input is read with NaN as 0,
     clamped to [−2^62, 2^62] (±inf to ±2^62) and rounded to the nearest integer (ties to even);
@@ -181,7 +182,7 @@ class Geometric:
         object.__setattr__(self, "epsilon", v.epsilon(self.epsilon))
         object.__setattr__(self, "sensitivity", v.positive_int(self.sensitivity, "sensitivity"))
         v.neighbours(self.neighbours)
-        scale = Fraction(self.sensitivity) / Fraction(self.epsilon)
+        scale = Fraction(self.sensitivity) / decimal_fraction(self.epsilon)
         if not Fraction(1, 2**20) <= scale <= Fraction(2) ** 52:
             raise InvalidParameterError(
                 "epsilon", self.epsilon, f"a value giving a noise scale Δ/ε in [2**-20, 2**52] (Δ = {self.sensitivity})"

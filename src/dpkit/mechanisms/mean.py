@@ -9,9 +9,9 @@ import numpy as np
 from numpy.typing import ArrayLike, NDArray
 
 from dpkit import _validate as v
-from dpkit._validate import Neighbours
+from dpkit._validate import Neighbours, decimal_fraction
 from dpkit.accounting.events import ComposedEvent, LaplaceEvent
-from dpkit.accounting.rounding import sub_down, to_float_down
+from dpkit.accounting.rounding import to_decimal_down
 from dpkit.errors import InvalidParameterError
 from dpkit.mechanisms import sensitivity
 from dpkit.mechanisms.laplace import Laplace
@@ -101,15 +101,15 @@ class BoundedMean:
     @property
     def _sum_mech(self) -> Laplace:
         s = sensitivity.bounded_sum(self.lower, self.upper, self.neighbours).l1
-        eps = to_float_down(Fraction(self.epsilon) * Fraction(self.sum_share))
+        eps = to_decimal_down(decimal_fraction(self.epsilon) * Fraction(self.sum_share))
         return Laplace(epsilon=eps, sensitivity=s, neighbours=self.neighbours)
 
     @property
     def _count_mech(self) -> Laplace:
-        # The remainder, rounded down, so that the two parts never add up to more than ε.
-        return Laplace(
-            epsilon=sub_down(self.epsilon, self._sum_mech.epsilon), sensitivity=1.0, neighbours=self.neighbours
-        )
+        # The remainder, rounded down, so that the two parts never add up to more than ε (each
+        # part is charged the decimal value of its double).
+        rest = decimal_fraction(self.epsilon) - decimal_fraction(self._sum_mech.epsilon)
+        return Laplace(epsilon=to_decimal_down(rest), sensitivity=1.0, neighbours=self.neighbours)
 
     @property
     def event(self) -> ComposedEvent:

@@ -54,8 +54,9 @@ import numpy as np
 from numpy.typing import ArrayLike, NDArray
 
 from dpkit import _validate as v
-from dpkit._validate import Neighbours
+from dpkit._validate import Neighbours, decimal_fraction
 from dpkit.accounting.events import ApproxDPEvent
+from dpkit.accounting.rounding import decimal_down, to_decimal_down
 from dpkit.errors import InvalidDataError, InvalidParameterError
 from dpkit.mechanisms import local_sensitivity as ls
 from dpkit.mechanisms.laplace import Geometric, Laplace
@@ -115,16 +116,18 @@ class _PTRCore:
     # -- shared --------------------------------------------------------------------------------
     @property
     def epsilon_test(self) -> float:
-        return self.epsilon / 2
+        # Half of ε at its decimal value, as a double whose own decimal value is no more: the
+        # two halves never cost more than the ε the event charges.
+        return to_decimal_down(decimal_fraction(self.epsilon) / 2)
 
     @property
     def epsilon_release(self) -> float:
-        return self.epsilon / 2
+        return self.epsilon_test
 
     @property
     def threshold(self) -> float:
-        """T = ln(1/δ)/ε_test (Dwork & Roth 2014 §7.1)."""
-        return math.log(1.0 / self.delta) / self.epsilon_test
+        """T = ln(1/δ)/ε_test (Dwork & Roth 2014 §7.1), with ε_test at most the test's ε."""
+        return math.log(1.0 / self.delta) / decimal_down(self.epsilon_test)
 
     @property
     def test_mechanism(self) -> Geometric:

@@ -62,9 +62,9 @@ import numpy as np
 from numpy.typing import ArrayLike, NDArray
 
 from dpkit import _validate as v
-from dpkit._validate import Neighbours
+from dpkit._validate import Neighbours, decimal_fraction
 from dpkit.accounting.events import ComposedEvent, ExponentialEvent
-from dpkit.accounting.rounding import to_float_down
+from dpkit.accounting.rounding import to_decimal_down
 from dpkit.errors import InvalidParameterError
 from dpkit.noise.bernoulli_exp import decide_exp_neg
 from dpkit.noise.integers import _uniform_below
@@ -240,7 +240,7 @@ class Quantile:
         # The float argmin may miss the exact one by a rounding: check the neighbours exactly.
         cand = [k for k in (j - 1, j, j + 1) if 0 <= k <= n and nonempty[k]]
         d_star = min(abs(k - qn) for k in cand)
-        half_eps = self.epsilon / 2
+        half_eps = float(decimal_fraction(self.epsilon) / 2)  # within half an ulp of the exact ε/2
         gamma_hat = np.maximum((dist - float(d_star)) * half_eps, 0.0)
         # Absolute error of dist − d*: <= 4·(n+1)·2^-53; times ε/2 plus two roundings.
         gamma_err = gamma_hat * 2.0**-50 + half_eps * (n + 1) * 2.0**-50
@@ -275,7 +275,7 @@ class Quantile:
         including the unused tail of the last batch): a test hook, not part of the output.
         """
         g = self.granularity
-        half_eps = Fraction(self.epsilon) / 2
+        half_eps = decimal_fraction(self.epsilon) / 2  # ε at its decimal value: what the event charges
         qn = Fraction(self.q) * prep.edges.size
         d_star = prep.d_star
         top = len(prep.group_size) - 1  # largest exponent in use
@@ -441,7 +441,7 @@ class Quantiles:
 
     @property
     def epsilon_each(self) -> float:
-        return to_float_down(Fraction(self.epsilon) / len(self.qs))
+        return to_decimal_down(decimal_fraction(self.epsilon) / len(self.qs))
 
     @property
     def parts(self) -> tuple[Quantile, ...]:

@@ -16,7 +16,7 @@ import numpy as np
 from numpy.typing import ArrayLike, NDArray
 
 from dpkit import _validate as v
-from dpkit._validate import Neighbours
+from dpkit._validate import Neighbours, decimal_fraction
 from dpkit.accounting.events import ExponentialEvent, PureDPEvent
 from dpkit.errors import InvalidDataError, InvalidParameterError
 from dpkit.noise.bernoulli_exp import decide_exp_neg
@@ -118,10 +118,11 @@ class Exponential:
         return w / w.sum()
 
     def _factor(self) -> Fraction:
-        return Fraction(self.epsilon) / (Fraction(self.sensitivity) * (1 if self.monotonic else 2))
+        # ε at its decimal value, the amount the event charges (decimal_fraction)
+        return decimal_fraction(self.epsilon) / (Fraction(self.sensitivity) * (1 if self.monotonic else 2))
 
     def _factor_float(self) -> float:
-        return self.epsilon / (self.sensitivity * (1 if self.monotonic else 2))
+        return float(self._factor())  # within half an ulp of the exact factor
 
     def release(self, utilities: ArrayLike, *, candidates: Sequence[Any] | None = None, rng: RNG = None) -> Any:
         """The selected candidate (or its index when ``candidates`` is None). Total on utility
@@ -226,7 +227,7 @@ class ReportNoisyMax:
             raise InvalidParameterError("sensitivity/epsilon", scale, "a noise scale (1 or 2)·Δ/ε in [2**-900, 2**900]")
         lattice = Lattice(math.floor(math.log2(scale)) - _RNM_LATTICE_BITS)
         steps = math.floor(self.sensitivity / lattice.granularity) + 1
-        lattice_scale = Fraction(steps * (1 if self.monotonic else 2)) / Fraction(self.epsilon)
+        lattice_scale = Fraction(steps * (1 if self.monotonic else 2)) / decimal_fraction(self.epsilon)
         return lattice, lattice_scale
 
     def score_limit(self) -> float:

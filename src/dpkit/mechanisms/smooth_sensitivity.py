@@ -65,6 +65,7 @@ from numpy.typing import ArrayLike, NDArray
 from dpkit import _validate as v
 from dpkit._validate import Neighbours
 from dpkit.accounting.events import ApproxDPEvent, PureDPEvent
+from dpkit.accounting.rounding import decimal_down
 from dpkit.errors import InvalidDataError, InvalidParameterError
 from dpkit.noise._exact import lazy_less
 from dpkit.noise.source import RNG, RandomSource, resolve_rng
@@ -346,8 +347,13 @@ class SmoothSensitivityMedian:
     def beta(self) -> float:
         """The smoothness parameter of the analysis: ε/(2 ln(2/δ)) (Laplace) or ε/6 (Cauchy)."""
         if self.noise == "laplace":
-            return self.epsilon / (2.0 * math.log(2.0 / self.delta))  # type: ignore[operator]
-        return self.epsilon / 6.0
+            return self._eps / (2.0 * math.log(2.0 / self.delta))  # type: ignore[operator]
+        return self._eps / 6.0
+
+    @property
+    def _eps(self) -> float:
+        # ε at its decimal value (what the event charges), rounded down for the float arithmetic
+        return decimal_down(self.epsilon)
 
     @property
     def _beta_computed(self) -> float:
@@ -386,13 +392,13 @@ class SmoothSensitivityMedian:
 
     def scale(self, values: ArrayLike) -> float:
         """The noise scale b = factor·S/ε for ``values``, rounded up (depends on the data)."""
-        return math.nextafter(_NOISE_FACTOR[self.noise] * self.smooth_sensitivity(values) / self.epsilon, math.inf)
+        return math.nextafter(_NOISE_FACTOR[self.noise] * self.smooth_sensitivity(values) / self._eps, math.inf)
 
     # -- release --
     def _sample(self, values: ArrayLike, size: int, src: RandomSource) -> NDArray[np.float64]:
         """``size`` independent releases on the same data (each costs the full ε; tests only)."""
         median, s = self._median_and_s(values)
-        b = math.nextafter(_NOISE_FACTOR[self.noise] * s / self.epsilon, math.inf)
+        b = math.nextafter(_NOISE_FACTOR[self.noise] * s / self._eps, math.inf)
         return sample_lattice_cells(self.noise, median, b, self.granularity, size, src)
 
     def release(self, values: ArrayLike, *, rng: RNG = None) -> float:

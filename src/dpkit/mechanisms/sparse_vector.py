@@ -48,9 +48,9 @@ import numpy as np
 from numpy.typing import ArrayLike, NDArray
 
 from dpkit import _validate as v
-from dpkit._validate import Neighbours
+from dpkit._validate import Neighbours, decimal_fraction
 from dpkit.accounting.events import ComposedEvent, LaplaceEvent, PureDPEvent, SelfComposedEvent
-from dpkit.accounting.rounding import to_float_down
+from dpkit.accounting.rounding import to_decimal_down
 from dpkit.errors import InvalidDataError, InvalidParameterError
 from dpkit.mechanisms._svt_core import (
     _BATCH_CELLS,
@@ -253,7 +253,7 @@ class Sparse:
     @property
     def epsilon_per_round(self) -> Fraction:
         """ε/c, exactly (the noise scales are computed from it without rounding)."""
-        return Fraction(self.epsilon) / self.max_positives
+        return decimal_fraction(self.epsilon) / self.max_positives
 
     def noise_plan(self) -> SVTNoisePlan:
         """One round's lattice and noise: AboveThreshold's plan with ε/c (scales ×c, exactly)."""
@@ -378,10 +378,12 @@ class NumericSparse:
         if total > 1 + Fraction(1, 10**9):
             raise InvalidParameterError("split", split, "shares summing to at most 1")
         norm = max(total, Fraction(1))
-        eps = Fraction(self.epsilon)
-        e_sel = to_float_down(eps * Fraction(a) / norm)
-        e_val = to_float_down(eps * Fraction(b) / norm)
-        while Fraction(e_sel) + Fraction(e_val) > eps:
+        eps = decimal_fraction(self.epsilon)
+        # Each part is charged the decimal value of its double (decimal_fraction): to_decimal_down
+        # keeps each within its exact share, so the two never cost more than ε.
+        e_sel = to_decimal_down(eps * Fraction(a) / norm)
+        e_val = to_decimal_down(eps * Fraction(b) / norm)
+        while decimal_fraction(e_sel) + decimal_fraction(e_val) > eps:  # pragma: no cover - to_decimal_down ensures it
             e_val = math.nextafter(e_val, 0.0)
         object.__setattr__(self, "split", (a, b))
         object.__setattr__(self, "_eps_sel", e_sel)
@@ -408,7 +410,7 @@ class NumericSparse:
         )
 
     def _valuer(self) -> Laplace:
-        per_value = to_float_down(Fraction(self._eps_val) / self.max_positives)
+        per_value = to_decimal_down(decimal_fraction(self._eps_val) / self.max_positives)
         return Laplace(epsilon=per_value, sensitivity=self.sensitivity, neighbours=self.neighbours)
 
     @property

@@ -10,14 +10,14 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
-from fractions import Fraction
 
 import numpy as np
 from numpy.typing import ArrayLike, NDArray
 
 from dpkit import _validate as v
+from dpkit._validate import decimal_fraction
 from dpkit.accounting.events import ComposedEvent, LaplaceEvent, PureDPEvent, SelfComposedEvent
-from dpkit.accounting.rounding import to_float_down
+from dpkit.accounting.rounding import to_decimal_down
 from dpkit.errors import InvalidDataError, InvalidParameterError
 from dpkit.mechanisms.laplace import Laplace
 from dpkit.mechanisms.mean import release_exact_sum
@@ -140,7 +140,7 @@ def svt_private_mean(
     True
     """
     eps = v.epsilon(epsilon)
-    third = to_float_down(Fraction(eps) / 3)
+    third = to_decimal_down(decimal_fraction(eps) / 3)
     # Parameters first: a refusal never reads the data. The sum's sensitivity is the bound chosen
     # privately, somewhere in [1, max_bound]; the scale check is monotone in it, so checking both
     # ends now means no choice can make the Laplace construction fail later.
@@ -205,9 +205,9 @@ def range_queries_above_threshold(
     r = _check_ranges(ranges)
     eps = v.epsilon(epsilon)
     c = v.positive_int(max_answers, "max_answers")
-    half = to_float_down(Fraction(eps) / 2)
+    half = to_decimal_down(decimal_fraction(eps) / 2)
     sparse = Sparse(epsilon=half, threshold=threshold, max_positives=c)
-    lap = Laplace(epsilon=to_float_down(Fraction(half) / c), sensitivity=1.0)
+    lap = Laplace(epsilon=to_decimal_down(decimal_fraction(half) / c), sensitivity=1.0)
     src = resolve_rng(rng)
     x = np.sort(_data_values(data, "data"))
     counts = (
@@ -226,6 +226,6 @@ def range_queries_event(epsilon: float, max_answers: int) -> ComposedEvent:
     """The event :func:`range_queries_above_threshold` spends (add/remove neighbours)."""
     eps = v.epsilon(epsilon)
     c = v.positive_int(max_answers, "max_answers")
-    half = to_float_down(Fraction(eps) / 2)
-    per = to_float_down(Fraction(half) / c)
+    half = to_decimal_down(decimal_fraction(eps) / 2)
+    per = to_decimal_down(decimal_fraction(half) / c)
     return ComposedEvent((PureDPEvent(epsilon=half), SelfComposedEvent(LaplaceEvent.for_epsilon(per), c)))

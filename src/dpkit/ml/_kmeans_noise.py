@@ -7,10 +7,10 @@ count/sum split of Su et al. (2016, Sec. 4.2).
 from __future__ import annotations
 
 import math
-from fractions import Fraction
 
-from dpkit._validate import Neighbours
+from dpkit._validate import Neighbours, decimal_fraction
 from dpkit.accounting.events import ComposedEvent, DPEvent, GaussianEvent, SelfComposedEvent
+from dpkit.accounting.rounding import to_decimal_down
 from dpkit.accounting.zcdp import ZCDPAccountant
 from dpkit.errors import DPError, InvalidParameterError
 from dpkit.mechanisms.gaussian import Gaussian
@@ -23,11 +23,9 @@ _TYPICAL_CENTRE_NORM = 1.0 / math.sqrt(3.0)
 
 
 def _div_down(x: float, k: int) -> float:
-    """The largest double <= x / k (privacy splits round down)."""
-    q = x / k
-    if Fraction(q) > Fraction(x) / k:
-        q = math.nextafter(q, 0.0)
-    return q
+    """x / k as a double whose decimal value (the amount it is charged) is at most the exact
+    share: privacy splits round down, and k shares never cost more than x."""
+    return to_decimal_down(decimal_fraction(x) / k)
 
 
 def _textbook_mechanisms(epsilon: float, n_iter: int, neighbours: Neighbours) -> tuple[Laplace, Laplace]:

@@ -74,6 +74,7 @@ from __future__ import annotations
 
 import math
 import warnings
+from collections.abc import Callable
 from dataclasses import dataclass
 from numbers import Real
 from typing import Any
@@ -82,6 +83,7 @@ import numpy as np
 from numpy.typing import NDArray
 
 from dpkit import _validate as v
+from dpkit._progress import ProgressBar, check_progress, shows_bar
 from dpkit._validate import short_repr
 from dpkit.errors import InvalidDataError, InvalidParameterError
 from dpkit.mechanisms.gaussian import GaussianNoisePlan, gaussian_noise_plan
@@ -131,6 +133,9 @@ __all__ = [
 
 #: Largest number of noise integers (or mask entries) drawn in one call.
 DRAW_BLOCK = 1 << 21
+#: With ``progress=None`` a fit of at least this many steps shows a bar on an interactive
+#: terminal (the default plan has 400). Decided on the plan, never on the data.
+LONG_FIT_STEPS = 100
 
 
 class DataDependentWarning(UserWarning):
@@ -171,14 +176,32 @@ def train(
     *,
     budget: Any,
     src: RandomSource,
+    bar: ProgressBar | None = None,
 ) -> TrainingResult:
     """Debit ``plan.event`` from ``budget`` (if any), then run the noisy gradient descent.
 
     ``X_aug``: the clipped (and augmented) rows; ``Y``: the targets as an (n, K) array. Nothing
-    random happens before the debit; a refused debit raises and draws nothing.
+    random happens before the debit; a refused debit raises and draws nothing. ``bar`` (shown
+    only once paid) advances once per step: its total is ``plan.steps``, fixed in advance, and it
+    reads nothing computed on the data.
     """
     if budget is not None:
         budget.spend(plan.event)
+    if bar is None:
+        bar = ProgressBar(False, total=plan.steps, label="", unit="")
+    with bar as advance:
+        return _descend(plan, X_aug, Y, loss, src, advance)
+
+
+def _descend(
+    plan: TrainingPlan,
+    X_aug: NDArray[np.float64],
+    Y: NDArray[np.float64],
+    loss: GLMLoss,
+    src: RandomSource,
+    advance: Callable[[], None],
+) -> TrainingResult:
+    """The descent of :func:`train`, after the debit (``advance()`` after every step)."""
     n, D = X_aug.shape
     K = plan.n_outputs
     size = D * K
@@ -225,6 +248,7 @@ def train(
             if done + j >= average_from:
                 n_avg += 1
                 average += (theta - average) / n_avg
+            advance()
         done += m
     return TrainingResult(
         theta=average if n_avg else theta, noisy_count=noisy_n if plan.count_noise is not None else None
@@ -377,6 +401,7 @@ class NoisyGDMixin:
         b = self.budget  # type: ignore[attr-defined]
         if b is not None and not callable(getattr(b, "spend", None)):
             raise InvalidParameterError("budget", short_repr(b), "None or a dpkit.Budget (an object with spend(event))")
+        p["progress"] = check_progress(self.progress)  # type: ignore[attr-defined]
         return p
 
     # -- the fit -------------------------------------------------------------------------------------
@@ -417,7 +442,16 @@ class NoisyGDMixin:
             tail_average=p["tail_average"],
             l2=p["l2"],
         )
-        result = train(plan, X_aug, Y, loss, budget=self.budget, src=src)  # type: ignore[attr-defined]
+        bar = ProgressBar(
+            shows_bar(p["progress"], plan.steps, LONG_FIT_STEPS),
+            total=plan.steps,
+            label=type(self).__name__,
+            unit="steps",
+            epsilon=plan.epsilon,
+            delta=plan.delta,
+            transient=p["progress"] is None,
+        )
+        result = train(plan, X_aug, Y, loss, budget=self.budget, src=src, bar=bar)  # type: ignore[attr-defined]
         self.plan_ = plan
         self.event_ = plan.event
         self.epsilon_ = plan.epsilon

@@ -14,6 +14,7 @@ from the training data (``labels_``, ``inertia_``) is *not* private. See :class:
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any, Literal
 
@@ -25,6 +26,7 @@ from sklearn.utils import TransformerTags
 from sklearn.utils.validation import check_is_fitted
 
 from dpkit import _validate as v
+from dpkit._progress import ProgressBar, check_progress, shows_bar
 from dpkit._validate import Neighbours
 from dpkit.accounting.composition import BasicAccountant
 from dpkit.accounting.events import ComposedEvent, DPEvent, SelfComposedEvent
@@ -51,6 +53,14 @@ METHODS: tuple[str, ...] = ("gaussian", "textbook")
 _OVERSEED = 16
 #: Restarts of the (free) weighted k-means on the initial noisy centroids.
 _RESTARTS = 10
+#: With ``progress=None`` a fit of at least this many iterations shows a bar on an interactive
+#: terminal: every fit, since an iteration is a full pass with exact per-cluster sums (on UCI
+#: Adult's shape about the work of 100 gradient steps, the GLMs' threshold). Decided on the plan.
+_LONG_FIT_ITERATIONS = 1
+
+
+def _no_progress() -> None:
+    return None
 
 
 # ---------------------------------------------------------------------------------------------
@@ -248,6 +258,10 @@ class KMeans(ClusterMixin, BaseEstimator):
     ``n_jobs=1`` then: a budget cannot be pickled into worker processes, and a copy there would
     not be the same budget).
     rng: ``None`` or a numpy Generator / RandomSource (copied by ``clone``, as sklearn does).
+    progress: a ``rich`` progress bar of the iterations done and the total (ε, δ) being spent.
+    None (default): only when stderr is an interactive terminal (every fit: an iteration is a
+    full pass with exact per-cluster sums; the bar disappears when done); True: always (needs
+    ``rich``); False: never. It shows nothing computed on the data and draws no randomness.
 
     Fitted attributes: ``cluster_centers_`` (private), ``labels_``, ``inertia_`` (not private),
     ``n_iter_``, ``event_``, ``epsilon_``, ``delta_``, ``n_features_in_``, and ``noise_scale_``
@@ -282,6 +296,7 @@ class KMeans(ClusterMixin, BaseEstimator):
         neighbours: Neighbours = "add_remove",
         budget: Budget | None = None,
         rng: Any = None,
+        progress: bool | None = None,
     ) -> None:
         self.n_clusters = n_clusters
         self.epsilon = epsilon
@@ -294,6 +309,7 @@ class KMeans(ClusterMixin, BaseEstimator):
         self.neighbours = neighbours
         self.budget = budget
         self.rng = rng
+        self.progress = progress
 
     # -- sklearn plumbing ------------------------------------------------------------------------
 
@@ -329,6 +345,7 @@ class KMeans(ClusterMixin, BaseEstimator):
         if self.budget is not None and not isinstance(self.budget, Budget):
             raise InvalidParameterError("budget", v.short_repr(self.budget), "None or a dpkit.Budget")
         resolve_rng(self.rng)  # validates rng without drawing
+        check_progress(self.progress)
         domain = _domain(self.bounds, self.data_norm, n_features, 2 if gaussian else 1)
         init = self._public_init(k, n_features, domain)
         count_mech: Mechanism
@@ -402,7 +419,18 @@ class KMeans(ClusterMixin, BaseEstimator):
                     "e.g. dp.Budget(epsilon=..., delta=..., accountant=dp.ZCDPAccountant) for method='gaussian'",
                 ) from exc
         Y = plan.domain.normalise(data)
-        centres = _run_textbook(Y, plan, src) if plan.method == "textbook" else _run_gaussian(Y, plan, src)
+        bar = ProgressBar(
+            shows_bar(self.progress, plan.n_iter, _LONG_FIT_ITERATIONS),
+            total=plan.n_iter,
+            label="KMeans",
+            unit="iterations",
+            epsilon=plan.epsilon,
+            delta=plan.delta,
+            transient=self.progress is None,
+        )
+        with bar as advance:  # shown once paid; advances once per noisy iteration
+            run = _run_textbook if plan.method == "textbook" else _run_gaussian
+            centres = run(Y, plan, src, advance)
         self.cluster_centers_ = plan.domain.denormalise(centres)
         self.n_features_in_ = data.shape[1]
         self.labels_, d2 = _assign(data, self.cluster_centers_)
@@ -445,7 +473,9 @@ class KMeans(ClusterMixin, BaseEstimator):
 # ---------------------------------------------------------------------------------------------
 
 
-def _run_textbook(Y: NDArray[np.float64], plan: _Plan, src: RandomSource) -> NDArray[np.float64]:
+def _run_textbook(
+    Y: NDArray[np.float64], plan: _Plan, src: RandomSource, advance: Callable[[], None] = _no_progress
+) -> NDArray[np.float64]:
     k = plan.n_clusters
     C = plan.domain.uniform(k, src) if plan.init is None else plan.init.copy()
     for _ in range(plan.n_iter):
@@ -456,6 +486,7 @@ def _run_textbook(Y: NDArray[np.float64], plan: _Plan, src: RandomSource) -> NDA
         C = np.where(ok[:, None], a_hat / np.where(ok, n_hat, 1.0)[:, None], 0.0)
         if not ok.all():
             C[~ok] = plan.domain.uniform(int((~ok).sum()), src)
+        advance()
     return C
 
 
@@ -517,7 +548,9 @@ def _weighted_kmeans(
     return best
 
 
-def _run_gaussian(Y: NDArray[np.float64], plan: _Plan, src: RandomSource) -> NDArray[np.float64]:
+def _run_gaussian(
+    Y: NDArray[np.float64], plan: _Plan, src: RandomSource, advance: Callable[[], None] = _no_progress
+) -> NDArray[np.float64]:
     k, d = plan.n_clusters, Y.shape[1]
     threshold = _min_count(plan, d)
     steps = plan.n_iter
@@ -530,6 +563,7 @@ def _run_gaussian(Y: NDArray[np.float64], plan: _Plan, src: RandomSource) -> NDA
         means = plan.domain.project(s_hat / np.maximum(n_hat, threshold)[:, None])
         C = _weighted_kmeans(means, np.where(ok, n_hat, 0.0), k, plan.domain, src)
         steps -= 1
+        advance()
     else:
         C = plan.domain.project(plan.init)
     for _ in range(steps):
@@ -541,6 +575,7 @@ def _run_gaussian(Y: NDArray[np.float64], plan: _Plan, src: RandomSource) -> NDA
         C = np.where(ok[:, None], new, C)
         if ok.any() and not ok.all():
             C = _relocate(C, ok, n_hat, src)
+        advance()
     return C
 
 

@@ -78,6 +78,7 @@ class LinearRegression(NoisyGDMixin, RegressorMixin, BaseEstimator):
         budget: Any = None,
         neighbours: Neighbours = "add_remove",
         rng: RNG = None,
+        progress: bool | None = None,
         **renamed: Any,
     ) -> None:
         # ``y_bounds=`` is the old name of ``bounds=`` (docs/glossary.md); scikit-learn's
@@ -104,6 +105,7 @@ class LinearRegression(NoisyGDMixin, RegressorMixin, BaseEstimator):
         self.budget = budget
         self.neighbours = neighbours
         self.rng = rng
+        self.progress = progress
 
     def _bounds(self) -> tuple[float, float]:
         b = self.bounds

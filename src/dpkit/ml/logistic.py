@@ -88,6 +88,10 @@ class LogisticRegression(NoisyGDMixin, ClassifierMixin, BaseEstimator):
         noise_multiplier: z, instead of ``epsilon``.
         budget: a :class:`dpkit.Budget` to debit; neighbours: ``"add_remove"`` or ``"replace"``.
         rng: None (default: the CSPRNG) or an explicit ``numpy.random.Generator`` (tests only).
+        progress: a ``rich`` progress bar of the steps done and the total (ε, δ) being spent.
+            None (default): only when stderr is an interactive terminal and the fit has at least
+            100 steps (it disappears when done); True: always (needs ``rich``); False: never.
+            It shows nothing computed on the data and draws no randomness.
 
     Fitted attributes
         ``coef_``, ``intercept_``, ``classes_``, ``event_``, ``epsilon_`` (proved at δ·(1 − 2^-20)),
@@ -127,6 +131,7 @@ class LogisticRegression(NoisyGDMixin, ClassifierMixin, BaseEstimator):
         budget: Any = None,
         neighbours: Neighbours = "add_remove",
         rng: RNG = None,
+        progress: bool | None = None,
     ) -> None:
         self.epsilon = epsilon
         self.delta = delta
@@ -147,6 +152,7 @@ class LogisticRegression(NoisyGDMixin, ClassifierMixin, BaseEstimator):
         self.budget = budget
         self.neighbours = neighbours
         self.rng = rng
+        self.progress = progress
 
     # -- fit ---------------------------------------------------------------------------------------
 

@@ -65,7 +65,7 @@ class JSONQuery:
     aggregates: tuple[dict[str, Any], ...]
     where: str | None = None
     group_by: tuple[str, ...] = ()
-    bins: dict[str, tuple[float, ...]] | None = None
+    bins: dict[str, tuple[float, ...] | int] | None = None  # edges, or a number of equal-width bins
     keys: tuple[tuple[Any, ...], ...] | None = None
     max_groups: int | None = None
     max_rows: int | None = None

@@ -45,7 +45,7 @@ from dpkit.accounting.pld.pmf import (
     _PMF,
     _Coarsen,
 )
-from dpkit.accounting.rounding import down2, to_float_down, to_float_up, up2
+from dpkit.accounting.rounding import decimal_up, down2, to_float_down, to_float_up, up2
 from dpkit.accounting.walk import leaves
 from dpkit.errors import InvalidParameterError
 
@@ -299,11 +299,12 @@ def _walk_rr(acc: PLDAccountant, event: RandomizedResponseEvent, count: int, out
 @_handles(PureDPEvent, ExponentialEvent)
 def _walk_pure(acc: PLDAccountant, event: PureDPEvent | ExponentialEvent, count: int, out: Counter) -> None:
     acc._check_neighbours(event)
-    out[("pure", float(event.epsilon))] += count
+    out[("pure", decimal_up(event.epsilon))] += count
 
 
 @_handles(ApproxDPEvent)
 def _walk_approx(acc: PLDAccountant, event: ApproxDPEvent, count: int, out: Counter) -> None:
     acc._check_neighbours(event)
-    key = ("pure", float(event.epsilon)) if event.delta == 0 else ("approx", float(event.epsilon), float(event.delta))
+    eps = decimal_up(event.epsilon)
+    key = ("pure", eps) if event.delta == 0 else ("approx", eps, float(event.delta))
     out[key] += count

@@ -12,6 +12,7 @@ from __future__ import annotations
 import math
 import operator
 from collections.abc import Callable, Sequence
+from fractions import Fraction
 
 import numpy as np
 
@@ -42,6 +43,7 @@ from dpkit.accounting.rdp.curves import (
     _swor_gaussian_rdp_cached,
     _validate_orders,
 )
+from dpkit.accounting.rounding import decimal_up, to_float_up
 from dpkit.accounting.walk import fold
 from dpkit.errors import InvalidParameterError
 
@@ -171,7 +173,7 @@ def _gaussian_event_rdp(event: DPEvent, orders: Orders) -> FloatArray:
 
 def _laplace_event_rdp(event: DPEvent, orders: Orders) -> FloatArray:
     assert isinstance(event, LaplaceEvent)
-    return _laplace_rdp(1.0 / float(event.noise_multiplier), orders)
+    return _laplace_rdp(to_float_up(1 / Fraction(event.noise_multiplier)), orders)
 
 
 def _rr_event_rdp(event: DPEvent, orders: Orders) -> FloatArray:
@@ -190,12 +192,12 @@ def _check_rr(event: DPEvent, neighbours: Neighbours) -> None:
 
 def _pure_event_rdp(event: DPEvent, orders: Orders) -> FloatArray:
     assert isinstance(event, (PureDPEvent, ApproxDPEvent))
-    return _pure_rdp(float(event.epsilon), orders)
+    return _pure_rdp(decimal_up(event.epsilon), orders)
 
 
 def _exponential_event_rdp(event: DPEvent, orders: Orders) -> FloatArray:
     assert isinstance(event, ExponentialEvent)
-    eps = float(event.epsilon)
+    eps = decimal_up(event.epsilon)
     return np.minimum(_pure_rdp(eps, orders), np.asarray(orders) * eps * eps / 8.0)
 
 

@@ -14,7 +14,8 @@ from __future__ import annotations
 import csv
 import itertools
 import os
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -38,7 +39,7 @@ from dpkit.analytics.plan import (
 )
 from dpkit.errors import InvalidParameterError
 
-__all__ = ["DuckDBEngine", "csv_source_sql", "sql_string"]
+__all__ = ["CsvFile", "CsvOptions", "DuckDBEngine", "csv_source_sql", "sql_string"]
 
 _counter = itertools.count()
 _INTEGER_TYPES = (
@@ -99,35 +100,122 @@ def _pandas_kind(dtype: Any) -> ColumnKind:
     return "string"
 
 
-def _csv_header(path: Path) -> list[str]:
+_LINE_BREAKS = ("\n", "\r")
+
+
+def _is_name_list(value: object) -> bool:
+    return isinstance(value, Sequence) and not isinstance(value, (str, bytes))
+
+
+@dataclass(frozen=True)
+class CsvOptions:
+    """How a CSV file is read (the options of :meth:`Session.from_csv
+    <dpkit.analytics.Session.from_csv>`), checked when made; the defaults are the fixed dialect.
+
+    ``header``: the first line names the columns (True) or is already data (False).
+    ``columns``: the columns' names, in order: required with ``header=False``; with a header line
+    they replace its names (the line is skipped). ``delimiter``: the one character between
+    fields (``","``, ``";"``, ``"\t"``, ``"|"``). ``null``: texts read as NULL besides the empty
+    field (``"NA"``, ``["NA", "?"]``). A bad value raises
+    :class:`~dpkit.errors.InvalidParameterError` naming the option."""
+
+    header: bool = True
+    columns: tuple[str, ...] | None = None
+    delimiter: str = ","
+    null: tuple[str, ...] = ()
+
+    def __post_init__(self) -> None:
+        if not isinstance(self.header, bool):
+            raise InvalidParameterError("header", self.header, "True (the first line names the columns) or False")
+        d = self.delimiter
+        if not isinstance(d, str) or len(d) != 1 or d in (*_LINE_BREAKS, '"', "\0"):
+            raise InvalidParameterError(
+                "delimiter", d, "one character other than a double quote, NUL or a line break (',', ';', '\\t', '|')"
+            )
+        columns = self.columns
+        if columns is not None:
+            if not _is_name_list(columns) or not columns:
+                raise InvalidParameterError("columns", columns, "a non-empty list of column names, in the file's order")
+            names = tuple(columns)
+            for name in names:
+                if not isinstance(name, str) or not name.strip() or "\0" in name:
+                    raise InvalidParameterError(
+                        "columns", name, "a list of non-empty column names (text without NUL characters)"
+                    )
+            if len({n.strip() for n in names}) != len(names):
+                raise InvalidParameterError("columns", list(names), "a list of column names without repeats")
+            object.__setattr__(self, "columns", tuple(n.strip() for n in names))
+        elif not self.header:
+            raise InvalidParameterError(
+                "columns",
+                None,
+                "a list of the columns' names when header=False",
+                "a file without a header line does not name its columns",
+            )
+        null = self.null
+        texts = (null,) if isinstance(null, str) else null
+        if not _is_name_list(texts) or not all(isinstance(t, str) for t in texts):
+            raise InvalidParameterError(
+                "null", null, "a text or a list of texts read as NULL (e.g. 'NA' or ['NA', '?'])"
+            )
+        for t in texts:
+            if d in t or any(c in t for c in (*_LINE_BREAKS, '"', "\0")):
+                raise InvalidParameterError(
+                    "null", t, f"a text without the delimiter {d!r}, a double quote, NUL or a line break"
+                )
+        object.__setattr__(self, "null", tuple(dict.fromkeys(texts)))
+
+
+@dataclass(frozen=True)
+class CsvFile:
+    """A CSV file and how to read it: a :class:`DuckDBEngine` source."""
+
+    path: Path
+    options: CsvOptions
+
+
+def _csv_header(path: Path, delimiter: str = ",") -> list[str]:
     """The column names on a CSV file's first line (the curator's schema; no data row is read)."""
     with path.open("r", encoding="utf-8", errors="replace", newline="") as f:
         first = f.readline()
     try:
-        names = next(csv.reader([first]))
+        names = next(csv.reader([first], delimiter=delimiter))
     except (StopIteration, csv.Error):
         names = []
     return [n.strip() for n in names]
 
 
-def csv_source_sql(path: str | os.PathLike[str]) -> str:
+def csv_source_sql(path: str | os.PathLike[str], options: CsvOptions | None = None) -> str:
     """The SQL table expression (``read_csv(...)``) reading a CSV file by the fixed rules of
     :class:`DuckDBEngine`: comma-separated, double quotes, the header line's names (read here, in
     Python), every column as VARCHAR, nothing sniffed from the rows; short rows are padded with
-    NULLs and unparsable lines skipped. Whoever copies a CSV (the curator service) reads it with
-    exactly this expression, so that no row can fail the read or change a column's type.
+    NULLs, extra fields dropped and unparsable lines skipped. Whoever copies a CSV (the curator
+    service) reads it with exactly this expression, so that no row can fail the read or change a
+    column's type. ``options`` (:class:`CsvOptions`) change the delimiter, the texts read as
+    NULL, and where the names come from (``columns``, for a file without a header line).
 
     Raises :class:`~dpkit.errors.InvalidParameterError` (naming only the file) when the first
     line does not name every column once.
     """
     p = Path(path)
-    names = _csv_header(p)
-    if not names or any(not n for n in names) or len(set(names)) != len(names):
-        raise InvalidParameterError("data", p.name, "a CSV file whose first line names every column once")
+    opts = CsvOptions() if options is None else options
+    if opts.columns is not None:
+        names = list(opts.columns)
+    else:
+        names = _csv_header(p, opts.delimiter)
+        if not names or any(not n for n in names) or len(set(names)) != len(names):
+            accepted = "a CSV file whose first line names every column once"
+            if opts.delimiter != ",":
+                accepted += f", separated by {opts.delimiter!r}"
+            raise InvalidParameterError("data", p.name, accepted)
     columns = "{" + ", ".join(f"{sql_string(n)}: 'VARCHAR'" for n in names) + "}"
+    # DuckDB's nullstr replaces its default (the empty field), which stays NULL
+    null = "".join(f", {sql_string(t)}" for t in opts.null)
     return (
-        f"read_csv({sql_string(str(p))}, header = true, auto_detect = false, columns = {columns}, "
-        "delim = ',', quote = '\"', escape = '\"', null_padding = true, ignore_errors = true, strict_mode = false)"
+        f"read_csv({sql_string(str(p))}, header = {'true' if opts.header else 'false'}, auto_detect = false, "
+        f"columns = {columns}, delim = {sql_string(opts.delimiter)}, quote = '\"', escape = '\"', "
+        + (f"nullstr = [''{null}], " if null else "")
+        + "null_padding = true, ignore_errors = true, strict_mode = false)"
     )
 
 
@@ -193,17 +281,19 @@ class DuckDBEngine:
         elif isinstance(source, pd.DataFrame):
             self._frame = source
             self._raw = q(self._view)
-        elif isinstance(source, (str, os.PathLike)):
-            path = Path(source)
+        elif isinstance(source, (str, os.PathLike, CsvFile)):
+            csv_file = source if isinstance(source, CsvFile) else None
+            path = csv_file.path if csv_file is not None else Path(source)  # type: ignore[arg-type]
             if not path.is_file():
                 raise InvalidParameterError("data", path.name, "an existing CSV or Parquet file")
-            if path.suffix.lower() in (".parquet", ".pq"):
+            if csv_file is None and path.suffix.lower() in (".parquet", ".pq"):
                 try:
                     self._con.read_parquet(str(path)).create_view(self._view)
                 except duckdb.Error:
                     raise InvalidParameterError("data", path.name, "a readable Parquet file") from None
             else:
-                self._con.execute(f"CREATE VIEW {q(self._view)} AS SELECT * FROM {csv_source_sql(path)}")
+                options = None if csv_file is None else csv_file.options
+                self._con.execute(f"CREATE VIEW {q(self._view)} AS SELECT * FROM {csv_source_sql(path, options)}")
             self._raw = q(self._view)
         elif isinstance(source, duckdb.DuckDBPyRelation):
             self._con = duckdb.default_connection() if connection is None else connection

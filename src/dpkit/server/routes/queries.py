@@ -45,7 +45,9 @@ class SpecBody(Body):
     aggregates: list[AggregateBody] = Field(min_length=1, max_length=32)
     where: str | None = None
     group_by: list[str] = Field(default_factory=list, max_length=8)
-    bins: dict[str, list[float]] | None = None
+    # Per group column: its edges, or a whole number of equal-width bins over its declared bounds
+    # (strict: true and 10.0 are not a number of bins), as Query.group_by(bins=) takes them.
+    bins: dict[str, list[float] | int] | None = None
     keys: list[list[str | int | float | bool | None]] | None = None
     max_groups: int | None = None
     max_rows: int | None = None
@@ -73,7 +75,7 @@ class QueryBody(Body):
                 aggregates=tuple(a.model_dump(exclude_none=True) for a in q.aggregates),
                 where=q.where,
                 group_by=tuple(q.group_by),
-                bins=None if q.bins is None else {k: tuple(v) for k, v in q.bins.items()},
+                bins=None if q.bins is None else {k: _bins(v) for k, v in q.bins.items()},
                 keys=None if q.keys is None else tuple(tuple(k) for k in q.keys),
                 max_groups=q.max_groups,
                 max_rows=q.max_rows,
@@ -82,6 +84,10 @@ class QueryBody(Body):
         if options["split"] is not None:
             options["split"] = tuple(options["split"])
         return QueryRequest(sql=self.sql, spec=spec, **options)
+
+
+def _bins(value: list[float] | int) -> tuple[float, ...] | int:
+    return value if isinstance(value, int) else tuple(value)
 
 
 @router.post("/v1/datasets/{name}/query")
