@@ -17,7 +17,7 @@ Rows, each the median of ``--repeats`` runs (wall clock, ``time.perf_counter``):
   aggregation first, then the refused debit (``engine.aggregate(plan)`` timed together with the
   refusal). This is what leaked 27 ms vs 123 ms in the review.
 * **paid query** — a query that is paid for and answered. Its time does grow with the rows the
-  filter keeps: the residual timing channel the guide documents (not covered by the noise; the
+  filter keeps: the residual timing channel documented in docs/guide/analytics.md ("What an analyst can and cannot learn") (not covered by the noise; the
   service does not pad it).
 
 A second table prices the declared schema on a CSV of ``--csv-rows`` rows (pid, age, sex, zip,

@@ -65,13 +65,25 @@ def dpkit_serve(ledger: str, *args: str) -> Iterator[str]:
     import os
     import subprocess
     import sys
-    import urllib.error
-    import urllib.request
 
     port = free_port()
     cmd = [sys.executable, "-m", "dpkit.cli", "serve", "--ledger", ledger, "--port", str(port), *args]
-    proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, env={**os.environ, "PYTHONUNBUFFERED": "1"})
-    base = f"http://127.0.0.1:{port}"
+    proc = subprocess.Popen(
+        cmd, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, env={**os.environ, "PYTHONUNBUFFERED": "1"}
+    )
+    with until_stopped(proc, f"http://127.0.0.1:{port}", "dpkit serve") as base:
+        yield base
+
+
+@contextlib.contextmanager
+def until_stopped(proc: Any, base: str, what: str) -> Iterator[str]:
+    """Wait until the service that the child process ``proc`` runs answers at ``base`` (a 401 on
+    ``/v1/me`` means it is up), yield ``base``, and stop it at the end (SIGTERM, then SIGKILL).
+    A child that exits or stays silent for 60 s fails with its stderr's tail."""
+    import subprocess
+    import urllib.error
+    import urllib.request
+
     deadline = time.monotonic() + 60
     try:
         while True:
@@ -82,7 +94,7 @@ def dpkit_serve(ledger: str, *args: str) -> Iterator[str]:
             except OSError:
                 if proc.poll() is not None or time.monotonic() > deadline:
                     err = proc.stderr.read().decode() if proc.stderr else ""
-                    raise RuntimeError(f"dpkit serve did not start: {err[-2000:]}") from None
+                    raise RuntimeError(f"{what} did not start: {err[-2000:]}") from None
                 time.sleep(0.05)
         yield base
     finally:

@@ -25,9 +25,6 @@ import os
 import re
 import shutil
 import subprocess
-import time
-import urllib.error
-import urllib.request
 from collections.abc import Iterator
 from dataclasses import dataclass, replace
 from pathlib import Path
@@ -35,6 +32,7 @@ from pathlib import Path
 import pytest
 
 from _docs_collector import ROOT, SHELL, VENV_BIN, parse
+from _live_server import free_port, until_stopped
 
 pytest.importorskip("fastapi", reason="the server extra (FastAPI) is not installed")
 pytest.importorskip("uvicorn", reason="the server extra (uvicorn) is not installed")
@@ -110,14 +108,6 @@ def _env() -> dict[str, str]:
     return env
 
 
-def _free_port() -> int:
-    import socket
-
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
-
-
 def _serve_command(line: str, port: int) -> str:
     command = re.sub(r"\s*&$", "", _without_comment(line))
     if re.search(r"--port[ =]\d+", command):
@@ -142,7 +132,7 @@ def running(code: str, cwd: Path) -> Iterator[Service]:
         found = re.search(r"analyst alice\b[^\n]*\n\s*(dpk_[\w-]+)", done.stdout)
         assert found, f"the block's setup printed no key for alice:\n{done.stdout}"
         key = found.group(1)
-    port = _free_port()
+    port = free_port()
     proc = subprocess.Popen(
         ["bash", "-c", "exec " + _serve_command(lines[at], port)],
         cwd=cwd,
@@ -150,27 +140,8 @@ def running(code: str, cwd: Path) -> Iterator[Service]:
         stdout=subprocess.DEVNULL,
         stderr=subprocess.PIPE,
     )
-    base = f"http://127.0.0.1:{port}"
-    try:
-        deadline = time.monotonic() + 60
-        while True:
-            try:
-                urllib.request.urlopen(base + "/v1/me", timeout=2)
-            except urllib.error.HTTPError:
-                break  # 401: it is up
-            except OSError:
-                if proc.poll() is not None or time.monotonic() > deadline:
-                    err = proc.stderr.read().decode() if proc.stderr else ""
-                    raise AssertionError(f"`{lines[at]}` did not start: {err[-2000:]}") from None
-                time.sleep(0.05)
+    with until_stopped(proc, f"http://127.0.0.1:{port}", f"`{lines[at]}`") as base:
         yield Service(base, port, cwd, env, key, lines[at + 1 :])
-    finally:
-        proc.terminate()
-        try:
-            proc.wait(timeout=30)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait()
 
 
 def send(command: str, service: Service) -> tuple[int, str]:

@@ -83,6 +83,9 @@ def test_k_ary_formula():
 def test_forced_response_default_is_ln3_rounded_up():
     mech = ForcedResponse()
     assert mech.epsilon >= float(mpmath.log(3))
+    # The event's ε is read at its decimal value: that too is at least ln 3.
+    decimal = mpmath.mpf(Fraction(repr(mech.event.epsilon)).numerator) / Fraction(repr(mech.event.epsilon)).denominator
+    assert decimal >= mpmath.log(3)
     assert mech.epsilon - math.log(3) < 1e-15
     assert mech.p_truth_coin == 0.5 and mech.p_yes == 0.5
 
@@ -95,6 +98,8 @@ def test_forced_response_asymmetric_coins_epsilon():
     exact = max(_exact_log((a + (1 - a) * y) / ((1 - a) * y)), _exact_log((a + (1 - a) * (1 - y)) / ((1 - a) * (1 - y))))
     assert mech.epsilon >= exact
     assert mech.epsilon - exact < 1e-14
+    d = Fraction(repr(mech.event.epsilon))  # the amount charged: the decimal value of the event's ε
+    assert mpmath.mpf(d.numerator) / d.denominator >= exact
 
 
 # ------------------------------------------------------------------------------------------------

@@ -37,6 +37,7 @@ from numpy.typing import ArrayLike, NDArray
 from dpkit import _validate
 from dpkit._validate import Neighbours
 from dpkit.accounting.events import PureDPEvent, RandomizedResponseEvent
+from dpkit.accounting.rounding import to_decimal_up
 from dpkit.errors import InvalidDataError, InvalidParameterError
 from dpkit.noise.integers import bernoulli, uniform_below
 from dpkit.noise.source import RNG, resolve_rng
@@ -385,7 +386,10 @@ class ForcedResponse:
         object.__setattr__(self, "p_yes", y)
         object.__setattr__(self, "_a", af)
         object.__setattr__(self, "_y", yf)
-        object.__setattr__(self, "_epsilon", max(_log_upper(ratio_yes), _log_upper(ratio_no)))
+        # An upper bound on the log-ratio, then a double whose decimal value is still above it: the
+        # event's ε is read at its decimal value (dpkit._validate.decimal_fraction).
+        bound = max(_log_upper(ratio_yes), _log_upper(ratio_no))
+        object.__setattr__(self, "_epsilon", to_decimal_up(Fraction(bound)))
 
     @property
     def k(self) -> int:
