@@ -241,19 +241,3 @@ def test_randomness_inside_a_recomputed_unit_is_refused() -> None:
         opt.step()
 
 
-def test_tied_weights_are_refused() -> None:
-    class Tied(nn.Module):
-        def __init__(self) -> None:
-            super().__init__()
-            self.a = nn.Linear(3, 3)
-            self.b = nn.Linear(3, 3)
-            self.b.weight = self.a.weight
-
-        def forward(self, x):
-            return self.b(self.a(x))
-
-    model = Tied()
-    data = DataLoader(TensorDataset(torch.randn(8, 3), torch.zeros(8, dtype=torch.long)), batch_size=4)
-    with pytest.raises(InvalidParameterError, match="tied weights"):
-        make_private(model, torch.optim.SGD(model.parameters(), lr=0.1), data, noise_multiplier=1.0, target_delta=1e-5, epochs=1, max_grad_norm=1.0)
-    assert all(p.requires_grad for p in model.parameters())  # nothing was attached

@@ -9,20 +9,23 @@
 >>> optimizer.epsilon                                             # doctest: +SKIP
 
 - :func:`make_private` — Poisson sampling from the CSPRNG, per-example clipping of the whole
-  gradient (ghost clipping / book-keeping for Linear, Conv and Embedding layers, torch.func
-  elsewhere), exact lattice Gaussian noise, RDP or PLD accounting, a hard stop at the target ε
-  or the :class:`dpkit.Budget`. Returns ``PrivateTraining(module, optimizer, data_loader)``;
+  gradient (ghost clipping / book-keeping for Linear — on sequences too —, Hugging Face Conv1D,
+  Conv1d/2d, Embedding, LayerNorm/RMSNorm and MultiheadAttention; torch.func elsewhere; tied
+  weights clipped as one parameter; only trainable parameters, so a peft LoRA model trains its
+  adapters), exact lattice Gaussian noise, RDP or PLD accounting, a hard stop at the target ε
+  or the :class:`dpkit.Budget`; virtual batches (``max_physical_batch_size=``), torch.autocast,
+  and DistributedDataParallel (one Poisson sample per step split across ranks, the noise drawn
+  once by rank 0). Returns ``PrivateTraining(module, optimizer, data_loader)``;
   ``PrivateTraining.train(loss_fn)`` is a loop with a rich progress bar showing the running ε.
 - :class:`PoissonBatchSampler`, :class:`UniformBatchSampler` — the samplers, each of which
   builds its own accounting event.
 - :func:`check_module` — refuses layers that mix examples (BatchNorm) with the fix.
 
-Non-goals and limits: tied weights across modules are refused; gradient accumulation over
-several batches before a step is refused (it would clip sums of examples), and there is no
-splitting of a large logical batch into physical micro-batches yet; a module that draws random
-numbers inside a unit recomputed by torch.func (Dropout inside a module that owns parameters
-directly) is refused; only batch-first layers; no DistributedDataParallel; tested on CPU only
-(the code keeps tensors on the parameters' device; lattice noise is drawn on the CPU).
+Non-goals and limits: gradient accumulation over several batches before a step is refused (it
+would clip sums of examples; use ``max_physical_batch_size=``, which clips every example); a
+module that draws random numbers inside a unit recomputed by torch.func (Dropout inside a module
+that owns parameters directly) is refused; only batch-first layers; gradient checkpointing and
+peft's DoRA are refused; tested on CPU (gloo for several processes), not yet on a GPU.
 """
 
 from dpkit.torch.noise import ContinuousNoise, LatticeNoise

@@ -2,12 +2,36 @@
 and, at every step, replaces the gradient by the clipped per-example sum plus exact noise, after
 charging the step to the accountant (and the budget) — the DP-SGD of Abadi et al. (2016, "Deep
 learning with differential privacy") with the accounting of :mod:`dpkit.torch.privacy`.
+
+**Virtual batches.** With ``max_physical_batch_size`` the loader yields a logical batch as
+several physical batches (:mod:`dpkit.torch.sampling`), and ``step()`` is called after each.
+Every call clips the physical batch's examples one by one (the engine never sees a sum of
+examples) and adds their clipped gradients to the logical batch's sum; only the call on the last
+physical batch pays, adds the noise once and steps the wrapped optimizer (``released`` says
+which calls did). A physical batch skipped or taken out of order is refused: the logical batch
+released must be the sampled one.
+
+**Mixed precision.** A forward and backward pass under ``torch.autocast`` (bf16 or fp16)
+records half-precision activations and output gradients. ``step()`` widens them to float32
+(for layers whose parameters are float32 or wider) and runs with autocast off, so the
+per-example norms (float32 reductions bounded by η, or float64), the clip factors and the
+clipped sum (float64 for lattice noise, else float32 or the parameters' float64) are never
+computed in half precision, and the release is the same float64 lattice release. The half-
+precision forward and backward themselves — which per-example gradient is computed — are not
+covered by the floating-point analysis, as the float32 ones are not (:mod:`dpkit.torch.noise`).
+``torch.amp.GradScaler`` is not supported: it unscales ``p.grad`` before ``step()``, when
+dpkit has not formed a gradient yet (loss scaling would shrink the clipping norm C by the
+scale); use bf16, or fp16 without a scaler.
 """
 
 from __future__ import annotations
 
+import contextlib
+import warnings
 from collections.abc import Callable
-from typing import Any
+from typing import TYPE_CHECKING, Any
+
+from torch.utils._pytree import tree_map
 
 import torch
 from dpkit import _validate as v
@@ -20,7 +44,10 @@ from dpkit.noise.lattice import DELTA_MARGIN
 from dpkit.noise.source import RandomSource
 from dpkit.torch.noise import ContinuousNoise, LatticeNoise
 from dpkit.torch.per_example import PerExampleEngine
-from dpkit.torch.sampling import PoissonBatchSampler, UniformBatchSampler
+from dpkit.torch.sampling import Chunk, PoissonBatchSampler, UniformBatchSampler
+
+if TYPE_CHECKING:
+    from dpkit.torch.distributed import DataParallelGroup
 
 __all__ = ["DPOptimizer", "LATTICE_DELTA_SHARE"]
 
@@ -35,6 +62,61 @@ _TARGET_ALIASES = {"target_epsilon": "epsilon", "target_delta": "delta"}
 
 def _accounting_delta(delta: float, noise_kind: str) -> float:
     return delta * DELTA_MARGIN if noise_kind == "lattice" else delta
+
+
+# ------------------------------------------------------------------------------------------------
+# Mixed precision
+# ------------------------------------------------------------------------------------------------
+
+_HALF = (torch.float16, torch.bfloat16)
+
+
+def _widen(x: Any) -> Any:
+    return x.float() if isinstance(x, torch.Tensor) and x.dtype in _HALF else x
+
+
+def _has_half(tree: Any) -> bool:
+    if isinstance(tree, torch.Tensor):
+        return tree.dtype in _HALF
+    if isinstance(tree, (tuple, list)):
+        return any(_has_half(x) for x in tree)
+    if isinstance(tree, dict):
+        return any(_has_half(x) for x in tree.values())
+    return False
+
+
+def _widen_recorded(engine: PerExampleEngine) -> None:
+    """Give float32 copies of the half-precision activations and output gradients that an
+    autocast forward/backward recorded, for units whose parameters are float32 or wider: the
+    per-example norms, clip factors and clipped sums are then computed as without autocast
+    (and the per-example recomputation of torch.func units sees the dtypes of its parameters).
+    Units of a model that is itself in half precision are left as they are."""
+    for unit in engine.units:
+        if not unit.calls or any(p.dtype in _HALF for _, p in unit.params):
+            continue
+        for call in unit.calls:
+            if _has_half(call.args):
+                call.args = tree_map(_widen, call.args)
+            if _has_half(call.kwargs):
+                call.kwargs = tree_map(_widen, call.kwargs)
+            if call.grads is not None and _has_half(call.grads):
+                call.grads = [_widen(g) for g in call.grads]
+            if any(dtype in _HALF for _, dtype, _ in call.out_meta):
+                call.out_meta = tuple(
+                    (shape, torch.float32 if dtype in _HALF else dtype, device)
+                    for shape, dtype, device in call.out_meta
+                )
+
+
+def _autocast_off(params: list[torch.nn.Parameter]) -> contextlib.ExitStack:
+    """Autocast disabled where it is on, for the parameters' device types (step() may run inside
+    the user's autocast block; the clipping and the sum must not be recast to half precision)."""
+    stack = contextlib.ExitStack()
+    for kind in sorted({p.device.type for p in params} | {"cpu"}):
+        with contextlib.suppress(RuntimeError, AttributeError):  # a device type without autocast
+            if torch.is_autocast_enabled(kind):
+                stack.enter_context(torch.autocast(device_type=kind, enabled=False))
+    return stack
 
 
 # ------------------------------------------------------------------------------------------------
@@ -67,6 +149,7 @@ class DPOptimizer(torch.optim.Optimizer):
         budget: Budget | None,
         epochs: int,
         check_batches: bool,
+        group: DataParallelGroup | None = None,
         **renamed: Any,
     ) -> None:  # no super().__init__: the wrapped optimizer owns the parameter groups
         # ``epsilon``/``delta`` are the targets (the glossary's one spelling); the attributes keep
@@ -95,6 +178,14 @@ class DPOptimizer(torch.optim.Optimizer):
         self.step_event: DPEvent = sampler.step_event(noise_multiplier)
         self._check_batches = check_batches
         self._eps_cache: dict[tuple[int, float], float] = {}
+        self.group = group
+        #: Whether the last step() released a noisy gradient and stepped the wrapped optimizer
+        #: (False after a physical batch that did not complete its logical batch).
+        self.released = False
+        self._acc: torch.Tensor | None = None  # the logical batch's clipped sum so far
+        self._acc_chunk: Chunk | None = None  # the last physical batch added to it
+        #: The per-example gradient norms (float64) that the last step's clip factors used.
+        self.last_norms: torch.Tensor | None = None
 
     # -- what the wrapped optimizer owns --------------------------------------------------------
 
@@ -143,7 +234,14 @@ class DPOptimizer(torch.optim.Optimizer):
         return (
             f"DPOptimizer({type(self.original_optimizer).__name__}, noise_multiplier={self.noise_multiplier:.6g}, "
             f"max_grad_norm={self.max_grad_norm!r}, sample_rate={self.sampler.sample_rate:.6g}, steps={self.steps}, "
-            f"noise={self.noise.kind!r}, accountant={self.accountant!r})"
+            f"noise={self.noise.kind!r}, accountant={self.accountant!r}"
+            + (
+                ""
+                if self.sampler.max_physical_batch_size is None
+                else f", max_physical_batch_size={self.sampler.max_physical_batch_size}"
+            )
+            + ("" if self.group is None else f", world_size={self.group.world_size}")
+            + ")"
         )
 
     # -- privacy ------------------------------------------------------------------------------
@@ -190,9 +288,13 @@ class DPOptimizer(torch.optim.Optimizer):
             self._eps_cache[key] = acc.get_epsilon(_accounting_delta(delta, self.noise.kind))
         return self._eps_cache[key]
 
-    def _charge(self) -> None:
-        """Pay for the next step, or raise BudgetExceededError having paid nothing."""
+    def _charge(self, pay: bool = True) -> None:
+        """Pay for the next step, or raise BudgetExceededError having paid nothing. ``pay=False``
+        (the other processes of a group, once its first one has paid): count the step only."""
         nxt = self.steps + 1
+        if not pay:
+            self.steps = nxt
+            return
         if self.max_steps is not None and nxt > self.max_steps:
             eps_next = self._epsilon_after(nxt, self.target_delta)
             raise BudgetExceededError(
@@ -209,13 +311,20 @@ class DPOptimizer(torch.optim.Optimizer):
     # -- the step -----------------------------------------------------------------------------
 
     def zero_grad(self, set_to_none: bool = True) -> None:
+        """Forget the recorded pass and the parameters' gradients. The clipped sum of a logical
+        batch split into physical batches is kept until its last physical batch is stepped."""
         self.engine.clear()
         for p in self.engine.params:
             p.grad = None
         self.original_optimizer.zero_grad(set_to_none=set_to_none)
 
-    def _check_batch(self, batch: int | None) -> None:
-        last = self.sampler.last_batch_size
+    @property
+    def virtual(self) -> bool:
+        """Whether logical batches are split into physical batches (``max_physical_batch_size``)."""
+        return self.sampler.max_physical_batch_size is not None
+
+    def _check_batch(self, batch: int | None, chunk: Chunk | None) -> None:
+        last = chunk.size if chunk is not None else self.sampler.last_batch_size
         if batch is None:
             if last == 0:  # an empty Poisson batch the loop did not run the model on
                 return
@@ -223,7 +332,7 @@ class DPOptimizer(torch.optim.Optimizer):
                 "dpkit.torch: optimizer.step() was called without a forward and backward pass since the last "
                 "step; run the model on the batch and call loss.backward() first"
             )
-        if self._check_batches and last is not None and batch != last:
+        if (self._check_batches or (self.virtual and chunk is not None)) and last is not None and batch != last:
             raise InvalidDataError(
                 "batch",
                 f"the model's layers saw {batch} examples but the private data loader's last batch had {last}",
@@ -231,31 +340,122 @@ class DPOptimizer(torch.optim.Optimizer):
                 "dimension of every layer's input (batch_first=True)",
             )
 
-    def private_gradient(self) -> list[torch.Tensor]:
-        """Clip, pay, add noise: the noisy average gradient per parameter (not yet applied).
+    def _this_chunk(self) -> Chunk | None:
+        """The tag of the physical batch this step is for (None: not from the private loader),
+        checked, with virtual batches, against the logical batch being added up."""
+        taken = self.sampler.take_chunks(all_pending=self._check_batches)
+        chunk = taken[-1] if taken else None
+        if not self.virtual:
+            return chunk
+        prev = self._acc_chunk  # set while a logical batch is partly added up
+        if prev is not None and chunk is None:
+            self._drop()
+            raise DPError(
+                "dpkit.torch: optimizer.step() on a batch that did not come from the private data loader, in the "
+                f"middle of logical batch {prev.step} ({prev.index + 1} of its {prev.count} physical batches were "
+                "stepped); the partial sum was dropped and nothing was released"
+            )
+        if (
+            prev is not None
+            and chunk is not None
+            and chunk.index == 0
+            and chunk.step != prev.step
+            and all(c.step != prev.step for c in taken)
+        ):  # a new pass over the loader began (e.g. after a break): the old logical batch is void
+            warnings.warn(
+                f"dpkit.torch: logical batch {prev.step} was abandoned after {prev.index + 1} of its {prev.count} "
+                "physical batches (a new pass over the data loader began); its partial sum was dropped: nothing "
+                "was released or charged for it",
+                stacklevel=5,  # the caller of optimizer.step()
+            )
+            self._drop()
+            prev = None
+        if chunk is None:
+            return None
+        if prev is None:
+            in_order = chunk.index == 0
+        else:
+            in_order = chunk.step == prev.step and chunk.index == prev.index + 1 and len(taken) == 1
+        if not in_order:
+            due = "its first physical batch" if prev is None else f"physical batch {prev.index + 2} of {prev.count}"
+            self._drop()
+            raise DPError(
+                f"dpkit.torch: optimizer.step() after physical batch {chunk.index + 1} of {chunk.count} of logical "
+                f"batch {chunk.step}, where {due} was due: with max_physical_batch_size, call optimizer.step() "
+                "once after every physical batch of the private data loader, in order (a skipped physical batch "
+                "would leave its examples out of the release). The partial sum was dropped; nothing was released"
+            )
+        return chunk
 
-        :meth:`step` calls this and then the wrapped optimizer; call it directly to inspect the
-        released gradient. Counts as a step for the accountant.
-        """
+    def _drop(self) -> None:
+        self._acc = None
+        self._acc_chunk = None
+
+    def _accumulate(self) -> bool:
+        """Clip this (physical) batch per example and add it to the logical batch's clipped sum.
+        True when the logical batch is complete (always, without virtual batches)."""
         engine = self.engine
-        sums, batch, _ = engine.clipped_sum(self.max_grad_norm, self.noise.dtype)
-        self._check_batch(batch)
-        self._charge()  # the debit comes before any noise is drawn
-        flat = torch.cat([s.reshape(-1) for s in sums]) if sums else torch.zeros(0, dtype=self.noise.dtype)
-        noisy = self.noise.release(flat, self._src).div_(self.expected_batch_size)
+        with _autocast_off(engine.params):
+            _widen_recorded(engine)
+            sums, batch, norms = engine.clipped_sum(self.max_grad_norm, self.noise.dtype)
+        self.last_norms = norms  # the per-example norms the clip factors used (float64)
+        chunk = self._this_chunk()
+        try:
+            self._check_batch(batch, chunk)
+        except DPError:
+            self._drop()
+            raise
+        flat = (torch.cat([s.reshape(-1) for s in sums]) if sums else torch.zeros(0, dtype=self.noise.dtype)).to(
+            self.noise.dtype
+        )
+        self._acc = flat if self._acc is None else self._acc.add_(flat)
+        if chunk is not None and not chunk.last:
+            self._acc_chunk = chunk
+            return False
+        return True
+
+    def _release(self) -> list[torch.Tensor]:
+        """Pay, add the noise once, divide by the expected batch size: the released gradient."""
+        flat, self._acc, self._acc_chunk = self._acc, None, None
+        assert flat is not None
+        with _autocast_off(self.engine.params):
+            if self.group is None:
+                self._charge()  # the debit comes before any noise is drawn
+                noisy = self.noise.release(flat, self._src)
+            else:
+                noisy = self.group.release(flat, self.noise, self._src, self._charge)
+            noisy = noisy.div_(self.expected_batch_size)
         out, offset = [], 0
-        for p in engine.params:
+        for p in self.engine.params:
             n = p.numel()
             out.append(noisy[offset : offset + n].view(p.shape).to(dtype=p.dtype, device=p.device))
             offset += n
         return out
+
+    def private_gradient(self) -> list[torch.Tensor] | None:
+        """Clip, pay, add noise: the noisy average gradient per parameter (not yet applied).
+
+        :meth:`step` calls this and then the wrapped optimizer; call it directly to inspect the
+        released gradient. Counts as a step for the accountant. With virtual batches, a physical
+        batch that does not complete its logical batch is only clipped and added up: None
+        (nothing released, nothing charged).
+        """
+        self.released = False
+        if not self._accumulate():
+            return None
+        grads = self._release()
+        self.released = True
+        return grads
 
     def step(self, closure: Callable[[], Any] | None = None) -> Any:
         loss = None
         if closure is not None:
             with torch.enable_grad():
                 loss = closure()
-        for p, g in zip(self.engine.params, self.private_gradient(), strict=True):
+        grads = self.private_gradient()
+        if grads is None:  # the middle of a logical batch: nothing to apply yet
+            return loss
+        for p, g in zip(self.engine.params, grads, strict=True):
             p.grad = g
         self.original_optimizer.step()
         return loss

@@ -1,26 +1,37 @@
 """Per-example gradients, their norms, and the clipped sum — one example at a time, always.
 
 The model is split into *units*: a module of a fast-path type (``nn.Linear``, ``nn.Conv1d``,
-``nn.Conv2d``, ``nn.Embedding``) or, failing that, the smallest module that owns trainable
-parameters directly (with everything below it). A forward hook records each unit's inputs and
-passes its outputs through an identity autograd node that records their gradients; the trainable
-parameters are marked ``requires_grad=False`` while private, so autograd never forms the
-non-private (unclipped) gradient at all. After ``loss.backward()`` the engine has, per unit and
-per example i, the activations a_i and the output gradients b_i.
+``nn.Conv2d``, Hugging Face's ``Conv1D``, ``nn.Embedding``, ``nn.LayerNorm``, ``nn.RMSNorm``,
+``nn.MultiheadAttention``) or, failing that, the smallest module that owns trainable parameters
+directly (with everything below it). Only trainable parameters (requires_grad=True) belong to
+units: frozen ones (a LoRA model's base weights) get no gradient, no norm, no noise. A forward
+hook records each unit's inputs and passes its outputs through an identity autograd node that
+records their gradients; the trainable parameters are marked ``requires_grad=False`` while
+private, so autograd never forms the non-private (unclipped) gradient at all. After
+``loss.backward()`` the engine has, per unit and per example i, the activations a_i and the
+output gradients b_i.
 
 Per-example squared norms (summed over every unit: the clip is on the whole gradient):
 
-* fast path, ``nn.Linear`` and convolutions as matrix products over positions t
-  (convolutions through im2col): the per-example weight gradient is G_i = Σ_t b_itᵀ a_it, so
-  ‖G_i‖² = ‖a_i‖²·‖b_i‖² for one position and ⟨a_i a_iᵀ, b_i b_iᵀ⟩ for several ("ghost
-  clipping", Goodfellow 2015; Li, Tramèr, Liang & Hashimoto 2022) — or G_i itself where that is
-  cheaper (T·(d_in + d_out) > d_in·d_out, the rule of Bu et al. 2022's mixed ghost clipping);
-  the clipped sum Σ_i c_i G_i is then one matrix product (c ⊙ b)ᵀ a ("book-keeping", Bu, Mao &
-  Xu 2022): no per-example gradient is materialised and no second backward pass is needed.
-  ``nn.Embedding``: the per-example gradient is sparse (rows of the indices seen); its norm is
-  computed by a segment sum over (example, index) pairs.
+* fast path, ``nn.Linear`` (on (B, d) or sequences (B, T, d)), ``Conv1D`` and convolutions as
+  matrix products over positions t (convolutions through im2col): the per-example weight
+  gradient is G_i = Σ_t b_itᵀ a_it, so ‖G_i‖² = ‖a_i‖²·‖b_i‖² for one position and
+  ⟨a_i a_iᵀ, b_i b_iᵀ⟩ = Σ_t Σ_s (a_t·a_s)(b_t·b_s) for several ("ghost clipping", Goodfellow
+  2015; Li, Tramèr, Liang & Hashimoto 2022) — or G_i itself where that takes less memory
+  (2T² > d_in·d_out, the per-layer rule of Bu et al.'s mixed ghost norm, 2022, and book-keeping,
+  2023); the clipped sum Σ_i c_i G_i is then one matrix product (c ⊙ b)ᵀ a ("book-keeping"):
+  no per-example gradient is materialised and no second backward pass is needed.
+  ``nn.MultiheadAttention``: the same for its four projections, with the gradients of q, k, v
+  from one recomputation of the attention (see ``_AttentionUnit``). ``nn.Embedding``: the
+  per-example gradient is sparse (rows of the indices seen); its norm is computed by a segment
+  sum over (example, index) pairs. ``nn.LayerNorm`` / ``nn.RMSNorm``: the per-example gradients
+  are materialised, (B, d).
 * everything else (and every unit in ``mode="vmap"``): exact per-example gradients by
   ``torch.func``: ``vmap`` over the batch of ``vjp(functional_call(unit, params, x_i), b_i)``.
+* a parameter shared by several units (tied weights, e.g. GPT-2's ``lm_head`` and ``wte``): its
+  per-example gradient is the sum of each use's, so the cross terms 2⟨G_u,i, G_v,i⟩ are added to
+  the squared norm (Gram matrices over positions, or a gather for an embedding tied to a
+  Linear layer) and the clipped sums of the uses add up.
 
 Both paths compute the same numbers up to float rounding (the tests compare them with a
 one-example-at-a-time oracle at 1e-5).
@@ -31,22 +42,25 @@ m = max(2⁻²⁰, 1.01·η) where η bounds the relative rounding error of the 
 (twice γ_n for a reduction of n terms, Higham 2002, Thm 3.1; η <= 2⁻¹² by construction). For one
 position per example (dense layers) and for materialised gradients this keeps ‖c_i g_i‖ <= C for
 the computed g_i.
-The Gram matrices of multi-position layers (ghost branch) are float32 products, and the
-book-keeping product sums over positions inside one matrix product: no rounding bound is claimed
-there (see :mod:`dpkit.torch.noise`). A non-finite per-example gradient gets c_i = 0 and its
-data is zeroed, so it contributes nothing (not NaN). There is no way to clip a sum of several
-examples: a step refuses records from more than one forward pass (gradient accumulation over
-batches would be sum-then-clip, not the per-example clipping of Abadi et al. 2016), and the
-parameters are marked ``requires_grad=False`` so that autograd never forms the unclipped gradient.
+The Gram matrices of multi-position layers (ghost branch) and the cross terms of tied
+parameters are float32 products, and the book-keeping product sums over positions inside one
+matrix product: no rounding bound is claimed there (see :mod:`dpkit.torch.noise`). A non-finite
+per-example gradient gets c_i = 0 and its data is zeroed, so it contributes nothing (not NaN).
+There is no way to clip a sum of several examples: a step refuses records from more than one
+forward pass (gradient accumulation over batches would be sum-then-clip, not the per-example
+clipping of Abadi et al. 2016), and the parameters are marked ``requires_grad=False`` so that
+autograd never forms the unclipped gradient.
 """
 
 from __future__ import annotations
 
 from typing import Any
 
+from torch.utils._pytree import tree_flatten
+
 import torch
 from dpkit.errors import DPError, InvalidDataError, InvalidParameterError
-from dpkit.torch._units import _fast_unit_type, _Norms, _Unit, _VmapUnit
+from dpkit.torch._units import _fast_unit_type, _inner, _Norms, _Unit, _VmapUnit, on_tape, owns_its_subtree
 from torch import nn
 
 __all__ = ["PerExampleEngine", "CLIP_MARGIN", "MODES"]
@@ -62,9 +76,10 @@ MODES = ("fast", "vmap")
 class PerExampleEngine:
     """Attaches to a module; after forward + backward, computes Σ_i clip_C(g_i).
 
-    ``mode="fast"`` uses the ghost / book-keeping path for Linear, Conv1d/2d and Embedding and
-    torch.func elsewhere; ``mode="vmap"`` uses torch.func everywhere. Both compute the same
-    numbers (up to float rounding).
+    ``mode="fast"`` uses the ghost / book-keeping path for Linear, Conv1d/2d, Conv1D, Embedding
+    and MultiheadAttention, materialised gradients for LayerNorm / RMSNorm and torch.func
+    elsewhere; ``mode="vmap"`` uses torch.func everywhere. Both compute the same numbers (up to
+    float rounding). ``params`` lists each trainable parameter once (a tied parameter too).
     """
 
     def __init__(self, module: nn.Module, *, mode: str = "fast", loss_reduction: str = "mean") -> None:
@@ -81,10 +96,19 @@ class PerExampleEngine:
         self.loss_reduction = loss_reduction
         self.recomputing = False
         self.pass_id = 0
+        self.pass_batch: int | None = None  # the leading dimension of the model's first input
         self.last_margin = CLIP_MARGIN
         self.anchor = torch.empty(0, requires_grad=True)
         self.units = self._find_units(module)
-        self.params: list[nn.Parameter] = [p for u in self.units for _, p in u.params]
+        self.params: list[nn.Parameter] = []
+        # id(parameter) → the (unit, name) pairs that use it; more than one for a tied parameter
+        self._uses: dict[int, list[tuple[_Unit, str]]] = {}
+        for u in self.units:
+            for n, p in u.params:
+                if id(p) not in self._uses:
+                    self._uses[id(p)] = []
+                    self.params.append(p)
+                self._uses[id(p)].append((u, n))
         self._handles: list[Any] = []
         self._attached = False
 
@@ -92,42 +116,43 @@ class PerExampleEngine:
 
     def _find_units(self, root: nn.Module) -> list[_Unit]:
         units: list[_Unit] = []
-        owner: dict[int, str] = {}
 
         def visit(mod: nn.Module, prefix: str) -> None:
             own = [(n, p) for n, p in mod.named_parameters(recurse=False) if p.requires_grad]
+            whole = [(n, p) for n, p in mod.named_parameters() if p.requires_grad]
+            if owns_its_subtree(mod) and whole:
+                own = whole
             fast = _fast_unit_type(mod) if self.mode == "fast" else None
             if fast is not None and own:
                 units.append(fast(self, mod, prefix, own))
                 return
             if own:
-                units.append(
-                    _VmapUnit(self, mod, prefix, [(n, p) for n, p in mod.named_parameters() if p.requires_grad])
-                )
+                units.append(_VmapUnit(self, mod, prefix, whole))
                 return
             for name, child in mod.named_children():
                 visit(child, f"{prefix}.{name}" if prefix else name)
 
         visit(root, "")
-        for u in units:
-            for n, p in u.params:
-                full = f"{u.name}.{n}" if u.name != "<root>" else n
-                if id(p) in owner:
-                    raise InvalidParameterError(
-                        "module",
-                        f"parameter shared by {owner[id(p)]!r} and {full!r}",
-                        "a model whose trainable parameters each belong to one module",
-                        "dpkit.torch does not support tied weights yet: a shared parameter's per-example gradient "
-                        "would have to be summed across modules before clipping; untie them or freeze one copy",
-                    )
-                owner[id(p)] = full
         return units
+
+    def shared(self) -> list[list[str]]:
+        """The tied parameters: for each, the full names of its uses (one per unit)."""
+        return [
+            [f"{u.name}.{n}" if u.name != "<root>" else n for u, n in uses]
+            for uses in self._uses.values()
+            if len(uses) > 1
+        ]
 
     def attach(self) -> None:
         if self._attached:
             return
-        self._handles.append(self.module.register_forward_pre_hook(self._root_pre_hook))
+        self._handles.append(self.module.register_forward_pre_hook(self._root_pre_hook, with_kwargs=True))
+        for m in self.module.modules():
+            if isinstance(m, nn.TransformerEncoder):  # see _units._OnTape: no nested-tensor fast path
+                self._handles.append(m.register_forward_pre_hook(self._tape_pre_hook, with_kwargs=True))
         for u in self.units:
+            if u.has_pre_hook:
+                self._handles.append(u.module.register_forward_pre_hook(u.pre_hook, with_kwargs=True))
             self._handles.append(u.module.register_forward_hook(u.hook, with_kwargs=True))
         for p in self.params:
             p.requires_grad_(False)
@@ -144,9 +169,21 @@ class PerExampleEngine:
         self.clear()
         self._attached = False
 
-    def _root_pre_hook(self, module: nn.Module, args: Any) -> None:
+    def _root_pre_hook(self, module: nn.Module, args: Any, kwargs: Any) -> None:
         if not self.recomputing and torch.is_grad_enabled():
             self.pass_id += 1
+            leaves, _ = tree_flatten((args, kwargs))
+            first = next((x for x in leaves if isinstance(x, torch.Tensor) and x.dim() > 0), None)
+            self.pass_batch = int(first.shape[0]) if first is not None else None
+
+    def _tape_pre_hook(self, module: nn.Module, args: Any, kwargs: Any) -> Any:
+        if self.recomputing or not torch.is_grad_enabled():
+            return None
+        if args:
+            return (on_tape(args[0], self.anchor), *args[1:]), kwargs
+        if "src" in kwargs:
+            return args, {**kwargs, "src": on_tape(kwargs["src"], self.anchor)}
+        return None
 
     def clear(self) -> None:
         for u in self.units:
@@ -156,16 +193,21 @@ class PerExampleEngine:
 
     def batch_size(self) -> int | None:
         """The number of examples of the recorded pass (None when nothing was recorded)."""
-        sizes: set[int] = set()
+        seen: dict[int, list[str]] = {}
         for u in self.units:
-            sizes |= u.batch_sizes()
-        if len(sizes) > 1:
+            for b in u.batch_sizes():
+                seen.setdefault(b, []).append(u.name)
+        if len(seen) > 1:
+            where = "; ".join(f"{b}: {', '.join(repr(n) for n in names[:3])}" for b, names in sorted(seen.items()))
             raise InvalidDataError(
                 "batch",
-                f"the layers saw different leading dimensions {sorted(sizes)}",
-                "inputs whose first dimension indexes the examples of the batch in every layer (batch_first=True)",
+                f"the layers saw different leading dimensions ({where})",
+                "inputs whose first dimension indexes the examples of the batch in every layer (batch_first=True); "
+                "a layer applied to a tensor shared by the whole batch (leading dimension 1, broadcast later) has "
+                "no per-example gradient: expand its input to the batch first (x.expand(batch, ...)) — dpkit does "
+                "this itself for nn.Embedding (position ids)",
             )
-        return next(iter(sizes)) if sizes else None
+        return next(iter(seen)) if seen else None
 
     def clipped_sum(
         self, max_grad_norm: float, dtype: torch.dtype
@@ -173,6 +215,14 @@ class PerExampleEngine:
         """(Σ_i clip(g_i) per parameter in ``self.params`` order, batch size B — None when no
         forward/backward pass was recorded —, the per-example norms ‖g_i‖). Per-example
         clipping of the whole gradient; nothing else is possible."""
+        if self._attached:
+            loose = [n for n, p in self.module.named_parameters() if p.requires_grad and id(p) not in self._uses]
+            if loose:  # unfrozen after make_private: autograd gave it an unclipped gradient
+                raise DPError(
+                    f"dpkit.torch: {len(loose)} parameter(s) of the module became trainable after make_private "
+                    f"({', '.join(repr(n) for n in loose[:3])}): their gradients would be neither clipped nor "
+                    "noised. Set requires_grad before calling make_private (call it again after unfreezing)."
+                )
         live = {u: u.live_calls() for u in self.units}
         passes = {c.pass_id for calls in live.values() for c in calls}
         if len(passes) > 1:
@@ -187,30 +237,40 @@ class PerExampleEngine:
         device = self.params[0].device if self.params else torch.device("cpu")
         acc = _Norms(batch, device)
         scale = float(batch) if self.loss_reduction == "mean" else 1.0
-        sums: list[torch.Tensor] = []
+        active = {u for u in self.units if batch and live[u]}
         try:
             for u in self.units:
-                if batch and live[u]:
+                if u in active:
                     u.prepare(live[u], batch, scale, acc)
-            norms = acc.sq.sqrt()
+            for p in self.params:  # tied parameters: ‖Σ_u G_u‖² = Σ_u ‖G_u‖² + 2 Σ_{u<v} ⟨G_u, G_v⟩
+                uses = [(u, n) for u, n in self._uses[id(p)] if u in active]
+                for i in range(len(uses)):
+                    for j in range(i + 1, len(uses)):
+                        (u1, n1), (u2, n2) = uses[i], uses[j]
+                        acc.add(_inner(u1.rep(n1), u2.rep(n2), p.shape), 0.0, 2.0)
+            norms = acc.sq.clamp(min=0.0).sqrt()  # cross terms may round a zero norm below 0
             # ‖g‖² >= computed·(1 − η) ⇒ shrinking C by a margin >= η keeps ‖c·g‖ <= C
             self.last_margin = max(CLIP_MARGIN, 1.01 * acc.eta + 2.0**-50)
             c = torch.clamp(max_grad_norm * (1.0 - self.last_margin) / norms, max=1.0)
             finite = torch.isfinite(norms)
             if not bool(finite.all()):  # a non-finite gradient contributes nothing (not NaN·0)
                 c = torch.where(finite, c, torch.zeros_like(c))
-                for u in self.units:
-                    if batch and live[u]:
-                        u.mask(finite)
+                for u in active:
+                    u.mask(finite)
+            total: dict[int, torch.Tensor] = {}
             for u in self.units:
-                if batch and live[u]:
-                    sums.extend(u.clipped_sums(c, dtype))
+                if u in active:
+                    got = u.clipped_sums(c, dtype)
                 else:
-                    sums.extend(torch.zeros(p.shape, dtype=dtype, device=p.device) for _, p in u.params)
+                    got = [torch.zeros(p.shape, dtype=dtype, device=p.device) for _, p in u.params]
+                for (_, p), s in zip(u.params, got, strict=True):
+                    total[id(p)] = total[id(p)] + s if id(p) in total else s
+            sums = [total[id(p)] for p in self.params]
         finally:
             self.clear()
         return sums, recorded, norms
 
     def describe(self) -> list[tuple[str, str, int]]:
-        """(unit name, path kind, number of trainable values) per unit."""
+        """(unit name, path kind, number of trainable values) per unit (a tied parameter is
+        counted in each unit that uses it)."""
         return [(u.name, u.kind, sum(p.numel() for _, p in u.params)) for u in self.units]

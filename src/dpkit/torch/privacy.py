@@ -16,6 +16,13 @@ One step (Abadi et al. 2016, Alg. 1, "DP-SGD 完整算法流程"):
    (q·N: the actual size of a Poisson batch is private), and only then the wrapped optimizer
    steps.
 
+A logical batch larger than memory is split into physical batches
+(``max_physical_batch_size``): steps 2–3 run once per physical batch, each example clipped on
+its own and the clipped gradients added up; steps 4–5 run once per logical batch
+(:mod:`dpkit.torch.optimizer`). A ``DistributedDataParallel`` module trains on several
+processes, one logical batch across all of them, the noise drawn once
+(:mod:`dpkit.torch.distributed`). Forward and backward may run under ``torch.autocast``.
+
 Guarantee: after T steps the released parameters are (ε, δ)-DP with ε =
 ``optimizer.get_epsilon(δ)``: the accountant composes T copies of the sampler's step event
 (``PoissonSampledEvent(q, GaussianEvent(σ))`` — Mironov, Talwar & Zhang 2019 for RDP; the PLD
@@ -46,6 +53,7 @@ from dpkit.accounting.registry import resolve_accountant
 from dpkit.budget import Budget
 from dpkit.errors import BudgetExceededError, DPError, InvalidDataError, InvalidParameterError
 from dpkit.noise.source import resolve_rng
+from dpkit.torch.distributed import DataParallelGroup
 from dpkit.torch.noise import make_noise
 from dpkit.torch.optimizer import _TARGET_ALIASES, LATTICE_DELTA_SHARE, DPOptimizer, _accounting_delta
 from dpkit.torch.per_example import PerExampleEngine
@@ -136,8 +144,11 @@ class PrivateTraining(NamedTuple):
         return self.optimizer.noise_multiplier
 
     def detach(self) -> nn.Module:
-        """Remove dpkit's hooks and restore requires_grad on the module's parameters."""
+        """Remove dpkit's hooks and restore requires_grad on the module's parameters (and a
+        DistributedDataParallel module's own gradient synchronisation)."""
         self.optimizer.engine.detach()
+        if self.optimizer.group is not None:
+            DataParallelGroup.gradient_sync(self.module, True)
         return self.module
 
     def train(
@@ -154,12 +165,15 @@ class PrivateTraining(NamedTuple):
 
         Each batch must be a tuple ``(*inputs, target)``: the loss is
         ``loss_fn(module(*inputs), target)``. ``on_step(step, loss, epsilon)`` is called after
-        every step (ε is computed only when on_step is given or the bar refreshes).
+        every (logical) step (ε is computed only when on_step is given or the bar refreshes);
+        with virtual batches ``loss`` is the last physical batch's. On several processes the
+        bar is shown by the first one only.
         """
         module, opt, loader = self
         n_epochs = opt.epochs if epochs is None else v.positive_int(epochs, "epochs")
         report = TrainingReport(delta=opt.target_delta)
-        bar = _Bar(enabled=progress, total=n_epochs * len(loader), opt=opt)
+        show = progress and (opt.group is None or opt.group.rank == 0)
+        bar = _Bar(enabled=show, total=n_epochs * len(loader), opt=opt)
         module.train()
         with bar:
             for _epoch in range(n_epochs):
@@ -180,6 +194,8 @@ class PrivateTraining(NamedTuple):
                         lv = float(loss.detach()) if len(batch[-1]) else 0.0
                         if math.isfinite(lv) and len(batch[-1]):
                             total, count = total + lv, count + 1
+                        if not opt.released:  # a physical batch in the middle of a logical one
+                            continue
                         if on_step is not None:
                             on_step(opt.steps, lv, opt.epsilon)
                         bar.advance(lv)
@@ -262,6 +278,33 @@ def _accountant_factory(name: object, neighbours: v.Neighbours) -> Callable[[], 
     return resolve_accountant(name, neighbours=neighbours)
 
 
+def _warn_if_distributed() -> None:
+    import torch.distributed as dist
+
+    if dist.is_available() and dist.is_initialized() and dist.get_world_size() > 1:
+        warnings.warn(
+            f"torch.distributed runs {dist.get_world_size()} processes but the module is not a "
+            "DistributedDataParallel: each process trains a private model of its own on samples of the whole "
+            "dataset, and each model costs the ε reported; wrap the model in DistributedDataParallel (before "
+            "make_private) to train one model across the processes",
+            stacklevel=3,
+        )
+
+
+def _fingerprint(params: list[nn.Parameter]) -> list[tuple[str, float]]:
+    """Three sums without cancellation per parameter tensor (Σ|x|, Σx², Σmax(x, 0)), float64:
+    equal to a relative 1e-6 on processes whose parameters are the same."""
+    out: list[tuple[str, float]] = []
+    for i, p in enumerate(params):
+        x = p.detach().double()
+        out += [
+            (f"parameter {i}: sum of |x|", float(x.abs().sum())),
+            (f"parameter {i}: sum of x²", float(x.square().sum())),
+            (f"parameter {i}: sum of positive parts", float(x.clamp(min=0).sum())),
+        ]
+    return out
+
+
 def _max_steps(target: float, delta: float, factory: Callable[[], Accountant], step: DPEvent, planned: int) -> int:
     """The largest step count whose ε is <= target (>= planned, which calibration guarantees)."""
 
@@ -298,6 +341,7 @@ def make_private(
     loss_reduction: str = "mean",
     grad_mode: str = "fast",
     noise: str = "lattice",
+    max_physical_batch_size: int | None = None,
     **renamed: Any,
 ) -> PrivateTraining:
     """Make ``module`` / ``optimizer`` / ``data_loader`` train with DP-SGD.
@@ -322,6 +366,21 @@ def make_private(
       Embedding; torch.func elsewhere) or ``"vmap"`` (torch.func for every layer).
     - ``noise``: ``"lattice"`` (exact, floating-point safe; default) or ``"continuous"``
       (faster, not floating-point safe) — see :mod:`dpkit.torch.noise`.
+    - ``max_physical_batch_size`` k (virtual batches): the loader draws each logical batch
+      whole, then yields it as physical batches of at most k examples; call
+      ``optimizer.step()`` after each. Examples are clipped one by one in every physical
+      batch, the clipped gradients added up, and the noise added once per logical batch, when
+      its last physical batch is stepped (``optimizer.released``); the accounting is
+      unchanged. ``len(loader)`` still counts logical batches.
+
+    A ``torch.nn.parallel.DistributedDataParallel`` module (built before make_private, in
+    every process) trains on its process group: the loader's ``batch_size`` is per process, as
+    with DDP, so q = W·batch_size/N for W processes; one Poisson sample over the whole dataset
+    per step, split across the processes; per-example clipping on each; the clipped sums
+    summed, the noise drawn once by the first process and broadcast
+    (:mod:`dpkit.torch.distributed`). Every process passes the same arguments (checked).
+    Forward and backward may run under ``torch.autocast`` (bf16 or fp16): clipping and the sum
+    are computed in float32 or wider (:mod:`dpkit.torch.optimizer`).
 
     Returns a :class:`PrivateTraining` ``(module, optimizer, data_loader)``.
 
@@ -396,6 +455,19 @@ def make_private(
         raise InvalidParameterError("budget", type(budget).__name__, "None or a dpkit.Budget")
     if noise not in ("lattice", "continuous"):
         make_noise(noise, noise_multiplier=1.0, max_grad_norm=1.0, size=1, max_batch=1)  # raises
+    physical = (
+        None if max_physical_batch_size is None else v.positive_int(max_physical_batch_size, "max_physical_batch_size")
+    )
+    group = DataParallelGroup.of(module)
+    world = 1 if group is None else group.world_size
+    if group is None:
+        _warn_if_distributed()
+    elif world * batch_size > population:
+        raise InvalidParameterError(
+            "data_loader.batch_size",
+            batch_size,
+            f"at most the dataset size {population} divided by the {world} processes (the batch size is per process)",
+        )
     src = resolve_rng(rng)
     if delta >= 1.0 / population:
         warnings.warn(
@@ -405,15 +477,20 @@ def make_private(
         )
 
     # -- sampler and accounting -------------------------------------------------------------------
-    steps_per_epoch = max(1, len(data_loader))
-    if poisson_sampling:
-        sampler: PoissonBatchSampler | UniformBatchSampler = PoissonBatchSampler(
-            population=population, batch_size=batch_size, steps_per_epoch=steps_per_epoch, rng=src
-        )
-    else:
-        sampler = UniformBatchSampler(
-            population=population, batch_size=batch_size, steps_per_epoch=steps_per_epoch, rng=src
-        )
+    if group is None:
+        steps_per_epoch = max(1, len(data_loader))
+    else:  # the logical batch is W·b; the loader's own length may be a DistributedSampler's
+        logical = world * batch_size
+        steps_per_epoch = max(1, population // logical if data_loader.drop_last else -(-population // logical))
+    sampler_type = PoissonBatchSampler if poisson_sampling else UniformBatchSampler
+    sampler: PoissonBatchSampler | UniformBatchSampler = sampler_type(
+        population=population,
+        batch_size=world * batch_size,
+        steps_per_epoch=steps_per_epoch,
+        rng=src,
+        max_physical_batch_size=physical,
+        group=group,
+    )
     factory = _accountant_factory(accountant, sampler.neighbours)
     probe_event = sampler.step_event(1.0)
     if not factory().supports(probe_event):
@@ -443,6 +520,38 @@ def make_private(
     # -- attach -----------------------------------------------------------------------------------
     engine = PerExampleEngine(module, mode=grad_mode, loss_reduction=loss_reduction)
     size = sum(p.numel() for p in engine.params)
+    if group is not None:
+        settings = {
+            "dataset size": population,
+            "data_loader.batch_size": batch_size,
+            "data_loader.num_workers": data_loader.num_workers,
+            "steps per epoch": steps_per_epoch,
+            "epochs": n_epochs,
+            "noise_multiplier": sigma,
+            "max_grad_norm": clip,
+            "delta": delta,
+            "max steps": -1 if max_steps is None else max_steps,
+            "max_physical_batch_size": physical or 0,
+            "poisson_sampling": poisson_sampling,
+            "noise": ("lattice", "continuous").index(noise),
+            "accountant": _SUPPORTED_ACCOUNTANTS.index(accountant),
+            "loss_reduction": ("mean", "sum").index(loss_reduction),
+            "grad_mode": ("fast", "vmap").index(grad_mode),
+            "trainable parameter tensors": len(engine.params),
+            "trainable values": size,
+        }
+        group.agree(
+            "make_private",
+            [(k, float(x)) for k, x in settings.items()],
+            fix="call make_private with the same arguments and an equivalent data loader on every process",
+        )
+        group.agree(
+            "module parameters",
+            _fingerprint(engine.params),
+            rel_tol=1e-6,
+            fix="load any checkpoint on every process before wrapping the model in DistributedDataParallel "
+            "(which broadcasts rank 0's parameters) and calling make_private",
+        )
     plan = make_noise(
         noise,
         noise_multiplier=sigma,
@@ -452,6 +561,8 @@ def make_private(
         wide=any(p.dtype == torch.float64 for p in engine.params),
     )
     engine.attach()
+    if group is not None:  # dpkit forms the gradient; DDP's all-reduce of p.grad has nothing to do
+        DataParallelGroup.gradient_sync(module, False)
     loader = _private_loader(data_loader, sampler)
     private_opt = DPOptimizer(
         optimizer,
@@ -469,5 +580,6 @@ def make_private(
         budget=budget,
         epochs=n_epochs,
         check_batches=data_loader.num_workers == 0,
+        group=group,
     )
     return PrivateTraining(module, private_opt, loader)

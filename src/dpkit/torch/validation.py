@@ -3,7 +3,10 @@
 Per-example clipping bounds one example's influence only if every layer treats the examples of
 a batch independently. Layers that mix examples, or that update state from the private data
 outside the gradient, break that and are refused up front with the layer's name and the fix
-(Opacus's ModuleValidator does the same; its message is the model for ours).
+(Opacus's ModuleValidator does the same; its message is the model for ours). So are set-ups
+whose gradients dpkit's hooks would not see whole: gradient checkpointing (the forward runs
+again inside backward) and peft's LoRA variants such as DoRA (they compute with the adapter
+weights outside the adapter layers' forward).
 """
 
 from __future__ import annotations
@@ -18,9 +21,23 @@ def _path(name: str) -> str:
     return repr(name) if name else "the root module"
 
 
+def _checkpointing(module: nn.Module) -> list[str]:
+    """The modules with Hugging Face's gradient checkpointing switched on."""
+    return [name for name, m in module.named_modules() if getattr(m, "gradient_checkpointing", False) is True]
+
+
 def module_problems(module: nn.Module) -> list[str]:
     """Human-readable problems, one per offending layer (empty when the model is fine)."""
     problems: list[str] = []
+    checkpointed = _checkpointing(module)
+    if checkpointed:
+        problems.append(
+            f"gradient checkpointing is on at {', '.join(_path(n) for n in checkpointed[:3])}: it runs the forward "
+            "pass again inside backward, where dpkit's hooks would record the layers a second time, and it saves "
+            "no memory here (dpkit keeps each layer's input until the step); switch it off "
+            "(model.activation_checkpointing_disable(); gradient_checkpointing_disable() before transformers 5) "
+            "and save memory with smaller physical batches instead"
+        )
     for name, m in module.named_modules():
         kind = type(m).__name__
         where = _path(name)
@@ -60,6 +77,13 @@ def module_problems(module: nn.Module) -> list[str]:
             )
         elif isinstance(m, nn.EmbeddingBag) and (m.max_norm is not None or m.scale_grad_by_freq):
             problems.append(f"{kind} at {where}: use max_norm=None and scale_grad_by_freq=False")
+        elif isinstance(getattr(m, "lora_variant", None), dict) and m.lora_variant:
+            problems.append(
+                f"peft {kind} at {where} uses the LoRA variant "
+                f"{', '.join(sorted({type(x).__name__ for x in m.lora_variant.values()}))} (DoRA or another): it "
+                "computes with the adapter weights outside the adapter layers' forward, where "
+                "dpkit cannot see their per-example gradients; use plain LoRA (LoraConfig(use_dora=False))"
+            )
     return problems
 
 
