@@ -17,7 +17,9 @@ results file keeps the rows of the groups not run this time, so one group can be
     count) and of 10,000,000 values, in the dtype make_private hands it (the plan's ``dtype``):
     'lattice' (exact discrete Gaussian on a 2^k lattice, make_private's default) and
     'continuous' (Box–Muller on CSPRNG words), against float32 ``torch.randn`` of the same size
-    (what Opacus adds). Goal: the default at least 0.5× torch.randn.
+    (what Opacus adds); where the lattice plan has a ``sampler`` field, its other samplers get a
+    row too (e.g. the numpy "host" sampler beside the torch "device" one). Goal: the default at
+    least 0.5× torch.randn.
 (b) Training throughput, samples (tokens) per second of *compute only* (forward, backward,
     per-example clipping, noise, optimizer step on one fixed batch of random inputs; no data
     loading, no accounting queries), torch.set_num_threads(2):
@@ -27,12 +29,14 @@ results file keeps the rows of the groups not run this time, so one group can be
       clipping; its default non-secure torch.normal noise); dpkit fast path (ghost clipping /
       book-keeping) and vmap path, each with exact lattice noise (dpkit's default) and with
       continuous noise;
-    - a 2-layer GPT-2 from Hugging Face transformers (n_embd 128, 4 heads, vocabulary 1,000,
-      untied input/output embeddings: both libraries refuse tied weights), random tokens,
-      sequence 64, batch 32, next-token loss, tokens per second: non-private, Opacus ghost
-      clipping (its best mode; HF's Conv1D has no Opacus norm sampler and falls back to
-      functorch per-example gradients) and dpkit fast path with both noises. Position ids are
-      passed per example (shape [batch, 64]) so that every layer sees the batch first.
+    - a 2-layer GPT-2 from Hugging Face transformers (n_embd 128, 4 heads, vocabulary 1,000),
+      random tokens, sequence 64, batch 32, next-token loss, tokens per second: non-private,
+      Opacus ghost clipping (its best mode; HF's Conv1D has no Opacus norm sampler and falls
+      back to functorch per-example gradients) and dpkit fast path with both noises, on the
+      configuration Opacus runs — untied input/output embeddings (its ghost clipping refuses
+      tied weights) and position ids passed per example (shape [batch, 64]; with GPT-2's
+      [1, 64] ids it fails) — plus Opacus ghost and dpkit (exact noise) on the stock model
+      (tied, default position ids), each measured or recording its refusal.
     Configurations run interleaved, ``--rounds`` rounds of about ``--round-seconds`` each, after
     waiting (up to ``--max-wait`` s) for a 1-minute load average below ``--max-load``; the table
     shows the best round (the machine is shared: with 2 intra-op threads a descheduled thread
@@ -47,7 +51,7 @@ results file keeps the rows of the groups not run this time, so one group can be
     - UCI Adult (``adult.data`` train / ``adult.test`` test from ``$DPKIT_ADULT`` or
       ``../shared/data/adult``; skipped with a note when absent), encoded by
       ``dpkit.datasets.adult_features`` (public schema only), logistic regression, batch 256,
-      C = 1, SGD lr 1.0 momentum 0.5, ``ADULT_EPOCHS`` epochs.
+      C = 1, SGD lr 0.2 momentum 0.9, ``--adult-epochs`` (10) epochs.
 
 Results: ``benchmarks/results/dpsgd.json``, rich tables on stderr and Markdown on stdout.
 """
@@ -184,8 +188,11 @@ def gpt2_task(
     batch: int,
     device: str = "cpu",
     note: str = "",
+    stock: bool = False,
 ) -> Task:
-    """A randomly initialised GPT-2 LM on random tokens (untied embeddings, per-example position ids)."""
+    """A randomly initialised GPT-2 LM on random tokens: untied embeddings and per-example
+    position ids (what both libraries run), or with ``stock`` GPT-2 as it comes (tied input and
+    output embeddings, the model's own [1, seq] position ids)."""
     torch = _torch()
     from transformers import GPT2Config, GPT2LMHeadModel
 
@@ -195,7 +202,7 @@ def gpt2_task(
         n_head=n_head,
         vocab_size=vocab,
         n_positions=seq,
-        tie_word_embeddings=False,
+        tie_word_embeddings=stock,
         bos_token_id=0,
         eos_token_id=0,
     )
@@ -213,9 +220,36 @@ def gpt2_task(
         logits = out.logits[:, :-1].reshape(-1, vocab)
         return crit(logits, target, shape=(batch, seq - 1, vocab)) if ghost else crit(logits, target)
 
-    return Task(
-        key, name, make, lambda m: m(input_ids=ids, position_ids=pos), loss, batch, batch * seq, "tokens/s", note
-    )
+    def forward(m):
+        return m(input_ids=ids) if stock else m(input_ids=ids, position_ids=pos)
+
+    return Task(key, name, make, forward, loss, batch, batch * seq, "tokens/s", note)
+
+
+STOCK = "stock GPT-2 (tied embeddings, default position ids)"
+
+
+def stock_gpt2_configs(libs: set[str], **kw: Any) -> list[Config]:
+    """Opacus ghost and dpkit (exact noise) on GPT-2 as it comes: each row measures it or records
+    the library's refusal."""
+    out = []
+    if "opacus" in libs:
+        out.append(
+            Config(
+                "Opacus 1.6", f"ghost, {STOCK}", lambda: step_opacus(gpt2_task("stock", "", stock=True, **kw), "ghost")
+            )
+            if _have("opacus")
+            else Config("Opacus 1.6", f"ghost, {STOCK}", None, "skipped: opacus not installed")
+        )
+    if "dpkit" in libs:
+        out.append(
+            Config(
+                "dpkit",
+                f"fast path, lattice noise, {STOCK}",
+                lambda: step_dpkit(gpt2_task("stock", "", stock=True, **kw), "fast", "lattice"),
+            )
+        )
+    return out
 
 
 def _trainable(model) -> list[Any]:
@@ -497,6 +531,8 @@ def measure_group(
             "unit": group.unit,
             "kind": group.kind,
         }
+        if load is not None:
+            row["load_at_start"] = load  # 1-minute load average when the timed rounds began
         if getattr(fn, "dtype", None):
             row["dtype"] = fn.dtype  # type: ignore[union-attr]
         if getattr(fn, "sampler", None):
@@ -593,6 +629,8 @@ def cpu_groups(keys: set[str], libs: set[str], opacus_modes: tuple[str, ...]) ->
         task = make_task()
         g = Group(key, task.name, task.unit, task.items, ("torch", "non-private"), note=task.note)
         g.configs = training_configs(task, libs, modes, dmodes)
+        if key == "transformer":
+            g.configs += stock_gpt2_configs(libs, n_layer=2, n_embd=128, n_head=4, vocab=1000, seq=64, batch=32)
         groups.append(g)
     return groups
 
@@ -943,7 +981,8 @@ def render(thr: list[dict[str, Any]], acc: list[dict[str, Any]], meta: dict[str,
             )
         notes = [
             "compute only (forward, backward, clipping, noise, optimizer step on a fixed random batch); torch.set_num_threads(2); "
-            "MLP/CNN batch 256; GPT-2 (2 layers, n_embd 128, 4 heads, vocabulary 1,000, untied embeddings) batch 32 × 64 tokens",
+            "MLP/CNN batch 256; GPT-2 (2 layers, n_embd 128, 4 heads, vocabulary 1,000; untied embeddings and per-example "
+            "position ids unless 'stock') batch 32 × 64 tokens",
             "Opacus adds float32 torch.normal noise (its default; not floating-point safe, tail stops at 5.77σ); dpkit "
             "'lattice' is its default exact discrete Gaussian on a 2^k lattice from the CSPRNG, 'continuous' is Box–Muller "
             "on CSPRNG words with float64 radii (not floating-point safe)",
@@ -954,7 +993,7 @@ def render(thr: list[dict[str, Any]], acc: list[dict[str, Any]], meta: dict[str,
                 m = gm[k]
                 notes.append(
                     f"{k}: {m['date']}, best and median of {m['rounds']} interleaved rounds of ~{m['round_seconds']:g} s "
-                    f"(load average {m['load_before']:.1f} before, {m['load_after']:.1f} after)"
+                    f"(1-minute load average {m.get('load_at_start') or m['load_before']:.2f} when they began)"
                 )
         _report.print_table(
             "DP-SGD throughput",
@@ -1076,17 +1115,19 @@ def main(argv: list[str] | None = None) -> int:
     torch.set_num_threads(2)
     for g in cpu_groups(set(keys), libs, tuple(args.opacus_modes.split(","))):
         before = os.getloadavg()[0]
-        thr += measure_group(
+        got = measure_group(
             g,
             rounds=args.rounds,
             round_seconds=args.round_seconds,
             wait=lambda: wait_for_quiet(args.max_load, args.max_wait),
         )
+        thr += got
         group_meta[g.key] = {
             "date": _dt.datetime.now(_dt.UTC).isoformat(timespec="seconds"),
             "rounds": args.rounds,
             "round_seconds": args.round_seconds,
             "load_before": before,
+            "load_at_start": next((r["load_at_start"] for r in got if "load_at_start" in r), None),
             "load_after": os.getloadavg()[0],
         }
     acc_keys = [k for k in keys if k in ACCURACY_GROUPS]

@@ -13,10 +13,13 @@ continuous noise):
 
 - noise: values/s of ``dpkit.torch.noise.make_noise(kind, ...).release(flat, src)`` (the sampler
   make_private uses, CSPRNG source) on a flat tensor on the device, 10 M values and 124,439,808
-  (GPT-2 small's parameter count), against float32 ``torch.randn`` on the device;
+  (GPT-2 small's parameter count), against float32 ``torch.randn`` on the device (plus a row for
+  each other sampler the lattice plan offers, e.g. the numpy "host" one);
 - GPT-2 small (12 layers, 768 wide, vocabulary 50,257; random init, *untied* output embedding —
-  both libraries refuse tied weights — so 163 M trainable parameters), random tokens, sequence
-  256, batch 16, next-token loss: tokens/s;
+  Opacus ghost clipping refuses tied weights — so 163 M trainable parameters; position ids
+  passed per example), random tokens, sequence 256, batch 16, next-token loss: tokens/s; plus
+  Opacus ghost and dpkit (exact noise) on the stock model (tied, default position ids), each
+  measured or recording its refusal;
 - BERT-base (BertForSequenceClassification, random init, 2 labels), sequence 128, batch 32,
   full fine-tuning (109 M parameters) and LoRA (peft, r = 8 on query/value, plus the
   classifier): tokens/s;
@@ -29,7 +32,8 @@ of a round), then ``--rounds`` interleaved rounds of 1 to ``--max-steps`` steps 
 round. A configuration that is refused, fails or runs out of memory records its error; one that
 needs a package not installed (opacus, transformers, peft) is marked skipped with the reason.
 Writes JSON (``--out``) and Markdown (same name, .md) and prints the Markdown with the card's
-name. Sized to finish in a few minutes on an H100.
+name. Sized to finish in a few minutes on an H100 (an estimate from the step counts: not yet run
+on one).
 """
 
 from __future__ import annotations
@@ -170,7 +174,7 @@ def build_groups(keys: list[str], device: str, tiny: bool) -> list[Any]:
             groups.append(b.noise_group(n, device))
     skip_opacus = None if _have("opacus") else "skipped: opacus not installed"
 
-    def training(task_fn, key: str, name: str, unit: str, items: int, needs: tuple[str, ...]) -> Any:
+    def training(task_fn, key: str, name: str, unit: str, items: int, needs: tuple[str, ...], extra=None) -> Any:
         missing = [m for m in needs if not _have(m)]
         if missing:
             g = b.Group(key, name, unit, items, ("torch", "non-private"))
@@ -191,6 +195,8 @@ def build_groups(keys: list[str], device: str, tiny: bool) -> list[Any]:
             g.configs.append(
                 b.Config("dpkit", f"fast path, {noise} noise", lambda noise=noise: b.step_dpkit(task, "fast", noise))
             )
+        if extra is not None:
+            g.configs += extra()
         return g
 
     gpt = (
@@ -211,6 +217,7 @@ def build_groups(keys: list[str], device: str, tiny: bool) -> list[Any]:
                 "tokens/s",
                 gpt["batch"] * gpt["seq"],
                 ("transformers",),
+                extra=lambda: b.stock_gpt2_configs({"dpkit", "opacus"}, device=device, **gpt),
             )
         )
     if "bert" in keys:
