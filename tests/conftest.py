@@ -56,6 +56,8 @@ MODULE_MARKERS: dict[str, tuple[str, ...]] = {
     "server/test_dashboard.py": ("browser", "slow"),
     # The README's curl against a real `dpkit serve` subprocess (about 25 s).
     "test_docs_curl.py": ("slow",),
+    # Every script of examples/, each in a fresh interpreter (about 80 s in all).
+    "test_examples.py": ("slow",),
     # Two fresh interpreters joined by torch.distributed (gloo): about 10 s.
     "torch/test_distributed.py": ("slow",),
 }
