@@ -24,12 +24,7 @@ from dpkit.torch.per_example import CLIP_MARGIN  # noqa: E402
 MODES = ("fast", "vmap")
 
 
-@pytest.fixture(autouse=True, scope="module")
-def _one_thread():
-    before = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(before)
+pytestmark = pytest.mark.usefixtures("one_thread")  # tiny models: one torch thread (conftest.py)
 
 
 class SmallCNN(nn.Module):

@@ -17,12 +17,7 @@ from dpkit.torch import make_private  # noqa: E402
 SEED = 99
 
 
-@pytest.fixture(autouse=True, scope="module")
-def _one_thread():
-    before = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(before)
+pytestmark = pytest.mark.usefixtures("one_thread")  # tiny models: one torch thread (conftest.py)
 
 
 def blobs(n: int, seed: int) -> tuple[torch.Tensor, torch.Tensor]:

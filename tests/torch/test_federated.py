@@ -26,13 +26,7 @@ SEED = 20240613
 D = 10
 
 
-@pytest.fixture(autouse=True, scope="module")
-def _one_thread():
-    """Tiny models: torch's thread pool only adds contention on a busy 2-core machine."""
-    before = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(before)
+pytestmark = pytest.mark.usefixtures("one_thread")  # tiny models: one torch thread (conftest.py)
 
 
 def make_clients(n_clients: int = 50, per_client: int = 40, seed: int = SEED):

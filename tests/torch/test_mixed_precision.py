@@ -26,12 +26,7 @@ HALF = (torch.float16, torch.bfloat16)
 CONVERSIONS = {"aten._to_copy.default", "aten.copy_.default", "aten.detach.default", "aten.alias.default"}
 
 
-@pytest.fixture(autouse=True, scope="module")
-def _one_thread():
-    before = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(before)
+pytestmark = pytest.mark.usefixtures("one_thread")  # tiny models: one torch thread (conftest.py)
 
 
 def _models():

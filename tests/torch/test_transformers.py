@@ -40,12 +40,7 @@ B, T, VOCAB = 6, 10, 100
 TOL = {torch.float64: dict(norm=1e-12, sum=1e-12), torch.float32: dict(norm=1e-5, sum=1e-5)}
 
 
-@pytest.fixture(autouse=True, scope="module")
-def _one_thread():
-    before = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(before)
+pytestmark = pytest.mark.usefixtures("one_thread")  # tiny models: one torch thread (conftest.py)
 
 
 @pytest.fixture(autouse=True)

@@ -23,12 +23,7 @@ SEED = 20240917
 N, BATCH = 400, 40
 
 
-@pytest.fixture(autouse=True, scope="module")
-def _one_thread():
-    before = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(before)
+pytestmark = pytest.mark.usefixtures("one_thread")  # tiny models: one torch thread (conftest.py)
 
 
 def dataset(n: int = N, d: int = 6) -> TensorDataset:
