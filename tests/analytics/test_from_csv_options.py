@@ -157,3 +157,21 @@ def test_the_command_line_reads_the_same_options(tmp_path: Path) -> None:
     assert missing.exit_code == 1 and "--columns is missing" in " ".join(missing.output.split())
     bad = runner.invoke(app, [*base, "--no-header", "--columns", "age,sex", "--delimiter", "::"])
     assert bad.exit_code == 1 and "--delimiter :: is not accepted" in " ".join(bad.output.split())
+
+
+def test_dpkit_check_reads_the_same_options(tmp_path: Path) -> None:
+    """The curator's data check reads a headerless, semicolon-delimited file as the query does:
+    with the options every value conforms (exit 0); without them the file's first row is taken for
+    a header and the declared columns are missing (exit 1)."""
+    path = write(tmp_path, "people.csv", [f"{'' if a is None else a};{s}" for a, s in ROWS])
+    meta = tmp_path / "meta.json"
+    meta.write_text(json.dumps(META.to_dict()), encoding="utf-8")
+    runner = CliRunner()
+    base = ["check", str(path), "--metadata", str(meta), "--json"]
+    good = runner.invoke(app, [*base, "--no-header", "--columns", "age,sex", "--delimiter", ";"])
+    assert good.exit_code == 0, good.output
+    report = json.loads(good.stdout)
+    assert report["ok"] is True
+    assert runner.invoke(app, base).exit_code == 1  # the power check: read without the options
+    bad = runner.invoke(app, [*base, "--no-header"])  # no names for a headerless file
+    assert bad.exit_code == 2 and "--columns" in bad.output

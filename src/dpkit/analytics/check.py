@@ -165,6 +165,12 @@ def _engine(source: object, table: str | None) -> tuple[Any, str, Any]:
             return DuckDBEngine(None, connection=source, table=table), table, None
         except duckdb.Error as exc:
             raise InvalidParameterError("table", table, "a table or view of the DuckDB connection", str(exc)) from None
+    from dpkit.analytics.engines.duckdb import CsvFile
+
+    if isinstance(source, CsvFile):  # a CSV file and how to read it (Session.from_csv's options)
+        if not source.path.is_file():
+            raise InvalidParameterError("data", str(source.path), "an existing CSV file", "no such file")
+        return DuckDBEngine(source), table or source.path.stem, None
     if isinstance(source, (str, os.PathLike)):
         path = Path(source)
         if not path.is_file():
@@ -213,7 +219,9 @@ def check_data(
     Parameters
     ----------
     source:
-        A CSV file (header line first) or Parquet file path, a pandas DataFrame, a DuckDB
+        A CSV file (header line first) or Parquet file path, a
+        :class:`~dpkit.analytics.engines.duckdb.CsvFile` (a CSV path with the reading options of
+        :meth:`Session.from_csv <dpkit.analytics.Session.from_csv>`), a pandas DataFrame, a DuckDB
         relation, a ``(duckdb connection, table name)`` pair, a DuckDB connection (with
         ``table=``) or a DuckDB database file (``.duckdb``, with ``table=``). It is read as a
         query reads it (:class:`~dpkit.analytics.engines.duckdb.DuckDBEngine`).

@@ -138,3 +138,38 @@ def _open_existing(ledger: str):
     if _ledger_missing(ledger):
         _fail(f"no ledger at {_ledger_location(ledger)} (create a budget first: dpkit budget create ...)")
     return open_ledger(ledger)
+
+
+# -- how a CSV file is read (dpkit query, dpkit check): the options of Session.from_csv -----------
+
+NoHeaderOption = Annotated[
+    bool, typer.Option("--no-header", help="A CSV without a header line (name its columns with --columns).")
+]
+ColumnsOption = Annotated[
+    str | None, typer.Option("--columns", help="A CSV's column names, comma-separated (replacing its header's).")
+]
+DelimiterOption = Annotated[
+    str, typer.Option("--delimiter", help="A CSV's field delimiter: one character (';', '|', 'tab').")
+]
+NullOption = Annotated[
+    list[str] | None,
+    typer.Option("--null", help="A text read as NULL in a CSV, besides the empty field (repeatable)."),
+]
+
+
+def _csv_options(
+    data: Path, no_header: bool, columns: str | None, delimiter: str, null: list[str] | None
+) -> dict[str, Any]:
+    """The CSV options given (keywords of Session.from_csv), or {} for none."""
+    given: dict[str, Any] = {}
+    if no_header:
+        given["header"] = False
+    if columns is not None:
+        given["columns"] = [c.strip() for c in columns.split(",")]
+    if delimiter != ",":
+        given["delimiter"] = "\t" if delimiter.lower() in ("tab", "\\t") else delimiter
+    if null:
+        given["null"] = list(null)
+    if given and data.suffix.lower() in (".parquet", ".pq"):
+        _fail(f"--no-header, --columns, --delimiter and --null are for CSV files, not {data.name}")
+    return given

@@ -6,11 +6,21 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
-from typing import Annotated
+from typing import Annotated, Any
 
 import typer
 
-from dpkit.cli._common import JsonOption, _emit_json, _fail
+from dpkit.cli._common import (
+    ColumnsOption,
+    DelimiterOption,
+    JsonOption,
+    NoHeaderOption,
+    NullOption,
+    _csv_options,
+    _emit_json,
+    _fail,
+    _fail_error,
+)
 from dpkit.errors import DPError
 
 __all__ = ["check", "generate"]
@@ -58,6 +68,10 @@ def check(
             help="The table to check in a DuckDB database file; otherwise the name shown (default: the file's stem).",
         ),
     ] = None,
+    no_header: NoHeaderOption = False,
+    csv_columns: ColumnsOption = None,
+    delimiter: DelimiterOption = ",",
+    null: NullOption = None,
     json_output: JsonOption = False,
 ) -> None:
     """Check how well a private file conforms to its declared metadata (curator only).
@@ -75,10 +89,17 @@ def check(
         _fail(f"no such data file: {str(data)!r}", 2)
     if not metadata.is_file():
         _fail(f"no such metadata file: {str(metadata)!r} (the curator's JSON declaring the columns)", 2)
+    csv_options = _csv_options(data, no_header, csv_columns, delimiter, null)
     try:
-        report = check_data(data, metadata, table=table)
+        source: object = data
+        if csv_options:  # read as `dpkit query` reads it with the same options
+            from dpkit.analytics.engines.duckdb import CsvFile, CsvOptions
+
+            given: dict[str, Any] = {k: tuple(v) if isinstance(v, list) else v for k, v in csv_options.items()}
+            source = CsvFile(data, CsvOptions(**given))
+        report = check_data(source, metadata, table=table)
     except DPError as exc:
-        _fail(str(exc), 2)
+        _fail_error(exc, None, 2)  # worded for the command line (options, not keywords)
     if json_output:
         _emit_json(report.to_dict())
     else:  # plain fixed-width text: a rich table would cut declared types and values to the terminal's width

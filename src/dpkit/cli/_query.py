@@ -5,17 +5,22 @@ from __future__ import annotations
 import contextlib
 from pathlib import Path
 from shlex import quote
-from typing import Annotated, Any
+from typing import Annotated
 
 import typer
 from rich.console import Console
 from rich.table import Table
 
 from dpkit.cli._common import (
+    ColumnsOption,
     DatasetChoice,
+    DelimiterOption,
     JsonOption,
     LedgerOption,
+    NoHeaderOption,
+    NullOption,
     _budget_datasets,
+    _csv_options,
     _emit_json,
     _fail,
     _fail_error,
@@ -74,19 +79,10 @@ def query(
             "--table", help="The table's name in SQL (default: the file's stem). It does not choose the budget."
         ),
     ] = None,
-    no_header: Annotated[
-        bool, typer.Option("--no-header", help="A CSV without a header line (name its columns with --columns).")
-    ] = False,
-    csv_columns: Annotated[
-        str | None, typer.Option("--columns", help="A CSV's column names, comma-separated (replacing its header's).")
-    ] = None,
-    delimiter: Annotated[
-        str, typer.Option("--delimiter", help="A CSV's field delimiter: one character (';', '|', 'tab').")
-    ] = ",",
-    null: Annotated[
-        list[str] | None,
-        typer.Option("--null", help="A text read as NULL in a CSV, besides the empty field (repeatable)."),
-    ] = None,
+    no_header: NoHeaderOption = False,
+    csv_columns: ColumnsOption = None,
+    delimiter: DelimiterOption = ",",
+    null: NullOption = None,
     max_groups: Annotated[
         int | None, typer.Option("--max-groups", help="Groups per privacy unit (default: metadata's, else 1).")
     ] = None,
@@ -202,24 +198,6 @@ def query(
         f"remaining ε={record.remaining_epsilon:.6g}, δ={record.remaining_delta:.3g}"
     )
     _say_identity(choice, where)  # on stderr, never wrapped
-
-
-def _csv_options(
-    data: Path, no_header: bool, columns: str | None, delimiter: str, null: list[str] | None
-) -> dict[str, Any]:
-    """The CSV options given (keywords of Session.from_csv), or {} for none."""
-    given: dict[str, Any] = {}
-    if no_header:
-        given["header"] = False
-    if columns is not None:
-        given["columns"] = [c.strip() for c in columns.split(",")]
-    if delimiter != ",":
-        given["delimiter"] = "\t" if delimiter.lower() in ("tab", "\\t") else delimiter
-    if null:
-        given["null"] = list(null)
-    if given and data.suffix.lower() in (".parquet", ".pq"):
-        _fail(f"--no-header, --columns, --delimiter and --null are for CSV files, not {data.name}")
-    return given
 
 
 def _fmt(x: float) -> str:
