@@ -47,3 +47,15 @@ def test_register_dataset_without_a_unit_is_refused(tmp_path: Path) -> None:
     assert "privacy_unit" in out.output and "row_level" in out.output
     with Service(ledger) as svc:
         assert svc.datasets() == []
+
+
+def test_admin_errors_are_worded_for_the_command_line(tmp_path: Path) -> None:
+    """A refused grant names the option, not the Python keyword, and its text copies whole."""
+    csv, meta, ledger = _files(tmp_path, {"row_level": True, "columns": {"age": {"type": "numeric", "lower": 0, "upper": 60}}})
+    runner = CliRunner()
+    assert runner.invoke(admin_app, ["register-dataset", "people", str(csv), "--metadata", str(meta), "--ledger", ledger]).exit_code == 0
+    assert runner.invoke(admin_app, ["create-analyst", "alice", "--ledger", ledger]).exit_code == 0
+    out = runner.invoke(admin_app, ["grant", "alice", "people", "--epsilon", "0", "--ledger", ledger])
+    assert out.exit_code == 1
+    text = " ".join(out.output.split())
+    assert "--epsilon 0.0 is not accepted" in text and "epsilon=" not in text

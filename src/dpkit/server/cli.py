@@ -13,6 +13,7 @@ from typing import Annotated, Any, NoReturn
 
 import typer
 from rich.console import Console
+from rich.markup import escape
 from rich.table import Table
 
 from dpkit.analytics.limits import QueryLimits
@@ -41,8 +42,16 @@ admin_app = typer.Typer(
 
 
 def _fail(message: str, code: int = 1) -> NoReturn:
-    Console(stderr=True).print(f"[bold red]error:[/] {message}")
+    # a message is text, never markup, and never wrapped: the names and paths in it copy whole
+    Console(stderr=True, soft_wrap=True).print(f"[bold red]error:[/] {escape(message)}")
     raise typer.Exit(code)
+
+
+def _fail_error(exc: BaseException) -> NoReturn:
+    """Fail with a dpkit error's message worded for the command line (options, not keywords)."""
+    from dpkit.cli._errors import cli_message  # dpkit.cli imports this module: not at the top
+
+    _fail(cli_message(exc))
 
 
 def _open(ledger: str, *, max_grant_epsilon: float | None = None) -> Service:
@@ -51,7 +60,7 @@ def _open(ledger: str, *, max_grant_epsilon: float | None = None) -> Service:
             ledger, max_grant_epsilon=DEFAULT_MAX_GRANT_EPSILON if max_grant_epsilon is None else max_grant_epsilon
         )
     except DPError as exc:
-        _fail(str(exc))
+        _fail_error(exc)
 
 
 def _run(
@@ -65,7 +74,7 @@ def _run(
             result = fn(service)
         except DPError as exc:
             service.audit(actor=_ACTOR, action=action, status=400, outcome=f"error: {exc}"[:1000], detail=facts)
-            _fail(str(exc))
+            _fail_error(exc)
         if not recorded:
             service.audit(actor=_ACTOR, action=action, status=200, outcome="ok", detail=facts)
         return result
@@ -408,7 +417,7 @@ def serve(
         # worker builds its own), so a bad --ledger fails here with a clear message.
         app = create_app(config)
     except DPError as exc:
-        _fail(str(exc))
+        _fail_error(exc)
     if host not in ("127.0.0.1", "localhost", "::1"):
         Console(stderr=True).print(
             f"[yellow]warning:[/] listening on {host}: API keys travel in headers, so serve this only behind TLS"
