@@ -90,7 +90,8 @@ export function renderResult(r, q) {
                 h("td", null, a.column === null || a.column === undefined ? "—" : a.column),
                 h("td", { class: "num" }, fmt(a.epsilon)),
                 h("td", null, a.mechanism === undefined ? "—" : String(a.mechanism)),
-                h("td", { class: "num" }, fmt(a.scale)),
+                // what the number is the scale of: a count's noise, or a mean's own std. dev.
+                h("td", { class: "num", title: a.scale_label === undefined ? "" : String(a.scale_label) }, fmt(a.scale)),
               ),
             ),
           ),
