@@ -124,6 +124,13 @@ class _Sampler:
     def __len__(self) -> int:
         return self.steps_per_epoch
 
+    def _batch_size(self, batch_size: object) -> int:
+        """The (expected) batch size: an integer in [1, population]."""
+        b = v.positive_int(batch_size, "batch_size")
+        if b > self.population:
+            raise InvalidParameterError("batch_size", b, f"an integer in [1, {self.population}] (the dataset size)")
+        return b
+
     def _draw(self) -> np.ndarray:  # pragma: no cover - abstract
         raise NotImplementedError
 
@@ -205,9 +212,7 @@ class PoissonBatchSampler(_Sampler):
         group: DataParallelGroup | None = None,
     ) -> None:
         super().__init__(population, steps_per_epoch, rng, max_physical_batch_size, group)
-        b = v.positive_int(batch_size, "batch_size")
-        if b > self.population:
-            raise InvalidParameterError("batch_size", b, f"an integer in [1, {self.population}] (the dataset size)")
+        b = self._batch_size(batch_size)
         self._q = poisson_rate(b, self.population)
         self.sample_rate: float = float(self._q)
 
@@ -271,9 +276,7 @@ class UniformBatchSampler(_Sampler):
         group: DataParallelGroup | None = None,
     ) -> None:
         super().__init__(population, steps_per_epoch, rng, max_physical_batch_size, group)
-        b = v.positive_int(batch_size, "batch_size")
-        if b > self.population:
-            raise InvalidParameterError("batch_size", b, f"an integer in [1, {self.population}] (the dataset size)")
+        b = self._batch_size(batch_size)
         if self.population >= _TWO32:
             raise InvalidParameterError("population", self.population, "below 2**32 for fixed-size sampling")
         self.batch_size = b
