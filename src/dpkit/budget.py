@@ -79,16 +79,19 @@ def _as_budget_float(value: float | Rational) -> float:
     return value if isinstance(value, float) else to_float_down(Fraction(value))
 
 
-def _exact_epsilon(acc: Accountant, delta: float, eps: float) -> Fraction | None:
-    """The accountant's ε at ``delta`` as an exact fraction (None: unbounded): the exact total
-    where the accountant keeps one (basic composition), else its float answer, an upper bound
-    rounded up, at its exact binary value."""
+def _exact_epsilon(acc: Accountant, delta: float, eps: float) -> tuple[Fraction | None, float]:
+    """The accountant's ε at ``delta`` as an exact fraction (None: unbounded), and the double
+    that shows it. Where the accountant keeps an exact total (basic composition), that total,
+    shown at its decimal value (7/10 as 0.7); else its float answer ``eps``, an upper bound
+    rounded up, at its exact binary value and shown as it is."""
     exact = getattr(acc, "_exact_epsilon", None)
     if callable(exact):
         value = exact(delta)
-        if value is None or isinstance(value, Fraction):
-            return value
-    return Fraction(eps) if math.isfinite(eps) else None
+        if value is None:
+            return None, eps
+        if isinstance(value, Fraction):
+            return value, to_decimal_up(value)
+    return (Fraction(eps) if math.isfinite(eps) else None), eps
 
 
 class Budget:
@@ -258,13 +261,10 @@ class Budget:
         recorded = self._validate(event, count)
         with self._lock:
             runs = self._append(self._runs, recorded)
-            acc, eps, exact = self._price(runs, recorded)
+            acc, eps, exact, shown = self._price(runs, recorded)
             if exact is None or not exact <= self._epsilon_exact:
                 raise self._exceeded(recorded, eps)
             spent_exact = max(self._spent_exact, exact)
-            # An exact total is shown at its decimal value (7/10 as 0.7); a float accountant's
-            # ε is already a rounded-up double and is shown as it is.
-            shown = to_decimal_up(exact) if hasattr(acc, "_exact_epsilon") else eps
             spent_eps = max(self._spent_epsilon, shown)
             spent_delta = max(self._spent_delta, self._delta_at(acc, eps))
             # Nothing below can raise: record.
@@ -285,7 +285,7 @@ class Budget:
         with self._lock:
             runs = self._append(self._runs, recorded)
         try:
-            _, _, exact = self._price(runs, recorded)
+            _, _, exact, _ = self._price(runs, recorded)
         except BudgetExceededError:
             return False
         return exact is not None and exact <= self._epsilon_exact
@@ -314,9 +314,9 @@ class Budget:
 
     def _price(
         self, runs: tuple[tuple[DPEvent, int], ...], event: DPEvent
-    ) -> tuple[Accountant, float, Fraction | None]:
-        """A fresh accountant holding the whole history, and its ε at the budget's δ (rounded up,
-        and exact: :func:`_exact_epsilon`).
+    ) -> tuple[Accountant, float, Fraction | None, float]:
+        """A fresh accountant holding the whole history, and its ε at the budget's δ: rounded up,
+        exact and as shown (:func:`_exact_epsilon`).
 
         Errors from dpkit (unsupported event, neighbour mismatch) pass through unchanged; any
         other failure of the accountant, or an answer that is not a number >= 0, refuses the
@@ -342,12 +342,12 @@ class Budget:
                 self._remaining_text(),
             )
         try:
-            exact = _exact_epsilon(acc, self._delta, float(eps))
+            exact, shown = _exact_epsilon(acc, self._delta, float(eps))
         except Exception as exc:  # a duck-typed accountant's own failure
             raise BudgetExceededError(
                 f"{_short(event)}, which the accountant could not price ({exc!r})", self._remaining_text()
             ) from exc
-        return acc, float(eps), exact
+        return acc, float(eps), exact, shown
 
     def _delta_at(self, acc: Accountant, eps: float) -> float:
         """The accountant's δ at ``eps``, capped at the budget's δ (the budget's δ if it fails)."""

@@ -58,24 +58,24 @@ def to_decimal_down(x: Fraction) -> float:
     hand a part of a mechanism whose parts must not cost more than their exact share ``x``
     (``float(x)`` alone is not enough: the part is charged the decimal its double prints as), and
     how an exact budget is shown (9/10 as 0.9, where the largest double below it is 0.8999...)."""
-    try:
-        f = float(x)
-    except OverflowError:
-        return math.inf
-    while math.isfinite(f) and decimal_fraction(f) > x:
-        f = math.nextafter(f, -math.inf)
-    return f
+    return _step_to_decimal(x, -math.inf)
 
 
 def to_decimal_up(x: Fraction) -> float:
     """A double whose decimal value is >= ``x`` (the nearest one, or the next above): how an exact
     amount spent is shown (7/10 as 0.7, where the smallest double above it is 0.7000000000000001)."""
+    return _step_to_decimal(x, math.inf)
+
+
+def _step_to_decimal(x: Fraction, toward: float) -> float:
+    """The double nearest ``x``, stepped toward ``toward`` (±inf) until its decimal value is on
+    that side of ``x`` (one step at most: the decimal is within half an ulp of its double)."""
     try:
         f = float(x)
     except OverflowError:
         return math.inf
-    while math.isfinite(f) and decimal_fraction(f) < x:
-        f = math.nextafter(f, math.inf)
+    while math.isfinite(f) and (decimal_fraction(f) > x if toward < 0 else decimal_fraction(f) < x):
+        f = math.nextafter(f, toward)
     return f
 
 

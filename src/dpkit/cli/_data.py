@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
-from typing import Annotated, Any
+from typing import Annotated
 
 import typer
 
@@ -95,8 +95,7 @@ def check(
         if csv_options:  # read as `dpkit query` reads it with the same options
             from dpkit.analytics.engines.duckdb import CsvFile, CsvOptions
 
-            given: dict[str, Any] = {k: tuple(v) if isinstance(v, list) else v for k, v in csv_options.items()}
-            source = CsvFile(data, CsvOptions(**given))
+            source = CsvFile(data, CsvOptions(**csv_options))  # CsvOptions checks and freezes them
         report = check_data(source, metadata, table=table)
     except DPError as exc:
         _fail_error(exc, None, 2)  # worded for the command line (options, not keywords)

@@ -13,7 +13,6 @@ from typing import Annotated, Any, NoReturn
 
 import typer
 from rich.console import Console
-from rich.markup import escape
 from rich.table import Table
 
 from dpkit.analytics.limits import QueryLimits
@@ -41,17 +40,19 @@ admin_app = typer.Typer(
 )
 
 
+# The command line's own failure helpers (dpkit.cli imports this module, so they are imported
+# when called, not at the top): text never read as markup, never wrapped, errors worded for the
+# shell (options, not keywords).
 def _fail(message: str, code: int = 1) -> NoReturn:
-    # a message is text, never markup, and never wrapped: the names and paths in it copy whole
-    Console(stderr=True, soft_wrap=True).print(f"[bold red]error:[/] {escape(message)}")
-    raise typer.Exit(code)
+    from dpkit.cli._common import _fail as fail
+
+    fail(message, code)
 
 
 def _fail_error(exc: BaseException) -> NoReturn:
-    """Fail with a dpkit error's message worded for the command line (options, not keywords)."""
-    from dpkit.cli._errors import cli_message  # dpkit.cli imports this module: not at the top
+    from dpkit.cli._common import _fail_error as fail_error
 
-    _fail(cli_message(exc))
+    fail_error(exc)
 
 
 def _open(ledger: str, *, max_grant_epsilon: float | None = None) -> Service:
