@@ -8,14 +8,17 @@ accountant counts. Floating-point noise is also open to Mironov's (2012) attack 
 
 dpkit's default (``noise="lattice"``) releases g·(round(S/g) + Y): the clipped sum snapped to a
 2^k lattice plus *exact* discrete Gaussian integers Y, drawn with ChaCha20 words keyed from the
-operating system — on the gradient's own device, so the sum never leaves it. This script:
+operating system — on the gradient's own device, so the sum never leaves it (on CPU tensors, one
+compiled loop; on accelerators, torch operations). This script:
 
-1. draws the release of a 203,530-coordinate gradient (an MLP 784-256-10) on the device path and
-   on the numpy path from one seeded ChaCha20 stream, and checks they are identical draw for draw;
+1. draws the release of a 203,530-coordinate gradient (an MLP 784-256-10) with the torch
+   operations accelerators run and with the numpy path from one seeded ChaCha20 stream, and
+   checks they are identical draw for draw;
 2. checks the release lies on the lattice and its noise has standard deviation σ·C;
 3. shows the float32 ``torch.randn`` cut-off: the largest |z| in 10^9 draws and how many lie
    beyond 5.77σ, against the number a true Gaussian puts there (about 8);
-4. times the exact release against float32 ``torch.randn`` of the same size.
+4. times the exact release (the default: the compiled CPU loop here) against float32
+   ``torch.randn`` of the same size.
 
 Run:  .venv/bin/python examples/dpsgd_exact_noise.py [--seed N]   (about twenty seconds on 2 cores)
 """
@@ -40,15 +43,16 @@ args = parser.parse_args()
 SIZE, SIGMA, CLIP = 203_530, 1.0, 1.0
 flat = torch.zeros(SIZE, dtype=torch.float64)  # a clipped sum of 0: what is released is the noise
 
-# 1. The device path and the numpy path read one stream and release the same values.
+# 1. The torch-operation path (what accelerators run) and the numpy path read one stream and
+#    release the same values.
 device = dataclasses.replace(
-    LatticeNoise.plan(noise_multiplier=SIGMA, max_grad_norm=CLIP, size=SIZE, max_batch=256), chunk=CHUNK
+    LatticeNoise.plan(noise_multiplier=SIGMA, max_grad_norm=CLIP, size=SIZE, max_batch=256), sampler="torch", chunk=CHUNK
 )
 host = LatticeNoise.plan(noise_multiplier=SIGMA, max_grad_norm=CLIP, size=SIZE, max_batch=256, sampler="host")
 on_device = device.release(flat.clone(), ChaChaStream.keyed(np.random.default_rng(args.seed)))
 on_host = host.release(flat.clone(), ChaChaStream.keyed(np.random.default_rng(args.seed)))
 assert torch.equal(on_device, on_host), "the two samplers must agree draw for draw"
-print(f"1. device and numpy samplers, one ChaCha20 stream: {SIZE:,} identical values")
+print(f"1. torch-operation and numpy samplers, one ChaCha20 stream: {SIZE:,} identical values")
 
 # 2. On the lattice, with the calibrated standard deviation.
 g = device.lattice.granularity

@@ -9,18 +9,23 @@ ALPHA = 1e-6  # every χ² test below falsely fails with probability 1e-6
 
 
 def chi2_pvalue(samples: np.ndarray, support: np.ndarray, pmf: np.ndarray, min_expected: float = 20.0) -> float:
-    """χ² goodness of fit of integer samples to a pmf on ``support`` (tails pooled)."""
+    """χ² goodness of fit of integer samples to a pmf on ``support``. Each tail is pooled into
+    the outermost bin with at least ``min_expected`` expected counts (a bin of its own would have
+    a tiny expectation, and one rare legitimate draw there would fail the test)."""
     n = samples.size
     pmf = pmf / pmf.sum()
     expected = pmf * n
     keep = expected >= min_expected
     lo, hi = support[keep].min(), support[keep].max()
-    inner = (support >= lo) & (support <= hi)
-    counts = np.bincount((np.clip(samples, lo - 1, hi + 1) - (lo - 1)).astype(np.int64), minlength=int(hi - lo + 3))
-    obs = np.concatenate([[counts[0]], counts[1:-1], [counts[-1]]])
-    exp = np.concatenate([[expected[support < lo].sum()], expected[inner], [expected[support > hi].sum()]])
-    mask = exp > 0
-    return float(stats.chisquare(obs[mask], exp[mask] * obs[mask].sum() / exp[mask].sum()).pvalue)
+    if lo == hi:  # one likely value: that value against all the others
+        at = float(expected[support == lo].sum())
+        hits = int((samples == lo).sum())
+        return float(stats.chisquare([hits, n - hits], [at * n / expected.sum(), n - at * n / expected.sum()]).pvalue)
+    counts = np.bincount((np.clip(samples, lo, hi) - lo).astype(np.int64), minlength=int(hi - lo + 1))
+    exp = expected[(support >= lo) & (support <= hi)].copy()
+    exp[0] += expected[support < lo].sum()
+    exp[-1] += expected[support > hi].sum()
+    return float(stats.chisquare(counts, exp * counts.sum() / exp.sum()).pvalue)
 
 
 def binomial_z(successes: int, n: int, p: float) -> float:

@@ -139,3 +139,16 @@ def test_bad_keys_and_requests_are_refused() -> None:
         TorchSource("cpu", 42)
     with pytest.raises(InvalidParameterError, match="n="):
         ChaChaStream(bytes(32), bytes(12)).words(-1)
+
+
+def test_block_readers_read_the_reserved_range() -> None:
+    """take_blocks skips to a block boundary and reserves whole blocks; a reader returns those
+    blocks' words in pieces, across the 2^32-block segment boundary too, equal to words_at."""
+    stream = ChaChaStream(bytes(range(32)), bytes(range(12)), position=8 * (2**32 - 5) - 3)
+    first = stream.take_blocks(12)
+    assert first == 2**32 - 5 and stream.position == 8 * (first + 12)
+    read = stream.reader(first)
+    got = np.concatenate([read(1), read(7), read(4)])
+    assert np.array_equal(got, stream.words_at(8 * first, 96))
+    with pytest.raises(InvalidParameterError, match="blocks"):
+        stream.take_blocks(-1)

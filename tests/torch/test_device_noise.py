@@ -25,6 +25,7 @@ from scipy import special
 
 torch = pytest.importorskip("torch")
 
+from _dgauss import pmf_pvalue  # noqa: E402
 from _stats import ALPHA, binomial_z, chi2_pvalue  # noqa: E402
 from dpkit.errors import InvalidParameterError  # noqa: E402
 from dpkit.noise._exact import exp_neg_bounds  # noqa: E402
@@ -284,10 +285,12 @@ def test_release_is_the_numpy_release_draw_for_draw(shape: tuple[int, ...]) -> N
 
 
 def test_lattice_noise_device_and_host_samplers_agree() -> None:
-    """LatticeNoise's default sampler runs on the gradient's device; with chunk=CHUNK it releases
-    what the numpy path releases for the same stream; its default chunk stays on the lattice."""
-    plan = LatticeNoise.plan(noise_multiplier=1.1, max_grad_norm=0.7, size=203_530, max_batch=256)
-    assert plan.sampler == "device" and plan.chunk is None
+    """LatticeNoise's torch sampler (what accelerators run) with chunk=CHUNK releases what the
+    numpy path releases for the same stream; its default chunk stays on the lattice."""
+    plan = replace(
+        LatticeNoise.plan(noise_multiplier=1.1, max_grad_norm=0.7, size=203_530, max_batch=256), sampler="torch"
+    )
+    assert plan.chunk is None
     flat = torch.from_numpy(awkward_values(203_530, 5)).to(torch.float32).to(torch.float64)
     dev = replace(plan, chunk=CHUNK).release(flat, ChaChaStream(KEY, NONCE))
     host = replace(plan, sampler="host").release(flat, ChaChaStream(KEY, NONCE))
@@ -316,7 +319,7 @@ def test_only_a_few_lanes_visit_the_host(monkeypatch: pytest.MonkeyPatch) -> Non
         return original(t)
 
     monkeypatch.setattr(device_noise, "_host", spy)
-    plan = LatticeNoise.plan(noise_multiplier=1.0, max_grad_norm=1.0, size=200_000, max_batch=256)
+    plan = LatticeNoise.plan(noise_multiplier=1.0, max_grad_norm=1.0, size=200_000, max_batch=256, sampler="torch")
     x = torch.randn(200_000, dtype=torch.float64)
     plan.release(x, np.random.default_rng(3))
     assert 0 < sum(copied) < 0.01 * x.numel()
@@ -329,38 +332,6 @@ def test_secure_release_draws_fresh_noise() -> None:
 
 
 # -- statistics: the PMF, tails, and a broken twin -----------------------------------------------
-
-
-def dgauss_bins(sigma: Fraction) -> tuple[np.ndarray, np.ndarray, int, int]:
-    """(support, probabilities, offset, width): exact PMF on integers, binned by ``width`` for
-    σ > 100; for σ = 2^30 bins of σ/16 whose mass is the normal's over [a − ½, b − ½) (the
-    midpoint rule's relative error is O(σ^-2), below 2^-59)."""
-    s = float(sigma)
-    if s <= 100:
-        support = np.arange(-int(12 * s) - 5, int(12 * s) + 6)
-        return support, np.exp(-(support.astype(float) ** 2) / (2 * s * s)), 0, 1
-    if s < 2**20:
-        w = int(s // 32)
-        support = np.arange(-int(12 * s), int(12 * s) + 1)
-        pmf = np.exp(-(support.astype(float) ** 2) / (2 * s * s))
-        return (
-            np.arange((support.size + w - 1) // w),
-            np.bincount((support - support[0]) // w, weights=pmf),
-            int(support[0]),
-            w,
-        )
-    w = int(s) // 16
-    edges = np.arange(-12 * 16, 12 * 16 + 1) * w
-    probs = np.diff(special.ndtr((edges - 0.5) / s))
-    return np.arange(probs.size), probs, int(edges[0]), w
-
-
-def pmf_pvalue(y: np.ndarray, sigma: Fraction) -> float:
-    support, pmf, offset, w = dgauss_bins(sigma)
-    if w == 1:
-        return chi2_pvalue(y, support, pmf)
-    lo, hi = offset, offset + w * support.size - 1
-    return chi2_pvalue((np.clip(y, lo, hi) - offset) // w, support, pmf)
 
 
 @pytest.mark.parametrize("sigma", SIGMAS, ids=str)

@@ -386,14 +386,30 @@ def gaussian_plan(sigma: Fraction) -> GaussianPlan:
 
 def _gaussian_batch(plan: GaussianPlan, k: int, src: RandomSource) -> NDArray[np.int64]:
     word_a = src.words(k)
+    y, ok = gaussian_decide(plan, word_a, lambda: src.words(k), src)
+    return y[ok]
+
+
+def gaussian_decide(
+    plan: GaussianPlan,
+    word_a: NDArray[np.uint64],
+    word_b: Callable[[], NDArray[np.uint64]],
+    src: RandomSource,
+) -> tuple[NDArray[np.int64], NDArray[np.bool_]]:
+    """Each proposal's value and whether it is accepted, lane by lane, from its words: ``word_a``
+    (32-bit uniform R, sign in the top bit) and, read after R's ties are settled and only when the
+    plan has low bits, ``word_b()`` (the low part and the acceptance prefix). More words of
+    ``src`` settle ties and the exp acceptance's margin, in lane order. Lanes are independent:
+    deciding any subset of proposals gives those lanes' values and decisions."""
+    k = word_a.size
     sign = word_a >> np.uint64(63)
     a = _counts(plan.table, word_a & _MASK32, plan.tail, src)
     jbits = plan.lo_bits
     if jbits:
-        word_b = src.words(k)
+        wb = word_b()
         ubits = 63 - jbits
-        prefix = (word_b >> np.uint64(jbits)) & np.uint64((1 << ubits) - 1)
-        low = (word_b & np.uint64((1 << jbits) - 1)).view(np.int64)
+        prefix = (wb >> np.uint64(jbits)) & np.uint64((1 << ubits) - 1)
+        low = (wb & np.uint64((1 << jbits) - 1)).view(np.int64)
         base = a << np.int64(jbits)
         # γ = low·(2^{J+1}·a + low)/(2σ²). While a < 2^14 both factors are integers below 2^53,
         # so γ̂ carries two roundings plus that of 1/(2σ²): within 2^−50 relative. Larger a has
@@ -415,7 +431,7 @@ def _gaussian_batch(plan: GaussianPlan, k: int, src: RandomSource) -> NDArray[np
         m = a
         ok = np.ones(k, dtype=bool)
     ok &= (sign == 0) | (m != 0)  # reject (−, 0): zero would otherwise be counted twice
-    return np.where(sign == 1, -m, m)[ok]
+    return np.where(sign == 1, -m, m), ok
 
 
 def sample_discrete_gaussian(sigma: Fraction, n: int, src: RandomSource) -> NDArray[np.int64]:

@@ -27,7 +27,8 @@ kernels, which C++ leaves undefined; ``torch.uint32`` has no addition or shifts 
 from __future__ import annotations
 
 import os
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
+from typing import Any
 
 import numpy as np
 from cryptography.hazmat.primitives.ciphers import Cipher, algorithms
@@ -219,12 +220,56 @@ class ChaChaStream:
         return start
 
     def words(self, n: int) -> NDArray[np.uint64]:
-        start = self.take(n)
+        return self.words_at(self.take(n), n)
+
+    def take_blocks(self, blocks: int) -> int:
+        """Reserve ``blocks`` whole 64-byte blocks (8 words each) after skipping to the next block
+        boundary (the skipped words are never used); returns the index of the first block."""
+        if blocks < 0:
+            raise InvalidParameterError("blocks", blocks, "an integer >= 0")
+        self.take(-self._position % 8)
+        return self.take(8 * blocks) // 8
+
+    def reader(self, block: int) -> Callable[[int], NDArray[np.uint64]]:
+        """Reads consecutive reserved blocks from ``block`` on: each call ``read(m)`` returns the
+        next m blocks as 8·m words. One OpenSSL context per reader (none per call), so a thread
+        reading its own range in pieces pays the key setup once."""
+        return _BlockReader(self._key, self._nonce, block).read
+
+    def words_at(self, start: int, n: int) -> NDArray[np.uint64]:
+        """Words ``start``, …, ``start + n − 1`` (reserved with :meth:`take`); reads no state, so
+        threads may read disjoint ranges at once (OpenSSL runs without the GIL)."""
         first, skip = divmod(start, 8)
         return _openssl_blocks(self._key, self._nonce, first, (skip + n + 7) // 8)[skip : skip + n]
 
     def __repr__(self) -> str:
         return f"ChaChaStream(position={self._position})"  # never the key
+
+
+class _BlockReader:
+    """Consecutive blocks of one stream through one OpenSSL context (renewed per 2^32 blocks)."""
+
+    def __init__(self, key: bytes, nonce: bytes, block: int) -> None:
+        self._key, self._nonce, self._block = key, nonce, block
+        self._enc: Any = None
+        self._end = 0  # the first block past the current context's segment
+
+    def read(self, m: int) -> NDArray[np.uint64]:
+        out = np.empty(8 * m, dtype=np.uint64)
+        buf = out.data.cast("B")
+        pos = 0
+        while m:
+            if self._enc is None or self._block >= self._end:
+                seg, ctr = divmod(self._block, _SEGMENT)
+                iv = ctr.to_bytes(4, "little") + _segment_nonce(self._nonce, seg)
+                self._enc = Cipher(algorithms.ChaCha20(self._key, iv), mode=None).encryptor()
+                self._end = (seg + 1) * _SEGMENT
+            step = min(m, self._end - self._block, len(_ZEROS) // 64)
+            self._enc.update_into(memoryview(_ZEROS)[: 64 * step], buf[pos : pos + 64 * step])
+            pos += 64 * step
+            self._block += step
+            m -= step
+        return out
 
 
 class TorchSource:

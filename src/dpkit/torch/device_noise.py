@@ -250,25 +250,35 @@ def _accept_large(dg: DeviceGaussian, cnt: torch.Tensor, word_b: torch.Tensor, s
     return torch.from_numpy(ok).to(cnt.device)
 
 
-def _batch(dg: DeviceGaussian, k: int, src: DeviceSource) -> tuple[torch.Tensor, int]:
-    """The accepted draws among k proposals, in order (discrete._gaussian_batch), and a bound
-    on their magnitude: every |Y| is below (top + 1)·2^J."""
+def _decide(
+    dg: DeviceGaussian, word_a: torch.Tensor, word_b: Callable[[], torch.Tensor], src: DeviceSource
+) -> tuple[torch.Tensor, torch.Tensor, int]:
+    """Each proposal's value and whether it is accepted (discrete.gaussian_decide, lane by lane),
+    and a bound on the values: every |Y| is below (top + 1)·2^J. ``word_b()`` gives the second
+    words, read after the ties of R are settled and only when the plan has low bits, as the
+    numpy sampler reads them."""
     plan = dg.plan
-    word_a = src.words(k)
     cnt, top = _counts(dg, word_a & _MASK32, src)
     sign = word_a >> 63  # −1 where the uint64 word's top bit is set (arithmetic shift), else 0
     jbits = plan.lo_bits
     rejected = None
     if jbits:
-        word_b = src.words(k)
-        rejected = _accept(dg, cnt, word_b, top, src)
-        m = (cnt << jbits).bitwise_or_(word_b & ((1 << jbits) - 1))  # 2^J·A + Lo
+        wb = word_b()
+        rejected = _accept(dg, cnt, wb, top, src)
+        m = (cnt << jbits).bitwise_or_(wb & ((1 << jbits) - 1))  # 2^J·A + Lo
     else:
         m = cnt
     keep = (m != 0).bitwise_or_(sign == 0)  # reject (−, 0): zero would otherwise be counted twice
     if rejected is not None:
         keep[rejected] = False
     y = (m ^ sign).sub_(sign)  # −m where sign = −1 (two's complement), m elsewhere
+    return y, keep, top
+
+
+def _batch(dg: DeviceGaussian, k: int, src: DeviceSource) -> tuple[torch.Tensor, int]:
+    """The accepted draws among k proposals, in order (discrete._gaussian_batch), and a bound
+    on their magnitude: every |Y| is below (top + 1)·2^J."""
+    y, keep, top = _decide(dg, src.words(k), lambda: src.words(k), src)
     return torch.masked_select(y, keep), top
 
 
@@ -342,20 +352,27 @@ def lattice_gaussian_device(
     dev = x.device
     dg = device_gaussian(lattice_sigma, dev)
     size = _chunk(dev, chunk)
-    flat = x.detach().reshape(-1).to(torch.float64)
-    out = torch.empty_like(flat)
-    limit = value_limit(lattice)
-    scale = math.ldexp(1.0, -lattice.exponent)
+    flat = x.detach().reshape(-1)
+    out = torch.empty(flat.shape, dtype=torch.float64, device=dev)
     for s in range(0, flat.numel(), size):
-        # Clamped first (lattice module docstring, "Totality"), then snapped: x·2^-k is exact and
-        # round() rounds half to even, as np.rint.
-        points = torch.nan_to_num(flat[s : s + size], nan=0.0, posinf=limit, neginf=-limit)
-        points = points.clamp_(-limit, limit).mul_(scale).round_()
+        points = snap_points(flat[s : s + size], lattice)
         noise, top = _fill(dg, points.numel(), src, size)
-        part = out[s : s + size]
-        if (top + 1) << dg.plan.lo_bits > 1 << 53 and bool((noise.abs() >= 1 << 53).any()):
-            part.copy_(_add_exactly(points, noise))
-        else:  # both exact doubles: one correctly rounded sum
-            torch.add(points, noise.to(torch.float64), out=part)
-        part.mul_(lattice.granularity)
+        add_noise(points, noise, (top + 1) << dg.plan.lo_bits, lattice, out=out[s : s + size])
     return out.view(x.shape)
+
+
+def snap_points(x: torch.Tensor, lattice: Lattice) -> torch.Tensor:
+    """round(clamp(x)/g) as float64: clamped first (lattice module docstring, "Totality"), NaN
+    to 0, then snapped: x·2^-k is exact and round() rounds half to even, as np.rint."""
+    limit = value_limit(lattice)
+    points = torch.nan_to_num(x.to(torch.float64), nan=0.0, posinf=limit, neginf=-limit)
+    return points.clamp_(-limit, limit).mul_(math.ldexp(1.0, -lattice.exponent)).round_()
+
+
+def add_noise(points: torch.Tensor, noise: torch.Tensor, bound: int, lattice: Lattice, *, out: torch.Tensor) -> None:
+    """out ← g·(points + noise), the sum rounded once; ``bound`` > every |noise|."""
+    if bound > 1 << 53 and bool((noise.abs() >= 1 << 53).any()):
+        out.copy_(_add_exactly(points, noise))
+    else:  # both exact doubles: one correctly rounded sum
+        torch.add(points, noise.to(torch.float64), out=out)
+    out.mul_(lattice.granularity)

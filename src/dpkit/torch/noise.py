@@ -67,7 +67,8 @@ import torch
 from dpkit.errors import InvalidParameterError
 from dpkit.noise.lattice import Lattice, choose_lattice, lattice_gaussian
 from dpkit.noise.source import RNG, RandomSource, resolve_rng
-from dpkit.torch.chacha import TorchSource
+from dpkit.torch import cpu_noise
+from dpkit.torch.chacha import ChaChaStream, TorchSource
 from dpkit.torch.device_noise import lattice_gaussian_device
 
 __all__ = ["NOISE_KINDS", "SAMPLERS", "LatticeNoise", "ContinuousNoise", "make_noise", "summation_slack"]
@@ -83,19 +84,26 @@ def summation_slack(max_batch: int) -> Fraction:
     return 2 * m * (n * _U) / (1 - n * _U)
 
 
-SAMPLERS = ("device", "host")
+SAMPLERS = ("device", "torch", "host")
 
 
 @dataclass(frozen=True)
 class LatticeNoise:
     """Exact discrete Gaussian noise on a 2^k lattice (float64 release).
 
-    ``sampler="device"`` (default) draws and releases on the gradient's own device
-    (:mod:`dpkit.torch.device_noise`, words from :class:`~dpkit.torch.chacha.TorchSource`);
-    ``"host"`` is the numpy path (:func:`dpkit.noise.lattice.lattice_gaussian` on the CPU), kept
-    for cross-checks. ``chunk``: proposals per batch of the device sampler (None: by device
-    type); with ``chunk=dpkit.noise.bernoulli_exp.CHUNK`` the two samplers, reading one
-    :class:`~dpkit.torch.chacha.ChaChaStream`, release the same values draw for draw.
+    ``sampler``: where and how the exact draws are made, all of them exact and floating-point
+    safe, the gradient never copied off its device:
+
+    * ``"device"`` (default): on CPU tensors the fused compiled loop of
+      :mod:`dpkit.torch.cpu_noise` (numba; the torch operations below if numba is missing), on
+      other devices the torch operations of :mod:`dpkit.torch.device_noise`;
+    * ``"torch"``: those torch operations on every device, the CPU included (what accelerators
+      run, checkable on the CPU: with ``chunk=dpkit.noise.bernoulli_exp.CHUNK`` it releases what
+      ``"host"`` releases from one :class:`~dpkit.torch.chacha.ChaChaStream`, draw for draw);
+    * ``"host"``: the numpy path (:func:`dpkit.noise.lattice.lattice_gaussian` on the CPU).
+
+    ``chunk``: proposals per batch of the torch-operation sampler (None: by device type); the CPU
+    loop has its own (:data:`dpkit.torch.cpu_noise.CPU_CHUNK`).
     """
 
     noise_multiplier: float
@@ -112,7 +120,10 @@ class LatticeNoise:
     def __post_init__(self) -> None:
         if self.sampler not in SAMPLERS:
             raise InvalidParameterError(
-                "sampler", self.sampler, "'device' (the gradient's device; the default) or 'host' (numpy, cross-checks)"
+                "sampler",
+                self.sampler,
+                "'device' (the fastest exact path on the gradient's device; the default), 'torch' (torch "
+                "operations on every device) or 'host' (numpy, cross-checks)",
             )
         if self.chunk is not None and (
             isinstance(self.chunk, bool) or not isinstance(self.chunk, int) or self.chunk < 1
@@ -152,6 +163,8 @@ class LatticeNoise:
             x = flat.detach().to(device="cpu", dtype=torch.float64).numpy()
             out = lattice_gaussian(np.ascontiguousarray(x), self.lattice, self.lattice_sigma, resolve_rng(src))
             return torch.from_numpy(out).to(flat.device)
+        if self.sampler == "device" and flat.device.type == "cpu" and cpu_noise.available():
+            return cpu_noise.lattice_gaussian_cpu(flat, self.lattice, self.lattice_sigma, ChaChaStream.keyed(src))
         words = TorchSource(flat.device, src)
         return lattice_gaussian_device(flat, self.lattice, self.lattice_sigma, words, chunk=self.chunk)
 
