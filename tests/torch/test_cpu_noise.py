@@ -76,10 +76,13 @@ class Script:
     def reader(self, block: int):  # noqa: ANN201
         at = [8 * block]
 
-        def read(m: int) -> np.ndarray:
-            out = self.w[at[0] : at[0] + 8 * m].copy()
+        def read(m: int, out: np.ndarray | None = None) -> np.ndarray:
+            got = self.w[at[0] : at[0] + 8 * m]
             at[0] += 8 * m
-            return out
+            if out is None:
+                return got.copy()
+            out[: 8 * m] = got
+            return out[: 8 * m]
 
         return read
 

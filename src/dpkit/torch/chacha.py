@@ -45,6 +45,7 @@ _MASK = 0xFFFFFFFF
 _SEGMENT = 1 << 32  # blocks per nonce: the 32-bit counter's range
 _MAX_WORDS = 8 * _SEGMENT * _SEGMENT  # then the first nonce word would come round again
 _ZEROS = bytes(1 << 20)  # plaintext for OpenSSL: encrypting zeros yields the keystream
+_READ_BLOCKS = 1 << 10  # a reader encrypts 64 KiB of zeros per call: the plaintext stays in cache
 _B_PERM, _B_BACK = [1, 2, 3, 0], [3, 0, 1, 2]  # rows 4–7 → 5, 6, 7, 4 and back (d: the reverse)
 _C_PERM = [2, 3, 0, 1]  # rows 8–11 → 10, 11, 8, 9 (its own inverse)
 _KERNEL_BLOCKS = 1 << 20  # blocks per kernel call on accelerators: (4, 2^20) int64 tensors of 32 MiB
@@ -230,9 +231,9 @@ class ChaChaStream:
         self.take(-self._position % 8)
         return self.take(8 * blocks) // 8
 
-    def reader(self, block: int) -> Callable[[int], NDArray[np.uint64]]:
-        """Reads consecutive reserved blocks from ``block`` on: each call ``read(m)`` returns the
-        next m blocks as 8·m words. One OpenSSL context per reader (none per call), so a thread
+    def reader(self, block: int) -> Callable[..., NDArray[np.uint64]]:
+        """Reads consecutive reserved blocks from ``block`` on: each call ``read(m, out=None)``
+        returns the next m blocks as 8·m words (in ``out`` if given). One OpenSSL context per reader (none per call), so a thread
         reading its own range in pieces pays the key setup once."""
         return _BlockReader(self._key, self._nonce, block).read
 
@@ -254,8 +255,9 @@ class _BlockReader:
         self._enc: Any = None
         self._end = 0  # the first block past the current context's segment
 
-    def read(self, m: int) -> NDArray[np.uint64]:
-        out = np.empty(8 * m, dtype=np.uint64)
+    def read(self, m: int, out: NDArray[np.uint64] | None = None) -> NDArray[np.uint64]:
+        """The next m blocks as 8·m words, into ``out`` (at least 8·m words) if given."""
+        out = np.empty(8 * m, dtype=np.uint64) if out is None else out[: 8 * m]
         buf = out.data.cast("B")
         pos = 0
         while m:
@@ -264,7 +266,7 @@ class _BlockReader:
                 iv = ctr.to_bytes(4, "little") + _segment_nonce(self._nonce, seg)
                 self._enc = Cipher(algorithms.ChaCha20(self._key, iv), mode=None).encryptor()
                 self._end = (seg + 1) * _SEGMENT
-            step = min(m, self._end - self._block, len(_ZEROS) // 64)
+            step = min(m, self._end - self._block, _READ_BLOCKS)
             self._enc.update_into(memoryview(_ZEROS)[: 64 * step], buf[pos : pos + 64 * step])
             pos += 64 * step
             self._block += step

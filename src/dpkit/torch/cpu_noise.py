@@ -1,47 +1,53 @@
 """The exact lattice release on CPU tensors in one compiled pass: words, decisions and release fused.
 
 :mod:`dpkit.torch.device_noise` runs the exact discrete Gaussian as about thirty whole-tensor
-torch operations per batch (gathers, masks, a compaction); on a GPU they are cheap, on the CPU
-each is a pass over memory, and the release ran at about 0.09× float32 ``torch.randn``. Here the
-same per-proposal decisions run in one loop compiled by numba (``nogil``), chunk by chunk on
-torch's worker count of threads, each thread reading its own range of the ChaCha20 stream from
-OpenSSL (which also runs without the GIL) and writing the release g·(round(clamp(x)/g) + Y)
-directly:
+torch operations per batch (gathers, masks, a compaction). On a GPU they are cheap; on the CPU
+each is a pass over memory, and the release ran at 0.09–0.17× float32 ``torch.randn``. Here the
+same per-proposal decisions run in one loop compiled by numba (``nogil``), chunk by chunk, on
+torch's thread count of threads, each thread reading its own range of the ChaCha20 stream from
+OpenSSL (which also runs without the GIL) and writing the release g·(round(clamp(x)/g) + Y):
 
-* proposal i of a chunk of k reads word_a = word s + i and word_b = word s + k + i of the chunk's
-  range (2k words, reserved from the stream before any is read) and is decided exactly as
-  :func:`~dpkit.torch.device_noise._decide` decides it: the 32-bit uniform R against the
-  certified inversion thresholds through the 2^16-bucket guide table, the acceptance prefix
-  against the certified integer prefix limit, the sign from the top bit. Integer operations only;
-* the loop *flags* every lane that :func:`~dpkit.torch.device_noise._decide` would send to the
-  host (a tie with a threshold, a crowded bucket, a prefix above its limit — about 4·10^-3 of the
-  lanes), the (−, 0) proposals it rejects, and, in a release, noise of 2^53 or more (whose sum
-  with the point is computed in exact integers). After all chunks, the flagged lanes alone are
-  decided by :func:`~dpkit.torch.device_noise._decide` itself (the same code the accelerators
-  run, reading more words of the same stream, after the reserved range, in lane order), and
-  the ones it rejects take a fresh exact draw (:func:`~dpkit.torch.device_noise._fill`).
+* the chunks' words are reserved up front in whole blocks (:meth:`ChaChaStream.take_blocks`);
+  chunk j reads its own blocks at a fixed offset, so the result does not depend on how many
+  threads run. A proposal uses 96 bits (:func:`chunk_words`): a 32-bit uniform R (two per word)
+  and a word_b whose top bit is the sign and whose 63 low bits are the low part and the
+  acceptance prefix — the bits the numpy sampler reads from its (word_a, word_b) pair
+  (:func:`proposal_words` maps one layout onto the other);
+* R is counted with one load from a 256 KiB table (:func:`_bucket_table`): for the 2^16-bucket
+  of R, the count at its top, whether the next threshold lies in it and that threshold's low 16
+  bits. R in the crowded buckets (far tails, about 2·10^-3 of lanes) is counted by bisection
+  over all thresholds. The acceptance prefix is compared with the certified integer limit of
+  :mod:`dpkit.torch.device_noise` (``_prefix_limits``). Integer operations only;
+* the loop *lists* the lanes those integer tests do not decide: a tie with a threshold, a prefix
+  above its limit (about 1.6·10^-3 of the lanes), the (−, 0) proposal the sampler rejects, and
+  in a release noise of 2^53 or more (added to the point in exact integers). After all chunks the
+  listed lanes alone are decided by the numpy sampler's own per-lane decision,
+  :func:`dpkit.noise.discrete.gaussian_decide`, reading more words of the same stream after the
+  reserved range in lane order; the lanes it rejects take fresh exact draws of their own (this
+  module again, about 10^-3 of the lanes per round).
 
-Why this is exact. Every proposal is decided exactly, by the integer tests whose certificates
-:mod:`dpkit.torch.device_noise` proves, or by the exact host routines. Coordinate i's value is the
-first accepted proposal of its own i.i.d. sequence (its lane, then fresh draws if rejected), so
-each coordinate is exactly discrete Gaussian and the coordinates are independent; which lanes
-were flagged is a function of the proposal's own words, never of x. The numpy sampler keeps the
-first n accepted proposals of one sequence instead: the same distribution, a different
-assignment of proposals to coordinates, so the draws are not those of the numpy sampler; tests
-check the loop against :func:`~dpkit.torch.device_noise._decide` lane for lane (random words at
-several σ and scripted words on every rare path) and the output against the PMF.
+Why this is exact. Every proposal is decided exactly: by integer tests whose certificates
+:mod:`dpkit.torch.device_noise` proves, or by the exact numpy routines. Coordinate i's value is
+the first accepted proposal of its own i.i.d. sequence (its lane, then fresh draws if rejected),
+so each coordinate is exactly discrete Gaussian and the coordinates are independent; whether a
+lane is listed is a function of the proposal's own words, never of x. The numpy sampler keeps
+the first n accepted proposals of one sequence instead: the same distribution, another
+assignment of proposals to coordinates, so the draws are not the numpy sampler's. The tests
+compare the loop draw for draw with an oracle built from ``gaussian_decide`` alone (random words
+from σ = 0.5 to 2^52 and scripted words on every rare path) and the output with the PMF.
 
 The release arithmetic is the lattice module's, operation for operation: x clamped to
-±value_limit (NaN → 0, ±inf → the limit), x·2^-k (exact), rounded half to even (``np.rint``, the
-rounding mode numba compiles to), one correctly rounded float64 sum with the exactly
-representable noise, × g. numba compiles without fast-math, so no contraction into fused
-multiply-adds (the products are by powers of two anyway). Nothing is approximated; nothing is
-added to δ. Time does not depend on x: the loop's branches depend only on the words.
+±value_limit (NaN → 0, ±inf → the limit), x·2^-k (exact), rounded half to even (``np.rint``),
+one correctly rounded float64 sum with the exactly representable noise, × g. numba compiles
+without fast-math, so nothing is contracted into fused multiply-adds. Nothing is approximated;
+nothing is added to δ. The loop's branches and its time depend on the words, never on x.
 
-numba is a dependency of the ``torch`` extra; without it :func:`available` is False and
-:class:`~dpkit.torch.noise.LatticeNoise` uses the torch operations of
-:mod:`dpkit.torch.device_noise` on the CPU too (exact, slower). The first call in a process
-loads numba (about 0.4 s) and the compiled loop, cached on disk after the first compilation.
+Cost on the 2-core benchmark machine: about 7 ns of CPU time per value — ChaCha20 about 2 ns
+(96 bits), the decision about 3.5 ns (scalar: LLVM does not vectorise the table loads), the
+release 0.8 ns. numba is a dependency of the ``torch`` extra; without it :func:`available` is
+False and :class:`~dpkit.torch.noise.LatticeNoise` uses the torch operations on the CPU too
+(exact, slower). The first call in a process imports numba and loads the compiled loop from
+numba's on-disk cache (compiled once, about 1 s).
 """
 
 from __future__ import annotations
@@ -88,8 +94,9 @@ class SeekableSource(Protocol):
         """Reserve the next ``blocks`` blocks (from the next block boundary); the first's index."""
         ...
 
-    def reader(self, block: int) -> Callable[[int], NDArray[np.uint64]]:
-        """Reads consecutive reserved blocks from ``block`` on, m blocks (8·m words) per call."""
+    def reader(self, block: int) -> Callable[..., NDArray[np.uint64]]:
+        """Reads consecutive reserved blocks from ``block`` on: ``read(m, out)`` gives the next m
+        blocks (8·m words), written into ``out``."""
         ...
 
     def words(self, n: int) -> NDArray[np.uint64]:
@@ -309,11 +316,12 @@ def _run(
     def lanes(lo: int, hi: int) -> list[_Flagged]:
         found = []
         read = stream.reader(first + (lo // chunk) * blocks)
+        words = np.empty(8 * blocks, dtype=np.uint64)  # reused by every chunk of this range
         buf = np.empty(chunk, dtype=np.int64)
         y = np.empty(chunk, dtype=np.int64) if x is not None else None
         for s in range(lo, hi, chunk):
             k = min(chunk, n - s)
-            w = read(-(-chunk_words(k) // 8))
+            w = read(-(-chunk_words(k) // 8), words)
             ys = result[s : s + k] if y is None else y[:k]
             nf = decide(w.view(np.int64), k, tab.bucket, tab.thresholds, tab.check_from, jbits,
                         tab.crowded_below, bigcheck, ys, buf)  # fmt: skip
@@ -329,8 +337,11 @@ def _run(
     ranges = [(lo, min(n, lo + per)) for lo in range(0, n, per)] if n else []
     if len(ranges) <= 1:
         found = lanes(0, n)
-    else:
-        found = [f for part in _pool(workers).map(lambda r: lanes(*r), ranges) for f in part]
+    else:  # this thread takes the first range itself: one wake-up fewer
+        rest = [_pool(workers).submit(lanes, *r) for r in ranges[1:]]
+        found = lanes(*ranges[0])
+        for job in rest:
+            found += job.result()
     if not found:
         empty = np.empty(0, dtype=np.uint64)
         return result, (np.empty(0, dtype=np.intp), empty, empty)
@@ -400,8 +411,16 @@ def lattice_gaussian_cpu(
     lanes = flagged[0]
     if lanes.size:
         noise, top = _settle(tab, flagged, stream, size, threads)
-        fixed = torch.empty(lanes.size, dtype=torch.float64)
-        points = snap_points(torch.from_numpy(flat[lanes]), lattice)
-        add_noise(points, torch.from_numpy(noise), (top + 1) << tab.plan.lo_bits, lattice, out=fixed)
-        out[lanes] = fixed.numpy()
+        fixed = np.empty(lanes.size, dtype=np.float64)
+        if (top + 1) << tab.plan.lo_bits <= 1 << 53:  # exact doubles: the loop's own arithmetic
+            compiled = _compiled()
+            assert compiled is not None
+            scale = math.ldexp(1.0, -lattice.exponent)
+            compiled[1](flat[lanes], noise, value_limit(lattice), scale, lattice.granularity, fixed)
+        else:
+            points = snap_points(torch.from_numpy(flat[lanes]), lattice)
+            add_noise(
+                points, torch.from_numpy(noise), (top + 1) << tab.plan.lo_bits, lattice, out=torch.from_numpy(fixed)
+            )
+        out[lanes] = fixed
     return torch.from_numpy(out).view(x.shape)

@@ -21,23 +21,18 @@ for layers with several positions per example (convolutions, sequences), the flo
 matrices of the ghost norm and the summation over positions inside the book-keeping product
 (Casacuberta et al. 2022 study this class of issue).
 
-Where, and the cost. The noise is drawn and added on the gradient's own device
-(:mod:`dpkit.torch.device_noise`; ``sampler="host"`` keeps the numpy path for cross-checks): the
-exact sampler's batches are torch tensors, its certified thresholds integer tables copied to the
-device once per σ, and only the lanes that integer comparisons cannot decide (about 3·10^-3:
-ties, crowded buckets, the margin of the exp acceptance) go to the host, where the unchanged
-exact routines finish them with more bits of the same ChaCha20 stream. The gradient never
-leaves its device and nothing is approximated. Words: ChaCha20 in torch integer operations on
-accelerators (:mod:`dpkit.torch.chacha`), OpenSSL's identical keystream on the CPU. Measured on
-the 2-core machine of the benchmarks (torch 2.13 CPU, 2 threads): about 38 million values per
-second for the whole release (26 ns per parameter per step), 1.45× the numpy path (26.5 M/s;
-on one thread the two are within 10 %) and 0.09–0.21× float32 ``torch.randn`` (420 M/s at
-203,530 values, 185 M/s at 10^7): about 5.3 ms a step for the 203,530 parameters of an MLP
-784-256-10, 1 ms for the 26,010 of Opacus's MNIST CNN (small tensors are overhead-bound, as with
-numpy). On a GPU the ChaCha20 kernel dominates: about 540 unfused elementwise torch operations
-per call on (4, blocks) int64 tensors (not measured here). Drawing numpy noise ahead in a worker
-thread did not help on 2 cores (numpy holds the GIL between vector operations; torch's own
-threads spin on the cores a worker needs).
+Where, and the cost. The noise is drawn and added on the gradient's own device; the gradient
+never leaves it and nothing is approximated. On CPU tensors (:mod:`dpkit.torch.cpu_noise`) the
+exact sampler and the release are one loop compiled by numba, run on torch's thread count, each
+thread reading its own range of one ChaCha20 stream from OpenSSL; on accelerators
+(:mod:`dpkit.torch.device_noise`) they are torch integer operations, the ChaCha20 block function
+included (:mod:`dpkit.torch.chacha`), with the certified integer thresholds copied to the device
+once per σ. The lanes integer comparisons cannot decide (ties, the margin of the exp acceptance:
+about 1.6·10^-3 of them in the CPU loop, 4·10^-3 on a device, which also sends the crowded
+buckets) are finished by the unchanged exact CPU routines with more bits of the same
+stream. Measured on the 2-core machine of the benchmarks (torch 2.13 CPU): see BENCHMARKS.md,
+"DP-SGD: noise"; the loop needs about 7 ns of CPU time per value (2 ns of it ChaCha20), a
+whole-tensor operation sampler about 25 ns.
 
 ``noise="continuous"`` (opt-in, fast, *not* floating-point safe). N(0, σ²C²) by Box–Muller on
 words from dpkit's source (the CSPRNG unless ``rng`` is given) with float64 radii, added to the
