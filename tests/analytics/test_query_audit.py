@@ -36,8 +36,8 @@ def tables() -> tuple[pd.DataFrame, pd.DataFrame]:
 class UnboundedEngine(DuckDBEngine):
     """A broken engine: ignores the privacy unit, so nothing bounds a person's rows."""
 
-    def aggregate(self, plan):  # type: ignore[no-untyped-def]
-        return super().aggregate(replace(plan, unit=None))
+    def compute(self, plan):  # type: ignore[no-untyped-def]
+        return super().compute(replace(plan, unit=None))
 
 
 def sampler(engine_cls):  # type: ignore[no-untyped-def]

@@ -172,7 +172,7 @@ def test_refusals_never_reach_the_engine(tmp_path: Path, sql: str, kwargs: dict[
     """With the budget spent, every query is refused (or rejected as invalid) without a single
     engine call — so the refusal's content and timing cannot depend on the data."""
     calls: list[str] = []
-    for name in ("aggregate", "values"):
+    for name in ("compute",):
         real = getattr(DuckDBEngine, name)
         monkeypatch.setattr(DuckDBEngine, name, lambda self, plan, _real=real, _n=name: (calls.append(_n), _real(self, plan))[1])
     make = csv_sessions(tmp_path, ODD_PEOPLE[0], epsilon=1e-3)
@@ -245,7 +245,7 @@ def test_refusal_does_not_depend_on_how_many_rows_match(monkeypatch: pytest.Monk
     """The issue's timing case (1 row vs 150,000 rows for pid 7), checked by instrumenting the
     engine rather than by timing: with the budget spent, the engine is never called."""
     calls: list[int] = []
-    monkeypatch.setattr(DuckDBEngine, "aggregate", lambda self, plan: calls.append(1))
+    monkeypatch.setattr(DuckDBEngine, "compute", lambda self, plan: calls.append(1))
     seen = []
     for rows in (1, 150_000):
         df = pd.DataFrame({"pid": np.r_[np.full(rows, 7), np.arange(100, 1100)], "age": 40})
@@ -264,7 +264,7 @@ def test_a_failure_after_the_debit_is_generic_and_paid(monkeypatch: pytest.Monke
     def boom(self: DuckDBEngine, plan: Any) -> None:
         raise RuntimeError("Original Line: 30000,SECRET-ZIP-9,44")
 
-    monkeypatch.setattr(DuckDBEngine, "aggregate", boom)
+    monkeypatch.setattr(DuckDBEngine, "compute", boom)
     s = dp.Session(base_people(), budget=dp.Budget(epsilon=1.0), metadata=META)
     with caplog.at_level("ERROR", logger="dpkit.curator"), pytest.raises(QueryFailedError) as info:
         s.count(epsilon=0.25)

@@ -206,14 +206,19 @@ def test_bounds_bind_and_nulls_are_skipped(engines):
 
 
 @pytest.mark.parametrize("name", list(VALUE_PLANS))
-def test_values_match_duckdb(engines, name):
+def test_quantile_cells_match_duckdb(engines, name):
+    """The aggregates and the quantile cell counts of one pass are DuckDB's, cell for cell."""
     plan = VALUE_PLANS[name]
-    got = engines["spark"].values(plan)
-    want = engines["duckdb"].values(plan)
-    for i in range(len(plan.values)):
-        assert got[f"x{i}"].dtype == np.float64
-    assert len(got) > 0
-    _assert_same(got, want, list(got.columns))
+    agg, got = engines["spark"].compute(plan)
+    want_agg, want = engines["duckdb"].compute(plan)
+    keys = [f"g{i}" for i in range(len(plan.groups))]
+    _assert_same(agg, want_agg, keys)
+    if not plan.values:
+        assert got is None and want is None
+        return
+    assert got is not None and want is not None and len(got) > 0
+    assert got.dtypes["__cell"] == np.int64 and got.dtypes["rows"] == np.int64
+    _assert_same(got, want, [*keys, "__k", "__cell"])
 
 
 @pytest.mark.parametrize("plan", [AGG_PLANS["ungrouped"], AGG_PLANS["two_keys"], AGG_PLANS["bins"], AGG_PLANS["unit_none_ungrouped"]], ids=["ungrouped", "two_keys", "bins", "unit_none"])
@@ -222,7 +227,10 @@ def test_empty_table_matches_duckdb(engines, plan):
     _assert_same(got, engines["duckdb_empty"].aggregate(plan), [f"g{i}" for i in range(len(plan.groups))])
     assert len(got) == (0 if plan.groups else 1)
     vplan = VALUE_PLANS["grouped_with_sum"]
-    _assert_same(engines["spark_empty"].values(vplan), engines["duckdb_empty"].values(vplan), ["g0", "x0"])
+    got_cells, want_cells = engines["spark_empty"].compute(vplan)[1], engines["duckdb_empty"].compute(vplan)[1]
+    assert got_cells is not None and want_cells is not None and len(got_cells) == len(want_cells) == 0
+    ungrouped = _plan(sums=(CX,), values=(ValueSpec("w", 0.0, 10.0, 10),))
+    _assert_same(engines["spark_empty"].compute(ungrouped)[0], engines["duckdb_empty"].compute(ungrouped)[0], [])
 
 
 @pytest.mark.parametrize("groups", [(), ("s",), ("s", "t"), (GroupKey("x", (0.0, 5.0, 10.0)), "b")], ids=["ungrouped", "one_key", "two_keys", "bins_bool"])
@@ -235,7 +243,8 @@ def test_fast_priorities_keep_the_bounds(engines, groups):
     assert got["rows"].sum() <= engines["n_units"] * max_groups * max_rows
     free = engines["duckdb"].aggregate(_plan(groups=groups, max_groups=10**6, max_rows=10**6))  # same rows on Spark (parity above)
     assert got["rows"].sum() < free["rows"].sum()  # the bounds bind
-    assert len(engines["spark"].values(plan)) == got["rows"].sum()
+    cells = engines["spark"].compute(plan)[1]
+    assert cells is not None and cells["rows"].sum() <= got["rows"].sum()  # NaN w is not counted
 
 
 def test_schema_kinds(spark):
@@ -395,10 +404,12 @@ def test_bound_messy_table_matches_duckdb(spark):
         sp.bind(MESSY_TYPES, strip_strings=True)
         got = {name: sp.aggregate(plan) for name, plan in MESSY_PLANS.items()}
         vplan = _plan(unit="uid", groups=("sex",), max_groups=2, max_rows=2, values=(ValueSpec("age", 20.0, 80.0),))
-        got_values = sp.values(vplan)
+        got_cells = sp.compute(vplan)[1]
     for name, plan in MESSY_PLANS.items():
         _assert_same(got[name], duck.aggregate(plan), [f"g{i}" for i in range(len(plan.groups))])
-    _assert_same(got_values, duck.values(vplan), ["g0", "x0"])
+    want_cells = duck.compute(vplan)[1]
+    assert got_cells is not None and want_cells is not None and len(got_cells) > 0
+    _assert_same(got_cells, want_cells, ["g0", "__k", "__cell"])
     # the rules did what they say (not a vacuous parity): ' Male' is 'Male', 'male' and 'Other'
     # are no declared key, text/NaN/inf/overflow are NULL, '3.5' is no integer, 'maybe' no boolean
     per_row = got["per_row"]
@@ -452,3 +463,24 @@ def test_session_on_an_ansi_spark_table(spark):
     assert table["count"].sum() == pytest.approx(60, abs=1)
     # per sex: 30 rows; amounts 12 / 30 / 7.5 are numbers, 'N/A', 'abc' and NULL are not
     assert table["sum_amount"].sum() == pytest.approx(10 * (12 + 30 + 7.5), abs=1)
+
+
+@pytest.mark.parametrize("rows", [20_000, 200_000])
+def test_a_median_collects_counts_not_rows(spark, monkeypatch, rows):
+    """What reaches the driver for a quantile plan is the grouped frame of one job: at most
+    groups·(2m + 1) + groups rows, whatever the number of rows (PySpark has no listener API
+    for task result sizes; the collected frame is what the tasks' results become)."""
+    collected = []
+    original = SparkEngine._run
+
+    def counted(build):
+        frame = original(build)
+        collected.append(len(frame))
+        return frame
+
+    monkeypatch.setattr(SparkEngine, "_run", staticmethod(counted))
+    df = spark.range(rows).select((F.col("id") % 997).alias("u"), (F.col("id") % 3).alias("g"), F.rand(7).alias("x"))
+    plan = _plan(unit="u", groups=("g",), max_groups=3, max_rows=50, sums=(), values=(ValueSpec("x", 0.0, 1.0, 64),))
+    frame, cells = SparkEngine(df).compute(plan)
+    assert len(collected) == 1 and collected[0] <= 3 * (2 * 64 + 1) + 3 < rows
+    assert cells is not None and int(cells["rows"].sum()) == int(frame["rows"].sum())

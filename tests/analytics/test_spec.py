@@ -125,6 +125,9 @@ def test_execute_pays_before_the_engine_runs() -> None:
         def aggregate(self, plan: object) -> None:
             raise AssertionError("the engine ran before the debit")
 
+        def compute(self, plan: object) -> None:
+            raise AssertionError("the engine ran before the debit")
+
     with pytest.raises(BudgetExceededError):
         execute(price(QuerySpec(aggregates=(Sum("age"),), options=QueryOptions(epsilon=1.0)), s._declared), Untouchable(), s._payer, None)  # type: ignore[arg-type]
 

@@ -34,8 +34,8 @@ from dpkit.analytics.plan import AggregationPlan, SumSpec
 from dpkit.analytics.pricing import Priced, Sizes
 from dpkit.analytics.results import AggregateInfo, QueryResult
 from dpkit.errors import LedgerError, QueryFailedError
+from dpkit.mechanisms.candidate_quantile import CandidateQuantile
 from dpkit.mechanisms.laplace import Geometric
-from dpkit.mechanisms.quantiles import Quantile as QuantileMechanism
 from dpkit.noise.integers import uniform_below
 from dpkit.noise.source import RNG, RandomSource, is_seeded, resolve_rng
 
@@ -109,8 +109,8 @@ def _release_all(
     p: Priced, plan: AggregationPlan, engine: Engine, payer: Payer, src: RandomSource, rng: RNG, spend_id: int | None
 ) -> QueryResult:
     t, built, opts = p.table, p.built, p.options
-    frame = _keyed(p, engine.aggregate(plan))
-    vals = engine.values(plan) if plan.values else None
+    computed, cells = engine.compute(plan)  # one bounding pass: aggregates and quantile cell counts
+    frame = _keyed(p, computed)
     beta = 1.0 - opts.confidence
     keys_mode = "none"
     truncated = False
@@ -143,7 +143,7 @@ def _release_all(
         eps_i = opts.epsilon * p.split[i]
         if what == "quantile":
             mech_q, ev_q = payload
-            est = _quantiles(p, mech_q, frame, vals, p.uses[i]["values"], src)
+            est = _quantiles(p, mech_q, frame, cells, p.uses[i]["values"], src)
             out[name], out[f"{name}_low"], out[f"{name}_high"] = est, np.nan, np.nan
             infos.append(
                 AggregateInfo(name, spec.kind, spec.column, eps_i, 0.0, "exponential", math.nan, math.nan, ev_q)
@@ -377,27 +377,39 @@ def _largest(sd: np.ndarray) -> float:
 
 
 def _quantiles(
-    p: Priced, mech: QuantileMechanism, frame: pd.DataFrame, vals: pd.DataFrame | None, col: str, src: RandomSource
+    p: Priced, mech: CandidateQuantile, frame: pd.DataFrame, cells: pd.DataFrame | None, k: int, src: RandomSource
 ) -> np.ndarray:
-    assert vals is not None
+    """One draw per released group (an empty group too: all its counts are 0), from the engine's
+    cell counts of value spec k: #{x < c_j} is the count in cells below 2j, #{x > c_j} above it."""
+    assert cells is not None
+    spec = p.plan.values[k]
+    size = 2 * spec.cells + 1
     gcols = [f"g{j}" for j in range(len(p.built.groups))]
-    x = vals[[*gcols, col]].dropna(subset=[col])
+    mine = cells[cells["__k"].to_numpy() == k]
+    empty = np.zeros(size, dtype=np.int64)
+
+    def dense(part: pd.DataFrame) -> np.ndarray:
+        counts = np.zeros(size, dtype=np.int64)
+        np.add.at(counts, part["__cell"].to_numpy(dtype=np.int64), part["rows"].to_numpy(dtype=np.int64))
+        return counts
+
     if not gcols:
-        return np.array([_quantile_one(mech, x[col].to_numpy(), src)])
+        return np.array([_quantile_one(mech, dense(mine), src)])
     groups = {
-        k if isinstance(k, tuple) else (k,): g[col].to_numpy() for k, g in x.groupby(gcols, dropna=False, sort=False)
+        key if isinstance(key, tuple) else (key,): dense(g) for key, g in mine.groupby(gcols, dropna=False, sort=False)
     }
-    empty = np.zeros(0)
     out = np.empty(len(frame))
     for r, key in enumerate(frame[gcols].itertuples(index=False, name=None)):  # one draw per released group
         out[r] = _quantile_one(mech, groups.get(tuple(key), empty), src)
     return out
 
 
-def _quantile_one(mech: QuantileMechanism, x: np.ndarray, src: RandomSource) -> float:
-    # An empty group must still get its draw (uniform on the lattice), which ``release`` refuses.
-    clipped = np.clip(np.asarray(x, dtype=np.float64), mech.lower, mech.upper)
-    return mech.release_clipped(clipped, rng=src)
+def _quantile_one(mech: CandidateQuantile, counts: np.ndarray, src: RandomSource) -> float:
+    cum = np.cumsum(counts)
+    total = int(cum[-1])
+    below = np.concatenate([[0], cum[1::2]])  # cells 0 … 2j − 1
+    above = total - cum[0::2]  # cells 2j + 1 …
+    return mech.release_counts(below, above, rng=src)
 
 
 def _keyed(p: Priced, frame: pd.DataFrame) -> pd.DataFrame:

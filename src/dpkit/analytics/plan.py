@@ -21,6 +21,9 @@ import math
 from dataclasses import dataclass
 from typing import Literal
 
+import numpy as np
+from numpy.typing import NDArray
+
 __all__ = [
     "Compare",
     "InList",
@@ -35,7 +38,10 @@ __all__ = [
     "ValueSpec",
     "AggregationPlan",
     "quantize_spec",
+    "quantile_grid",
+    "grid_points",
     "GRID_STEPS",
+    "QUANTILE_GRID",
 ]
 
 Literal_ = str | int | float | bool
@@ -157,13 +163,55 @@ def quantize_spec(
     return SumSpec(name, column, lower, upper, center, grid_exp, bound, square, shift)
 
 
+#: Intervals of a quantile's candidate grid over a declared range (unit steps for integer bounds
+#: at most this far apart): 2·4096 + 1 cells per group at most.
+QUANTILE_GRID = 4096
+
+
+def quantile_grid(lower: float, upper: float) -> int:
+    """m, the number of intervals of the candidate grid c_j = lower + j·(upper − lower)/m,
+    j = 0..m, from the declared bounds alone: the integers of [lower, upper] when the bounds are
+    integers at most QUANTILE_GRID apart, else QUANTILE_GRID (halved while two grid points would
+    coincide in floating point)."""
+    width = upper - lower
+    if float(lower).is_integer() and float(upper).is_integer() and 1 <= width <= QUANTILE_GRID:
+        return int(width)
+    m = QUANTILE_GRID
+    while m > 1 and np.unique(grid_points(lower, upper, m)).size < m + 1:
+        m //= 2
+    return m
+
+
+def grid_points(lower: float, upper: float, m: int) -> NDArray[np.float64]:
+    """The candidates c_j = lower + j·(upper − lower)/m, j = 0..m (the last one is ``upper``)."""
+    points = lower + np.arange(m + 1, dtype=np.float64) * ((upper - lower) / m)
+    points[-1] = upper
+    return points
+
+
 @dataclass(frozen=True)
 class ValueSpec:
-    """The clipped values of a column, per kept row (for quantiles, computed in dpkit)."""
+    """A quantile's counts: for each kept row with a non-null value x, clipped to [lower, upper],
+    its cell on the candidate grid of ``cells`` intervals (:func:`quantile_grid`), counted per
+    group inside the engine — no value leaves it. With t = (x − lower)·cells/(upper − lower),
+    cell = 2·⌊t⌋ when t is a whole number (x is a candidate), 2·⌊t⌋ + 1 when it lies strictly
+    between two, capped at 2·cells. A row lands in exactly one cell, so each row moves one count by
+    one whatever its value (how t rounds changes accuracy, never the sensitivity);
+    #{x < c_j} is the count of cells below 2j, #{x > c_j} of cells above it."""
 
     column: str
     lower: float
     upper: float
+    cells: int = QUANTILE_GRID
+
+    @property
+    def scale(self) -> float:
+        """cells / (upper − lower): t = (x − lower)·scale."""
+        return self.cells / (self.upper - self.lower)
+
+    @property
+    def candidates(self) -> NDArray[np.float64]:
+        return grid_points(self.lower, self.upper, self.cells)
 
 
 @dataclass(frozen=True)
@@ -173,7 +221,9 @@ class AggregationPlan:
     Output (one row per group key present after bounding; one row in all when ``groups`` is
     empty): the group key columns ``g0, g1, ...``, ``rows`` (kept rows), ``units`` (distinct units
     among them), and for each :class:`SumSpec` ``<name>`` (exact integer sum) and ``<name>_n``
-    (non-null count).
+    (non-null count). With ``values`` (quantiles), also the cell counts: one row per group, value
+    spec ``__k`` and occupied cell ``__cell`` with its count ``rows`` — from the same bounded rows,
+    in the same pass (:meth:`~dpkit.analytics.engines.base.Engine.compute`).
     """
 
     unit: str | None
@@ -183,7 +233,7 @@ class AggregationPlan:
     max_groups: int
     max_rows: int
     sums: tuple[SumSpec, ...]
-    values: tuple[ValueSpec, ...]  # clipped values fetched by Engine.values (quantiles)
+    values: tuple[ValueSpec, ...]  # quantiles: cell counts per group (Engine.compute)
     salt: int  # keys the row and group priorities; drawn from the session's randomness
     portable: bool = False  # md5 priorities, identical on every engine (slower)
 

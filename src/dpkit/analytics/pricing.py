@@ -16,8 +16,9 @@ centred sum         G·R·(U − L)/2         √G·R·(U − L)/2
 =================  ====================  ======================
 
 on the quantisation grid of :mod:`dpkit.analytics.plan`, exactly. Quantiles use the exponential
-mechanism per group with ε/(F·R), so that a unit's R rows in each of its F groups cost ε in all
-(McSherry & Talwar 2007; Smith 2011 for the quantile utility).
+mechanism per group with ε/(F·R), so that a unit's R rows in each of its F groups cost ε in all,
+over a candidate grid from the declared bounds, scored from the engine's cell counts
+(:class:`~dpkit.mechanisms.candidate_quantile.CandidateQuantile`; McSherry & Talwar 2007).
 """
 
 from __future__ import annotations
@@ -56,13 +57,13 @@ from dpkit.analytics.limits import (
     json_text_bounds,
 )
 from dpkit.analytics.metadata import Categorical, Numeric
-from dpkit.analytics.plan import AggregationPlan, SumSpec, ValueSpec, quantize_spec
+from dpkit.analytics.plan import AggregationPlan, SumSpec, ValueSpec, quantile_grid, quantize_spec
 from dpkit.analytics.results import QueryCost
 from dpkit.analytics.spec import QueryOptions, QuerySpec
 from dpkit.errors import Fix, InvalidParameterError
+from dpkit.mechanisms.candidate_quantile import CandidateQuantile
 from dpkit.mechanisms.gaussian import Gaussian
 from dpkit.mechanisms.laplace import Geometric
-from dpkit.mechanisms.quantiles import Quantile as QuantileMechanism
 
 __all__ = ["Priced", "Sizes", "price", "price_built", "cost"]
 
@@ -245,9 +246,9 @@ def _plan(
                 if spec.kind != "mean":
                     u["sq"] = quantize_spec(f"s{len(sums)}", spec.column, lower, upper, centered=True, square=True)
                     sums.append(u["sq"])
-            else:  # quantile
-                u["values"] = f"x{len(values)}"
-                values.append(ValueSpec(spec.column, lower, upper))
+            else:  # quantile: cell counts over a candidate grid from the bounds, inside the engine
+                u["values"] = len(values)
+                values.append(ValueSpec(spec.column, lower, upper, quantile_grid(lower, upper)))
         uses[i] = u
     allowed = _allowed(t, built)
     if built.keys is not None:
@@ -335,9 +336,9 @@ def _price(
         if kind == "quantile":
             eps_group = to_decimal_down(eps_i / fan_out)
             assert isinstance(spec, A.QuantileAgg) and spec.column is not None
-            lower, upper = _bounds(t, spec.column)
             eps_row = to_decimal_down(decimal_fraction(eps_group) / R)  # R rows of a unit cost at most eps_group
-            mech = QuantileMechanism(epsilon=eps_row, q=spec.q, lower=lower, upper=upper, neighbours=t.neighbours)
+            cells = plan.values[u["values"]]
+            mech = CandidateQuantile(epsilon=eps_row, q=spec.q, candidates=cells.candidates, neighbours=t.neighbours)
             ev: DPEvent = ExponentialEvent(epsilon=eps_group, neighbours=t.neighbours)
             ev = SelfComposedEvent(ev, fan_out) if fan_out > 1 else ev
             events.append(ev)

@@ -9,7 +9,7 @@ import numpy as np
 from numpy.typing import ArrayLike, NDArray
 
 from dpkit import _validate as v
-from dpkit._validate import Neighbours
+from dpkit._validate import Neighbours, decimal_fraction
 from dpkit.accounting.events import ExponentialEvent
 from dpkit.errors import InvalidDataError, InvalidParameterError
 from dpkit.mechanisms.selection import Exponential
@@ -73,16 +73,56 @@ class CandidateQuantile:
 
     def scores(self, values: ArrayLike) -> NDArray[np.float64]:
         """−|(1 − q)·#{x < c} − q·#{x > c}| for every candidate c (vectorised)."""
+        below, above = self._counts(values)
+        return -np.abs((1 - self.q) * below - self.q * above)
+
+    def release(self, values: ArrayLike, *, rng: RNG = None) -> float:
+        """The chosen candidate (scored in exact integers, as :meth:`release_counts`)."""
+        return self.release_counts(*self._counts(values), rng=rng)
+
+    def _counts(self, values: ArrayLike) -> tuple[NDArray[np.int64], NDArray[np.int64]]:
         x = v.data_array(values, "values")  # NaN → 0; ±inf sort below/above every candidate
         if x.ndim != 1:
             raise InvalidDataError("values", f"has shape {x.shape}", "a 1-D array")
         xs = np.sort(x)
-        below = np.searchsorted(xs, self.candidates, side="left")
-        above = x.size - np.searchsorted(xs, self.candidates, side="right")
-        return -np.abs((1 - self.q) * below - self.q * above)
+        below = np.searchsorted(xs, self.candidates, side="left").astype(np.int64)
+        return below, (x.size - np.searchsorted(xs, self.candidates, side="right")).astype(np.int64)
 
-    def release(self, values: ArrayLike, *, rng: RNG = None) -> float:
-        """The chosen candidate."""
-        scores = self.scores(values)
-        mech = Exponential(epsilon=self.epsilon, sensitivity=self.sensitivity, neighbours=self.neighbours)
-        return float(mech.release(scores, candidates=list(self.candidates), rng=resolve_rng(rng)))
+    def release_counts(self, below: ArrayLike, above: ArrayLike, *, rng: RNG = None) -> float:
+        """The chosen candidate, from counts alone: ``below[j]`` = #{x < c_j} and ``above[j]`` =
+        #{x > c_j} for every candidate c_j (for instance counted inside a query engine, so that
+        no value leaves it). All counts may be 0 (then every candidate is equally likely).
+
+        Guarantee: the same as :meth:`release` (ε-DP under ``add_remove`` and ``replace``), computed
+        in exact integers: with q = a/b (q read as the decimal it prints as, its denominator at most
+        2^16, else the nearest such fraction, a public change of q), the score is scaled to
+        −|(b − a)·below − a·above| and the sensitivity to max(a, b − a) (``add_remove``) or b
+        (``replace``), so no rounding can move a score by more than the sensitivity says. Scores
+        are shifted by their maximum before the exponential mechanism (which leaves its output
+        distribution unchanged); they are exact doubles unless a score lies more than 2^53 below
+        the best, a candidate whose probability is below exp(−2^52·ε/sensitivity).
+
+        >>> m = CandidateQuantile(epsilon=1.0, q=0.5, candidates=[0, 1, 2, 3, 4])
+        >>> m.release_counts([0, 10, 40, 70, 100], [100, 80, 40, 20, 0], rng=np.random.default_rng(0))
+        2.0
+        """
+        lo = np.asarray(below)
+        hi = np.asarray(above)
+        size = self.candidates.size
+        for name, arr in (("below", lo), ("above", hi)):
+            if arr.shape != (size,) or arr.dtype.kind not in "iu" or (arr.size and arr.min() < 0):
+                raise InvalidParameterError(
+                    name, f"an array of shape {arr.shape} and dtype {arr.dtype}", f"{size} counts (integers >= 0)"
+                )
+        q = decimal_fraction(self.q)
+        if q.denominator > 2**16:
+            q = q.limit_denominator(2**16)
+        a, b = q.numerator, q.denominator
+        lo64, hi64 = lo.astype(np.int64), hi.astype(np.int64)
+        if max(int(lo64.max(initial=0)), int(hi64.max(initial=0))) >= 2**45:
+            raise InvalidDataError("counts", "above 2**45", "counts below 2**45 (exact integer scores)")
+        scores = -np.abs((b - a) * lo64 - a * hi64)  # |.| < 2^61: exact in int64
+        shifted = (scores - scores.max(initial=0)).astype(np.float64)
+        delta = max(a, b - a) if self.neighbours == "add_remove" else b
+        mech = Exponential(epsilon=self.epsilon, sensitivity=float(delta), neighbours=self.neighbours)
+        return float(mech.release(shifted, candidates=list(self.candidates), rng=resolve_rng(rng)))

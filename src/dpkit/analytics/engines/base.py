@@ -71,6 +71,8 @@ class Engine(Protocol):
         """The plan's pre-noise aggregates: columns g0.., rows, units, <sum>, <sum>_n (int64)."""
         ...
 
-    def values(self, plan: AggregationPlan) -> pd.DataFrame:
-        """The kept rows' clipped values: columns g0.., x0.. (float64, NaN for NULL)."""
+    def compute(self, plan: AggregationPlan) -> tuple[pd.DataFrame, pd.DataFrame | None]:
+        """The aggregates and, when the plan has ``values``, the quantiles' cell counts (columns
+        g0.., __k, __cell, rows; int64 counts, occupied cells only), from one bounding pass. Only
+        counts leave the engine: their number is bounded by groups × cells, never by rows."""
         ...

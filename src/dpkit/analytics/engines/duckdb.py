@@ -36,6 +36,7 @@ from dpkit.analytics.plan import (
     Or,
     Predicate,
     SumSpec,
+    ValueSpec,
 )
 from dpkit.errors import InvalidParameterError
 
@@ -401,8 +402,19 @@ class DuckDBEngine:
         ]
         return f"(CASE {' '.join(cases)} END)"
 
-    def _base(self, plan: AggregationPlan, params: _Params) -> tuple[str, list[str], list[str], list[str]]:
-        """The bounded rows as a CTE chain ending in ``r``; returns (sql, group cols, sum cols, value cols)."""
+    @staticmethod
+    def _cell(x: ValueSpec, xc: str, params: _Params) -> str:
+        """The row's cell on the quantile's candidate grid (plan.ValueSpec), NULL for NULL."""
+        lo, hi, sc = params.add(x.lower), params.add(x.upper), params.add(x.scale)
+        t = f"((least(greatest({xc}, {lo}), {hi}) - {lo}) * {sc})"
+        cell = f"2 * CAST(floor({t}) AS BIGINT) + CAST({t} <> floor({t}) AS BIGINT)"
+        return f"CASE WHEN {xc} IS NOT NULL THEN least({cell}, {params.add(2 * x.cells)}) END"
+
+    def _base(
+        self, plan: AggregationPlan, params: _Params, *, materialize: bool = False
+    ) -> tuple[str, list[str], list[str], list[str]]:
+        """The bounded rows as a CTE chain ending in ``r`` (computed once however often it is
+        read, with ``materialize``); returns (sql, group cols, sum cols, value cols: cells)."""
         gcols = [f"g{i}" for i in range(len(plan.groups))]
         scols = [s.name for s in plan.sums]
         xcols = [f"x{i}" for i in range(len(plan.values))]
@@ -416,10 +428,7 @@ class DuckDBEngine:
         select = (["__u"] if plan.unit is not None else []) + gcols
         select += [f"{self._summand(s, clean[s.column], params)} AS {s.name}" for s in plan.sums]
         for x, c in zip(plan.values, xcols, strict=True):
-            xc = clean[x.column]
-            select.append(
-                f"CASE WHEN {xc} IS NOT NULL THEN least(greatest({xc}, {params.add(x.lower)}), {params.add(x.upper)}) END AS {c}"
-            )
+            select.append(f"{self._cell(x, clean[x.column], params)} AS {c}")
         select += [
             f"{self._summand(s, clean[s.column], params)} AS {c}"
             for s, c in zip(plan.hash_specs()[len(plan.sums) :], hcols, strict=True)
@@ -436,8 +445,9 @@ class DuckDBEngine:
                 where.append(f"{gexpr} IN ({', '.join(params.add(a) for a in allowed)})")
         src = f"src AS (SELECT {', '.join(inner) or '1 AS __one'} FROM {self._from} WHERE {' AND '.join(where)})"
         base = f"{src}, base AS (SELECT {', '.join(select) or '1 AS __one'} FROM src)"
+        r_as = "r AS MATERIALIZED" if materialize else "r AS"
         if plan.unit is None:
-            return f"WITH {base}, r AS (SELECT * FROM base)", gcols, scols, xcols
+            return f"WITH {base}, {r_as} (SELECT * FROM base)", gcols, scols, xcols
         salt_g, salt_r = params.add(plan.salt), params.add(plan.salt ^ ROW_SALT_MASK)
         row_cols = ["__u", *gcols, *scols, *hcols]
         if plan.portable:
@@ -449,7 +459,7 @@ class DuckDBEngine:
         gorder = ", ".join(["__gh", *gcols])
         window = (
             f"w AS (SELECT *, {gh} AS __gh, {rh} AS __rh FROM base), "
-            f"r AS (SELECT *, row_number() OVER (PARTITION BY __u ORDER BY {gorder}, __rh) "
+            f"{r_as} (SELECT *, row_number() OVER (PARTITION BY __u ORDER BY {gorder}, __rh) "
             f"- rank() OVER (PARTITION BY __u ORDER BY {gorder}) + 1 AS __ri, "
             f"dense_rank() OVER (PARTITION BY __u ORDER BY {gorder}) AS __gi FROM w "
             f"QUALIFY __gi <= {params.add(plan.max_groups)} AND __ri <= {params.add(plan.max_rows)})"
@@ -457,9 +467,12 @@ class DuckDBEngine:
         return f"WITH {base}, {window}", gcols, scols, xcols
 
     def aggregate_sql(self, plan: AggregationPlan) -> tuple[str, list[Any]]:
-        """The statement and parameters :meth:`aggregate` runs (for inspection and benchmarks)."""
+        """The statement and parameters :meth:`compute` runs (for inspection and benchmarks): the
+        aggregates, and with quantiles their cell counts appended (``UNION ALL BY NAME``, rows
+        told apart by ``__k``: −1 for the aggregates, the value spec's index for its cells), all
+        read from one materialised bounding."""
         params = _Params()
-        ctes, gcols, scols, _ = self._base(plan, params)
+        ctes, gcols, scols, xcols = self._base(plan, params, materialize=bool(plan.values))
         # Row-level data: every row is its own unit, so units = rows (a plain count is several
         # times cheaper than the filtered one DuckDB cannot push down).
         units = "count(*)" if plan.unit is None else "count(*) FILTER (WHERE __ri = 1)"
@@ -471,24 +484,32 @@ class DuckDBEngine:
                 f"count({s}) AS {s}_n",
             ]
         group = f" GROUP BY {', '.join(gcols)}" if gcols else ""
-        return f"{ctes} SELECT {', '.join([*gcols, *aggs])} FROM r{group}", params.values
+        if not xcols:
+            return f"{ctes} SELECT {', '.join([*gcols, *aggs])} FROM r{group}", params.values
+        parts = [f"SELECT {', '.join([*gcols, '-1 AS __k', *aggs])} FROM r{group}"]
+        for k, x in enumerate(xcols):
+            cols = ", ".join([*gcols, f"{k} AS __k", f"{x} AS __cell", "count(*) AS rows"])
+            parts.append(f"SELECT {cols} FROM r WHERE {x} IS NOT NULL GROUP BY {', '.join([*gcols, x])}")
+        return f"{ctes} {' UNION ALL BY NAME '.join(parts)}", params.values
 
-    def aggregate(self, plan: AggregationPlan) -> pd.DataFrame:
+    def compute(self, plan: AggregationPlan) -> tuple[pd.DataFrame, pd.DataFrame | None]:
         sql, params = self.aggregate_sql(plan)
         frame = self._run(sql, params)
+        cells = None
+        if plan.values:
+            is_cell = frame["__k"].to_numpy() >= 0
+            gcols = [f"g{i}" for i in range(len(plan.groups))]
+            cells = frame.loc[is_cell, [*gcols, "__k", "__cell", "rows"]]
+            cells = cells.astype({"__k": "int64", "__cell": "int64", "rows": "int64"}).reset_index(drop=True)
+            frame = frame.loc[~is_cell].drop(columns=["__k", "__cell"]).reset_index(drop=True)
         sums = {s.name for s in plan.sums}
         for c in frame.columns:
             if (c == "rows" or c == "units" or c in sums or c.endswith("_n")) and frame[c].dtype != np.int64:
                 frame[c] = frame[c].astype("int64")
-        return frame
+        return frame, cells
 
-    def values(self, plan: AggregationPlan) -> pd.DataFrame:
-        params = _Params()
-        ctes, gcols, _, xcols = self._base(plan, params)
-        frame = self._run(f"{ctes} SELECT {', '.join([*gcols, *xcols]) or '1 AS __one'} FROM r", params.values)
-        for c in xcols:
-            frame[c] = frame[c].astype("float64")
-        return frame
+    def aggregate(self, plan: AggregationPlan) -> pd.DataFrame:
+        return self.compute(plan)[0]
 
     def _run(self, sql: str, params: list[Any]) -> pd.DataFrame:
         # Runs only after the debit; the session turns any failure into one generic error.

@@ -70,6 +70,7 @@ from dpkit.analytics.plan import (
     Or,
     Predicate,
     SumSpec,
+    ValueSpec,
 )
 from dpkit.errors import InvalidParameterError
 
@@ -280,6 +281,18 @@ class SparkEngine:
             v = F.shiftright(v * v + F.lit(1 << s.shift >> 1).cast("long"), int(s.shift))
         return v
 
+    def _cell(self, x: ValueSpec) -> Any:
+        """The row's cell on the quantile's candidate grid (plan.ValueSpec), NULL for NULL."""
+        from pyspark.sql import functions as F
+
+        lo = F.lit(float(x.lower))
+        clean = self._clean(x.column)
+        t = (self._clip(clean, lo, F.lit(float(x.upper))) - lo) * F.lit(float(x.scale))
+        k = F.floor(t).cast("long")
+        cell = k * F.lit(2).cast("long") + F.when(t == F.floor(t), F.lit(0)).otherwise(F.lit(1)).cast("long")
+        # least() skips NULLs in Spark (least(NULL, c) = c): a NULL value must stay NULL explicitly
+        return F.when(clean.isNotNull(), F.least(cell, F.lit(2 * x.cells).cast("long")))
+
     def _group(self, g: GroupKey) -> Any:
         from pyspark.sql import functions as F
 
@@ -322,7 +335,7 @@ class SparkEngine:
         select += [self._group(g).alias(c) for g, c in zip(plan.groups, gcols, strict=True)]
         select += [self._summand(s).alias(s.name) for s in plan.sums]
         for x, c in zip(plan.values, xcols, strict=True):
-            select.append(self._clip(self._clean(x.column), F.lit(float(x.lower)), F.lit(float(x.upper))).alias(c))
+            select.append(self._cell(x).alias(c))
         select += [self._summand(s).alias(c) for s, c in zip(extra, hcols, strict=True)]
         if not select:
             select = [F.lit(1).alias("__one")]
@@ -354,12 +367,25 @@ class SparkEngine:
 
     # -- running ----------------------------------------------------------------------------------
 
-    def aggregate(self, plan: AggregationPlan) -> pd.DataFrame:
+    def compute(self, plan: AggregationPlan) -> tuple[pd.DataFrame, pd.DataFrame | None]:
+        """One job: the bounded rows (each one once, with quantiles: once per value spec more,
+        through ``explode``) grouped by (g.., __k, __cell): __k = −1 carries the aggregates, __k
+        = i the cell counts of value spec i. Only the grouped counts and sums reach the driver."""
         from pyspark.sql import functions as F
         from pyspark.sql.types import DecimalType
 
         def build() -> pd.DataFrame:
-            r, gcols, scols, _ = self._base(plan)
+            r, gcols, scols, xcols = self._base(plan)
+            keys = list(gcols)
+            if xcols:
+                tags = [F.struct(F.lit(-1).alias("k"), F.lit(None).cast("long").alias("c"))]
+                tags += [F.struct(F.lit(i).alias("k"), F.col(x).alias("c")) for i, x in enumerate(xcols)]
+                r = (
+                    r.select("*", F.explode(F.array(*tags)).alias("__t"))
+                    .select("*", F.col("__t.k").alias("__k"), F.col("__t.c").alias("__cell"))
+                    .where((F.col("__k") < 0) | F.col("__cell").isNotNull())
+                )
+                keys += ["__k", "__cell"]
             aggs = [F.count(F.lit(1)).alias("rows"), F.count(F.when(F.col("__ri") == 1, F.lit(1))).alias("units")]
             dec = DecimalType(38, 0)
             lo, hi = F.lit(-SUM_LIMIT).cast(dec), F.lit(SUM_LIMIT).cast(dec)
@@ -367,29 +393,29 @@ class SparkEngine:
                 # exact, then clamped, not overflowing: a failure after the debit would itself be a release
                 total = F.coalesce(F.sum(F.col(s).cast("long").cast(dec)), F.lit(0).cast(dec))
                 aggs += [F.least(F.greatest(total, lo), hi).cast("long").alias(s), F.count(F.col(s)).alias(f"{s}_n")]
-            out = (r.groupBy(*gcols) if gcols else r.groupBy()).agg(*aggs)
+            out = (r.groupBy(*keys) if keys else r.groupBy()).agg(*aggs)
             return out.toPandas()
 
-        frame = self._run(build)
-        frame = frame.reset_index(drop=True)
+        frame = self._run(build).reset_index(drop=True)
+        cells = None
+        if plan.values:
+            gcols = [f"g{i}" for i in range(len(plan.groups))]
+            is_cell = frame["__k"].to_numpy() >= 0
+            cells = frame.loc[is_cell, [*gcols, "__k", "__cell", "rows"]]
+            cells = cells.astype({"__k": "int64", "__cell": "int64", "rows": "int64"}).reset_index(drop=True)
+            frame = frame.loc[~is_cell].drop(columns=["__k", "__cell"]).reset_index(drop=True)
+            if not gcols and frame.empty:  # no kept row at all: the one row of zeros a global aggregate has
+                frame = pd.DataFrame(
+                    {c: [0] for c in ["rows", "units", *[x for s in plan.sums for x in (s.name, f"{s.name}_n")]]}
+                )
         sums = {s.name for s in plan.sums}
         for c in frame.columns:
             if c in sums or c in ("rows", "units") or c.endswith("_n"):
                 frame[c] = frame[c].astype("int64")
-        return frame
+        return frame, cells
 
-    def values(self, plan: AggregationPlan) -> pd.DataFrame:
-        from pyspark.sql import functions as F
-
-        def build() -> pd.DataFrame:
-            r, gcols, _, xcols = self._base(plan)
-            cols = [F.col(c) for c in [*gcols, *xcols]] or [F.lit(1).alias("__one")]
-            return r.select(*cols).toPandas()
-
-        frame = self._run(build).reset_index(drop=True)
-        for c in [f"x{i}" for i in range(len(plan.values))]:
-            frame[c] = frame[c].astype("float64")
-        return frame
+    def aggregate(self, plan: AggregationPlan) -> pd.DataFrame:
+        return self.compute(plan)[0]
 
     @staticmethod
     def _run(build: Any) -> pd.DataFrame:
