@@ -50,6 +50,8 @@ MODULE_MARKERS: dict[str, tuple[str, ...]] = {
     "audit/": ("statistical",),
     # A local Spark session (JVM start-up, then seconds per query).
     "analytics/test_spark_engine.py": ("spark", "slow"),
+    # A Spark Connect server (a JVM, about 6 s to start) and a gRPC client.
+    "analytics/test_spark_connect.py": ("spark", "slow"),
     # Connects to the server itself (not only through ``pg_url``).
     "ledger/test_postgres_ledger.py": ("postgres",),
     # Headless Chromium against a live server.

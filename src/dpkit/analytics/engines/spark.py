@@ -259,35 +259,31 @@ class SparkEngine:
         return F.when(F.isnan(x), F.lit(None).cast("double")).otherwise(x)
 
     @staticmethod
-    def _clip(x: Any, lower: Any, upper: Any) -> Any:
-        """least(greatest(x, lower), upper), NULL kept NULL."""
+    def _summand(s: SumSpec, x: Any) -> Any:
+        """The integer summand of ``s`` from ``x``, a column already cleaned (NaN → NULL) by the
+        first projection of :meth:`_base`: one expression, each input read once."""
         from pyspark.sql import functions as F
 
-        return F.when(x < lower, lower).when(x > upper, upper).otherwise(x)
-
-    def _summand(self, s: SumSpec) -> Any:
-        from pyspark.sql import functions as F
-
-        x = self._clip(self._clean(s.column), F.lit(float(s.lower)), F.lit(float(s.upper)))
-        # F.round is HALF_UP on the double's exact decimal value: half away from zero, like DuckDB;
-        # clamped as a double first, so the cast to long cannot overflow (or raise under ANSI)
-        r = self._clip(
-            F.round((x - F.lit(float(s.center))) * F.lit(2.0**-s.grid_exp)),
-            F.lit(-float(s.bound)),
-            F.lit(float(s.bound)),
-        )
-        v = self._clip(r.try_cast("long"), F.lit(-int(s.bound)).cast("long"), F.lit(int(s.bound)).cast("long"))
+        clipped = F.least(F.greatest(x, F.lit(float(s.lower))), F.lit(float(s.upper)))
+        # F.round is HALF_UP on the double's exact decimal value: half away from zero, like DuckDB.
+        # |(clipped − center)·2^-k| <= bound (quantize_spec), so the cast cannot overflow; the
+        # clamp keeps the summand in range whatever the rounding. least/greatest skip NULLs in
+        # Spark, so a NULL value is kept NULL explicitly.
+        r = F.round((clipped - F.lit(float(s.center))) * F.lit(2.0**-s.grid_exp)).cast("long")
+        b = int(s.bound)
+        v = F.when(x.isNotNull(), F.least(F.greatest(r, F.lit(-b).cast("long")), F.lit(b).cast("long")))
         if s.square:
             v = F.shiftright(v * v + F.lit(1 << s.shift >> 1).cast("long"), int(s.shift))
         return v
 
-    def _cell(self, x: ValueSpec) -> Any:
-        """The row's cell on the quantile's candidate grid (plan.ValueSpec), NULL for NULL."""
+    @staticmethod
+    def _cell(x: ValueSpec, clean: Any) -> Any:
+        """The row's cell on the quantile's candidate grid (plan.ValueSpec) from ``clean`` (the
+        cleaned column), NULL for NULL."""
         from pyspark.sql import functions as F
 
         lo = F.lit(float(x.lower))
-        clean = self._clean(x.column)
-        t = (self._clip(clean, lo, F.lit(float(x.upper))) - lo) * F.lit(float(x.scale))
+        t = (F.least(F.greatest(clean, lo), F.lit(float(x.upper))) - lo) * F.lit(float(x.scale))
         k = F.floor(t).cast("long")
         cell = k * F.lit(2).cast("long") + F.when(t == F.floor(t), F.lit(0)).otherwise(F.lit(1)).cast("long")
         # least() skips NULLs in Spark (least(NULL, c) = c): a NULL value must stay NULL explicitly
@@ -329,17 +325,22 @@ class SparkEngine:
             if allowed is not None:
                 cond = cond & gexpr.isin(*[F.lit(a) for a in allowed])
 
-        select = []
-        if plan.unit is not None:
-            select.append(self._c(plan.unit).alias("__u"))
-        select += [self._group(g).alias(c) for g, c in zip(plan.groups, gcols, strict=True)]
-        select += [self._summand(s).alias(s.name) for s in plan.sums]
-        for x, c in zip(plan.values, xcols, strict=True):
-            select.append(self._cell(x).alias(c))
-        select += [self._summand(s).alias(c) for s, c in zip(extra, hcols, strict=True)]
+        # Two projections, as DuckDB's src/base: the first casts and cleans each numeric column
+        # once (Catalyst does not collapse a projection into one that would repeat it), the
+        # second derives every summand, cell and priority input from those columns.
+        numeric = list(dict.fromkeys([s.column for s in plan.hash_specs()] + [x.column for x in plan.values]))
+        clean = {c: f"__c{i}" for i, c in enumerate(numeric)}
+        first = [self._c(plan.unit).alias("__u")] if plan.unit is not None else []
+        first += [self._group(g).alias(c) for g, c in zip(plan.groups, gcols, strict=True)]
+        first += [self._clean(c).alias(alias) for c, alias in clean.items()]
+        select: list[Any] = ["__u"] if plan.unit is not None else []
+        select += gcols
+        select += [self._summand(s, F.col(clean[s.column])).alias(s.name) for s in plan.sums]
+        select += [self._cell(x, F.col(clean[x.column])).alias(c) for x, c in zip(plan.values, xcols, strict=True)]
+        select += [self._summand(s, F.col(clean[s.column])).alias(c) for s, c in zip(extra, hcols, strict=True)]
         if not select:
             select = [F.lit(1).alias("__one")]
-        base = self._df.where(cond).select(*select)
+        base = self._df.where(cond).select(*(first or [F.lit(1).alias("__one")])).select(*select)
         if plan.unit is None:
             return base.withColumn("__ri", F.lit(1)), gcols, scols, xcols
 
