@@ -52,6 +52,8 @@ MODULE_MARKERS: dict[str, tuple[str, ...]] = {
     "analytics/test_spark_engine.py": ("spark", "slow"),
     # A Spark Connect server (a JVM, about 6 s to start) and a gRPC client.
     "analytics/test_spark_connect.py": ("spark", "slow"),
+    # A Spark standalone cluster (scripts/spark-cluster.sh: a master and two workers, about 40 s).
+    "analytics/test_spark_cluster.py": ("spark", "slow"),
     # Connects to the server itself (not only through ``pg_url``).
     "ledger/test_postgres_ledger.py": ("postgres",),
     # Headless Chromium against a live server.

