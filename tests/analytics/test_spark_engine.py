@@ -487,3 +487,27 @@ def test_a_median_collects_counts_not_rows(spark, monkeypatch, rows):
     frame, cells = SparkEngine(df).compute(plan)
     assert len(collected) == 1 and collected[0] <= 3 * (2 * 64 + 1) + 3 < rows
     assert cells is not None and int(cells["rows"].sum()) == int(frame["rows"].sum())
+
+
+def test_from_parquet_reads_a_hive_directory_and_a_glob_on_spark(spark, tmp_path):
+    """Session.from_parquet(..., engine="spark") reads a Hive-partitioned directory (the
+    partition column included) and a glob with spark.read.parquet; no match is refused first."""
+    import dpkit as dp
+    from dpkit.analytics import Categorical, Metadata, Numeric
+
+    rng = np.random.default_rng(3)
+    df = pd.DataFrame({"pid": np.arange(400), "age": rng.integers(18, 90, 400).astype(float), "year": rng.choice([2020, 2021], 400)})
+    for year, part in df.groupby("year"):
+        (tmp_path / f"year={year}").mkdir()
+        part.drop(columns="year").to_parquet(tmp_path / f"year={year}" / "part-0.parquet")
+    meta = Metadata(columns={"age": Numeric(0, 100), "year": Categorical((2020, 2021))}, privacy_unit="pid")
+    s = dp.Session.from_parquet(tmp_path, engine="spark", spark=spark, metadata=meta, budget=dp.Budget(epsilon=1e7), rng=np.random.default_rng(1))
+    assert s.engine.name == "spark"
+    got = s.group_by("year").count(epsilon=1e6).table  # scale 1e-6: exact
+    assert dict(zip(got["year"], got["count"].astype(int), strict=True)) == df["year"].value_counts().to_dict()
+    g = dp.Session.from_parquet(tmp_path / "year=2021" / "*.parquet", engine="spark", spark=spark,
+                                metadata=Metadata(columns={"age": Numeric(0, 100)}, privacy_unit="pid"),
+                                budget=dp.Budget(epsilon=1e7), rng=np.random.default_rng(1))  # fmt: skip
+    assert int(g.count(epsilon=1e6).table["count"][0]) == int((df["year"] == 2021).sum())
+    with pytest.raises(InvalidParameterError, match="glob"):
+        dp.Session.from_parquet(tmp_path / "nothing*.parquet", engine="spark", spark=spark, metadata=meta)

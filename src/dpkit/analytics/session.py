@@ -280,10 +280,47 @@ class Session:
         return cls(CsvFile(Path(path), options), **kwargs)
 
     @classmethod
-    def from_parquet(cls, path: str | os.PathLike[str], **kwargs: Any) -> Session:
-        """A session over a Parquet file (or a directory of them, through DuckDB)."""
-        kwargs.setdefault("table", Path(path).stem)
-        return cls(path, **kwargs)
+    def from_parquet(
+        cls,
+        path: str | os.PathLike[str],
+        *,
+        engine: str | None = None,
+        spark: Any = None,
+        memory_limit: str | None = None,
+        temp_directory: str | os.PathLike[str] | None = None,
+        **kwargs: Any,
+    ) -> Session:
+        """A session over Parquet data: a file, a directory of files (Hive-partitioned ones too:
+        ``key=value`` directories become columns) or a glob such as ``data/**/*.parquet``.
+
+        ``engine="duckdb"`` (default) reads them with DuckDB; ``memory_limit`` (e.g. ``"4GB"``) and
+        ``temp_directory`` make it spill the bounding's sort and the group-by to disk past that
+        memory (more data than memory on one machine). ``engine="spark"`` reads them with
+        ``spark.read.parquet`` on ``spark`` (a SparkSession: local, a cluster or Spark Connect;
+        default :func:`dpkit.analytics.engines.spark.spark_session`, a local one). A path that
+        matches no file is refused before anything is spent."""
+        from dpkit.analytics.engines.duckdb import DuckDBEngine, parquet_files
+
+        p = Path(path)
+        kwargs.setdefault("table", p.name.split(".")[0] if p.is_file() else "data")
+        if engine not in (None, "duckdb", "spark"):
+            raise InvalidParameterError("engine", _short(engine), "'duckdb' (default) or 'spark'")
+        if engine == "spark":
+            if memory_limit is not None or temp_directory is not None:
+                raise InvalidParameterError(
+                    "memory_limit", memory_limit if memory_limit is not None else temp_directory,
+                    "None with engine='spark' (memory_limit and temp_directory are DuckDB's; configure Spark's own)",
+                )  # fmt: skip
+            if parquet_files(p) is None:
+                raise InvalidParameterError("data", p.name, "a Parquet file, a directory of Parquet files or a glob")
+            from dpkit.analytics.engines.spark import SparkEngine, spark_session
+
+            reader = spark if spark is not None else spark_session()
+            return cls(None, engine=SparkEngine(reader.read.parquet(str(p))), **kwargs)
+        if spark is not None:
+            raise InvalidParameterError("spark", _short(spark), "None unless engine='spark'")
+        eng = DuckDBEngine(p, memory_limit=memory_limit, temp_directory=temp_directory)
+        return cls(None, engine=eng, **kwargs)
 
     @classmethod
     def from_duckdb(cls, connection: Any, table: str, **kwargs: Any) -> Session:

@@ -12,8 +12,10 @@ BENCHMARKS.md).
 from __future__ import annotations
 
 import csv
+import glob as globmod
 import itertools
 import os
+import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -257,6 +259,52 @@ def _read(x: str, read: ReadType, kind: ColumnKind, strip: bool, sql_type: str =
     return f"CASE WHEN isfinite({d}) AND abs({d}) <= {EXACT_INTEGER_LIMIT} AND {d} = round({d}) THEN CAST({d} AS BIGINT) END"
 
 
+_GLOB = set("*?[")
+_MEMORY = re.compile(r"\d+(\.\d+)?\s*(B|KB|MB|GB|TB|KiB|MiB|GiB|TiB)", re.IGNORECASE)
+
+
+def parquet_files(path: Path) -> tuple[list[str], bool] | None:
+    """The Parquet files DuckDB's read_parquet reads for ``path``, and whether Hive partition
+    columns (``key=value`` directories) are read too: a ``.parquet``/``.pq`` file; a directory
+    (every Parquet file under it); a glob (``data/*.parquet``, ``data/**/*.parquet``). None when
+    ``path`` is none of these. Refused before anything is read when a directory or a glob matches
+    no file. Only names are listed: the schema comes from the files' metadata."""
+    text = str(path)
+    if _GLOB & set(text):
+        files = sorted(Path(m) for m in globmod.glob(text, recursive=True) if Path(m).is_file())
+        if not files:
+            raise InvalidParameterError("data", path.name, "a glob that matches at least one Parquet file")
+        return [str(f) for f in files], any("=" in part for f in files for part in f.parts[:-1])
+    if path.is_dir():
+        files = sorted(f for f in path.rglob("*") if f.is_file() and f.suffix.lower() in (".parquet", ".pq"))
+        if not files:
+            raise InvalidParameterError("data", path.name, "a directory holding at least one .parquet file")
+        return [str(f) for f in files], any("=" in part for f in files for part in f.relative_to(path).parts[:-1])
+    if path.is_file() and path.suffix.lower() in (".parquet", ".pq"):
+        return [str(path)], False
+    return None
+
+
+def _memory_limit(value: object) -> str | None:
+    if value is None:
+        return None
+    text = value.strip() if isinstance(value, str) else None
+    if text is None or not _MEMORY.fullmatch(text):
+        raise InvalidParameterError("memory_limit", value, "None or a size such as '4GB', '512MB' or '2GiB'")
+    return text
+
+
+def _temp_directory(value: object) -> Path | None:
+    if value is None:
+        return None
+    if not isinstance(value, (str, os.PathLike)) or not str(value):
+        raise InvalidParameterError("temp_directory", value, "None or a directory path for DuckDB's spill files")
+    path = Path(value)
+    if path.exists() and not path.is_dir():
+        raise InvalidParameterError("temp_directory", value, "a directory (or a path where one can be created)")
+    return path
+
+
 class DuckDBEngine:
     """Runs aggregation plans on a DuckDB table, view, pandas DataFrame, CSV or Parquet file.
 
@@ -269,10 +317,25 @@ class DuckDBEngine:
 
     name = "duckdb"
 
-    def __init__(self, source: Any, *, connection: Any = None, table: str | None = None) -> None:
+    def __init__(
+        self,
+        source: Any,
+        *,
+        connection: Any = None,
+        table: str | None = None,
+        memory_limit: str | None = None,
+        temp_directory: str | os.PathLike[str] | None = None,
+    ) -> None:
         import duckdb
 
+        limit, spill = _memory_limit(memory_limit), _temp_directory(temp_directory)
         self._con = connection if connection is not None else duckdb.connect()
+        # Out of core: DuckDB spills the bounding's window sort and the group-by to disk
+        # beyond ``memory_limit``, into ``temp_directory``.
+        if limit is not None:
+            self._con.execute(f"SET memory_limit = {sql_string(limit)}")
+        if spill is not None:
+            self._con.execute(f"SET temp_directory = {sql_string(str(spill))}")
         self._view = f"__dpkit_t{os.getpid()}_{next(_counter)}"
         self._frame: pd.DataFrame | None = None
         self._sql_types: dict[str, str] = {}
@@ -285,13 +348,17 @@ class DuckDBEngine:
         elif isinstance(source, (str, os.PathLike, CsvFile)):
             csv_file = source if isinstance(source, CsvFile) else None
             path = csv_file.path if csv_file is not None else Path(source)  # type: ignore[arg-type]
-            if not path.is_file():
-                raise InvalidParameterError("data", path.name, "an existing CSV or Parquet file")
-            if csv_file is None and path.suffix.lower() in (".parquet", ".pq"):
+            parquet = None if csv_file is not None else parquet_files(path)
+            if parquet is None and not path.is_file():
+                raise InvalidParameterError(
+                    "data", path.name, "an existing CSV or Parquet file, a directory of Parquet files or a glob"
+                )
+            if parquet is not None:
+                files, hive = parquet
                 try:
-                    self._con.read_parquet(str(path)).create_view(self._view)
+                    self._con.read_parquet(files, hive_partitioning=hive).create_view(self._view)
                 except duckdb.Error:
-                    raise InvalidParameterError("data", path.name, "a readable Parquet file") from None
+                    raise InvalidParameterError("data", path.name, "readable Parquet files of one schema") from None
             else:
                 options = None if csv_file is None else csv_file.options
                 self._con.execute(f"CREATE VIEW {q(self._view)} AS SELECT * FROM {csv_source_sql(path, options)}")
