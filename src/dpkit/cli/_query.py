@@ -3,9 +3,11 @@
 from __future__ import annotations
 
 import contextlib
+import functools
+from collections.abc import Callable
 from pathlib import Path
 from shlex import quote
-from typing import Annotated
+from typing import Annotated, Any
 
 import typer
 from rich.console import Console
@@ -36,7 +38,12 @@ __all__ = ["query"]
 
 
 def query(
-    data: Annotated[Path, typer.Argument(help="A CSV or Parquet file.")],
+    data: Annotated[
+        Path,
+        typer.Argument(
+            help="A CSV or Parquet file, a directory of Parquet files (Hive-partitioned too) or a quoted glob such as 'data/*.parquet' (a directory or glob needs --dataset)."
+        ),
+    ],
     sql: Annotated[
         str,
         typer.Argument(
@@ -97,6 +104,17 @@ def query(
             "--seed", help="Refused: seeded noise can be replayed, and this command always pays from a ledger."
         ),
     ] = None,
+    engine: Annotated[
+        str, typer.Option("--engine", help="duckdb (this process) or spark (Parquet data only).")
+    ] = "duckdb",
+    master: Annotated[
+        str | None,
+        typer.Option("--master", help="With --engine spark: the Spark master, e.g. local[2] or spark://host:7077."),
+    ] = None,
+    conf: Annotated[
+        list[str] | None,
+        typer.Option("--conf", help="With --engine spark: a Spark setting KEY=VALUE (repeatable)."),
+    ] = None,
     json_output: JsonOption = False,
 ) -> None:
     """Run one private SQL query on a file and pay for it from the ledger.
@@ -113,8 +131,28 @@ def query(
     from dpkit.analytics.result_display import scale_phrase
     from dpkit.ledger import open_ledger
 
-    if not data.is_file():
-        _fail(f"no such file: {str(data)!r}")
+    if engine not in ("duckdb", "spark"):
+        _fail(f"--engine {engine!r} is not accepted: --engine is duckdb or spark")
+    if engine == "duckdb" and (master is not None or conf):
+        _fail("--master and --conf are Spark's: add --engine spark")
+    settings = _spark_conf(conf or [])
+    many = not data.is_file()  # a Parquet directory or glob
+    if many:
+        from dpkit.analytics.engines.duckdb import parquet_files
+
+        try:
+            found = parquet_files(data)
+        except DPError as exc:
+            _fail_error(exc, CliContext(data=str(data)))
+        if found is None:
+            _fail(f"no such file: {str(data)!r}")
+        if dataset_name is None:
+            _fail(
+                f"{str(data)!r} is a directory or glob of Parquet files: name its budget's dataset with --dataset NAME "
+                "(dpkit budget create NAME ANALYST ...), as its content has no single identity"
+            )
+    if engine == "spark" and not many and data.suffix.lower() not in (".parquet", ".pq"):
+        _fail(f"--engine spark reads Parquet data: {str(data)!r} is not a .parquet file, directory or glob")
     if not metadata.is_file():
         _fail(
             f"no such metadata file: {str(metadata)!r} (write one by hand, or dpkit generate census ... --metadata FILE for the example)"
@@ -125,7 +163,7 @@ def query(
             "replayed and subtracted, so the ledger would charge for privacy that was not given (seeds are for "
             "dpkit demo, and for tests with an in-memory dp.Budget in Python)"
         )
-    name = table or data.stem
+    name = table or ("data" if many else data.stem)
     choice = DatasetChoice.of(data, "DATA") if dataset_name is None else DatasetChoice.of(dataset_name, "--dataset")
     dataset = choice.name
     where = _ledger_location(ledger)
@@ -140,7 +178,14 @@ def query(
     err = Console(stderr=True)
     try:
         with err.status(f"scanning {data.name} …", spinner="dots") if not json_output else contextlib.nullcontext():
-            session = (Session.from_csv if csv_options else Session)(
+            make: Callable[..., Any]
+            if engine == "spark":
+                make = functools.partial(Session.from_parquet, engine="spark", spark=_spark_session(master, settings))
+            elif many:
+                make = Session.from_parquet
+            else:
+                make = Session.from_csv if csv_options else Session
+            session = make(
                 data,
                 **csv_options,
                 privacy_unit=unit,
@@ -202,3 +247,29 @@ def query(
 
 def _fmt(x: float) -> str:
     return f"{x:,.0f}" if abs(x) >= 1000 else f"{x:.4g}"
+
+
+def _spark_conf(items: list[str]) -> dict[str, str]:
+    """--conf KEY=VALUE items, refused when one has no '=' or no key."""
+    out = {}
+    for item in items:
+        key, eq, value = item.partition("=")
+        if not eq or not key.strip():
+            _fail(f"--conf {item!r} is not accepted: --conf takes KEY=VALUE, e.g. --conf spark.executor.memory=2g")
+        out[key.strip()] = value
+    return out
+
+
+def _spark_session(master: str | None, settings: dict[str, str]) -> Any:
+    """The SparkSession for --engine spark: dpkit's local one, or one for --master and --conf."""
+    from dpkit.analytics.engines.spark import _ensure_java, spark_session
+
+    if master is None and not settings:
+        return spark_session()
+    from pyspark.sql import SparkSession
+
+    _ensure_java()
+    builder = SparkSession.builder.appName("dpkit query").master(master or "local[2]")
+    for key, value in settings.items():
+        builder = builder.config(key, value)
+    return builder.getOrCreate()
