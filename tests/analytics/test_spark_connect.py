@@ -54,6 +54,9 @@ def remote(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Any]:
         pytest.skip("this pyspark ships no Spark Connect server jar")
     port = _free_port()
     log = tmp_path_factory.mktemp("connect") / "server.log"
+    # builder.remote() turns the whole process to Connect mode (SPARK_CONNECT_MODE_ENABLED in
+    # os.environ): put the environment back afterwards, or later classic sessions fail
+    saved = {k: os.environ.get(k) for k in ("SPARK_CONNECT_MODE_ENABLED", "SPARK_REMOTE", "SPARK_API_MODE")}
     with log.open("w") as err:
         proc = subprocess.Popen(
             [str(home / "bin" / "spark-submit"), "--class", "org.apache.spark.sql.connect.service.SparkConnectServer",
@@ -76,6 +79,11 @@ def remote(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Any]:
         yield spark
         spark.stop()
     finally:
+        for key, value in saved.items():
+            if value is None:
+                os.environ.pop(key, None)
+            else:
+                os.environ[key] = value
         with_group = getattr(os, "killpg", None)
         if with_group is not None and proc.poll() is None:
             os.killpg(proc.pid, signal.SIGTERM)
