@@ -67,6 +67,10 @@ def test_a_glob_that_matches_nothing_is_refused(parts: dict[str, Path]) -> None:
         (["--master", "local[2]"], "--engine spark"),
         (["--conf", "spark.x=1"], "--engine spark"),
         (["--engine", "spark", "--conf", "novalue"], "KEY=VALUE"),
+        (["--engine", "spark", "--conf", "=1"], "KEY=VALUE"),
+        (["--engine", "spark", "--master", "127.0.0.1:7077"], "--master must be local"),
+        (["--engine", "spark", "--master", "local[0]"], "--master must be local"),
+        (["--delimiter", ";"], "for CSV files"),
     ],
 )
 def test_bad_engine_options_are_refused_before_paying(parts: dict[str, Path], args: list[str], said: str) -> None:
@@ -78,13 +82,24 @@ def test_bad_engine_options_are_refused_before_paying(parts: dict[str, Path], ar
     assert shown.exit_code == 0 and json.loads(shown.stdout)["budgets"][0]["spent_epsilon"] == 0
 
 
+def test_a_uri_needs_engine_spark(parts: dict[str, Path]) -> None:
+    r = query(parts, "hdfs://namenode/census", "--dataset", "census-parquet")
+    assert r.exit_code != 0 and "--engine spark" in r.output
+
+
+def test_the_help_shows_the_engine_options() -> None:
+    r = runner.invoke(app, ["query", "--help"], env={"COLUMNS": "200"})
+    assert r.exit_code == 0
+    for said in ("--engine", "duckdb|spark", "--master", "URL", "spark://host:7077", "--conf", "KEY=VALUE", "glob"):
+        assert said in r.output, said
+
+
 def test_engine_spark_refuses_a_csv(parts: dict[str, Path], tmp_path: Path) -> None:
     csv = tmp_path / "census.csv"
     r = query(parts, str(csv), "--engine", "spark", "--dataset", "census-parquet")
     assert r.exit_code != 0 and "Parquet" in r.output
 
 
-@pytest.mark.spark
 def test_engine_spark_with_master_and_conf(parts: dict[str, Path]) -> None:
     pytest.importorskip("pyspark")
     r = query(parts, str(parts["root"]), "--dataset", "census-parquet", "--engine", "spark", "--master", "local[2]",

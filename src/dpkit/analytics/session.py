@@ -44,6 +44,7 @@ from __future__ import annotations
 
 import functools
 import os
+import re
 from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any, Concatenate, ParamSpec, TypeVar
@@ -70,6 +71,9 @@ from dpkit.noise.source import RNG, is_seeded, resolve_rng
 
 __all__ = ["Session", "Query"]
 
+
+#: A URI with a scheme (``hdfs://``, ``s3a://``, ``file://``): read by Spark's own file systems.
+_URI = re.compile(r"^[A-Za-z][A-Za-z0-9+.-]+://")
 
 _P = ParamSpec("_P")
 _R = TypeVar("_R")
@@ -102,9 +106,24 @@ def _check_rng(rng: object, ledger: object) -> None:
         )
 
 
-def _make_engine(data: Any, engine: object) -> Engine:
+def _duckdb_only(memory_limit: object, temp_directory: object, engine: str) -> None:
+    """``memory_limit`` and ``temp_directory`` are settings of a connection dpkit opens; refused
+    with any other engine."""
+    for name, value in (("memory_limit", memory_limit), ("temp_directory", temp_directory)):
+        if value is not None:
+            raise InvalidParameterError(
+                name,
+                _short(value),
+                f"None with {engine}",
+                "memory_limit and temp_directory are settings of the DuckDB connection a session opens; "
+                "configure other engines (and connections of your own) directly",
+            )
+
+
+def _make_engine(data: Any, engine: object, memory_limit: object = None, temp_directory: object = None) -> Engine:
     if engine is not None and not isinstance(engine, str):
         if isinstance(engine, Engine):
+            _duckdb_only(memory_limit, temp_directory, "an engine instance")
             return engine
         raise InvalidParameterError(
             "engine", _short(engine), "'duckdb', 'spark', an Engine instance, or None (chosen from the data)"
@@ -116,13 +135,19 @@ def _make_engine(data: Any, engine: object) -> Engine:
     is_spark = type(data).__module__.startswith("pyspark.")
     if engine == "spark" or (engine is None and is_spark):
         if not is_spark:
-            raise InvalidParameterError("engine", engine, "'spark' only with a pyspark DataFrame as data")
+            raise InvalidParameterError(
+                "engine",
+                engine,
+                "'spark' only with a pyspark DataFrame as data",
+                "read Parquet files on Spark with Session.from_parquet(path, engine='spark')",
+            )
+        _duckdb_only(memory_limit, temp_directory, "engine='spark'")
         from dpkit.analytics.engines.spark import SparkEngine
 
         return SparkEngine(data)
     from dpkit.analytics.engines.duckdb import DuckDBEngine
 
-    return DuckDBEngine(data)
+    return DuckDBEngine(data, memory_limit=memory_limit, temp_directory=temp_directory)  # type: ignore[arg-type]  # checked there
 
 
 class Session:
@@ -166,6 +191,14 @@ class Session:
         ``QueryLimits()``): public group keys, result rows, the answer's size and the nesting of
         SQL text. Checked on the request and the metadata before paying; a query over a limit
         raises :class:`~dpkit.errors.LimitExceededError` and spends nothing.
+    memory_limit, temp_directory:
+        For more data than memory on DuckDB: the most memory the session's DuckDB connection may
+        use (a size with its unit: ``"4GB"``, ``"512MiB"``; at least 32 MiB per DuckDB thread) and
+        the directory it spills to past that (created when needed; DuckDB's default is ``.tmp``
+        in the working directory). DuckDB then spills the bounding's window sort and the group-by
+        to disk. Only with a DuckDB engine the session opens itself (a DataFrame, a CSV or
+        Parquet path); a bad value raises :class:`~dpkit.errors.InvalidParameterError` before
+        anything is read.
     """
 
     def __init__(
@@ -187,6 +220,8 @@ class Session:
         rng: RNG = None,
         row_level: bool | None = None,
         limits: QueryLimits | None = None,
+        memory_limit: str | None = None,
+        temp_directory: str | os.PathLike[str] | None = None,
     ) -> None:
         if limits is not None and not isinstance(limits, QueryLimits):
             raise InvalidParameterError(
@@ -207,7 +242,7 @@ class Session:
         self._budget, self._ledger, self._dataset, self._analyst = self._check_budget(
             budget, ledger, dataset, analyst, table
         )
-        self._engine = _make_engine(data, engine)
+        self._engine = _make_engine(data, engine, memory_limit, temp_directory)
         self._schema = self._bind()
         self._max_groups = self._check_bound("max_groups", max_groups, self._metadata.max_groups)
         self._max_rows = self._check_bound("max_rows", max_rows, self._metadata.max_rows)
@@ -290,37 +325,83 @@ class Session:
         temp_directory: str | os.PathLike[str] | None = None,
         **kwargs: Any,
     ) -> Session:
-        """A session over Parquet data: a file, a directory of files (Hive-partitioned ones too:
-        ``key=value`` directories become columns) or a glob such as ``data/**/*.parquet``.
+        """A session over Parquet data: a file, a directory (every ``.parquet`` file under it) or a
+        glob such as ``data/*.parquet`` or ``data/**/*.parquet`` (``**``: any depth). In a
+        Hive-partitioned directory (``data/year=2021/part-0.parquet``) the ``key=value``
+        directories are columns too. Names starting with ``.`` or ``_`` (``_SUCCESS``) are skipped.
+        The columns and their types come from the files' metadata, never from their rows. A path
+        that matches no file is refused (:class:`~dpkit.errors.InvalidParameterError`) before
+        anything is spent. The table is named after a file's stem, else ``data`` (``table=``).
 
-        ``engine="duckdb"`` (default) reads them with DuckDB; ``memory_limit`` (e.g. ``"4GB"``) and
-        ``temp_directory`` make it spill the bounding's sort and the group-by to disk past that
-        memory (more data than memory on one machine). ``engine="spark"`` reads them with
-        ``spark.read.parquet`` on ``spark`` (a SparkSession: local, a cluster or Spark Connect;
-        default :func:`dpkit.analytics.engines.spark.spark_session`, a local one). A path that
-        matches no file is refused before anything is spent."""
-        from dpkit.analytics.engines.duckdb import DuckDBEngine, parquet_files
+        ``engine="duckdb"`` (default) reads the files with DuckDB's ``read_parquet``;
+        ``memory_limit`` (``"4GB"``) and ``temp_directory`` make it spill the bounding's sort and
+        the group-by to disk past that much memory (see :class:`Session`). ``engine="spark"`` reads
+        them with ``spark.read.parquet`` on ``spark`` (a SparkSession: local, a cluster or Spark
+        Connect; default :func:`dpkit.analytics.engines.spark.spark_session`, a local one): the
+        same files, with the same partition columns. On Spark the path may also be a URI Spark
+        reads (``hdfs://…``, ``s3a://…``, ``file:///…``), listed and globbed by Spark itself. The
+        other keywords are :class:`Session`'s.
 
-        p = Path(path)
-        kwargs.setdefault("table", p.name.split(".")[0] if p.is_file() else "data")
-        if engine not in (None, "duckdb", "spark"):
+        >>> import tempfile, pathlib, pandas as pd, dpkit as dp
+        >>> from dpkit.analytics import Categorical, Metadata
+        >>> root = pathlib.Path(tempfile.mkdtemp())
+        >>> for year in (2020, 2021):
+        ...     (root / f"year={year}").mkdir()
+        ...     pd.DataFrame({"pid": [1, 2, 3]}).to_parquet(root / f"year={year}" / "part-0.parquet")
+        >>> s = dp.Session.from_parquet(root / "**" / "*.parquet", privacy_unit="pid",
+        ...                             metadata=Metadata(columns={"year": Categorical((2020, 2021))}),
+        ...                             budget=dp.Budget(epsilon=1.0), memory_limit="1GB")
+        >>> s.table, sorted(s.columns)
+        ('data', ['pid', 'year'])
+        """
+        from dpkit.analytics.engines.duckdb import parquet_files
+
+        if not isinstance(path, (str, os.PathLike)):
+            raise InvalidParameterError(
+                "path", _short(path), "the path of a Parquet file, a directory of Parquet files or a glob"
+            )
+        if engine is not None and (not isinstance(engine, str) or engine not in ("duckdb", "spark")):
             raise InvalidParameterError("engine", _short(engine), "'duckdb' (default) or 'spark'")
-        if engine == "spark":
-            if memory_limit is not None or temp_directory is not None:
-                raise InvalidParameterError(
-                    "memory_limit", memory_limit if memory_limit is not None else temp_directory,
-                    "None with engine='spark' (memory_limit and temp_directory are DuckDB's; configure Spark's own)",
-                )  # fmt: skip
-            if parquet_files(p) is None:
-                raise InvalidParameterError("data", p.name, "a Parquet file, a directory of Parquet files or a glob")
-            from dpkit.analytics.engines.spark import SparkEngine, spark_session
+        text = os.fspath(path)
+        p = Path(text)
+        if p.is_file() and p.suffix.lower() not in (".parquet", ".pq"):
+            raise InvalidParameterError(
+                "data", p.name, "a Parquet file (.parquet or .pq), a directory of Parquet files or a glob"
+            )
+        kwargs.setdefault("table", p.name.split(".")[0] if p.is_file() else "data")
+        if engine != "spark":
+            if spark is not None:
+                raise InvalidParameterError("spark", _short(spark), "None unless engine='spark'")
+            return cls(p, memory_limit=memory_limit, temp_directory=temp_directory, **kwargs)
+        _duckdb_only(memory_limit, temp_directory, "engine='spark'")
+        from dpkit.analytics.engines.spark import SparkEngine, spark_session
 
-            reader = spark if spark is not None else spark_session()
-            return cls(None, engine=SparkEngine(reader.read.parquet(str(p))), **kwargs)
-        if spark is not None:
-            raise InvalidParameterError("spark", _short(spark), "None unless engine='spark'")
-        eng = DuckDBEngine(p, memory_limit=memory_limit, temp_directory=temp_directory)
-        return cls(None, engine=eng, **kwargs)
+        if spark is not None and not hasattr(getattr(spark, "read", None), "parquet"):
+            raise InvalidParameterError("spark", _short(spark), "a SparkSession, or None (a local one)")
+        uri = _URI.match(text) is not None
+        found = None if uri else parquet_files(p)
+        if not uri and found is None:
+            raise InvalidParameterError(
+                "data", p.name, "an existing Parquet file, a directory of Parquet files or a glob"
+            )
+        reader = (spark if spark is not None else spark_session()).read
+        from pyspark.errors import AnalysisException
+
+        try:
+            if found is None:  # a URI: Spark lists it, globs it and finds its partitions itself
+                frame = reader.parquet(text)
+            elif len(found.files) == 1 and not found.hive:
+                frame = reader.parquet(os.path.abspath(found.files[0]))
+            else:  # exactly the files DuckDB reads, with the partitions found below the same base
+                files = [os.path.abspath(f) for f in found.files]
+                frame = reader.option("basePath", os.path.abspath(found.base)).parquet(*files)
+            source = SparkEngine(frame)  # the schema: the files' footers (Spark Connect resolves it here)
+        except AnalysisException as exc:
+            what = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+            raise InvalidParameterError(
+                "data", text if uri else p.name, "Parquet data Spark can read", f"Spark says: {what}"
+            ) from None
+        return cls(None, engine=source, **kwargs)
 
     @classmethod
     def from_duckdb(cls, connection: Any, table: str, **kwargs: Any) -> Session:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import contextlib
 import functools
+import re
 from collections.abc import Callable
 from pathlib import Path
 from shlex import quote
@@ -39,9 +40,10 @@ __all__ = ["query"]
 
 def query(
     data: Annotated[
-        Path,
+        str,
         typer.Argument(
-            help="A CSV or Parquet file, a directory of Parquet files (Hive-partitioned too) or a quoted glob such as 'data/*.parquet' (a directory or glob needs --dataset)."
+            help="A CSV or Parquet file, a directory of Parquet files (Hive-partitioned too) or a quoted glob such as 'data/**/*.parquet' (a directory or glob needs --dataset). With --engine spark: Parquet only, or a URI Spark reads (hdfs://..., s3a://...).",
+            show_default=False,
         ),
     ],
     sql: Annotated[
@@ -83,7 +85,8 @@ def query(
     table: Annotated[
         str | None,
         typer.Option(
-            "--table", help="The table's name in SQL (default: the file's stem). It does not choose the budget."
+            "--table",
+            help="The table's name in SQL (default: the file's stem; data for a directory or glob). It does not choose the budget.",
         ),
     ] = None,
     no_header: NoHeaderOption = False,
@@ -105,23 +108,39 @@ def query(
         ),
     ] = None,
     engine: Annotated[
-        str, typer.Option("--engine", help="duckdb (this process) or spark (Parquet data only).")
+        str,
+        typer.Option(
+            "--engine",
+            metavar="duckdb|spark",
+            help="Where the query runs: duckdb (in this process, the default) or spark (Parquet data only).",
+        ),
     ] = "duckdb",
     master: Annotated[
         str | None,
-        typer.Option("--master", help="With --engine spark: the Spark master, e.g. local[2] or spark://host:7077."),
+        typer.Option(
+            "--master",
+            metavar="URL",
+            help="With --engine spark: the Spark master, e.g. local[4], spark://host:7077, yarn, k8s://https://host:6443, "
+            "or sc://host:15002 for Spark Connect (default: local[2]).",
+        ),
     ] = None,
     conf: Annotated[
         list[str] | None,
-        typer.Option("--conf", help="With --engine spark: a Spark setting KEY=VALUE (repeatable)."),
+        typer.Option(
+            "--conf",
+            metavar="KEY=VALUE",
+            help="With --engine spark: a Spark setting, e.g. spark.executor.memory=4g (repeatable).",
+        ),
     ] = None,
     json_output: JsonOption = False,
 ) -> None:
-    """Run one private SQL query on a file and pay for it from the ledger.
+    """Run one private SQL query on a data file, a Parquet directory or a glob, and pay for it from
+    the ledger.
 
     The budget is the one created for this file's content (dpkit budget create DATA ANALYST),
-    whatever --table says, or the one --dataset names. The dataset and the ledger paying are
-    printed on stderr (fields of "budget" with --json). Example:
+    whatever --table says, or the one --dataset names (a directory or glob has no single content:
+    it needs --dataset). The dataset and the ledger paying are printed on stderr (fields of
+    "budget" with --json). --engine spark runs the query on Spark (--master, --conf). Example:
 
     dpkit generate census census.csv --metadata census.json && \
     dpkit budget create census.csv alice --epsilon 3 && \
@@ -132,27 +151,38 @@ def query(
     from dpkit.ledger import open_ledger
 
     if engine not in ("duckdb", "spark"):
-        _fail(f"--engine {engine!r} is not accepted: --engine is duckdb or spark")
+        _fail(f"--engine {quote(engine)} is not accepted: --engine must be duckdb or spark")
     if engine == "duckdb" and (master is not None or conf):
-        _fail("--master and --conf are Spark's: add --engine spark")
+        given = f"--master {quote(master)}" if master is not None else f"--conf {quote((conf or [''])[0])}"
+        _fail(f"{given} is not accepted without --engine spark: --master and --conf set up Spark")
+    if master is not None and not _MASTER.fullmatch(master):
+        _fail(
+            f"--master {quote(master)} is not accepted: --master must be local, local[N], local[*], spark://HOST:PORT, "
+            "yarn, k8s://URL or sc://HOST:PORT (Spark Connect)"
+        )
     settings = _spark_conf(conf or [])
-    many = not data.is_file()  # a Parquet directory or glob
+    uri = _URI.match(data) is not None
+    if uri and engine != "spark":
+        _fail(f"{data!r} is a URI: DuckDB reads local files; run it on Spark with --engine spark")
+    path = Path(data)
+    many = uri or not path.is_file()  # a Parquet directory, glob or URI
     if many:
         from dpkit.analytics.engines.duckdb import parquet_files
 
-        try:
-            found = parquet_files(data)
-        except DPError as exc:
-            _fail_error(exc, CliContext(data=str(data)))
-        if found is None:
-            _fail(f"no such file: {str(data)!r}")
+        if not uri:
+            try:
+                found = parquet_files(path)
+            except DPError as exc:
+                _fail_error(exc, CliContext(data=data))
+            if found is None:
+                _fail(f"no such file: {data!r}")
         if dataset_name is None:
             _fail(
-                f"{str(data)!r} is a directory or glob of Parquet files: name its budget's dataset with --dataset NAME "
+                f"{data!r} is a directory, glob or URI of Parquet files: name its budget's dataset with --dataset NAME "
                 "(dpkit budget create NAME ANALYST ...), as its content has no single identity"
             )
-    if engine == "spark" and not many and data.suffix.lower() not in (".parquet", ".pq"):
-        _fail(f"--engine spark reads Parquet data: {str(data)!r} is not a .parquet file, directory or glob")
+    if engine == "spark" and not many and path.suffix.lower() not in (".parquet", ".pq"):
+        _fail(f"--engine spark reads Parquet data: {data!r} is not a .parquet file, directory or glob")
     if not metadata.is_file():
         _fail(
             f"no such metadata file: {str(metadata)!r} (write one by hand, or dpkit generate census ... --metadata FILE for the example)"
@@ -163,8 +193,8 @@ def query(
             "replayed and subtracted, so the ledger would charge for privacy that was not given (seeds are for "
             "dpkit demo, and for tests with an in-memory dp.Budget in Python)"
         )
-    name = table or ("data" if many else data.stem)
-    choice = DatasetChoice.of(data, "DATA") if dataset_name is None else DatasetChoice.of(dataset_name, "--dataset")
+    name = table or ("data" if many else path.stem)
+    choice = DatasetChoice.of(path, "DATA") if dataset_name is None else DatasetChoice.of(dataset_name, "--dataset")
     dataset = choice.name
     where = _ledger_location(ledger)
     ctx = CliContext(data=choice.file, ledger=where)
@@ -174,10 +204,12 @@ def query(
             f"no ledger at {where}: create a budget first (dpkit budget create {quote(choice.file or dataset)} "
             f"{quote(analyst)} --epsilon E --ledger {quote(where)})"
         )
-    csv_options = _csv_options(data, no_header, csv_columns, delimiter, null)
+    csv_options = _csv_options(path, no_header, csv_columns, delimiter, null)
+    if csv_options and many:
+        _fail(f"--no-header, --columns, --delimiter and --null are for CSV files, not {data!r}")
     err = Console(stderr=True)
     try:
-        with err.status(f"scanning {data.name} …", spinner="dots") if not json_output else contextlib.nullcontext():
+        with err.status(f"scanning {path.name} …", spinner="dots") if not json_output else contextlib.nullcontext():
             make: Callable[..., Any]
             if engine == "spark":
                 make = functools.partial(Session.from_parquet, engine="spark", spark=_spark_session(master, settings))
@@ -186,7 +218,7 @@ def query(
             else:
                 make = Session.from_csv if csv_options else Session
             session = make(
-                data,
+                data if uri else path,
                 **csv_options,
                 privacy_unit=unit,
                 row_level=True if row_level else None,
@@ -249,27 +281,51 @@ def _fmt(x: float) -> str:
     return f"{x:,.0f}" if abs(x) >= 1000 else f"{x:.4g}"
 
 
+#: The Spark masters --master takes (Spark's own forms; sc:// is a Spark Connect server).
+_MASTER = re.compile(
+    r"local(\[(\*|[1-9][0-9]*)(,[1-9][0-9]*)?\])?|spark://[^\s/,]+(,[^\s/,]+)*|yarn|k8s://\S+|sc://\S+"
+)
+#: A URI with a scheme (hdfs://, s3a://, file://): read by Spark's file systems, not listed here.
+_URI = re.compile(r"^[A-Za-z][A-Za-z0-9+.-]+://")
+
+
 def _spark_conf(items: list[str]) -> dict[str, str]:
     """--conf KEY=VALUE items, refused when one has no '=' or no key."""
     out = {}
     for item in items:
         key, eq, value = item.partition("=")
         if not eq or not key.strip():
-            _fail(f"--conf {item!r} is not accepted: --conf takes KEY=VALUE, e.g. --conf spark.executor.memory=2g")
+            _fail(
+                f"--conf {quote(item)} is not accepted: --conf must be KEY=VALUE, e.g. --conf spark.executor.memory=2g"
+            )
         out[key.strip()] = value
     return out
 
 
 def _spark_session(master: str | None, settings: dict[str, str]) -> Any:
-    """The SparkSession for --engine spark: dpkit's local one, or one for --master and --conf."""
+    """The SparkSession for --engine spark: dpkit's local one, or one for --master and --conf.
+    Spark failing to start (no Java, a master that cannot be reached) fails the command before
+    anything is paid."""
     from dpkit.analytics.engines.spark import _ensure_java, spark_session
 
-    if master is None and not settings:
-        return spark_session()
-    from pyspark.sql import SparkSession
-
-    _ensure_java()
-    builder = SparkSession.builder.appName("dpkit query").master(master or "local[2]")
-    for key, value in settings.items():
-        builder = builder.config(key, value)
-    return builder.getOrCreate()
+    try:
+        from pyspark.sql import SparkSession
+    except ImportError:
+        _fail("--engine spark needs pyspark: pip install 'dpkit[spark]'")
+    try:
+        if master is None and not settings:
+            return spark_session()
+        _ensure_java()
+        builder = SparkSession.builder.appName("dpkit query")
+        if master is not None and master.startswith("sc://"):
+            builder = builder.remote(master)
+        else:
+            builder = builder.master(master or "local[2]")
+        for key, value in settings.items():
+            builder = builder.config(key, value)
+        return builder.getOrCreate()
+    except DPError:
+        raise
+    except Exception as exc:  # Py4J, Spark Connect and JVM errors alike: none is dpkit's
+        first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+        _fail(f"Spark did not start (--master {quote(master or 'local[2]')}): {first}")

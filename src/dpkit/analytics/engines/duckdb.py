@@ -42,7 +42,7 @@ from dpkit.analytics.plan import (
 )
 from dpkit.errors import InvalidParameterError
 
-__all__ = ["CsvFile", "CsvOptions", "DuckDBEngine", "csv_source_sql", "sql_string"]
+__all__ = ["CsvFile", "CsvOptions", "DuckDBEngine", "ParquetFiles", "csv_source_sql", "parquet_files", "sql_string"]
 
 _counter = itertools.count()
 _INTEGER_TYPES = (
@@ -260,48 +260,130 @@ def _read(x: str, read: ReadType, kind: ColumnKind, strip: bool, sql_type: str =
 
 
 _GLOB = set("*?[")
-_MEMORY = re.compile(r"\d+(\.\d+)?\s*(B|KB|MB|GB|TB|KiB|MiB|GiB|TiB)", re.IGNORECASE)
+_MEMORY = re.compile(r"(\d+(?:\.\d*)?|\.\d+)\s*(B|KB|MB|GB|TB|KiB|MiB|GiB|TiB)", re.IGNORECASE)
+_UNITS = {
+    "b": 1,
+    "kb": 10**3,
+    "mb": 10**6,
+    "gb": 10**9,
+    "tb": 10**12,
+    "kib": 2**10,
+    "mib": 2**20,
+    "gib": 2**30,
+    "tib": 2**40,
+}
+#: The least ``memory_limit`` per DuckDB thread: with less, the bounding's window and the group-by
+#: run out of memory even while spilling (16 MiB per thread failed on 200,000 rows), and a query
+#: that runs out fails after it is paid for.
+MIN_MEMORY_PER_THREAD = 32 * 2**20
 
 
-def parquet_files(path: Path) -> tuple[list[str], bool] | None:
-    """The Parquet files DuckDB's read_parquet reads for ``path``, and whether Hive partition
-    columns (``key=value`` directories) are read too: a ``.parquet``/``.pq`` file; a directory
-    (every Parquet file under it); a glob (``data/*.parquet``, ``data/**/*.parquet``). None when
-    ``path`` is none of these. Refused before anything is read when a directory or a glob matches
-    no file. Only names are listed: the schema comes from the files' metadata."""
-    text = str(path)
+@dataclass(frozen=True)
+class ParquetFiles:
+    """The Parquet files a path names (see :func:`parquet_files`).
+
+    ``files``: every file, sorted; ``base``: the directory below which ``key=value`` directories
+    are partition columns (Spark's ``basePath``); ``hive``: whether there are any."""
+
+    files: tuple[str, ...]
+    base: Path
+    hive: bool
+
+
+def _hidden(parts: Sequence[str]) -> bool:
+    """Spark's rule for paths that hold no data: a name starting with ``.``, or with ``_`` unless it
+    is a ``key=value`` directory (``_SUCCESS``, ``_temporary/``, ``.part-0.parquet.crc``)."""
+    return any(p.startswith(".") or (p.startswith("_") and "=" not in p) for p in parts)
+
+
+def _partition_base(directory: Path) -> Path:
+    """The directory above ``directory``'s trailing ``key=value`` directories (itself when its name
+    is not one): ``people/year=2020`` → ``people``, so ``year`` is a column on both engines."""
+    while "=" in directory.name and directory.parent != directory:
+        directory = directory.parent
+    return directory
+
+
+def _hive(files: Sequence[Path], base: Path) -> bool:
+    start = len(base.parts)
+    return any("=" in part for f in files for part in f.parts[start:-1])
+
+
+def parquet_files(path: str | os.PathLike[str]) -> ParquetFiles | None:
+    """The Parquet files ``path`` names: a ``.parquet``/``.pq`` file; a directory (every Parquet
+    file under it, at any depth); a glob (``data/*.parquet``, ``data/**/*.parquet``, ``**`` matching
+    any number of directories). Names starting with ``.`` or ``_`` (``_SUCCESS``, ``_temporary/``)
+    are skipped, as Spark skips them. The ``key=value`` directories the files sit in — below the
+    directory named, or the glob's fixed part, and the ``key=value`` directories that end it — are
+    Hive partition columns. None when ``path`` is none of these; a directory or a glob that
+    matches no file is refused (:class:`~dpkit.errors.InvalidParameterError`). Only names are
+    listed here: no file is opened, and the schema comes from the files' metadata."""
+    text = os.fspath(path)
+    p = Path(text)
     if _GLOB & set(text):
-        files = sorted(Path(m) for m in globmod.glob(text, recursive=True) if Path(m).is_file())
+        parts = p.parts
+        fixed = next(i for i, part in enumerate(parts) if _GLOB & set(part))
+        root = Path(*parts[:fixed]) if fixed else Path()
+        matches = sorted(Path(m) for m in globmod.glob(text, recursive=True))
+        files = [m for m in matches if not _hidden(m.parts[fixed:]) and m.is_file()]
         if not files:
-            raise InvalidParameterError("data", path.name, "a glob that matches at least one Parquet file")
-        return [str(f) for f in files], any("=" in part for f in files for part in f.parts[:-1])
-    if path.is_dir():
-        files = sorted(f for f in path.rglob("*") if f.is_file() and f.suffix.lower() in (".parquet", ".pq"))
+            shown = str(Path(*parts[max(fixed - 1, 0) :]))  # the pattern and the directory it starts in
+            raise InvalidParameterError("data", shown, "a glob that matches at least one Parquet file")
+        base = _partition_base(root)
+        return ParquetFiles(tuple(str(f) for f in files), base, _hive(files, base))
+    if p.is_dir():
+        files = sorted(
+            f
+            for f in p.rglob("*")
+            if f.suffix.lower() in (".parquet", ".pq") and not _hidden(f.relative_to(p).parts) and f.is_file()
+        )
         if not files:
-            raise InvalidParameterError("data", path.name, "a directory holding at least one .parquet file")
-        return [str(f) for f in files], any("=" in part for f in files for part in f.relative_to(path).parts[:-1])
-    if path.is_file() and path.suffix.lower() in (".parquet", ".pq"):
-        return [str(path)], False
+            raise InvalidParameterError("data", p.name, "a directory holding at least one .parquet file")
+        base = _partition_base(p)
+        return ParquetFiles(tuple(str(f) for f in files), base, _hive(files, base))
+    if p.is_file() and p.suffix.lower() in (".parquet", ".pq"):
+        return ParquetFiles((str(p),), p.parent, False)
     return None
 
 
 def _memory_limit(value: object) -> str | None:
+    """``memory_limit`` checked: a size with its unit (DuckDB's syntax), or None."""
     if value is None:
         return None
-    text = value.strip() if isinstance(value, str) else None
-    if text is None or not _MEMORY.fullmatch(text):
-        raise InvalidParameterError("memory_limit", value, "None or a size such as '4GB', '512MB' or '2GiB'")
-    return text
+    m = _MEMORY.fullmatch(value.strip()) if isinstance(value, str) else None
+    if m is None:
+        raise InvalidParameterError(
+            "memory_limit", value, "None or a size with its unit, such as '4GB', '512MB' or '2GiB'"
+        )
+    return f"{m.group(1)}{m.group(2)}"
+
+
+def _memory_bytes(limit: str) -> float:
+    m = _MEMORY.fullmatch(limit)
+    assert m is not None  # checked by _memory_limit
+    return float(m.group(1)) * _UNITS[m.group(2).lower()]
 
 
 def _temp_directory(value: object) -> Path | None:
+    """``temp_directory`` checked, made absolute (DuckDB resolves a relative one when it spills, from
+    whatever the working directory is then): a directory, or a path where one can be created."""
     if value is None:
         return None
-    if not isinstance(value, (str, os.PathLike)) or not str(value):
+    if not isinstance(value, (str, os.PathLike)) or not os.fspath(value):
         raise InvalidParameterError("temp_directory", value, "None or a directory path for DuckDB's spill files")
-    path = Path(value)
-    if path.exists() and not path.is_dir():
-        raise InvalidParameterError("temp_directory", value, "a directory (or a path where one can be created)")
+    path = Path(os.path.abspath(Path(os.fspath(value)).expanduser()))
+    existing = next(d for d in (path, *path.parents) if d.exists())
+    if not existing.is_dir():
+        raise InvalidParameterError(
+            "temp_directory",
+            os.fspath(value),
+            "a directory (or a path where one can be created)",
+            f"{existing} is a file",
+        )
+    if not os.access(existing, os.W_OK | os.X_OK):
+        raise InvalidParameterError(
+            "temp_directory", os.fspath(value), "a directory this process can write to", f"{existing} is not writable"
+        )
     return path
 
 
@@ -329,13 +411,17 @@ class DuckDBEngine:
         import duckdb
 
         limit, spill = _memory_limit(memory_limit), _temp_directory(temp_directory)
+        if connection is None and table is None and isinstance(source, duckdb.DuckDBPyRelation):
+            for name, value in (("memory_limit", memory_limit), ("temp_directory", temp_directory)):
+                if value is not None:
+                    raise InvalidParameterError(
+                        name,
+                        value if isinstance(value, str) else os.fspath(value),
+                        "None with a DuckDB relation",
+                        "a relation runs on DuckDB's default connection, whose settings are yours: SET it there",
+                    )
         self._con = connection if connection is not None else duckdb.connect()
-        # Out of core: DuckDB spills the bounding's window sort and the group-by to disk
-        # beyond ``memory_limit``, into ``temp_directory``.
-        if limit is not None:
-            self._con.execute(f"SET memory_limit = {sql_string(limit)}")
-        if spill is not None:
-            self._con.execute(f"SET temp_directory = {sql_string(str(spill))}")
+        self._set_out_of_core(limit, spill)
         self._view = f"__dpkit_t{os.getpid()}_{next(_counter)}"
         self._frame: pd.DataFrame | None = None
         self._sql_types: dict[str, str] = {}
@@ -354,9 +440,9 @@ class DuckDBEngine:
                     "data", path.name, "an existing CSV or Parquet file, a directory of Parquet files or a glob"
                 )
             if parquet is not None:
-                files, hive = parquet
                 try:
-                    self._con.read_parquet(files, hive_partitioning=hive).create_view(self._view)
+                    # the schema comes from the files' footers (and the partition directories' names)
+                    self._con.read_parquet(list(parquet.files), hive_partitioning=parquet.hive).create_view(self._view)
                 except duckdb.Error:
                     raise InvalidParameterError("data", path.name, "readable Parquet files of one schema") from None
             else:
@@ -385,6 +471,33 @@ class DuckDBEngine:
             self._read_sql_types()
             self._kinds = {name: _kind(t) for name, t in self._sql_types.items()}
         self._from = self._raw
+
+    def _set_out_of_core(self, limit: str | None, spill: Path | None) -> None:
+        """Out of core: past ``limit``, DuckDB spills the bounding's window sort and the group-by
+        into ``spill`` (DuckDB's default: ``.tmp`` in the working directory). Both are settings of
+        this engine's connection, checked here before any row is read."""
+        import duckdb
+
+        if limit is not None:
+            row = self._con.execute("SELECT current_setting('threads')").fetchone()
+            threads = max(int(row[0]) if row is not None else 1, 1)
+            least = MIN_MEMORY_PER_THREAD * threads
+            if _memory_bytes(limit) < least:
+                raise InvalidParameterError(
+                    "memory_limit",
+                    limit,
+                    f"at least {least // 2**20}MiB: {MIN_MEMORY_PER_THREAD // 2**20}MiB for each of DuckDB's {threads} threads",
+                    "with less, DuckDB runs out of memory while bounding, and a query that runs out fails after it is paid for",
+                )
+            try:
+                self._con.execute(f"SET memory_limit = {sql_string(limit)}")
+            except duckdb.Error:
+                raise InvalidParameterError("memory_limit", limit, "a size DuckDB accepts, such as '4GB'") from None
+        if spill is not None:
+            try:
+                self._con.execute(f"SET temp_directory = {sql_string(str(spill))}")
+            except duckdb.Error:
+                raise InvalidParameterError("temp_directory", str(spill), "a directory DuckDB can spill to") from None
 
     def _read_sql_types(self) -> None:
         """The physical SQL type of every column of ``_raw`` (from the schema; no row is read)."""
