@@ -40,3 +40,23 @@ def pmf_pvalue(y: np.ndarray, sigma: Fraction) -> float:
         return chi2_pvalue(y, support, pmf)
     lo, hi = offset, offset + w * support.size - 1
     return chi2_pvalue((np.clip(y, lo, hi) - offset) // w, support, pmf)
+
+
+def tail_probability(sigma: Fraction, t: float) -> float:
+    """P(|Y| > t·σ) for the discrete Gaussian: the exact PMF summed over |k| <= 40σ for σ < 100,
+    else the normal's 2Φ(−t) (error O(1/σ))."""
+    s = float(sigma)
+    if s < 100:
+        k = np.arange(-int(40 * s), int(40 * s) + 1)
+        pmf = np.exp(-(k.astype(float) ** 2) / (2 * s * s))
+        return float(pmf[np.abs(k) > t * s].sum() / pmf.sum())
+    return float(2 * special.ndtr(-t))
+
+
+def lattice_noise_pvalue(y: np.ndarray, lattice_sigma: float) -> float:
+    """χ² p-value of release noise y (in lattice steps) against a normal with σ_lattice (about
+    2^47 on the DP-SGD path): bins of σ_lattice/16 over ±12σ, normal masses (error O(1/σ))."""
+    edges = np.arange(-12 * 16, 12 * 16 + 1) * (lattice_sigma / 16)
+    probs = np.diff(special.ndtr(edges / lattice_sigma))
+    idx = np.clip(np.searchsorted(edges, y, side="right") - 1, 0, probs.size - 1)
+    return chi2_pvalue(idx, np.arange(probs.size), probs)
