@@ -172,7 +172,11 @@ def _engine(source: object, table: str | None) -> tuple[Any, str, Any]:
             raise InvalidParameterError("data", str(source.path), "an existing CSV file", "no such file")
         return DuckDBEngine(source), table or source.path.stem, None
     if isinstance(source, (str, os.PathLike)):
+        from dpkit.analytics.engines.duckdb import parquet_files
+
         path = Path(source)
+        if not path.is_file() and parquet_files(path) is not None:  # a Parquet directory or glob
+            return DuckDBEngine(path), table or "data", None
         if not path.is_file():
             raise InvalidParameterError(
                 "data", str(path), "an existing CSV, Parquet or DuckDB database file", "no such file"
@@ -219,7 +223,8 @@ def check_data(
     Parameters
     ----------
     source:
-        A CSV file (header line first) or Parquet file path, a
+        A CSV file (header line first) or Parquet file path, a directory or glob of Parquet
+        files (as :meth:`Session.from_parquet <dpkit.analytics.Session.from_parquet>` reads them), a
         :class:`~dpkit.analytics.engines.duckdb.CsvFile` (a CSV path with the reading options of
         :meth:`Session.from_csv <dpkit.analytics.Session.from_csv>`), a pandas DataFrame, a DuckDB
         relation, a ``(duckdb connection, table name)`` pair, a DuckDB connection (with

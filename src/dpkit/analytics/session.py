@@ -374,33 +374,16 @@ class Session:
                 raise InvalidParameterError("spark", _short(spark), "None unless engine='spark'")
             return cls(p, memory_limit=memory_limit, temp_directory=temp_directory, **kwargs)
         _duckdb_only(memory_limit, temp_directory, "engine='spark'")
-        from dpkit.analytics.engines.spark import SparkEngine, spark_session
+        from dpkit.analytics.engines.spark import SparkEngine, read_parquet, spark_session
 
         if spark is not None and not hasattr(getattr(spark, "read", None), "parquet"):
             raise InvalidParameterError("spark", _short(spark), "a SparkSession, or None (a local one)")
-        uri = _URI.match(text) is not None
-        found = None if uri else parquet_files(p)
-        if not uri and found is None:
+        if _URI.match(text) is None and parquet_files(p) is None:  # refused before Spark starts
             raise InvalidParameterError(
                 "data", p.name, "an existing Parquet file, a directory of Parquet files or a glob"
             )
-        reader = (spark if spark is not None else spark_session()).read
-        from pyspark.errors import AnalysisException
-
-        try:
-            if found is None:  # a URI: Spark lists it, globs it and finds its partitions itself
-                frame = reader.parquet(text)
-            elif len(found.files) == 1 and not found.hive:
-                frame = reader.parquet(os.path.abspath(found.files[0]))
-            else:  # exactly the files DuckDB reads, with the partitions found below the same base
-                files = [os.path.abspath(f) for f in found.files]
-                frame = reader.option("basePath", os.path.abspath(found.base)).parquet(*files)
-            source = SparkEngine(frame)  # the schema: the files' footers (Spark Connect resolves it here)
-        except AnalysisException as exc:
-            what = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
-            raise InvalidParameterError(
-                "data", text if uri else p.name, "Parquet data Spark can read", f"Spark says: {what}"
-            ) from None
+        frame = read_parquet(spark if spark is not None else spark_session(), text)
+        source = SparkEngine(frame)
         return cls(None, engine=source, **kwargs)
 
     @classmethod

@@ -155,11 +155,10 @@ def query(
     if engine == "duckdb" and (master is not None or conf):
         given = f"--master {quote(master)}" if master is not None else f"--conf {quote((conf or [''])[0])}"
         _fail(f"{given} is not accepted without --engine spark: --master and --conf set up Spark")
-    if master is not None and not _MASTER.fullmatch(master):
-        _fail(
-            f"--master {quote(master)} is not accepted: --master must be local, local[N], local[*], spark://HOST:PORT, "
-            "yarn, k8s://URL or sc://HOST:PORT (Spark Connect)"
-        )
+    from dpkit.analytics.engines.spark import MASTERS, SPARK_MASTER
+
+    if master is not None and not SPARK_MASTER.fullmatch(master):
+        _fail(f"--master {quote(master)} is not accepted: --master must be {MASTERS}")
     settings = _spark_conf(conf or [])
     uri = _URI.match(data) is not None
     if uri and engine != "spark":
@@ -281,10 +280,6 @@ def _fmt(x: float) -> str:
     return f"{x:,.0f}" if abs(x) >= 1000 else f"{x:.4g}"
 
 
-#: The Spark masters --master takes (Spark's own forms; sc:// is a Spark Connect server).
-_MASTER = re.compile(
-    r"local(\[(\*|[1-9][0-9]*)(,[1-9][0-9]*)?\])?|spark://[^\s/,]+(,[^\s/,]+)*|yarn|k8s://\S+|sc://\S+"
-)
 #: A URI with a scheme (hdfs://, s3a://, file://): read by Spark's file systems, not listed here.
 _URI = re.compile(r"^[A-Za-z][A-Za-z0-9+.-]+://")
 
@@ -306,24 +301,14 @@ def _spark_session(master: str | None, settings: dict[str, str]) -> Any:
     """The SparkSession for --engine spark: dpkit's local one, or one for --master and --conf.
     Spark failing to start (no Java, a master that cannot be reached) fails the command before
     anything is paid."""
-    from dpkit.analytics.engines.spark import _ensure_java, spark_session
+    from dpkit.analytics.engines.spark import spark_session
 
     try:
-        from pyspark.sql import SparkSession
+        import pyspark  # noqa: F401
     except ImportError:
         _fail("--engine spark needs pyspark: pip install 'dpkit[spark]'")
     try:
-        if master is None and not settings:
-            return spark_session()
-        _ensure_java()
-        builder = SparkSession.builder.appName("dpkit query")
-        if master is not None and master.startswith("sc://"):
-            builder = builder.remote(master)
-        else:
-            builder = builder.master(master or "local[2]")
-        for key, value in settings.items():
-            builder = builder.config(key, value)
-        return builder.getOrCreate()
+        return spark_session(master, settings, app_name="dpkit query")
     except DPError:
         raise
     except Exception as exc:  # Py4J, Spark Connect and JVM errors alike: none is dpkit's

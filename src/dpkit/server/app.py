@@ -111,7 +111,8 @@ class ServerConfig:
     ``data_root`` (None: the current directory when the app is created); grants above
     ``max_grant_epsilon`` are refused; ``audit_key`` is the file holding the audit chain's key;
     ``dataset_dir`` where registered datasets are kept; ``engine_threads`` the DuckDB threads of
-    one query (None: one per core); ``max_keys``, ``max_result_rows``,
+    one query (None: one per core); ``spark_master`` and ``spark_conf`` the SparkSession that
+    reads Spark datasets (one per server process; None: a local one); ``max_keys``, ``max_result_rows``,
     ``max_response_bytes`` and ``max_query_depth`` are the
     :class:`~dpkit.analytics.limits.QueryLimits` of every query.
     """
@@ -131,6 +132,8 @@ class ServerConfig:
     audit_key: str | None = None
     dataset_dir: str | None = None
     engine_threads: int | None = None
+    spark_master: str | None = None
+    spark_conf: dict[str, str] | None = None
     max_keys: int = _LIMITS.max_keys
     max_result_rows: int = _LIMITS.max_result_rows
     max_response_bytes: int = _LIMITS.max_response_bytes
@@ -149,6 +152,9 @@ class ServerConfig:
                 raise InvalidParameterError(name, value, "a path, or None")
         if self.engine_threads is not None:
             v.positive_int(self.engine_threads, "engine_threads")
+        from dpkit.analytics.engines.spark import check_spark_settings
+
+        check_spark_settings(self.spark_master, self.spark_conf)
         self.limits()  # checks max_keys, max_result_rows, max_response_bytes, max_query_depth
 
     def limits(self) -> QueryLimits:
@@ -171,6 +177,8 @@ class ServerConfig:
             audit_key=self.audit_key,
             dataset_dir=self.dataset_dir,
             engine_threads=self.engine_threads,
+            spark_master=self.spark_master,
+            spark_conf=self.spark_conf,
         )
 
 

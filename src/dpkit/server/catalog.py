@@ -17,7 +17,7 @@ import os
 import threading
 from collections.abc import Callable
 from dataclasses import dataclass, field, replace
-from pathlib import Path
+from pathlib import Path, PurePath
 from typing import Any
 
 from dpkit import _validate as v
@@ -27,7 +27,16 @@ from dpkit.analytics.metadata import Metadata
 from dpkit.analytics.session import Session
 from dpkit.budget import Budget
 from dpkit.errors import DPError, InvalidDataError, InvalidParameterError
-from dpkit.server.datasets import DatasetCopies, SourceReadError, check_declared_columns, resolve_source, source_kind
+from dpkit.server.datasets import (
+    DatasetCopies,
+    SourceReadError,
+    check_columns,
+    check_declared_columns,
+    is_uri,
+    resolve_parquet_source,
+    resolve_source,
+    source_kind,
+)
 from dpkit.server.errors import DatasetUnavailableError, NotFoundError
 from dpkit.server.names import DATASET_NAME, TABLE_NAME, check_dataset_name
 from dpkit.server.store import ServiceStore, now
@@ -37,7 +46,8 @@ __all__ = ["DatasetInfo", "Catalog"]
 #: Where details that must not reach an analyst go (load failures, the data check's failures).
 _curator_log = logging.getLogger("dpkit.curator")
 
-_DATASET_COLUMNS = "name, source, metadata, neighbours, created_at, source_table"
+_DATASET_COLUMNS = "name, source, metadata, neighbours, created_at, source_table, engine"
+ENGINES = ("duckdb", "spark")
 _IDLE_ENGINES = 32  # bound engines kept per dataset and process (about one per concurrent query)
 
 
@@ -46,8 +56,11 @@ class DatasetInfo:
     """A registered dataset: where its rows are, its curator-declared metadata, its neighbours.
 
     ``source`` is the file it was registered from, relative to the service's data root when
-    there is one (an absolute path otherwise); queries read the shared copy made from it at
-    registration (:mod:`dpkit.server.datasets`), named by ``name`` and ``created_at``.
+    there is one (an absolute path otherwise). ``engine`` says what reads it: ``"duckdb"``
+    (queries read the shared copy made from the source at registration,
+    :mod:`dpkit.server.datasets`, named by ``name`` and ``created_at``) or ``"spark"`` (the
+    source is Parquet data — a file, a directory or a glob — that the service's SparkSession
+    reads in place; nothing is copied).
 
     ``check`` is the curator's data check made at registration (how well the rows conform to the
     metadata; :class:`~dpkit.analytics.check.DataCheck`). It holds exact counts and raw values:
@@ -60,6 +73,7 @@ class DatasetInfo:
     neighbours: Neighbours
     created_at: str
     table: str | None = None  # the table inside a DuckDB database file; None for CSV / Parquet
+    engine: str = "duckdb"
     check: DataCheck | None = field(default=None, compare=False, repr=False)
 
     def public(self) -> dict[str, Any]:
@@ -72,20 +86,34 @@ class _Loaded:
     """One process's read-only connection to a dataset's shared copy, and its idle engines: each
     a cursor of that connection with the declared schema already read and its typed view
     already bound, so a query does not redo either (they never change for a registered dataset).
-    An engine serves one query at a time."""
+    An engine serves one query at a time.
+
+    For a Spark dataset ``connection`` is None and ``frame`` the DataFrame over its Parquet data
+    (the files listed once per process); each engine is a
+    :class:`~dpkit.analytics.engines.spark.SparkEngine` over it, and Spark runs the queries of
+    several engines at once."""
 
     connection: Any
     lock: threading.Lock = field(default_factory=threading.Lock)
     idle: list[Any] = field(default_factory=list)
+    frame: Any = None
 
     def take(self, table: str) -> Any:
-        from dpkit.analytics.engines.duckdb import DuckDBEngine
-
         with self.lock:
             if self.idle:
                 return self.idle.pop()
+            if self.frame is not None:
+                from dpkit.analytics.engines.spark import SparkEngine
+
+                return SparkEngine(self.frame)
             cursor = self.connection.cursor()  # cursors are created one at a time
+        from dpkit.analytics.engines.duckdb import DuckDBEngine
+
         return DuckDBEngine(None, connection=cursor, table=table)
+
+    def close(self) -> None:
+        if self.connection is not None:
+            self.connection.close()
 
     def give_back(self, engine: Any) -> None:
         with self.lock:
@@ -99,11 +127,21 @@ class Catalog:
 
     ``data_root``: datasets are registered only from under this directory (None: anywhere — the
     in-process API is the administrator's own; the HTTP service always sets one).
-    ``engine_threads``: DuckDB threads per query in this process (None: DuckDB's default)."""
+    ``engine_threads``: DuckDB threads per query in this process (None: DuckDB's default).
+    ``spark``: returns this process's SparkSession, for Spark datasets (called when one is first
+    registered or read in a process; None: :func:`~dpkit.analytics.engines.spark.spark_session`,
+    a local one)."""
 
     def __init__(
-        self, store: ServiceStore, copies: DatasetCopies, *, data_root: Path | None, engine_threads: int | None
+        self,
+        store: ServiceStore,
+        copies: DatasetCopies,
+        *,
+        data_root: Path | None,
+        engine_threads: int | None,
+        spark: Callable[[], Any] | None = None,
     ) -> None:
+        self._spark = spark
         self._store = store
         self._copies = copies
         self._data_root = data_root
@@ -117,7 +155,7 @@ class Catalog:
         with self._data_lock:
             if self._data_pid == os.getpid():  # a forked child leaves its parent's connections alone
                 for loaded in self.data.values():
-                    loaded.connection.close()
+                    loaded.close()
             self.data.clear()
 
     # -- registration ----------------------------------------------------------------------------
@@ -130,11 +168,21 @@ class Catalog:
         *,
         neighbours: Neighbours = "add_remove",
         table: str | None = None,
+        engine: str = "duckdb",
     ) -> DatasetInfo:
         """See :meth:`dpkit.server.service.Service.register_dataset`."""
         check_dataset_name(name)
-        located = resolve_source(source, self._data_root)
-        if (source_kind(located.path) == "duckdb") != (table is not None):
+        if not isinstance(engine, str) or engine not in ENGINES:
+            raise InvalidParameterError(
+                "engine", engine, "'duckdb' (a shared copy, the default) or 'spark' (Parquet read in place)"
+            )
+        if engine == "spark":
+            if table is not None:
+                raise InvalidParameterError("table", table, "None with engine='spark' (the source is Parquet data)")
+            located = resolve_parquet_source(source, self._data_root)
+        else:
+            located = resolve_source(source, self._data_root)
+        if engine == "duckdb" and (source_kind(located.path) == "duckdb") != (table is not None):
             raise InvalidParameterError("table", table, "a table name with a .duckdb source, and no table otherwise")
         if table is not None and not TABLE_NAME.fullmatch(table):
             raise InvalidParameterError("table", table, "a table name ('people' or 'schema.people')")
@@ -149,7 +197,9 @@ class Catalog:
         v.neighbours(neighbours)
         if self._registered(name):  # before copying the data; the insert below re-checks under its lock
             raise _already_registered(name)
-        info = DatasetInfo(name, located.stored, meta, neighbours, now(), table)
+        info = DatasetInfo(name, located.stored, meta, neighbours, now(), table, engine)
+        if engine == "spark":
+            return self._insert(replace(info, check=self._inspect_spark(info, located.path)))
 
         def inspect(conn: Any) -> DataCheck | None:
             # Validates the metadata against the copy's schema: nothing is released, nothing is
@@ -159,19 +209,67 @@ class Catalog:
             return _check(info, conn)
 
         report = self._copy(info, lambda: self._copies.build(name, info.created_at, located.path, table, inspect))
-        info = replace(info, check=report)
         try:
-            with self._store.transaction(write=True) as tx:
-                if tx.run("SELECT 1 FROM datasets WHERE name = ?", (name,)):
-                    raise _already_registered(name)
-                tx.run(
-                    f"INSERT INTO datasets ({_DATASET_COLUMNS}) VALUES (?, ?, ?, ?, ?, ?)",
-                    (name, info.source, json.dumps(meta.to_dict(), sort_keys=True), neighbours, info.created_at, table),
-                )
+            return self._insert(replace(info, check=report))
         except BaseException:
             self._copies.discard(name, info.created_at)  # a copy nobody will ever read
             raise
+
+    def _insert(self, info: DatasetInfo) -> DatasetInfo:
+        with self._store.transaction(write=True) as tx:
+            if tx.run("SELECT 1 FROM datasets WHERE name = ?", (info.name,)):
+                raise _already_registered(info.name)
+            meta = json.dumps(info.metadata.to_dict(), sort_keys=True)
+            tx.run(
+                f"INSERT INTO datasets ({_DATASET_COLUMNS}) VALUES (?, ?, ?, ?, ?, ?, ?)",
+                (info.name, info.source, meta, info.neighbours, info.created_at, info.table, info.engine),
+            )
         return info
+
+    def _inspect_spark(self, info: DatasetInfo, path: Path) -> DataCheck | None:
+        """Check a Spark dataset's metadata against its Parquet schema (read by Spark from the
+        files' footers: no row is read), then make the curator's data check (DuckDB reading
+        the same files on this machine; None for a URI, which only Spark reads)."""
+        from dpkit.analytics.engines.spark import SparkEngine
+
+        frame = self._spark_frame(info, path)
+        check_columns(frame.columns, info.metadata)
+        Session(
+            None, engine=SparkEngine(frame), table=info.name, metadata=info.metadata,
+            neighbours=info.neighbours, budget=Budget(epsilon=1.0),
+        )  # fmt: skip
+        if is_uri(info.source):
+            return None
+        try:
+            return check_data(path, info.metadata, table=info.name)
+        except Exception:
+            _curator_log.exception("the data check of dataset %r (%s) could not be made", info.name, info.source)
+            return None
+
+    def _spark_frame(self, info: DatasetInfo, path: Path | str) -> Any:
+        """The DataFrame over a Spark dataset's Parquet data (listed now), on this process's
+        SparkSession. Spark failing to start, or to read the files, is InvalidDataError worded
+        for the curator (Spark's own message goes to the ``dpkit.curator`` log)."""
+        from dpkit.analytics.engines.spark import read_parquet, spark_session
+
+        try:
+            spark = self._spark() if self._spark is not None else spark_session()
+        except DPError:
+            raise
+        except Exception:
+            _curator_log.exception("dataset %r: the service's SparkSession did not start", info.name)
+            raise InvalidDataError(
+                "source", f"{_describe_source(info)}: Spark did not start (details in the dpkit.curator log)",
+                "a service whose Spark settings (spark_master, spark_conf) start a SparkSession",
+            ) from None  # fmt: skip
+        try:
+            return read_parquet(spark, info.source if is_uri(info.source) else path)
+        except InvalidParameterError as exc:
+            _curator_log.warning("dataset %r: Spark could not read %s: %s", info.name, info.source, exc)
+            raise InvalidDataError(
+                "source", f"{_describe_source(info)} could not be read by Spark (details in the dpkit.curator log)",
+                "Parquet files Spark can read",
+            ) from None  # fmt: skip
 
     def _registered(self, name: str) -> bool:
         with self._store.transaction() as tx:
@@ -263,6 +361,8 @@ class Catalog:
                 # A forked child: the parent's connections are not safe to use (or close) here.
                 self.data, self._data_pid = {}, os.getpid()
             loaded = self.data.get(info.name)
+            if loaded is None and info.engine == "spark":
+                loaded = self.data[info.name] = _Loaded(None, frame=self._opened_spark(info))
             if loaded is None:
                 try:
                     connection = self._copies.open(self.load(info), self._engine_threads)
@@ -276,6 +376,27 @@ class Catalog:
                     raise DatasetUnavailableError() from None
                 loaded = self.data[info.name] = _Loaded(connection)
         return loaded
+
+    def _opened_spark(self, info: DatasetInfo) -> Any:
+        """A Spark dataset's DataFrame for this process (its files listed and checked against the
+        data root again, as at registration); for analysts, any failure is the one fixed
+        DatasetUnavailableError, before any spend (the reason is in the curator's log)."""
+        try:
+            path: Path | str = info.source if is_uri(info.source) else self._spark_source(info)
+            return self._spark_frame(info, path)
+        except DPError as exc:
+            _curator_log.warning("dataset %r: its Parquet data cannot be read: %s", info.name, exc)
+            raise DatasetUnavailableError() from None
+        except Exception:
+            _curator_log.exception("dataset %r: its Parquet data could not be opened", info.name)
+            raise DatasetUnavailableError() from None
+
+    def _spark_source(self, info: DatasetInfo) -> Path:
+        if self._data_root is None and not Path(info.source).is_absolute():
+            raise InvalidParameterError(
+                "source", info.source, "an absolute path, or a service with the data root it was registered under"
+            )
+        return resolve_parquet_source(info.source, self._data_root).path
 
 
 def _check(info: DatasetInfo, conn: Any) -> DataCheck | None:
@@ -301,6 +422,8 @@ def _already_registered(name: str) -> InvalidParameterError:
 
 def _describe_source(info: DatasetInfo) -> str:
     """The source in words for the curator: the file's name (and table), no path, no content."""
+    if info.engine == "spark":
+        return f"Parquet data {PurePath(info.source).name}" if not is_uri(info.source) else "Parquet data (a URI)"
     kind = (
         "DuckDB table"
         if info.table is not None
@@ -312,5 +435,5 @@ def _describe_source(info: DatasetInfo) -> str:
 
 
 def _dataset(row: tuple[Any, ...]) -> DatasetInfo:
-    n, s, m, nb, c, t = row
-    return DatasetInfo(n, s, Metadata.from_dict(json.loads(m)), nb, c, t)
+    n, s, m, nb, c, t, e = row
+    return DatasetInfo(n, s, Metadata.from_dict(json.loads(m)), nb, c, t, e)

@@ -32,6 +32,18 @@ LedgerOption = Annotated[
     ),
 ]
 JsonOption = Annotated[bool, typer.Option("--json", help="Print machine-readable JSON on stdout instead of tables.")]
+SparkMasterOption = Annotated[
+    str | None,
+    typer.Option(
+        "--spark-master",
+        help="The Spark master that reads Spark datasets: local[N], spark://HOST:PORT, yarn, k8s://URL or "
+        "sc://HOST:PORT (Spark Connect); default a local session.",
+    ),
+]
+SparkConfOption = Annotated[
+    list[str] | None,
+    typer.Option("--spark-conf", help="A Spark setting KEY=VALUE for that session (repeatable)."),
+]
 _ACTOR = "admin-cli"
 _LIMITS = QueryLimits()
 
@@ -55,21 +67,31 @@ def _fail_error(exc: BaseException) -> NoReturn:
     fail_error(exc)
 
 
-def _open(ledger: str, *, max_grant_epsilon: float | None = None) -> Service:
+def _open(ledger: str, *, max_grant_epsilon: float | None = None, **spark: Any) -> Service:
     try:
         return Service(
-            ledger, max_grant_epsilon=DEFAULT_MAX_GRANT_EPSILON if max_grant_epsilon is None else max_grant_epsilon
+            ledger,
+            max_grant_epsilon=DEFAULT_MAX_GRANT_EPSILON if max_grant_epsilon is None else max_grant_epsilon,
+            **spark,
         )
     except DPError as exc:
         _fail_error(exc)
 
 
 def _run(
-    ledger: str, action: str, fn: Any, *, recorded: bool = False, max_grant_epsilon: float | None = None, **facts: Any
+    ledger: str,
+    action: str,
+    fn: Any,
+    *,
+    recorded: bool = False,
+    max_grant_epsilon: float | None = None,
+    spark: dict[str, Any] | None = None,
+    **facts: Any,
 ) -> Any:
     """Run one administrative action and audit it (also when it fails). ``recorded``: the action
-    writes its own entry with its change, in one transaction (a grant)."""
-    service = _open(ledger, max_grant_epsilon=max_grant_epsilon)
+    writes its own entry with its change, in one transaction (a grant). ``spark``: the service's
+    Spark settings (``spark_master``, ``spark_conf``)."""
+    service = _open(ledger, max_grant_epsilon=max_grant_epsilon, **(spark or {}))
     try:
         try:
             result = fn(service)
@@ -81,6 +103,20 @@ def _run(
         return result
     finally:
         service.close()
+
+
+def _spark_options(master: str | None, conf: list[str] | None) -> dict[str, Any]:
+    """--spark-master and --spark-conf KEY=VALUE as the service's keywords (refused when an item
+    has no '=' or no key; the master is checked by the service)."""
+    settings: dict[str, str] = {}
+    for item in conf or []:
+        key, eq, value = item.partition("=")
+        if not eq or not key.strip():
+            _fail(
+                f"--spark-conf {item!r} is not accepted: it must be KEY=VALUE, e.g. --spark-conf spark.executor.memory=2g"
+            )
+        settings[key.strip()] = value
+    return {"spark_master": master, "spark_conf": settings or None}
 
 
 def _show_key(name: str, role: str, key: str, as_json: bool) -> None:
@@ -137,7 +173,13 @@ def revoke_principal(
 @admin_app.command("register-dataset")
 def register_dataset(
     name: str,
-    source: Annotated[Path, typer.Argument(help="A CSV, Parquet or DuckDB database (.duckdb) file.")],
+    source: Annotated[
+        str,
+        typer.Argument(
+            help="A CSV, Parquet or DuckDB database (.duckdb) file; with --engine spark, Parquet data: "
+            "a file, a directory or a glob (or a URI Spark reads)."
+        ),
+    ],
     metadata: Annotated[
         Path,
         typer.Option(
@@ -147,6 +189,16 @@ def register_dataset(
     ],
     neighbours: Annotated[str, typer.Option("--neighbours", help="add_remove or replace.")] = "add_remove",
     table: Annotated[str | None, typer.Option("--table", help="The table to serve, with a .duckdb source.")] = None,
+    engine: Annotated[
+        str,
+        typer.Option(
+            "--engine",
+            help="duckdb (the source is copied into a shared read-only DuckDB file) or spark "
+            "(Parquet data read in place by the service's Spark; serve with --spark-master).",
+        ),
+    ] = "duckdb",
+    spark_master: SparkMasterOption = None,
+    spark_conf: SparkConfOption = None,
     ledger: LedgerOption = _DEFAULT,
     as_json: Annotated[
         bool, typer.Option("--json", help="Print the registered dataset and its data check as JSON.")
@@ -158,15 +210,22 @@ def register_dataset(
     info = _run(
         ledger,
         "register_dataset",
-        lambda s: s.register_dataset(name, source, metadata, neighbours=neighbours, table=table),
+        lambda s: s.register_dataset(name, source, metadata, neighbours=neighbours, table=table, engine=engine),
+        spark=_spark_options(spark_master, spark_conf),
         dataset=name,
         source=str(source),
         table=table,
+        engine=engine,
     )
     if as_json:
         typer.echo(
             json.dumps(
-                {**info.public(), "source": info.source, "check": None if info.check is None else info.check.to_dict()},
+                {
+                    **info.public(),
+                    "source": info.source,
+                    "engine": info.engine,
+                    "check": None if info.check is None else info.check.to_dict(),
+                },
                 default=str,
             )
         )
@@ -226,7 +285,7 @@ def list_all(ledger: LedgerOption = _DEFAULT, as_json: JsonOption = False) -> No
             json.dumps(
                 {
                     "principals": people,
-                    "datasets": [{**d.public(), "source": d.source} for d in datasets],
+                    "datasets": [{**d.public(), "source": d.source, "engine": d.engine} for d in datasets],
                     "budgets": [budget_dict(b) for b in budgets],
                 },
                 indent=2,
@@ -242,10 +301,10 @@ def list_all(ledger: LedgerOption = _DEFAULT, as_json: JsonOption = False) -> No
         t.add_row(p["name"], p["role"], ", ".join(active), str(len(p["keys"]) - len(active)))
     console.print(t)
     t = Table(title="datasets")
-    for c in ("name", "source", "privacy unit", "neighbours"):
+    for c in ("name", "source", "engine", "privacy unit", "neighbours"):
         t.add_column(c)
     for d in datasets:
-        t.add_row(d.name, d.source, d.metadata.privacy_unit or "(row)", d.neighbours)
+        t.add_row(d.name, d.source, d.engine, d.metadata.privacy_unit or "(row)", d.neighbours)
     console.print(t)
     t = Table(title="budgets")
     for c in ("dataset", "analyst", "ε", "ε spent", "δ", "δ spent"):
@@ -366,6 +425,8 @@ def serve(
             "--engine-threads", min=1, help="DuckDB threads per query (default: the cores divided among the workers)."
         ),
     ] = None,
+    spark_master: SparkMasterOption = None,
+    spark_conf: SparkConfOption = None,
     max_keys: Annotated[
         int, typer.Option("--max-keys", min=1, help="Largest product of public group-by keys one query may have.")
     ] = _LIMITS.max_keys,
@@ -383,6 +444,7 @@ def serve(
     ] = _LIMITS.max_query_depth,
 ) -> None:
     """Run the curator service: the /v1 API and the dashboard at http://HOST:PORT/."""
+    spark = _spark_options(spark_master, spark_conf)
     try:
         from dpkit.server.app import ServerConfig, create_app
         from dpkit.server.serving import ServingLimits
@@ -409,6 +471,7 @@ def serve(
             max_result_rows=max_result_rows,
             max_response_bytes=max_response_bytes,
             max_query_depth=max_query_depth,
+            **spark,
             # Workers share the cores: more engine threads than a worker's share only contend.
             engine_threads=engine_threads
             if engine_threads is not None or workers == 1

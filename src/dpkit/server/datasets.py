@@ -34,6 +34,7 @@ from __future__ import annotations
 import contextlib
 import hashlib
 import os
+import re
 import stat
 import uuid
 from collections.abc import Callable, Iterator
@@ -61,8 +62,11 @@ __all__ = [
     "copy_name",
     "DatasetCopies",
     "SourceReadError",
+    "resolve_parquet_source",
     "copy_table",
     "check_declared_columns",
+    "check_columns",
+    "is_uri",
 ]
 
 SOURCE_SUFFIXES = (".csv", ".parquet", ".pq", ".duckdb")
@@ -129,6 +133,69 @@ def resolve_source(source: object, data_root: Path | None) -> SourcePath:
     return SourcePath(real, real.relative_to(data_root).as_posix())
 
 
+_PARQUET_UNDER_ROOT = (
+    "Parquet data under the service's data root: a .parquet file, a directory of Parquet files or a glob "
+    "('events/**/*.parquet'), relative to the root or absolute inside it, without '..' segments "
+    "(symlinks are followed and must stay inside the root)"
+)
+_URI = re.compile(r"^[A-Za-z][A-Za-z0-9+.-]+://")
+
+
+def is_uri(source: str) -> bool:
+    """Whether a stored source is a URI (``hdfs://…``) rather than a path."""
+    return _URI.match(source) is not None
+
+
+def resolve_parquet_source(source: object, data_root: Path | None) -> SourcePath:
+    """Check the source of a dataset Spark reads in place: a Parquet file, a directory of Parquet
+    files (Hive-partitioned too) or a glob, listed by
+    :func:`~dpkit.analytics.engines.duckdb.parquet_files` (the files Spark and DuckDB read alike).
+
+    With ``data_root``: the path is relative to the root or absolute inside it, has no ``..``
+    segment, and the real path of the directory (or glob's fixed part) and of every file it names
+    is inside the root; the source is stored as given, relative to the root. Refusals name
+    ``source`` and never say where a path led (as :func:`resolve_source`). Without a data root
+    (the administrator's own in-process use) a URI Spark reads (``hdfs://…``, ``s3a://…``) is
+    also taken, as given; a local path is stored absolute. ``path`` is what Spark is given."""
+    from dpkit.analytics.engines.duckdb import parquet_files
+
+    if not isinstance(source, (str, os.PathLike)) or not os.fspath(source) or "\x00" in os.fspath(source):
+        raise InvalidParameterError("source", short_repr(source), _PARQUET_UNDER_ROOT)
+    text = os.fspath(source)
+    if data_root is None and _URI.match(text):
+        return SourcePath(Path(text), text)
+    given = Path(text).expanduser()
+    shown = text if data_root is None else _shown(given, data_root)
+    if _URI.match(text):
+        raise InvalidParameterError(
+            "source", shown, _PARQUET_UNDER_ROOT, "a URI is read only by a service without a data root"
+        )
+    if ".." in given.parts:
+        raise InvalidParameterError("source", shown, _PARQUET_UNDER_ROOT, "a path with '..' segments is refused")
+    candidate = given if given.is_absolute() or data_root is None else data_root / given
+    candidate = candidate if candidate.is_absolute() else candidate.absolute()
+    try:
+        found = parquet_files(candidate)
+    except InvalidParameterError:
+        found = None
+    missing = "there is no Parquet data there under the data root" if data_root is not None else "no Parquet data there"
+    if found is None:
+        raise InvalidParameterError("source", shown, _PARQUET_UNDER_ROOT, missing)
+    if data_root is not None:
+        for path in (str(found.base), *found.files):
+            try:
+                real = Path(os.path.realpath(path, strict=True))
+            except (OSError, ValueError, RuntimeError):
+                raise InvalidParameterError("source", shown, _PARQUET_UNDER_ROOT, missing) from None
+            if not real.is_relative_to(data_root):
+                raise InvalidParameterError("source", shown, _PARQUET_UNDER_ROOT, missing)
+        stored = candidate.relative_to(data_root).as_posix() if candidate.is_relative_to(data_root) else None
+        if stored is None:
+            raise InvalidParameterError("source", shown, _PARQUET_UNDER_ROOT, missing)
+        return SourcePath(candidate, stored)
+    return SourcePath(candidate, str(candidate))
+
+
 def _shown(given: Path, data_root: Path) -> str:
     """The source as it may be repeated to the curator: as written when relative, relative to
     the root when absolute inside it (lexically), else a placeholder."""
@@ -190,7 +257,12 @@ def check_declared_columns(conn: Any, table: str, metadata: Metadata) -> None:
     only counts the table's other columns: a source's column names can be its contents (a
     headerless file's first line), and a registration error must not read them out."""
     description = conn.execute(f"SELECT * FROM {quote_identifier(table)} LIMIT 0").description
-    physical = {d[0] for d in description}
+    check_columns([d[0] for d in description], metadata)
+
+
+def check_columns(columns: list[str], metadata: Metadata) -> None:
+    """:func:`check_declared_columns` given the source's column names."""
+    physical = set(columns)
     declared = list(metadata.columns)
     if metadata.privacy_unit is not None and metadata.privacy_unit not in metadata.columns:
         declared.append(metadata.privacy_unit)

@@ -60,7 +60,7 @@ True
 from __future__ import annotations
 
 import os
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -144,8 +144,15 @@ class Service:
         audit_key: str | os.PathLike[str] | bytes | None = None,
         dataset_dir: str | os.PathLike[str] | None = None,
         engine_threads: int | None = None,
+        spark_master: str | None = None,
+        spark_conf: Mapping[str, str] | None = None,
     ) -> None:
         check_service_rng(rng)
+        from dpkit.analytics.engines.spark import check_spark_settings, spark_session
+
+        # Spark datasets are read by one SparkSession per server process, started when one is first
+        # registered or queried there (never before a worker process forks).
+        spark_settings = check_spark_settings(spark_master, spark_conf)
         if limits is not None and not isinstance(limits, QueryLimits):
             raise InvalidParameterError("limits", _short(limits), "a dpkit.analytics.limits.QueryLimits or None")
         v.positive(max_grant_epsilon, "max_grant_epsilon")
@@ -183,7 +190,13 @@ class Service:
         except BaseException:
             self.close()
             raise
-        self._catalog = Catalog(self._store, copies, data_root=root, engine_threads=engine_threads)
+        self._catalog = Catalog(
+            self._store,
+            copies,
+            data_root=root,
+            engine_threads=engine_threads,
+            spark=lambda: spark_session(spark_master, spark_settings, app_name="dpkit-server"),
+        )
         self._grants = Grants(
             self._ledger, self._principals, self._catalog, max_epsilon=float(max_grant_epsilon), chain=self._chain_late
         )
@@ -258,6 +271,7 @@ class Service:
         *,
         neighbours: Neighbours = "add_remove",
         table: str | None = None,
+        engine: str = "duckdb",
     ) -> DatasetInfo:
         """Register a CSV or Parquet file, or a ``table`` of a DuckDB database file (.duckdb),
         under ``name`` with the curator's metadata: every usable column declared, and the privacy
@@ -281,8 +295,17 @@ class Service:
         :attr:`DatasetInfo.check` — for the curator only: it is neither stored nor shown to
         analysts (None, with the reason in the ``dpkit.curator`` log, if the check itself could
         not be made). A source that cannot be read is refused with a description that names no data
-        value or engine message (the details go to the ``dpkit.curator`` log)."""
-        return self._live_catalog().register(name, source, metadata, neighbours=neighbours, table=table)
+        value or engine message (the details go to the ``dpkit.curator`` log).
+
+        ``engine="spark"``: the source is Parquet data — a file, a directory of Parquet files
+        (Hive-partitioned too) or a glob, under the data root by the same rules; without a data
+        root also a URI Spark reads (``hdfs://…``, ``s3a://…``) — that the service's SparkSession
+        (``spark_master``, ``spark_conf``) reads in place at every query: nothing is copied, and
+        the aggregates run on the cluster (only per-group sums and counts reach the server). The
+        metadata is checked against the files' schema, and the data check is made by DuckDB on
+        this machine (none for a URI). Each server process lists the files once, when it first
+        reads the dataset: replace a Spark dataset's files by registering a new dataset."""
+        return self._live_catalog().register(name, source, metadata, neighbours=neighbours, table=table, engine=engine)
 
     def datasets(self) -> list[DatasetInfo]:
         return self._live_catalog().listing()

@@ -28,7 +28,9 @@ __all__ = ["ServiceStore", "open_store", "SQLITE_DEFAULT"]
 SQLITE_DEFAULT = "sqlite:///.dpkit/ledger.sqlite"
 # 2: the audit chain is keyed (HMAC), grants and debits are chain entries written in the ledger's
 # own transactions. A version-1 database's unkeyed chain cannot be extended under a key.
-_SCHEMA_VERSION = 2
+# 3: a dataset names the engine that reads it (``duckdb``: a shared copy; ``spark``: its Parquet
+# files read in place by Spark). A version-2 database is upgraded in place (see _claim).
+_SCHEMA_VERSION = 3
 AUDIT_LOCK = 0x64706B61  # advisory-lock key of the audit chain ("dpka")
 _FAILED = "service database {where}: {detail}"
 _ACTION = "use the service tables"  # (the messages above do not name it)
@@ -57,7 +59,8 @@ _TABLES = (
         metadata TEXT NOT NULL,
         neighbours TEXT NOT NULL,
         created_at TEXT NOT NULL,
-        source_table TEXT
+        source_table TEXT,
+        engine TEXT NOT NULL DEFAULT 'duckdb'
     )""",
     """CREATE TABLE IF NOT EXISTS audit_log (
         seq BIGINT PRIMARY KEY,
@@ -142,6 +145,12 @@ def _claim(tx: Runner) -> None:
         tx.run(
             "INSERT INTO dpkit_service (id, application, version) VALUES (1, ?, ?)", ("dpkit-server", _SCHEMA_VERSION)
         )
+    elif tuple(rows[0]) == ("dpkit-server", 2):
+        # Every dataset of a version-2 database was read through a DuckDB copy. The upgrade runs in
+        # the caller's write transaction, so a second process opening the database at the same
+        # time waits and then finds version 3.
+        tx.run("ALTER TABLE datasets ADD COLUMN engine TEXT NOT NULL DEFAULT 'duckdb'")
+        tx.run("UPDATE dpkit_service SET version = ? WHERE id = 1", (_SCHEMA_VERSION,))
     elif tuple(rows[0]) != ("dpkit-server", _SCHEMA_VERSION):
         older = rows[0][0] == "dpkit-server" and isinstance(rows[0][1], int) and rows[0][1] < _SCHEMA_VERSION
         raise LedgerError(

@@ -50,6 +50,7 @@ text columns) for cross-engine parity.
 from __future__ import annotations
 
 import os
+import re
 import shutil
 from collections.abc import Mapping
 from pathlib import Path
@@ -471,17 +472,104 @@ def _ensure_java() -> None:
     os.environ["JAVA_HOME"] = str(home)
 
 
-def spark_session() -> Any:
-    """A local SparkSession (2 cores, few shuffle partitions, no UI, ERROR logs); Spark itself keeps
-    the active session, so later calls return the same one."""
+#: A URI with a scheme (hdfs://, s3a://, file://): listed and globbed by Spark's file systems.
+_URI = re.compile(r"^[A-Za-z][A-Za-z0-9+.-]+://")
+
+
+def read_parquet(spark: Any, path: str | os.PathLike[str]) -> Any:
+    """A DataFrame over Parquet data on ``spark``: a file, a directory or a glob (exactly the
+    files :func:`~dpkit.analytics.engines.duckdb.parquet_files` lists, with the partition columns
+    found below the same base, so both engines read the same rows), or a URI Spark lists itself.
+    The schema comes from the files' footers (Spark Connect resolves it here). Refused with
+    InvalidParameterError naming ``data`` when there is nothing to read or Spark cannot read it."""
+    from dpkit.analytics.engines.duckdb import parquet_files
+
+    text = os.fspath(path)
+    p = Path(text)
+    uri = _URI.match(text) is not None
+    found = None if uri else parquet_files(p)
+    if not uri and found is None:
+        raise InvalidParameterError("data", p.name, "an existing Parquet file, a directory of Parquet files or a glob")
+    from pyspark.errors import AnalysisException
+
+    reader = spark.read
+    try:
+        if found is None:  # a URI: Spark lists it, globs it and finds its partitions itself
+            frame = reader.parquet(text)
+        elif len(found.files) == 1 and not found.hive:
+            frame = reader.parquet(os.path.abspath(found.files[0]))
+        else:  # exactly the files DuckDB reads, with the partitions found below the same base
+            files = [os.path.abspath(f) for f in found.files]
+            frame = reader.option("basePath", os.path.abspath(found.base)).parquet(*files)
+        frame.schema  # noqa: B018  (Spark Connect reads the footers only when asked)
+    except AnalysisException as exc:
+        what = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+        raise InvalidParameterError(
+            "data", text if uri else p.name, "Parquet data Spark can read", f"Spark says: {what}"
+        ) from None
+    return frame
+
+
+#: The Spark masters dpkit accepts: Spark's own forms, and sc://HOST:PORT for a Spark Connect server.
+SPARK_MASTER = re.compile(
+    r"local(\[(\*|[1-9][0-9]*)(,[1-9][0-9]*)?\])?|spark://[^\s/,]+(,[^\s/,]+)*|yarn|k8s://\S+|sc://\S+"
+)
+MASTERS = "local, local[N], local[*], spark://HOST:PORT, yarn, k8s://URL or sc://HOST:PORT (Spark Connect)"
+
+
+def check_spark_settings(
+    master: object, conf: object, *, names: tuple[str, str] = ("spark_master", "spark_conf")
+) -> dict[str, str]:
+    """Check a Spark master URL and configuration before anything starts; returns the
+    configuration as a plain dict. ``master`` is None (dpkit's local session) or one of
+    :data:`MASTERS`; ``conf`` is None or a mapping of ``spark.*`` keys to string values.
+    InvalidParameterError names the parameter (``names``) otherwise."""
+    if master is not None and (not isinstance(master, str) or not SPARK_MASTER.fullmatch(master)):
+        raise InvalidParameterError(names[0], master if isinstance(master, str) else type(master).__name__, MASTERS)
+    if conf is None:
+        return {}
+    if not isinstance(conf, Mapping):
+        raise InvalidParameterError(
+            names[1], type(conf).__name__, "a mapping of Spark settings, e.g. {'spark.executor.memory': '2g'}"
+        )
+    out: dict[str, str] = {}
+    for key, value in conf.items():
+        if not isinstance(key, str) or not key.strip() or not isinstance(value, str):
+            raise InvalidParameterError(
+                f"{names[1]}[{key!r}]",
+                value if isinstance(value, str) else type(value).__name__,
+                "a Spark setting's name (text) and its value as text, e.g. {'spark.executor.memory': '2g'}",
+            )
+        out[key.strip()] = value
+    return out
+
+
+def spark_session(master: str | None = None, conf: Mapping[str, str] | None = None, *, app_name: str = "dpkit") -> Any:
+    """A SparkSession. With no ``master`` and no ``conf``: a local one (2 cores, few shuffle
+    partitions, no UI, ERROR logs). With ``master`` (see :data:`MASTERS`; ``sc://`` connects to
+    a Spark Connect server) and ``conf`` (``spark.*`` settings): Spark's own defaults plus those.
+    Spark itself keeps the active session, so later calls return the same one. Bad settings are
+    refused (InvalidParameterError) before Spark starts; Spark failing to start raises Spark's
+    own error."""
+    settings = check_spark_settings(master, conf)
     try:
         from pyspark.sql import SparkSession
     except ImportError:
         raise InvalidParameterError("engine", "spark", "an installed engine", "pip install 'dpkit[spark]'") from None
     _ensure_java()
+    if master is not None or settings:
+        builder = SparkSession.builder.appName(app_name)
+        builder = (
+            builder.remote(master)
+            if master is not None and master.startswith("sc://")
+            else builder.master(master or "local[2]")
+        )
+        for key, value in settings.items():
+            builder = builder.config(key, value)
+        return builder.getOrCreate()
     session = (
         SparkSession.builder.master("local[2]")
-        .appName("dpkit")
+        .appName(app_name)
         .config("spark.sql.shuffle.partitions", "4")
         .config("spark.default.parallelism", "2")
         .config("spark.ui.enabled", "false")

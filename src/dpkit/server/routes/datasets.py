@@ -28,6 +28,7 @@ class DatasetBody(Body):
     metadata: dict[str, Any]
     neighbours: Literal["add_remove", "replace"] = "add_remove"
     table: str | None = None
+    engine: Literal["duckdb", "spark"] = "duckdb"
 
 
 @router.get("/v1/datasets")
@@ -37,7 +38,10 @@ def list_datasets(
     note(request, action="list_datasets")
     if who.role == "curator":
         return {
-            "datasets": [{**d.public(), "source": d.source, "created_at": d.created_at} for d in service.datasets()]
+            "datasets": [
+                {**d.public(), "source": d.source, "engine": d.engine, "created_at": d.created_at}
+                for d in service.datasets()
+            ]
         }
     granted = {b.dataset for b in service.budgets(who)}
     return {"datasets": [d.public() for d in service.datasets() if d.name in granted]}
@@ -57,9 +61,17 @@ def register_dataset(
     body: DatasetBody, request: Request, who: Principal = Depends(curator), service: Service = Depends(get_service)
 ) -> dict[str, Any]:
     note(request, action="register_dataset", dataset=body.name[:100])
-    info = service.register_dataset(body.name, body.source, body.metadata, neighbours=body.neighbours, table=body.table)
+    info = service.register_dataset(
+        body.name, body.source, body.metadata, neighbours=body.neighbours, table=body.table, engine=body.engine
+    )
     # The data check goes to the curator who registered the dataset, in this answer only: it
     # holds exact counts and raw values, so it is not stored, not audited, and no analyst
     # endpoint returns it.
     check = None if info.check is None else info.check.to_dict()
-    return {**info.public(), "source": info.source, "created_at": info.created_at, "check": check}
+    return {
+        **info.public(),
+        "source": info.source,
+        "engine": info.engine,
+        "created_at": info.created_at,
+        "check": check,
+    }
