@@ -59,3 +59,16 @@ def test_admin_errors_are_worded_for_the_command_line(tmp_path: Path) -> None:
     assert out.exit_code == 1
     text = " ".join(out.output.split())
     assert "--epsilon 0.0 is not accepted" in text and "epsilon=" not in text
+
+
+def test_register_dataset_refuses_bad_spark_options_before_reading(tmp_path: Path) -> None:
+    csv, meta, ledger = _files(tmp_path, {"row_level": True, "columns": {"age": {"type": "numeric", "lower": 0, "upper": 60}}})
+    base = ["register-dataset", "people", str(tmp_path), "--metadata", str(meta), "--ledger", ledger, "--engine", "spark"]
+    out = CliRunner().invoke(admin_app, [*base, "--spark-conf", "spark.executor.memory"])
+    assert out.exit_code == 1 and "--spark-conf 'spark.executor.memory' is not accepted" in out.output
+    out = CliRunner().invoke(admin_app, [*base, "--spark-master", "nowhere"])
+    assert out.exit_code == 1 and "spark_master" in out.output and "spark://HOST:PORT" in out.output
+    out = CliRunner().invoke(admin_app, ["register-dataset", "people", str(csv), "--metadata", str(meta), "--ledger", ledger, "--engine", "spark"])
+    assert out.exit_code == 1 and "source" in out.output and "Parquet" in out.output  # a CSV is not Parquet data
+    with Service(ledger) as svc:
+        assert svc.datasets() == []

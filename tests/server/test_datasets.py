@@ -301,3 +301,89 @@ def test_two_processes_query_one_shared_copy(env: Root, copy_present: bool) -> N
         assert _in_memory_table_bytes(private) > 1_000_000
     finally:
         private.close()
+
+
+# ------------------------------------------------------------------------------------------------
+# Spark datasets: Parquet read in place, under the same root rules (refused before Spark starts)
+# ------------------------------------------------------------------------------------------------
+
+
+def _parquet_outside(env: Root) -> Path:
+    pd.DataFrame({"age": [1, 2]}).to_parquet(env.outside / "shadow.parquet")
+    return env.outside / "shadow.parquet"
+
+
+def test_spark_sources_keep_to_the_data_root(env: Root) -> None:
+    """A directory link out of the root, a file link out of it, a glob whose files lie outside,
+    ``..``, an absolute path outside and a URI: each refused, naming ``source`` only."""
+    shadow = _parquet_outside(env)
+    (env.root / "out").symlink_to(env.outside, target_is_directory=True)
+    (env.root / "mixed").mkdir()
+    pd.DataFrame({"age": [3]}).to_parquet(env.root / "mixed" / "ok.parquet")
+    (env.root / "mixed" / "leak.parquet").symlink_to(shadow)
+    for source in ("out", "out/shadow.parquet", "mixed", "mixed/*.parquet", "out/*.parquet", shadow, "../elsewhere"):
+        refused(env, source, engine="spark")
+    assert "URI" in str(refused(env, "hdfs://namenode/data/people", engine="spark"))
+    # The power check: inside the root the same layout is accepted up to the metadata (Spark then reads it).
+    from dpkit.server.datasets import resolve_parquet_source
+
+    assert resolve_parquet_source("mixed/ok.parquet", env.root).stored == "mixed/ok.parquet"
+    assert resolve_parquet_source(env.root / "mixed" / "ok.parquet", env.root).stored == "mixed/ok.parquet"
+
+
+@pytest.mark.parametrize("source", ["people.csv", "nothing", "empty", "", None])
+def test_a_spark_source_must_be_parquet_data(env: Root, source: Any) -> None:
+    (env.root / "empty").mkdir()
+    refused(env, source, engine="spark")
+
+
+def test_spark_registration_options_are_checked_before_anything_is_read(env: Root) -> None:
+    with pytest.raises(InvalidParameterError) as err:
+        env.service.register_dataset("people", "people.csv", AGE_ONLY, engine="polars")
+    assert err.value.name == "engine" and "'spark'" in str(err.value)
+    with pytest.raises(InvalidParameterError) as err:
+        env.service.register_dataset("people", "people", AGE_ONLY, engine="spark", table="t")
+    assert err.value.name == "table"
+    assert env.service.datasets() == []
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "name"),
+    [
+        ({"spark_master": "nowhere"}, "spark_master"),
+        ({"spark_master": 7}, "spark_master"),
+        ({"spark_conf": "spark.executor.memory=2g"}, "spark_conf"),
+        ({"spark_conf": {"spark.executor.memory": 2}}, "spark_conf['spark.executor.memory']"),
+    ],
+)
+def test_bad_spark_settings_are_refused_before_the_ledger_is_opened(tmp_path: Path, kwargs: dict[str, Any], name: str) -> None:
+    ledger = tmp_path / "ledger.sqlite"
+    with pytest.raises(InvalidParameterError) as err:
+        Service(f"sqlite:///{ledger}", **kwargs)
+    assert err.value.name == name, err.value
+    assert not ledger.exists()
+    from dpkit.server import ServerConfig
+
+    with pytest.raises(InvalidParameterError):
+        ServerConfig(ledger=f"sqlite:///{ledger}", **kwargs)
+
+
+def test_version_2_service_tables_are_upgraded_in_place(env: Root) -> None:
+    """A database written before datasets named their engine: opened, it gains the column (every
+    old dataset read through DuckDB) and version 3; its datasets still answer."""
+    import sqlite3
+
+    env.service.register_dataset("people", "people.csv", PEOPLE_METADATA)
+    env.service.close()
+    raw = sqlite3.connect(env.ledger, isolation_level=None)
+    raw.execute("ALTER TABLE datasets DROP COLUMN engine")
+    raw.execute("UPDATE dpkit_service SET version = 2")
+    with Service(env.url, data_root=env.root) as svc:
+        assert [(d.name, d.engine) for d in svc.datasets()] == [("people", "duckdb")]
+        _, key = svc.create_principal("alice", "analyst")
+        svc.grant("alice", "people", epsilon=1.0)
+        out = svc.query(svc.authenticate(key), "people", QueryRequest(epsilon=0.5, sql="SELECT COUNT(*) FROM people"))
+        assert out["budget"]["spent_epsilon"] == 0.5
+    assert raw.execute("SELECT version FROM dpkit_service").fetchone() == (3,)
+    assert "engine" in {row[1] for row in raw.execute("PRAGMA table_info(datasets)")}
+    raw.close()

@@ -502,8 +502,10 @@ def read_parquet(spark: Any, path: str | os.PathLike[str]) -> Any:
             files = [os.path.abspath(f) for f in found.files]
             frame = reader.option("basePath", os.path.abspath(found.base)).parquet(*files)
         frame.schema  # noqa: B018  (Spark Connect reads the footers only when asked)
-    except AnalysisException as exc:
-        what = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+    except Exception as exc:  # AnalysisException, or the JVM's own error for a file that is not Parquet
+        lines = [line.strip() for line in str(exc).splitlines() if line.strip()]
+        cause = next((line for line in lines if line.startswith("Caused by:")), None)
+        what = lines[0] if isinstance(exc, AnalysisException) and lines else (cause or type(exc).__name__)
         raise InvalidParameterError(
             "data", text if uri else p.name, "Parquet data Spark can read", f"Spark says: {what}"
         ) from None

@@ -1,0 +1,151 @@
+"""Spark-backed datasets in the service: Parquet data under the data root, read in place by the
+service's SparkSession at every query, answering what the same rows answer through a DuckDB copy.
+
+Deterministic except where noted: the parity and median tests release at ε = 2·10⁵ (count noise of
+scale 10⁻⁵, sum noise of scale 10⁻³ per group), where the chance that any released value is off by
+the tolerance (0.05 and 0.1) is below 1e-20: their false-failure rate."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pandas as pd
+import pytest
+from typer.testing import CliRunner
+
+from dpkit.errors import InvalidDataError, InvalidParameterError
+from dpkit.server import DatasetUnavailableError, QueryRequest, Service
+from dpkit.server.cli import admin_app
+from server._api import PEOPLE_METADATA, write_people
+
+pytest.importorskip("pyspark")
+
+SQL = "SELECT sex, COUNT(*) AS n, SUM(age) AS s FROM people GROUP BY sex"
+
+
+@pytest.fixture
+def root(tmp_path: Path) -> Path:
+    """A data root holding people.csv and the same rows as a Hive-partitioned Parquet directory
+    (``people/part=K/rows.parquet``) with a ``_SUCCESS`` marker Spark and DuckDB both skip."""
+    root = tmp_path / "data"
+    root.mkdir()
+    write_people(root / "people.csv")
+    frame = pd.read_csv(root / "people.csv")
+    for k, part in frame.groupby(np.arange(len(frame)) % 3):
+        (root / "people" / f"part={k}").mkdir(parents=True)
+        part.to_parquet(root / "people" / f"part={k}" / "rows.parquet", index=False)
+    (root / "people" / "_SUCCESS").write_text("")
+    return root
+
+
+@pytest.fixture
+def service(tmp_path: Path, root: Path) -> Iterator[Service]:
+    with Service(f"sqlite:///{tmp_path / 'ledger.sqlite'}", data_root=root, max_grant_epsilon=1e9) as svc:
+        yield svc
+
+
+def _analyst(svc: Service, dataset: str, epsilon: float = 5.0, name: str = "alice") -> Any:
+    if name not in {p["name"] for p in svc.principals()}:
+        _, key = svc.create_principal(name, "analyst")
+        svc._test_key = key  # type: ignore[attr-defined]
+    svc.grant(name, dataset, epsilon=epsilon)
+    return svc.authenticate(svc._test_key)  # type: ignore[attr-defined]
+
+
+def test_a_partitioned_directory_answers_what_its_duckdb_copy_answers(service: Service) -> None:
+    spark = service.register_dataset("people", "people", PEOPLE_METADATA, engine="spark")
+    duck = service.register_dataset("people_copy", "people.csv", PEOPLE_METADATA)
+    assert (spark.engine, spark.source, spark.table) == ("spark", "people", None)
+    assert duck.engine == "duckdb"
+    assert spark.check is not None and spark.check.rows == duck.check.rows == 300  # type: ignore[union-attr]
+    who = _analyst(service, "people", 1e8)
+    _analyst(service, "people_copy", 1e8)
+    answers = []
+    for dataset in ("people", "people_copy"):
+        sql = SQL.replace("FROM people", f"FROM {dataset}")
+        out = service.query(who, dataset, QueryRequest(epsilon=2e5, sql=sql))
+        answers.append({r["sex"]: (r["n"], r["s"]) for r in out["rows"]})
+    assert answers[0].keys() == answers[1].keys() == {"F", "M", "O'Brien"}
+    for sex, (n, s) in answers[0].items():
+        assert n == pytest.approx(answers[1][sex][0], abs=0.05) and s == pytest.approx(answers[1][sex][1], abs=0.1)
+    assert service.ledger.get_budget("people", "alice").spent_epsilon == pytest.approx(2e5)
+    assert [(d.name, d.engine) for d in service.datasets()] == [("people", "spark"), ("people_copy", "duckdb")]
+
+
+def test_a_median_on_a_spark_dataset_is_computed_in_the_engine(service: Service) -> None:
+    service.register_dataset("people", "people/part=*/*.parquet", PEOPLE_METADATA, engine="spark")
+    who = _analyst(service, "people", 1e8)
+    out = service.query(who, "people", QueryRequest(epsilon=2e5, sql="SELECT MEDIAN(age) AS m FROM people"))
+    ages = pd.read_csv(service._live_catalog()._data_root / "people.csv")["age"]  # type: ignore[operator]
+    assert abs(out["rows"][0]["m"] - ages.median()) <= 1.0  # the integer grid of [0, 100]
+
+
+def test_a_single_parquet_file_and_a_glob_are_sources(service: Service, root: Path) -> None:
+    one = service.register_dataset("one", "people/part=0/rows.parquet", PEOPLE_METADATA, engine="spark")
+    glob = service.register_dataset("many", "people/**/*.parquet", PEOPLE_METADATA, engine="spark")
+    assert one.check is not None and one.check.rows == 100
+    assert glob.check is not None and glob.check.rows == 300
+    assert [d.source for d in service.datasets()] == ["people/**/*.parquet", "people/part=0/rows.parquet"]
+
+
+def test_a_declared_column_the_files_lack_is_named_and_nothing_is_registered(service: Service) -> None:
+    meta = {**PEOPLE_METADATA, "columns": {**PEOPLE_METADATA["columns"], "zip": {"type": "categorical", "value_type": "integer"}}}
+    with pytest.raises(InvalidParameterError) as err:
+        service.register_dataset("people", "people", meta, engine="spark")
+    assert err.value.name == "metadata.columns.zip" and "not named here" in str(err.value)
+    assert service.datasets() == []
+
+
+def test_files_gone_after_registration_make_the_dataset_unavailable_with_nothing_spent(
+    service: Service, root: Path, tmp_path: Path
+) -> None:
+    service.register_dataset("people", "people", PEOPLE_METADATA, engine="spark")
+    who = _analyst(service, "people")
+    for f in (root / "people").rglob("*.parquet"):
+        f.unlink()
+    with pytest.raises(DatasetUnavailableError) as err:
+        service.query(who, "people", QueryRequest(epsilon=0.5, sql="SELECT COUNT(*) FROM people"))
+    assert str(err.value) == DatasetUnavailableError.MESSAGE
+    assert service.ledger.get_budget("people", "alice").spent_epsilon == 0.0
+
+
+def test_unreadable_parquet_is_refused_for_the_curator_without_paths(service: Service, root: Path) -> None:
+    (root / "broken").mkdir()
+    (root / "broken" / "x.parquet").write_bytes(b"not parquet at all")
+    with pytest.raises(InvalidDataError) as err:
+        service.register_dataset("broken", "broken", PEOPLE_METADATA, engine="spark")
+    assert "Parquet data broken" in str(err.value) and str(root) not in str(err.value)
+    assert service.datasets() == []
+
+
+def test_http_registration_names_the_engine(service: Service) -> None:
+    from fastapi.testclient import TestClient
+
+    from dpkit.server import create_app
+
+    _, key = service.create_principal("carol", "curator")
+    with TestClient(create_app(service), raise_server_exceptions=False) as client:
+        h = {"Authorization": f"Bearer {key}"}
+        body = {"name": "people", "source": "people", "metadata": PEOPLE_METADATA, "engine": "spark"}
+        r = client.post("/v1/datasets", json=body, headers=h)
+        assert r.status_code == 201, r.text
+        assert r.json()["engine"] == "spark" and r.json()["check"]["rows"] == 300
+        assert client.get("/v1/datasets", headers=h).json()["datasets"][0]["engine"] == "spark"
+        bad = client.post("/v1/datasets", json={**body, "name": "other", "engine": "polars"}, headers=h)
+        assert bad.status_code == 400 and "engine" in bad.text
+
+
+def test_admin_registers_a_spark_dataset(tmp_path: Path, root: Path) -> None:
+    meta = tmp_path / "meta.json"
+    meta.write_text(json.dumps(PEOPLE_METADATA))
+    ledger = f"sqlite:///{tmp_path / 'admin.sqlite'}"
+    args = ["register-dataset", "people", str(root / "people"), "--metadata", str(meta), "--engine", "spark", "--ledger", ledger]
+    out = CliRunner().invoke(admin_app, args)
+    assert out.exit_code == 0, out.output
+    assert "registered dataset 'people'" in out.output and "curator only" in out.output
+    listed = CliRunner().invoke(admin_app, ["list", "--json", "--ledger", ledger])
+    assert json.loads(listed.output)["datasets"][0]["engine"] == "spark"
