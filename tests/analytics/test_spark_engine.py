@@ -511,3 +511,50 @@ def test_from_parquet_reads_a_hive_directory_and_a_glob_on_spark(spark, tmp_path
     assert int(g.count(epsilon=1e6).table["count"][0]) == int((df["year"] == 2021).sum())
     with pytest.raises(InvalidParameterError, match="glob"):
         dp.Session.from_parquet(tmp_path / "nothing*.parquet", engine="spark", spark=spark, metadata=meta)
+
+
+def test_native_numbers_are_read_like_duckdb_reads_them(spark):
+    """Integer and floating columns are bound without a round trip through text or a double, to
+    the values DuckDB's rules give: an integer beyond ±2^53 (2^53 + 1 included, which the double
+    route would have rounded to 2^53) and a non-finite float are NULL. Both engines bind the same
+    table; their bound columns must agree value for value."""
+    import duckdb
+
+    from pyspark.sql import types as T
+
+    from dpkit.analytics.engines.duckdb import DuckDBEngine
+
+    big = 2**53
+    rows = [
+        (big, 1.5, 7, 3),
+        (big + 1, float("nan"), -2, 4),
+        (-(big + 1), float("inf"), None, 5),
+        (5, -0.25, 0, None),
+        (None, None, 1, 6),
+    ]
+    schema = T.StructType(
+        [
+            T.StructField("a", T.LongType()),
+            T.StructField("b", T.DoubleType()),
+            T.StructField("c", T.IntegerType()),
+            T.StructField("d", T.ShortType()),
+        ]
+    )
+    types = {"a": "integer", "b": "double", "c": "double", "d": "integer"}
+    engine = SparkEngine(spark.createDataFrame(rows, schema))
+    engine.bind(types, strip_strings=True)
+    got = [tuple(r) for r in engine._df.orderBy(F.monotonically_increasing_id()).collect()]
+    con = duckdb.connect()
+    con.execute("CREATE TABLE t (a BIGINT, b DOUBLE, c INTEGER, d SMALLINT)")
+    con.executemany("INSERT INTO t VALUES (?, ?, ?, ?)", rows)
+    duck = DuckDBEngine(None, connection=con, table="t")
+    duck.bind(types, strip_strings=True)
+    want = [tuple(r) for r in con.execute(f"SELECT * FROM {duck._from}").fetchall()]
+    expected = [
+        (big, 1.5, 7.0, 3),
+        (None, None, -2.0, 4),
+        (None, None, None, 5),
+        (5, -0.25, 0.0, None),
+        (None, None, 1.0, 6),
+    ]
+    assert got == want == expected

@@ -128,13 +128,33 @@ def _null(read: ReadType) -> Any:
     return F.lit(None).cast({"double": "double", "integer": "long", "boolean": "boolean"}.get(read, "string"))
 
 
-def _read(x: Any, read: ReadType, kind: ColumnKind, strip: bool) -> Any:
+def _native(data_type: Any) -> str:
+    """``"integer"`` for Spark's integer types, ``"float"`` for its floating types, else ``""``."""
+    from pyspark.sql import types as T
+
+    if isinstance(data_type, (T.ByteType, T.ShortType, T.IntegerType, T.LongType)):
+        return "integer"
+    if isinstance(data_type, (T.FloatType, T.DoubleType)):
+        return "float"
+    return ""
+
+
+def _read(x: Any, read: ReadType, kind: ColumnKind, strip: bool, native: str = "") -> Any:
     """The total expression reading the physical column ``x`` as its declared type (DuckDB's
-    ``_read``, rule for rule; see the module docstring)."""
+    ``_read``, rule for rule; see the module docstring). ``native`` (:func:`_native` of the
+    physical type) only selects a cheaper expression with the same values: integers and floats
+    need no round trip through a double and no integrality test."""
     from pyspark.sql import functions as F
 
     if read == "unit" and kind in ("numeric", "boolean"):
         return x  # compared and hashed only: kept native, as in DuckDB
+    if read == "double" and native == "integer":
+        return x.cast("double")
+    if read == "double" and native == "float":
+        return F.when(_finite(x), x.cast("double"))
+    if read == "integer" and native == "integer":
+        limit = F.lit(int(EXACT_INTEGER_LIMIT)).cast("long")
+        return F.when(x.between(-limit, limit), x.cast("long"))
     if kind != "string":
         text = x.try_cast("string")
     elif strip:
@@ -184,12 +204,15 @@ class SparkEngine:
         fields = source.schema.fields
         internal = [f"__dpkit_c{i}" for i in range(len(fields))]
         self._kinds: dict[str, ColumnKind] = {}
+        self._native: dict[str, str] = {}
+        self._reads: dict[str, ReadType] = {}
         #: source column name → the positional name it has in ``self._df`` (the first of duplicates)
         self._names: dict[str, str] = {}
         for f, c in zip(fields, internal, strict=True):
             if f.name not in self._names:
                 self._names[f.name] = c
                 self._kinds[f.name] = _kind(f.dataType)
+                self._native[f.name] = _native(f.dataType)
         self._df = source.toDF(*internal)
 
     def _c(self, name: str) -> Any:
@@ -208,7 +231,10 @@ class SparkEngine:
 
         raw = self._df
         names = {c: f"__dpkit_c{i}" for i, c in enumerate(types)}
-        exprs = {c: _read(self._c(c), t, self._kinds.get(c, "other"), strip_strings) for c, t in types.items()}
+        exprs = {
+            c: _read(self._c(c), t, self._kinds.get(c, "other"), strip_strings, self._native.get(c, ""))
+            for c, t in types.items()
+        }
         try:
             df = raw.select(*[e.alias(names[c]) for c, e in exprs.items()])
         except AnalysisException:
@@ -219,7 +245,7 @@ class SparkEngine:
                 except AnalysisException:
                     exprs[c] = _null(types[c])
             df = raw.select(*[e.alias(names[c]) for c, e in exprs.items()])
-        self._df, self._names = df, names
+        self._df, self._names, self._reads = df, names, dict(types)
 
     # -- expressions ------------------------------------------------------------------------------
 
@@ -256,6 +282,8 @@ class SparkEngine:
         """The column as double, NaN as NULL."""
         from pyspark.sql import functions as F
 
+        if self._reads.get(column) in ("double", "integer"):
+            return self._c(column).cast("double")  # bound: already finite or NULL
         x = self._c(column).try_cast("double")
         return F.when(F.isnan(x), F.lit(None).cast("double")).otherwise(x)
 
