@@ -48,6 +48,8 @@ pg_url = _postgres.pg_url
 MODULE_MARKERS: dict[str, tuple[str, ...]] = {
     # Empirical privacy audits: each draws tens of thousands of samples per claim.
     "audit/": ("statistical",),
+    # The audit of dpkit.synth's measurement noise.
+    "synth/test_measure.py": ("statistical",),
     # A local Spark session (JVM start-up, then seconds per query).
     "analytics/test_spark_engine.py": ("spark", "slow"),
     # A Spark Connect server (a JVM, about 6 s to start) and a gRPC client.

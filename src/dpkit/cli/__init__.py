@@ -34,6 +34,7 @@ from dpkit.cli._common import JsonOption, LedgerOption, SeedOption, _emit_json, 
 from dpkit.cli._data import check, generate
 from dpkit.cli._demo import demo
 from dpkit.cli._query import query
+from dpkit.cli._synth import synth
 from dpkit.server.cli import admin_app, serve  # kept beside the service's code
 
 __all__ = [
@@ -56,6 +57,7 @@ __all__ = [
     "main",
     "query",
     "serve",
+    "synth",
     "version",
     "_emit_json",
     "_fail",
@@ -92,6 +94,7 @@ app.command("generate")(generate)
 app.add_typer(anonymity_app, name="anonymity")
 app.add_typer(attack_app, name="attack")
 app.command("check")(check)
+app.command("synth")(synth)
 app.command("serve")(serve)
 app.add_typer(admin_app, name="admin")
 app.command()(version)
