@@ -167,7 +167,7 @@ def _edges(name: str, spec: Numeric, given: Sequence[float] | int | None) -> tup
         lo, hi = float(spec.lower), float(spec.upper)  # type: ignore[arg-type]
         return tuple(lo + (hi - lo) * i / k for i in range(k)) + (hi,)
     try:
-        edges = tuple(float(x) for x in given)  # type: ignore[union-attr]  (a bool fails: refused below)
+        edges = tuple(float(x) for x in given)  # type: ignore[union-attr]
     except (TypeError, ValueError):
         raise InvalidParameterError(
             f"bins.{name}", short_repr(given), "increasing finite numbers, or a number of bins"
