@@ -70,6 +70,9 @@ def test_a_domain_the_metadata_cannot_give_is_refused(meta: Metadata, bins: dict
         ({"metadata": Metadata(columns=META.columns)}, "metadata.privacy_unit"),
         ({"budget": 3}, "budget"),
         ({"progress": "yes"}, "progress"),
+        ({"method": "pgm"}, "method"),
+        ({"method": "mst", "rounds": 5}, "rounds"),
+        ({"rounds": 0}, "rounds"),
     ],
 )
 def test_bad_settings_are_refused_before_anything_is_paid(kwargs: dict, name: str) -> None:
@@ -113,11 +116,13 @@ def test_a_missing_column_is_named_and_nothing_is_paid() -> None:
 # -- what the rows keep -----------------------------------------------------------------------------
 
 
-def test_the_rows_keep_the_tables_structure(tmp_path) -> None:  # type: ignore[no-untyped-def]
+@pytest.mark.parametrize("method", ["aim", "mst"])
+def test_the_rows_keep_the_tables_structure(tmp_path, method: str) -> None:  # type: ignore[no-untyped-def]
     frame = _frame(20_000)
     path = tmp_path / "people.csv"
     frame.to_csv(path, index=False)
-    syn = Synthesizer(epsilon=2.0, delta=1e-9, metadata=META, bins={"age": 10}, rng=np.random.default_rng(3)).fit(str(path))
+    syn = Synthesizer(epsilon=2.0, delta=1e-9, metadata=META, bins={"age": 10}, method=method, rng=np.random.default_rng(3))
+    syn.fit(str(path))
     out = syn.sample()
     assert abs(len(out) - 20_000) < 300  # the measured row count (noise σ ≈ 25 per one-way cell)
     assert list(out.columns) == ["sex", "age", "city"]
@@ -126,7 +131,8 @@ def test_the_rows_keep_the_tables_structure(tmp_path) -> None:  # type: ignore[n
     # city depends on sex: no "c" among women, no "a" among men (up to noise)
     share = pd.crosstab(out["sex"], out["city"], normalize="index")
     assert share.loc["F", "c"] < 0.05 and share.loc["M", "a"] < 0.05
-    assert syn.report is not None and len(syn.report.tree) == 2 and "spent ε=2" in syn.report.to_text()
+    assert syn.report is not None and "spent ε=2" in syn.report.to_text()
+    assert len(syn.report.selected) == (2 if method == "mst" else 6)  # MST: a spanning tree; AIM: 2·d rounds
 
 
 def test_a_privacy_unit_keeps_one_row_per_person() -> None:

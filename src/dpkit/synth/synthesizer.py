@@ -45,8 +45,9 @@ from __future__ import annotations
 
 import math
 import os
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
+from itertools import combinations
 from typing import Any
 
 import numpy as np
@@ -64,6 +65,7 @@ from dpkit.errors import BudgetExceededError, DPError, InvalidParameterError
 from dpkit.mechanisms.selection import Exponential
 from dpkit.noise.source import RNG, resolve_rng
 from dpkit.synth.domain import Domain
+from dpkit.synth.graphical import GraphicalModel, JunctionTree, tree_size
 from dpkit.synth.measure import TableCounts, noisy
 from dpkit.synth.model import TreeModel
 
@@ -72,6 +74,16 @@ __all__ = ["Synthesizer", "SynthReport", "Measurement", "rho_for"]
 #: The most cells a two-way marginal may have: its noisy table is held in memory, and its
 #: candidates' true counts too.
 MAX_PAIR_CELLS = 4_000_000
+Pair = tuple[int, int]
+
+#: The most selection rounds of method="aim".
+MAX_ROUNDS = 1_000
+#: The most cells the junction tree of method="aim" may reach (the belief propagation's work).
+MAX_MODEL_CELLS = 250_000
+#: Mirror-descent iterations: after each round, and at the end.
+_ROUND_ITERATIONS = 30
+_FINAL_ITERATIONS = 400
+
 #: Below this ρ the one-way noise alone exceeds any table worth publishing (σ > 10⁴ per cell
 #: for one column); refused as "ε too small" before anything is paid.
 MIN_RHO = 1e-9
@@ -97,17 +109,18 @@ class Measurement:
 @dataclass(frozen=True)
 class SynthReport:
     """What a fit measured and spent: the ``measurements``, the estimated number of rows, the
-    selected ``tree`` (column pairs), the cells merged per column, and the ``event`` paid."""
+    column pairs ``selected`` (in order; AIM may pick a pair twice), the cells merged per column, and the ``event`` paid."""
 
     measurements: tuple[Measurement, ...]
     rows: float
-    tree: tuple[tuple[str, str], ...]
+    selected: tuple[tuple[str, str], ...]
     merged: dict[str, int]
     event: DPEvent
     epsilon: float
     delta: float
     rho: float
     selection_epsilon: float = 0.0
+    method: str = "aim"
     notes: tuple[str, ...] = field(default=())
 
     def to_text(self) -> str:
@@ -115,9 +128,10 @@ class SynthReport:
         lines = [
             f"spent ε={self.epsilon:g}, δ={self.delta:g} (ρ={self.rho:.4g} zCDP), once, for the whole table",
             f"estimated rows: {self.rows:,.0f} (measured, with noise)",
-            f"tree of {len(self.tree)} column pairs chosen by the exponential mechanism (ε={self.selection_epsilon:.3g} each):",
+            f"{len(self.selected)} column pairs chosen by the exponential mechanism (ε={self.selection_epsilon:.3g} each, "
+            f"method {self.method}):",
         ]
-        lines += [f"  {a} — {b}" for a, b in self.tree]
+        lines += [f"  {a} — {b}" for a, b in self.selected]
         lines.append("measurements (discrete Gaussian noise; ± is a 95 % interval on each cell's count):")
         for m in self.measurements:
             lines.append(f"  {' × '.join(m.columns):40s} {m.cells:7d} cells  σ={m.sigma:8.2f}  ±{m.error:.1f} per cell")
@@ -146,11 +160,13 @@ def rho_for(epsilon: float, delta: float) -> float:
 
 @dataclass(frozen=True)
 class _Plan:
+    method: str
     domain: Domain
     rho: float
     sigma_one: float
     sigma_two: float
     selection_epsilon: float
+    rounds: int
     event: DPEvent
 
 
@@ -192,10 +208,20 @@ class Synthesizer:
         bins: Mapping[str, Sequence[float] | int] | None = None,
         columns: Sequence[str] | None = None,
         budget: Budget | None = None,
+        method: str = "aim",
+        rounds: int | None = None,
         rng: RNG = None,
         progress: bool | None = None,
     ) -> None:
         v.positive(epsilon, "epsilon")
+        if method not in ("aim", "mst"):
+            raise InvalidParameterError("method", short_repr(method), "'aim' (the default) or 'mst'")
+        if rounds is not None and (method != "aim" or v.positive_int(rounds, "rounds") > MAX_ROUNDS):
+            raise InvalidParameterError(
+                "rounds", short_repr(rounds), f"None, or with method='aim' a number of rounds in [1, {MAX_ROUNDS}]"
+            )
+        self.method = method
+        self.rounds = rounds
         if not isinstance(delta, (int, float)) or isinstance(delta, bool) or not 0 < delta < 1:
             raise InvalidParameterError(
                 "delta", short_repr(delta), "a number in (0, 1): the Gaussian mechanism needs δ > 0"
@@ -220,7 +246,7 @@ class Synthesizer:
         self._plan = self._make_plan(Domain.from_metadata(self.metadata, bins=bins, columns=columns))
         self.report: SynthReport | None = None
         self.event_: DPEvent | None = None
-        self._model: TreeModel | None = None
+        self._model: TreeModel | GraphicalModel | None = None
         self._decode: list[_Decoder] = []
 
     # -- the plan: public facts only --------------------------------------------------------------
@@ -242,18 +268,26 @@ class Synthesizer:
                 "epsilon", self.epsilon, f"an ε large enough at δ={self.delta:g} for a table (ρ >= {MIN_RHO:g} zCDP)",
                 "with so little budget every count would be buried in noise",
             )  # fmt: skip
-        third = rho / 3
-        sigma_one = math.sqrt(d / (2 * third))
-        sigma_two = math.sqrt((d - 1) / (2 * third))
-        selection_epsilon = math.sqrt(8 * third / (d - 1))
+        if self.method == "mst":
+            third = rho / 3
+            sigma_one = math.sqrt(d / (2 * third))
+            sigma_two = math.sqrt((d - 1) / (2 * third))
+            selection_epsilon = math.sqrt(8 * third / (d - 1))
+            rounds = d - 1
+        else:
+            # AIM's split with a fixed schedule: 90 % of ρ to d + T measurements of one σ, 10 % to
+            # T selections of one ε (the event is then known in advance, for any accountant).
+            rounds = self.rounds if self.rounds is not None else 2 * d
+            sigma_one = sigma_two = math.sqrt((d + rounds) / (2 * 0.9 * rho))
+            selection_epsilon = math.sqrt(8 * 0.1 * rho / rounds)
         event = ComposedEvent(
             (
                 SelfComposedEvent(GaussianEvent(sigma_one), d),
-                SelfComposedEvent(ExponentialEvent(selection_epsilon), d - 1),
-                SelfComposedEvent(GaussianEvent(sigma_two), d - 1),
+                SelfComposedEvent(ExponentialEvent(selection_epsilon), rounds),
+                SelfComposedEvent(GaussianEvent(sigma_two), rounds),
             )
         )
-        return _Plan(domain, rho, sigma_one, sigma_two, selection_epsilon, event)
+        return _Plan(self.method, domain, rho, sigma_one, sigma_two, selection_epsilon, rounds, event)
 
     @property
     def event(self) -> DPEvent:
@@ -288,7 +322,7 @@ class Synthesizer:
                 ) from exc  # fmt: skip
             # Paid: from here on nothing may fail on the data.
             src = resolve_rng(self._rng)
-            total = 2 * len(plan.domain.columns) - 1
+            total = len(plan.domain.columns) + plan.rounds
             bar = ProgressBar(
                 shows_bar(self.progress, total, 0), total=total, label="Synthesizer", unit="measurements",
                 epsilon=self.epsilon, delta=self.delta, transient=self.progress is None,
@@ -312,10 +346,10 @@ class Synthesizer:
         for i, column in enumerate(domain.columns):
             ones.append(noisy(counts.counts((i,)), plan.sigma_one, src).astype(float))
             measurements.append(
-                Measurement((column.name,), plan.sigma_one, column.size, 1 / (2 * plan.sigma_one**2), "one-way")
+                Measurement((column.name,), plan.sigma_one, column.size, _rho(plan.sigma_one), "one-way")
             )
             advance()
-        # 2. Merge the cells too rare to model apart.
+        # 2. Merge the cells too rare to model apart (post-processing of the one-way counts).
         merges = [_merge(y, 3 * plan.sigma_one) for y in ones]
         sizes = [int(m.max()) + 1 for m in merges]
         one_way = [
@@ -325,11 +359,58 @@ class Synthesizer:
             np.bincount(m, minlength=k).astype(float) * plan.sigma_one**2 for m, k in zip(merges, sizes, strict=True)
         ]
         rows = max(float(np.median([y.sum() for y in ones])), 1.0)
-        independent = [np.maximum(y, 0) / max(np.maximum(y, 0).sum(), 1e-12) for y in one_way]
-        # 3. A spanning tree, pair by pair (Kruskal with the exponential mechanism): the score of a
-        # pair is the L1 distance between its true counts and the independent model's.
+        # The true counts of every candidate pair, on the merged cells (read once, in the engine).
         pairs = [(i, j) for i in range(d) for j in range(i + 1, d)]
         true = {p: _compress(counts.counts(p), merges[p[0]], merges[p[1]], sizes[p[0]], sizes[p[1]]) for p in pairs}
+
+        def measure(pair: tuple[int, int], sigma: float) -> NDArray[np.float64]:
+            i, j = pair
+            raw = noisy(counts.counts(pair), sigma, src)
+            cells = domain.columns[i].size * domain.columns[j].size
+            measurements.append(Measurement((names[i], names[j]), sigma, cells, _rho(sigma), "selected"))
+            advance()
+            # Merged cells sum their noisy counts (their larger variance is not modelled: cells are
+            # merged because they are rare).
+            return _compress(raw, merges[i], merges[j], sizes[i], sizes[j]).astype(float)
+
+        chooser = Exponential(epsilon=plan.selection_epsilon, sensitivity=1.0)
+        model: TreeModel | GraphicalModel
+        if plan.method == "mst":
+            chosen, model = self._mst(pairs, true, one_way, one_var, sizes, rows, chooser, measure, src)
+        else:
+            chosen, model = self._aim(pairs, true, one_way, sizes, chooser, measure, src)
+        self._model = model
+        self._decode = [_Decoder(column, m) for column, m in zip(domain.columns, merges, strict=True)]
+        self.report = SynthReport(
+            measurements=tuple(measurements),
+            rows=_rows(model),
+            selected=tuple((names[i], names[j]) for i, j in chosen),
+            merged={c.name: int(c.size - k) for c, k in zip(domain.columns, sizes, strict=True)},
+            event=plan.event,
+            epsilon=self.epsilon,
+            delta=self.delta,
+            rho=plan.rho,
+            selection_epsilon=plan.selection_epsilon,
+            method=plan.method,
+        )
+
+    def _mst(
+        self,
+        pairs: list[Pair],
+        true: dict[Pair, NDArray[np.float64]],
+        one_way: list[NDArray[np.float64]],
+        one_var: list[NDArray[np.float64]],
+        sizes: list[int],
+        rows: float,
+        chooser: Exponential,
+        measure: Callable[[Pair, float], NDArray[np.float64]],
+        src: Any,
+    ) -> tuple[list[Pair], TreeModel]:
+        """A spanning tree, pair by pair (Kruskal with the exponential mechanism): a pair's score
+        is the L1 distance between its true counts and the independent model's; then the tree
+        model (:class:`~dpkit.synth.model.TreeModel`)."""
+        d = len(sizes)
+        independent = [np.maximum(y, 0) / max(np.maximum(y, 0).sum(), 1e-12) for y in one_way]
         score = {p: float(np.abs(true[p] - rows * np.outer(independent[p[0]], independent[p[1]])).sum()) for p in pairs}
         component = list(range(d))
 
@@ -339,38 +420,65 @@ class Synthesizer:
                 x = component[x]
             return x
 
-        chooser = Exponential(epsilon=plan.selection_epsilon, sensitivity=1.0)
         chosen: list[tuple[int, int]] = []
         for _ in range(d - 1):
             candidates = [p for p in pairs if find(p[0]) != find(p[1])]
             pick = candidates[int(chooser.release([score[p] for p in candidates], rng=src))]
             component[find(pick[0])] = find(pick[1])
             chosen.append(pick)
-        # 4. Measure the tree's pairs.
-        two_way: dict[tuple[int, int], NDArray[np.float64]] = {}
-        for i, j in chosen:
-            raw = noisy(counts.counts((i, j)), plan.sigma_two, src)
-            # Merged cells sum their noisy counts (the variance of a merged cell is ignored in the
-            # fit: cells merged are rare by construction).
-            two_way[(i, j)] = _compress(raw, merges[i], merges[j], sizes[i], sizes[j]).astype(float)
-            cells = domain.columns[i].size * domain.columns[j].size
-            measurements.append(
-                Measurement((names[i], names[j]), plan.sigma_two, cells, 1 / (2 * plan.sigma_two**2), "selected")
-            )
-            advance()
-        self._model = TreeModel.fit(sizes, one_way, one_var, two_way, plan.sigma_two**2)
-        self._decode = [_Decoder(column, m) for column, m in zip(domain.columns, merges, strict=True)]
-        self.report = SynthReport(
-            measurements=tuple(measurements),
-            rows=self._model.rows,
-            tree=tuple((names[i], names[j]) for i, j in chosen),
-            merged={c.name: int(c.size - k) for c, k in zip(domain.columns, sizes, strict=True)},
-            event=plan.event,
-            epsilon=self.epsilon,
-            delta=self.delta,
-            rho=plan.rho,
-            selection_epsilon=plan.selection_epsilon,
-        )
+        two_way = {p: measure(p, self._plan.sigma_two) for p in chosen}
+        return chosen, TreeModel.fit(sizes, one_way, one_var, two_way, self._plan.sigma_two**2)
+
+    def _aim(
+        self,
+        pairs: list[Pair],
+        true: dict[Pair, NDArray[np.float64]],
+        one_way: list[NDArray[np.float64]],
+        sizes: list[int],
+        chooser: Exponential,
+        measure: Callable[[Pair, float], NDArray[np.float64]],
+        src: Any,
+    ) -> tuple[list[Pair], GraphicalModel]:
+        """AIM's select–measure loop (McKenna, Mullins, Sheldon & Miklau, "AIM: an adaptive and
+        iterative mechanism for differentially private synthetic data", VLDB 2022) with a fixed
+        schedule: each round picks the pair whose model marginal is furthest from the truth, less
+        the error its measurement would carry (√(2/π)·σ per cell), among the pairs that keep the
+        model within a size that grows with the rounds; measures it; refits the graphical model
+        (:class:`~dpkit.synth.graphical.GraphicalModel`) from all measurements so far."""
+        plan = self._plan
+        sigma = plan.sigma_two
+        d = len(sizes)
+        found: list[tuple[tuple[int, ...], NDArray[np.float64], float]] = [
+            ((i,), one_way[i], plan.sigma_one) for i in range(d)
+        ]
+        total = max(float(np.median([y.sum() for y in one_way])), 1.0)
+        model = GraphicalModel(JunctionTree.build(sizes, [c for c, _, _ in found]), total)
+        model.fit(found, _ROUND_ITERATIONS)
+        chosen: list[tuple[int, int]] = []
+        expected = {p: math.sqrt(2 / math.pi) * sigma * true[p].size for p in pairs}
+        for t in range(plan.rounds):
+            limit = MAX_MODEL_CELLS * (t + 1) / plan.rounds
+            measured = [c for c, _, _ in found]
+            fits = [p for p in pairs if p in measured or tree_size(sizes, [*measured, p]) <= limit]
+            if not fits:
+                fits = [p for p in pairs if p in measured] or pairs
+            scores = []
+            mu = model.marginals()
+            inside = {c for clique in model.tree.cliques for c in combinations(clique, 2)}
+            for p in fits:
+                if p in inside:
+                    estimate = model.project(mu, p)
+                else:  # the model's marginal on a pair no clique holds: on a tree that adds it
+                    wide = model.extended([*measured, p])
+                    estimate = wide.project(wide.marginals(), p)
+                scores.append(float(np.abs(true[p] - estimate).sum()) - expected[p])
+            pick = fits[int(chooser.release(scores, rng=src))]
+            found.append((pick, measure(pick, sigma), sigma))
+            chosen.append(pick)
+            model = model.rebuilt([c for c, _, _ in found])
+            model.fit(found, _ROUND_ITERATIONS)
+        model.fit(found, _FINAL_ITERATIONS)
+        return chosen, model
 
     # -- sample ------------------------------------------------------------------------------------
 
@@ -380,10 +488,18 @@ class Synthesizer:
         drawn uniformly inside their bin (NaN for the missing cell). Post-processing: free."""
         if self._model is None:
             raise InvalidParameterError("fit", "not yet called", "Synthesizer.fit(data) before sample()")
-        rows = int(round(self._model.rows)) if n is None else v.positive_int(n, "n", minimum=0)
+        rows = int(round(_rows(self._model))) if n is None else v.positive_int(n, "n", minimum=0)
         gen = rng if isinstance(rng, np.random.Generator) else _generator(self._rng)
         cells = self._model.sample(rows, gen)
         return pd.DataFrame({dec.column.name: dec.values(cells[:, k], gen) for k, dec in enumerate(self._decode)})
+
+
+def _rho(sigma: float) -> float:
+    return 1 / (2 * sigma * sigma)
+
+
+def _rows(model: TreeModel | GraphicalModel) -> float:
+    return model.rows if isinstance(model, TreeModel) else model.total
 
 
 def _generator(rng: RNG) -> np.random.Generator:
