@@ -8,6 +8,7 @@ post-processing. See :class:`Synthesizer` and the guide's "Synthetic data" page.
 from __future__ import annotations
 
 from dpkit.synth.domain import Column, Domain
+from dpkit.synth.evaluate import marginal_tvd, tstr_accuracy
 from dpkit.synth.synthesizer import Measurement, Synthesizer, SynthReport, rho_for
 
-__all__ = ["Column", "Domain", "Measurement", "SynthReport", "Synthesizer", "rho_for"]
+__all__ = ["Column", "Domain", "Measurement", "SynthReport", "Synthesizer", "marginal_tvd", "rho_for", "tstr_accuracy"]

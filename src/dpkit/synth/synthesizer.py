@@ -84,9 +84,9 @@ MAX_MODEL_CELLS = 250_000
 _ROUND_ITERATIONS = 30
 _FINAL_ITERATIONS = 400
 
-#: Below this ρ the one-way noise alone exceeds any table worth publishing (σ > 10⁴ per cell
-#: for one column); refused as "ε too small" before anything is paid.
-MIN_RHO = 1e-9
+#: The most noise per count a release may carry: beyond it no table of fewer than about 10⁷
+#: rows would show anything but noise; refused as "ε too small" before anything is paid.
+MAX_SIGMA = 1e5
 
 
 @dataclass(frozen=True)
@@ -262,12 +262,7 @@ class Synthesizer:
                         "bins", f"{a} × {b}: {cells:,} cells", f"two-way marginals of at most {MAX_PAIR_CELLS:,} cells",
                         "use fewer bins or categories",
                     )  # fmt: skip
-        rho = rho_for(self.epsilon, self.delta)
-        if rho < MIN_RHO:
-            raise InvalidParameterError(
-                "epsilon", self.epsilon, f"an ε large enough at δ={self.delta:g} for a table (ρ >= {MIN_RHO:g} zCDP)",
-                "with so little budget every count would be buried in noise",
-            )  # fmt: skip
+        rho = max(rho_for(self.epsilon, self.delta), 1e-300)  # (0 only for an ε that the σ check refuses)
         if self.method == "mst":
             third = rho / 3
             sigma_one = math.sqrt(d / (2 * third))
@@ -280,6 +275,13 @@ class Synthesizer:
             rounds = self.rounds if self.rounds is not None else 2 * d
             sigma_one = sigma_two = math.sqrt((d + rounds) / (2 * 0.9 * rho))
             selection_epsilon = math.sqrt(8 * 0.1 * rho / rounds)
+        if max(sigma_one, sigma_two) > MAX_SIGMA:
+            raise InvalidParameterError(
+                "epsilon", self.epsilon,
+                f"an ε large enough at δ={self.delta:g} for noise of σ <= {MAX_SIGMA:g} per count "
+                f"(here σ would be {max(sigma_one, sigma_two):.3g})",
+                "with so little budget every count would be buried in noise",
+            )  # fmt: skip
         event = ComposedEvent(
             (
                 SelfComposedEvent(GaussianEvent(sigma_one), d),
