@@ -52,6 +52,9 @@ def test_the_domain_is_the_metadatas() -> None:
         (META, {"nope": 3}, "bins.nope"),
         (Metadata(columns={"a": Categorical(("x",))}, row_level=True), None, "columns"),
         (Metadata(columns={"a": Categorical(tuple(range(20_000))), "b": Categorical(("x",))}, row_level=True), None, "metadata.columns.a"),
+        (Metadata(columns={"a": Categorical(tuple(range(3_000))), "b": Categorical(tuple(range(3_000)))}, row_level=True), None, "bins"),
+        # one pair of 3,001² ≈ 9·10⁶ cells is refused by the pair cap; 30 columns of 1,999 cells by the total (1.7·10⁹)
+        (Metadata(columns={f"c{i}": Categorical(tuple(range(1_998))) for i in range(30)}, row_level=True), None, "columns"),
     ],
 )
 def test_a_domain_the_metadata_cannot_give_is_refused(meta: Metadata, bins: dict | None, name: str) -> None:

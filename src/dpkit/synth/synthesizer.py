@@ -71,9 +71,10 @@ from dpkit.synth.model import TreeModel
 
 __all__ = ["Synthesizer", "SynthReport", "Measurement", "rho_for"]
 
-#: The most cells a two-way marginal may have: its noisy table is held in memory, and its
-#: candidates' true counts too.
+#: The most cells a two-way marginal may have, and all two-way marginals together: every pair's
+#: true counts are held in memory during the fit (8 bytes a cell: 400 MB at the cap).
 MAX_PAIR_CELLS = 4_000_000
+MAX_TOTAL_PAIR_CELLS = 50_000_000
 Pair = tuple[int, int]
 
 #: The most selection rounds of method="aim".
@@ -262,6 +263,14 @@ class Synthesizer:
                         "bins", f"{a} × {b}: {cells:,} cells", f"two-way marginals of at most {MAX_PAIR_CELLS:,} cells",
                         "use fewer bins or categories",
                     )  # fmt: skip
+        sizes = [c.size for c in domain.columns]
+        total = (sum(sizes) ** 2 - sum(k * k for k in sizes)) // 2
+        if total > MAX_TOTAL_PAIR_CELLS:
+            raise InvalidParameterError(
+                "columns", f"{d} columns whose two-way marginals hold {total:,} cells",
+                f"at most {MAX_TOTAL_PAIR_CELLS:,} cells over all two-way marginals (held in memory during the fit)",
+                "synthesise fewer columns, or use fewer bins or categories",
+            )  # fmt: skip
         rho = max(rho_for(self.epsilon, self.delta), 1e-300)  # (0 only for an ε that the σ check refuses)
         if self.method == "mst":
             third = rho / 3
