@@ -54,6 +54,7 @@ ROLES: dict[tuple[str, str], str] = {
     ("GET", "/v1/history"): "any",
     ("POST", "/v1/datasets/{name}/query"): "analyst",
     ("POST", "/v1/datasets/{name}/query/cost"): "analyst",
+    ("POST", "/v1/datasets/{name}/synthetic"): "analyst",
     ("POST", "/v1/datasets"): "curator",
     ("GET", "/v1/analysts"): "curator",
     ("POST", "/v1/analysts"): "curator",
@@ -91,6 +92,8 @@ def body_for(method: str, path: str, world: World) -> dict[str, Any] | None:
         return None
     if path.endswith(("/query", "/query/cost")):
         return {"epsilon": 0.1, "sql": COUNT_SQL}
+    if path.endswith("/synthetic"):
+        return {"epsilon": 0.5, "delta": 1e-6, "columns": ["age", "sex"], "rows": 10}
     if path == "/v1/datasets":
         return {"name": "extra", "source": str(world.people), "metadata": PEOPLE_METADATA}
     if path == "/v1/analysts":

@@ -176,6 +176,24 @@ class Queries:
         self._chain = chain
         self._compile = compile
 
+    @property
+    def limits(self) -> QueryLimits:
+        return self._limits
+
+    @property
+    def rng(self) -> RNG:
+        return self._rng
+
+    @property
+    def ledger(self) -> LedgerBackend:
+        return self._ledger
+
+    def synthesize(self, principal: Principal, dataset: str, request: Any) -> tuple[dict[str, Any], str]:
+        """See :meth:`dpkit.server.service.Service.synthesize`."""
+        from dpkit.server.synthetic import answer_synthetic
+
+        return answer_synthetic(self, principal, dataset, request)
+
     @contextlib.contextmanager
     def session(self, principal: Principal, dataset: str) -> Iterator[tuple[Session, DatasetInfo, QueryLedger]]:
         """A session for the analyst on a dataset they were granted, over a view of the ledger

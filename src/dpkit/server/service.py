@@ -83,6 +83,7 @@ from dpkit.server.principals import Principal, Principals, Role
 from dpkit.server.queries import JSONQuery, Queries, QueryRequest, compile_request
 from dpkit.server.queries import QuerySpec as QuerySpec  # the earlier name of JSONQuery
 from dpkit.server.store import ServiceStore, normalise_url, open_store, sqlite_path
+from dpkit.server.synthetic import SynthRequest
 
 __all__ = [
     "Service",
@@ -374,6 +375,15 @@ class Service:
         ``spend_id`` and the ``cost`` — when anything fails after the debit (the debit stands;
         the details go to the ``dpkit.curator`` log)."""
         return self.query_encoded(principal, dataset, request)[0]
+
+    def synthesize(self, principal: Principal, dataset: str, request: SynthRequest) -> tuple[dict[str, Any], str]:
+        """A differentially private synthetic table of ``dataset`` for an analyst, paid from their
+        budget on it like a query (:mod:`dpkit.server.synthetic`): the answer (columns, rows, the
+        measurement report, cost and budget) and its JSON. Refusals before the debit: bad
+        settings or a domain too large (InvalidParameterError), more rows than the limits
+        (LimitExceededError), a budget that cannot pay (BudgetExceededError), a Spark dataset;
+        after it, PaidQueryFailedError."""
+        return self._queries.synthesize(principal, dataset, request)
 
     def query_encoded(self, principal: Principal, dataset: str, request: QueryRequest) -> tuple[dict[str, Any], str]:
         """:meth:`query`, with the answer also as the JSON text the HTTP layer sends (encoded

@@ -307,7 +307,7 @@ class Synthesizer:
 
     # -- fit ---------------------------------------------------------------------------------------
 
-    def fit(self, data: Any, *, table: str | None = None) -> Synthesizer:
+    def fit(self, data: Any, *, table: str | None = None, _pay: Callable[[DPEvent], None] | None = None) -> Synthesizer:
         """Measure ``data`` and fit the model: a pandas DataFrame, a CSV or Parquet path (a Parquet
         directory or glob too), a DuckDB relation, or a (DuckDB connection, table) pair.
 
@@ -317,20 +317,10 @@ class Synthesizer:
         plan = self._plan
         counts = TableCounts(data, self.metadata, plan.domain, table=table)
         try:
-            budget = (
-                self._budget
-                if self._budget is not None
-                else Budget(epsilon=self.epsilon, delta=self.delta, accountant="zcdp")
-            )
-            try:
-                budget.spend(plan.event)
-            except BudgetExceededError:
-                raise
-            except DPError as exc:
-                raise InvalidParameterError(
-                    "budget", short_repr(budget), "a Budget whose accountant prices Gaussian and exponential-mechanism events",
-                    "e.g. dp.Budget(epsilon=..., delta=..., accountant='zcdp')",
-                ) from exc  # fmt: skip
+            if _pay is not None:  # the curator service debits its ledger (with its audit entry) instead
+                _pay(plan.event)
+            else:
+                self._spend(plan.event)
             # Paid: from here on nothing may fail on the data.
             src = resolve_rng(self._rng)
             total = len(plan.domain.columns) + plan.rounds
@@ -345,6 +335,22 @@ class Synthesizer:
             counts.close()
         self.event_ = plan.event
         return self
+
+    def _spend(self, event: DPEvent) -> None:
+        budget = (
+            self._budget
+            if self._budget is not None
+            else Budget(epsilon=self.epsilon, delta=self.delta, accountant="zcdp")
+        )
+        try:
+            budget.spend(event)
+        except BudgetExceededError:
+            raise
+        except DPError as exc:
+            raise InvalidParameterError(
+                "budget", short_repr(budget), "a Budget whose accountant prices Gaussian and exponential-mechanism events",
+                "e.g. dp.Budget(epsilon=..., delta=..., accountant='zcdp')",
+            ) from exc  # fmt: skip
 
     def _measure(self, counts: TableCounts, src: Any, advance: Any) -> None:
         plan = self._plan

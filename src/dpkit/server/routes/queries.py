@@ -26,8 +26,9 @@ from dpkit.server.queries import OPTION_NAMES, JSONQuery, QueryRequest
 from dpkit.server.routes.bodies import Body
 from dpkit.server.routes.deps import analyst, get_service
 from dpkit.server.service import Service
+from dpkit.server.synthetic import SynthRequest
 
-__all__ = ["router", "AggregateBody", "SpecBody", "QueryBody"]
+__all__ = ["router", "AggregateBody", "SpecBody", "QueryBody", "SynthBody"]
 
 _curator_log = logging.getLogger("dpkit.curator")
 
@@ -175,3 +176,59 @@ def _own_budget(service: Service, who: Principal, dataset: str) -> dict[str, Any
         return budget_dict(service.ledger.get_budget(dataset, who.name))
     except (LedgerError, InvalidParameterError):
         return None
+
+
+# A synthetic-table request (no docstring: it would become part of the published schema).
+class SynthBody(Body):
+    epsilon: float
+    delta: float
+    bins: dict[str, list[float] | int] | None = None
+    rows: int | None = None
+    method: str = "aim"
+    rounds: int | None = None
+    columns: list[str] | None = None
+
+
+@router.post("/v1/datasets/{name}/synthetic")
+def synthetic(
+    name: str,
+    body: SynthBody,
+    request: Request,
+    who: Principal = Depends(analyst),
+    service: Service = Depends(get_service),
+) -> Any:
+    """A differentially private synthetic table of the dataset, paid from the analyst's budget
+    (:mod:`dpkit.server.synthetic`); refusals and failures as for a query."""
+    check_dataset_name(name)
+    req = SynthRequest(
+        epsilon=body.epsilon,
+        delta=body.delta,
+        bins=None if body.bins is None else {k: _bins(v) for k, v in body.bins.items()},
+        rows=body.rows,
+        method=body.method,
+        rounds=body.rounds,
+        columns=None if body.columns is None else tuple(body.columns),
+    )
+    note(request, action="synthesize", dataset=name[:100], query=req.text()[:4096])
+    try:
+        answer, encoded = service.synthesize(who, name, req)
+    except BudgetExceededError as exc:
+        raise Problem(409, "budget_exceeded", str(exc), budget=_own_budget(service, who, name)) from None
+    except PaidQueryFailedError as exc:
+        note(request, action="query_failed", spend_id=exc.spend_id)
+        raise query_failed(exc.spend_id) from None
+    except (
+        Problem,
+        InvalidParameterError,
+        NotFoundError,
+        AuthError,
+        LedgerError,
+        DatasetUnavailableError,
+        QueryFailedError,
+    ):
+        raise
+    except Exception as exc:
+        _curator_log.error("synthetic table of %r by %r failed unexpectedly", name[:100], who.name, exc_info=exc)
+        raise query_failed(None) from None
+    note(request, recorded_in_transaction=True, spend_id=answer.get("spend_id"))
+    return Response(encoded, media_type="application/json")

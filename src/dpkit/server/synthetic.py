@@ -1,0 +1,178 @@
+"""Synthetic tables through the service: an analyst spends part of a budget on a whole table.
+
+``POST /v1/datasets/{name}/synthetic`` releases a differentially private synthetic table
+(:class:`dpkit.synth.Synthesizer`) of a dataset the analyst was granted, paid from that budget
+like a query and in the same way: the request is checked and priced on the declared metadata
+alone (bad bins, a domain too large, an ε too small: refused, nothing spent), refused early when
+the budget obviously cannot pay, then debited atomically with its audit entry (action ``query``,
+the request's text starting ``SYNTHESIZE``), and only then is the dataset's copy read. A failure
+after the debit keeps the debit and is the one fixed ``query_failed``. Everything the analyst
+does with the rows afterwards is post-processing.
+
+A curator who wants to publish a table for everyone grants a budget to an analyst principal of
+their own (say ``publisher``) and requests it with that principal's key: the release is then in
+the ledger and the audit log like any other spend.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import math
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+from dpkit.analytics.results import QueryCost
+from dpkit.errors import BudgetExceededError, InvalidParameterError, LimitExceededError
+from dpkit.server.errors import PaidQueryFailedError
+from dpkit.server.grants import budget_dict
+from dpkit.server.principals import Principal
+
+if TYPE_CHECKING:
+    from dpkit.server.queries import Queries
+
+__all__ = ["SynthRequest", "answer_synthetic"]
+
+_curator_log = logging.getLogger("dpkit.curator")
+
+
+@dataclass(frozen=True)
+class SynthRequest:
+    """What to release: (ε, δ) for the whole table, numeric ``bins`` (edges or a number of bins
+    per column), how many ``rows`` (default: the measured number, up to the row limit), the
+    ``method`` (``"aim"`` or ``"mst"``) and, for AIM, the ``rounds``."""
+
+    epsilon: float
+    delta: float
+    bins: Mapping[str, Sequence[float] | int] | None = None
+    rows: int | None = None
+    method: str = "aim"
+    rounds: int | None = None
+    columns: Sequence[str] | None = None
+
+    def text(self) -> str:
+        """The request as the ledger and the audit log record it."""
+        body = {
+            "epsilon": self.epsilon,
+            "delta": self.delta,
+            "bins": None
+            if self.bins is None
+            else {k: v if isinstance(v, int) else list(v) for k, v in self.bins.items()},
+            "rows": self.rows,
+            "method": self.method,
+            "rounds": self.rounds,
+            "columns": None if self.columns is None else list(self.columns),
+        }
+        return "SYNTHESIZE " + json.dumps(body, sort_keys=True)
+
+
+def answer_synthetic(
+    queries: Queries, principal: Principal, dataset: str, request: SynthRequest
+) -> tuple[dict[str, Any], str]:
+    """See :meth:`dpkit.server.service.Service.synthesize`."""
+    from dpkit.synth import Synthesizer
+
+    limits = queries.limits
+    with queries.session(principal, dataset) as (session, info, view):
+        if info.engine != "duckdb":
+            raise InvalidParameterError(
+                "dataset", info.name, "a dataset the service reads through DuckDB",
+                "synthetic tables of Spark datasets are not offered yet",
+            )  # fmt: skip
+        # Everything decided on the request and the metadata, before paying.
+        synth = Synthesizer(
+            epsilon=request.epsilon, delta=request.delta, metadata=info.metadata, bins=request.bins,
+            method=request.method, rounds=request.rounds, columns=request.columns, rng=queries.rng, progress=False,
+        )  # fmt: skip
+        if request.rows is not None:
+            if not isinstance(request.rows, int) or isinstance(request.rows, bool) or request.rows < 0:
+                raise InvalidParameterError("rows", request.rows, "a whole number of rows >= 0, or None")
+            if request.rows > limits.max_result_rows:
+                raise LimitExceededError("rows", request.rows, limits.max_result_rows, "max_result_rows")
+        # Bytes per row, from the declared domain: the longest label of every column.
+        per_row = sum(
+            max(len(json.dumps(x)) for x in (*(c.categories or ()), 1e308, None)) + 2
+            for c in synth._plan.domain.columns
+        )
+        most_rows = max(0, min(limits.max_result_rows, (limits.max_response_bytes - 65_536) // max(per_row, 1)))
+        if request.rows is not None and request.rows > most_rows:
+            raise LimitExceededError("rows", request.rows, most_rows, "max_response_bytes")
+        cost = QueryCost(epsilon=synth.epsilon, delta=synth.delta, event=synth.event, text=request.text()[:4096])
+        before = view.budget
+        if (
+            cost.epsilon > before.remaining_epsilon * (1 + 1e-9) + 1e-300
+            or cost.delta > before.remaining_delta * (1 + 1e-9) + 1e-300
+        ):
+            raise _exceeded(cost, before, principal.name, info.name)
+        spend: list[int] = []
+
+        def pay(event: Any) -> None:
+            try:
+                record = view.debit(
+                    info.name, principal.name, event, cost.text, epsilon_cost=cost.epsilon, delta_cost=cost.delta
+                )
+            except BudgetExceededError:
+                raise _exceeded(
+                    cost, queries.ledger.get_budget(info.name, principal.name), principal.name, info.name
+                ) from None
+            spend.append(record.id)
+
+        engine = session.engine
+        try:
+            synth.fit((engine._con, info.name), _pay=pay)  # type: ignore[attr-defined]  # a DuckDBEngine: checked above
+            assert synth.report is not None
+            measured = max(0, int(round(synth.report.rows)))
+            n = request.rows if request.rows is not None else min(measured, most_rows)
+            frame = synth.sample(n)
+            rows = frame.astype(object).where(frame.notna(), None).values.tolist()
+            report = synth.report
+            answer: dict[str, Any] = {
+                "dataset": info.name,
+                "columns": list(frame.columns),
+                "rows": rows,
+                "report": {
+                    "text": report.to_text(),
+                    "estimated_rows": report.rows,
+                    "selected": [list(p) for p in report.selected],
+                    "measurements": [
+                        {"columns": list(m.columns), "cells": m.cells, "sigma": m.sigma, "how": m.how}
+                        for m in report.measurements
+                    ],
+                    "method": report.method,
+                    "rho": report.rho,
+                },
+                "truncated": request.rows is None and n < measured,
+                "spend_id": spend[0] if spend else None,
+                "cost": {"epsilon": cost.epsilon, "delta": cost.delta},
+                "budget": budget_dict(view.budget),
+            }
+            encoded = json.dumps(answer, allow_nan=False, default=_plain)
+        except (BudgetExceededError, InvalidParameterError):
+            if spend:  # (cannot happen after the debit; kept total all the same)
+                raise PaidQueryFailedError(spend[0], cost) from None
+            raise
+        except Exception:
+            if not spend:
+                raise
+            _curator_log.exception(
+                "synthetic table of %r for %r failed after its debit (spend %s)", info.name, principal.name, spend[0]
+            )
+            raise PaidQueryFailedError(spend[0], cost) from None
+        return answer, encoded
+
+
+def _plain(value: Any) -> Any:
+    """numpy scalars (from the sampled frame) as plain JSON values; non-finite floats as null."""
+    if hasattr(value, "item"):
+        value = value.item()
+    if isinstance(value, float) and not math.isfinite(value):
+        return None
+    return value if isinstance(value, (int, float, str, bool)) or value is None else str(value)
+
+
+def _exceeded(cost: QueryCost, budget: Any, analyst: str, dataset: str) -> BudgetExceededError:
+    return BudgetExceededError(
+        f"ε={cost.epsilon!r}, δ={cost.delta!r} for a synthetic table",
+        f"ε={budget.remaining_epsilon!r}, δ={budget.remaining_delta!r} of the budget of analyst {analyst!r} on dataset {dataset!r}",
+    )

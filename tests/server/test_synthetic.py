@@ -1,0 +1,72 @@
+"""Synthetic tables through the service: paid from the analyst's budget like a query, with its
+audit entry in the same transaction; refused before paying on bad settings, limits and budgets.
+
+Deterministic: the noise is the service's secure source, and nothing here depends on its value
+beyond the shape of the answer and the exact amounts spent."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from server._api import World, error_of, make_world
+
+BODY = {"epsilon": 1.0, "delta": 1e-6, "columns": ["age", "sex"], "bins": {"age": 5}, "rows": 200}
+
+
+@pytest.fixture
+def world(tmp_path: Path) -> Iterator[World]:
+    w = make_world(tmp_path)
+    try:
+        yield w
+    finally:
+        w.close()
+
+
+def test_an_analyst_gets_a_table_paid_once_and_logged(world: World) -> None:
+    client = world.client()
+    before = len(world.entries())
+    r = client.post("/v1/datasets/people/synthetic", json=BODY, headers=world.h("alice"))
+    assert r.status_code == 200, r.text
+    body = r.json()
+    assert body["columns"] == ["age", "sex"] and len(body["rows"]) == 200
+    assert all((row[0] is None or 0 <= row[0] <= 100) and row[1] in ("F", "M", "O'Brien", None) for row in body["rows"])
+    assert body["cost"] == {"epsilon": 1.0, "delta": 1e-6}
+    assert world.spent("alice") == (1.0, 1e-6)
+    assert body["budget"]["spent_epsilon"] == 1.0 and "spent ε=1" in body["report"]["text"]
+    paid = [e for e in world.entries()[before:] if e.outcome == "paid"]
+    assert len(paid) == 1 and paid[0].detail["query"].startswith("SYNTHESIZE ")
+    assert world.service.verify_log().entries == len(world.entries())  # raises if the ledger and the log disagree
+
+
+@pytest.mark.parametrize(
+    ("change", "parameter"),
+    [
+        ({"columns": ["age", "city"]}, "metadata.columns.city.categories"),  # private keys
+        ({"columns": ["age", "income"], "bins": None}, "bins.income"),  # no bounds, no edges
+        ({"bins": {"age": [3, 2]}}, "bins.age"),
+        ({"method": "gan"}, "method"),
+        ({"delta": 0.0}, "delta"),
+        ({"epsilon": 1e-7}, "epsilon"),
+        ({"rows": 10**9}, "rows"),
+    ],
+)
+def test_bad_requests_are_refused_before_paying(world: World, change: dict, parameter: str) -> None:
+    r = world.client().post("/v1/datasets/people/synthetic", json={**BODY, **change}, headers=world.h("alice"))
+    assert r.status_code == 400, r.text
+    assert error_of(r)["parameter"] == parameter
+    assert world.spent("alice") == (0.0, 0.0)
+
+
+def test_a_budget_that_cannot_pay_is_refused_with_409(world: World) -> None:
+    r = world.client().post("/v1/datasets/people/synthetic", json={**BODY, "epsilon": 11.0}, headers=world.h("alice"))
+    assert r.status_code == 409 and error_of(r)["code"] == "budget_exceeded"
+    assert world.spent("alice") == (0.0, 0.0)
+
+
+def test_only_analysts_with_a_grant(world: World) -> None:
+    client = world.client()
+    assert client.post("/v1/datasets/people/synthetic", json=BODY, headers=world.h("curator")).status_code == 403
+    assert client.post("/v1/datasets/secret/synthetic", json={**BODY, "columns": None, "bins": None}, headers=world.h("bob")).status_code == 404
