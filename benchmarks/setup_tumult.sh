@@ -31,25 +31,11 @@ PACKAGES=(
     "psutil"
 )
 
-if [ ! -x "$BIN/python" ]; then
-    echo "creating $VENV"
-    "$PYTHON" -m venv "$VENV"
-    echo "*" >"$VENV/.gitignore"
-    "$BIN/python" -m pip install --quiet --upgrade pip
-fi
-
-if [ -f "$STAMP" ] && [ "$STAMP" -nt "benchmarks/setup_tumult.sh" ]; then
-    echo "$VENV is up to date"
-    exit 0
-fi
-
-echo "installing ${PACKAGES[*]} into $VENV (at most ${TIMEOUT}s)"
-start=$SECONDS
-if ! timeout "$TIMEOUT" "$BIN/python" -m pip install --quiet "${PACKAGES[@]}"; then
-    echo "pip install failed or took longer than ${TIMEOUT}s (after $((SECONDS - start))s)" >&2
-    exit 1
-fi
-echo "installed in $((SECONDS - start))s"
+# shellcheck source=benchmarks/peer_venv.sh
+source benchmarks/peer_venv.sh
+status=0
+peer_venv "$VENV" "$STAMP" "$TIMEOUT" "benchmarks/$(basename "${BASH_SOURCE[0]}")" "${PACKAGES[@]}" || status=$?
+[ "$status" -eq 2 ] && exit 0
 "$BIN/python" - <<'PY'
 import importlib, importlib.metadata as md
 for name, dist in (("tmlt.analytics", "tmlt.analytics"), ("tmlt.core", "tmlt.core"), ("pyspark", "pyspark"),
