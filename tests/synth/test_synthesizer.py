@@ -1,6 +1,6 @@
 """dpkit.synth: the domain comes from the metadata, the budget pays once and before the data is
-read, bad input is refused before paying, and the sampler reproduces the model's marginals
-without row-order artefacts.
+read, bad input is refused before paying, and what the rows keep. (The sampler's own tests, a
+row-order twin included, are in test_graphical.py.)
 
 Deterministic (fixed seeds) except where a bound is stated: the sampler tests bound sampling
 error at more than 6 standard deviations (false-failure rate below 1e-8 each)."""
@@ -16,8 +16,7 @@ from dpkit.analytics import Categorical, Metadata, Numeric
 from dpkit.errors import BudgetExceededError, InvalidParameterError
 from dpkit.synth import Domain, Synthesizer
 from dpkit.synth import measure as measure_module
-from dpkit.synth import model as model_module
-from dpkit.synth.model import TreeModel, systematic_counts
+from dpkit.synth.model import systematic_counts
 
 META = Metadata(
     columns={"sex": Categorical(("F", "M")), "age": Numeric(0, 100), "city": Categorical(("a", "b", "c"))},
@@ -155,43 +154,6 @@ def test_systematic_counts_sum_to_n_and_stay_within_one_row() -> None:
     for u in (0.0, 0.3, 0.999):
         c = systematic_counts(p, 1001, u)
         assert c.sum() == 1001 and np.all(np.abs(c - 1001 * p) < 1)
-
-
-def _model() -> TreeModel:
-    """A root with two children, independent given the root; children strongly tied to it."""
-    root = np.array([0.5, 0.3, 0.2])
-    cond = np.array([[0.8, 0.1, 0.1], [0.1, 0.8, 0.1], [0.1, 0.1, 0.8]])
-    joint = root[:, None] * cond
-    node = (root, joint.sum(axis=0), joint.sum(axis=0))
-    return TreeModel((3, 3, 3), node, {(0, 1): joint, (0, 2): joint.copy()}, rows=1.0)
-
-
-def _siblings_tvd(sample: np.ndarray, m: TreeModel) -> float:
-    """TVD between the children's joint in the sample and in the model (Σ_a P(a)P(b|a)P(c|a))."""
-    c = m.conditional(0, 1)
-    want = np.einsum("a,ab,ac->bc", m.node[0], c, c)
-    got = np.bincount(sample[:, 1] * 3 + sample[:, 2], minlength=9).reshape(3, 3) / len(sample)
-    return 0.5 * float(np.abs(got - want).sum())
-
-
-def test_the_sample_has_the_models_marginals() -> None:
-    m = _model()
-    n = 30_000
-    s = m.sample(n, np.random.default_rng(6))
-    for (i, j), joint in m.edge.items():  # systematic: within one row per cell
-        got = np.bincount(s[:, i] * 3 + s[:, j], minlength=9).reshape(3, 3)
-        assert np.all(np.abs(got - n * joint) <= 3 + 1e-9)
-    # the children are independent given the root: sampling error only (sd ≈ 0.002 per cell)
-    assert _siblings_tvd(s, m) < 0.03
-
-
-def test_a_row_order_sampler_fails_the_same_check(monkeypatch: pytest.MonkeyPatch) -> None:
-    """The power check: assign children's cells in row order (no permutation) and the two children
-    become correlated through the rows' order."""
-    monkeypatch.setattr(model_module, "_assign", lambda counts, rng: np.repeat(np.arange(counts.size), counts))
-    m = _model()
-    s = m.sample(30_000, np.random.default_rng(6))
-    assert _siblings_tvd(s, m) > 0.1
 
 
 # -- the command line -----------------------------------------------------------------------------------

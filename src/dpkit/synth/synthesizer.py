@@ -1,12 +1,22 @@
 """Differentially private synthetic tables: select, measure, generate.
 
 :class:`Synthesizer` releases a whole table once. It measures noisy marginals of the data — every
-one-way marginal, then the two-way marginals of a spanning tree of the columns chosen with the
-exponential mechanism — fits a model that agrees with them, and samples rows from the model.
-Everything done with those rows afterwards is post-processing: it costs no more budget.
+one-way marginal, then column pairs chosen one at a time with the exponential mechanism — fits a
+graphical model that agrees with all of them, and samples rows from the model. Everything done
+with those rows afterwards is post-processing: it costs no more budget.
 
-The algorithm is MST (McKenna, Miklau & Sheldon, "Winning the NIST Contest: A scalable and general
-approach to differentially private synthetic data", JPC 2021), with dpkit's guarantees:
+Two algorithms, both with the Private-PGM estimator (:mod:`dpkit.synth.graphical`):
+
+* ``method="aim"`` (default): AIM (McKenna, Mullins, Sheldon & Miklau, "AIM: an adaptive and
+  iterative mechanism for differentially private synthetic data", VLDB 2022) with a fixed
+  schedule: 90 % of ρ to the d one-way and T pair measurements (one σ), 10 % to the T
+  selections (one ε); each round picks the pair the current model gets most wrong, net of the
+  noise its measurement would carry, among the pairs that keep the model small enough.
+* ``method="mst"``: MST (McKenna, Miklau & Sheldon, "Winning the NIST Contest", JPC 2021): a third
+  of ρ each for the one-way marginals, the d − 1 selections of a spanning tree (Kruskal), and the
+  d − 1 pair measurements.
+
+dpkit's guarantees:
 
 * **Pay first.** The whole release is priced and paid (one composed event, ρ-zCDP) before a row is
   read; afterwards nothing fails on the data.
@@ -21,10 +31,9 @@ approach to differentially private synthetic data", JPC 2021), with dpkit's guar
 Guarantee: (ε, δ)-DP for the declared (ε, δ), via the total ρ and the conversion of Canonne,
 Kamath & Steinke (2020) (:func:`dpkit.accounting.zcdp.zcdp_to_approx_dp`).
 
-Budget split (as MST): a third of ρ for the one-way marginals, a third for the d − 1 selections,
-a third for the d − 1 two-way marginals. One-way cells whose noisy count is below 3σ are merged
-into one cell per column before selection (they are too noisy to model apart; rows sampled into
-the merged cell get one of its categories uniformly).
+One-way cells whose noisy count is below 3σ are merged into one cell per column before selection
+(they are too noisy to model apart; rows sampled into the merged cell get one of its categories
+uniformly).
 
 >>> import numpy as np, pandas as pd
 >>> from dpkit.analytics import Categorical, Metadata, Numeric
@@ -67,7 +76,6 @@ from dpkit.noise.source import RNG, resolve_rng
 from dpkit.synth.domain import Domain
 from dpkit.synth.graphical import GraphicalModel, JunctionTree, tree_size
 from dpkit.synth.measure import TableCounts, noisy
-from dpkit.synth.model import TreeModel
 
 __all__ = ["Synthesizer", "SynthReport", "Measurement", "rho_for"]
 
@@ -172,7 +180,7 @@ class _Plan:
 
 
 class Synthesizer:
-    """A differentially private synthetic-data generator (MST: see the module docstring).
+    """A differentially private synthetic-data generator (AIM or MST: see the module docstring).
 
     Parameters
     ----------
@@ -247,7 +255,7 @@ class Synthesizer:
         self._plan = self._make_plan(Domain.from_metadata(self.metadata, bins=bins, columns=columns))
         self.report: SynthReport | None = None
         self.event_: DPEvent | None = None
-        self._model: TreeModel | GraphicalModel | None = None
+        self._model: GraphicalModel | None = None
         self._decode: list[_Decoder] = []
 
     # -- the plan: public facts only --------------------------------------------------------------
@@ -372,9 +380,6 @@ class Synthesizer:
         one_way = [
             np.bincount(m, weights=y, minlength=k).astype(float) for m, y, k in zip(merges, ones, sizes, strict=True)
         ]
-        one_var = [
-            np.bincount(m, minlength=k).astype(float) * plan.sigma_one**2 for m, k in zip(merges, sizes, strict=True)
-        ]
         rows = max(float(np.median([y.sum() for y in ones])), 1.0)
         # The true counts of every candidate pair, on the merged cells (read once, in the engine).
         pairs = [(i, j) for i in range(d) for j in range(i + 1, d)]
@@ -391,9 +396,9 @@ class Synthesizer:
             return _compress(raw, merges[i], merges[j], sizes[i], sizes[j]).astype(float)
 
         chooser = Exponential(epsilon=plan.selection_epsilon, sensitivity=1.0)
-        model: TreeModel | GraphicalModel
+        model: GraphicalModel
         if plan.method == "mst":
-            chosen, model = self._mst(pairs, true, one_way, one_var, sizes, rows, chooser, measure, src)
+            chosen, model = self._mst(pairs, true, one_way, sizes, rows, chooser, measure, src)
         else:
             chosen, model = self._aim(pairs, true, one_way, sizes, chooser, measure, src)
         self._model = model
@@ -416,16 +421,15 @@ class Synthesizer:
         pairs: list[Pair],
         true: dict[Pair, NDArray[np.float64]],
         one_way: list[NDArray[np.float64]],
-        one_var: list[NDArray[np.float64]],
         sizes: list[int],
         rows: float,
         chooser: Exponential,
         measure: Callable[[Pair, float], NDArray[np.float64]],
         src: Any,
-    ) -> tuple[list[Pair], TreeModel]:
+    ) -> tuple[list[Pair], GraphicalModel]:
         """A spanning tree, pair by pair (Kruskal with the exponential mechanism): a pair's score
-        is the L1 distance between its true counts and the independent model's; then the tree
-        model (:class:`~dpkit.synth.model.TreeModel`)."""
+        is the L1 distance between its true counts and the independent model's; then the
+        graphical model fitted to every measurement (on a tree, the junction tree is the tree)."""
         d = len(sizes)
         independent = [np.maximum(y, 0) / max(np.maximum(y, 0).sum(), 1e-12) for y in one_way]
         score = {p: float(np.abs(true[p] - rows * np.outer(independent[p[0]], independent[p[1]])).sum()) for p in pairs}
@@ -443,8 +447,14 @@ class Synthesizer:
             pick = candidates[int(chooser.release([score[p] for p in candidates], rng=src))]
             component[find(pick[0])] = find(pick[1])
             chosen.append(pick)
-        two_way = {p: measure(p, self._plan.sigma_two) for p in chosen}
-        return chosen, TreeModel.fit(sizes, one_way, one_var, two_way, self._plan.sigma_two**2)
+        plan = self._plan
+        found: list[tuple[tuple[int, ...], NDArray[np.float64], float]] = [
+            ((i,), one_way[i], plan.sigma_one) for i in range(d)
+        ]
+        found += [(p, measure(p, plan.sigma_two), plan.sigma_two) for p in chosen]
+        model = GraphicalModel(JunctionTree.build(sizes, [c for c, _, _ in found]), rows)
+        model.fit(found, _FINAL_ITERATIONS)
+        return chosen, model
 
     def _aim(
         self,
@@ -515,8 +525,8 @@ def _rho(sigma: float) -> float:
     return 1 / (2 * sigma * sigma)
 
 
-def _rows(model: TreeModel | GraphicalModel) -> float:
-    return model.rows if isinstance(model, TreeModel) else model.total
+def _rows(model: GraphicalModel) -> float:
+    return model.total
 
 
 def _generator(rng: RNG) -> np.random.Generator:
