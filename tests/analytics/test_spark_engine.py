@@ -558,3 +558,21 @@ def test_native_numbers_are_read_like_duckdb_reads_them(spark):
         (None, None, 1.0, 6),
     ]
     assert got == want == expected
+
+
+def test_binding_again_reads_the_raw_columns(spark):
+    """A pooled engine serves many queries, each binding it: a second bind (same or other types)
+    starts from the raw columns, never from the bound ones. The power check is the last bind: from
+    the bound columns, " 7 " would come back as the integer 7, not as its raw text."""
+    from pyspark.sql import types as T
+
+    rows = [(" 7 ", "yes", "a"), ("x", "no", "b"), ("12", "TRUE", None)]
+    schema = T.StructType([T.StructField("n", T.StringType()), T.StructField("b", T.StringType()), T.StructField("s", T.StringType())])
+    engine = SparkEngine(spark.createDataFrame(rows, schema))
+    types = {"n": "integer", "b": "boolean", "s": "string"}
+    engine.bind(types, strip_strings=True)
+    first = [tuple(r) for r in engine._df.collect()]
+    engine.bind(types, strip_strings=True)
+    assert [tuple(r) for r in engine._df.collect()] == first == [(7, True, "a"), (None, False, "b"), (12, True, None)]
+    engine.bind({"n": "string"}, strip_strings=False)  # other types: from the raw text again
+    assert [r[0] for r in engine._df.collect()] == [" 7 ", "x", "12"]

@@ -214,6 +214,10 @@ class SparkEngine:
                 self._kinds[f.name] = _kind(f.dataType)
                 self._native[f.name] = _native(f.dataType)
         self._df = source.toDF(*internal)
+        # The unbound frame and its names: every bind starts from them, so binding an engine again
+        # (a pooled engine serves many queries) never reads a bound column as if it were raw.
+        self._raw, self._raw_names = self._df, dict(self._names)
+        self._bound: tuple[tuple[tuple[str, str], ...], bool] | None = None
 
     def _c(self, name: str) -> Any:
         """A column of the (bound) table by its source name; an unknown name fails in Spark's analysis."""
@@ -229,23 +233,31 @@ class SparkEngine:
     def bind(self, types: Mapping[str, ReadType], *, strip_strings: bool) -> None:
         from pyspark.errors import AnalysisException
 
-        raw = self._df
-        names = {c: f"__dpkit_c{i}" for i, c in enumerate(types)}
-        exprs = {
-            c: _read(self._c(c), t, self._kinds.get(c, "other"), strip_strings, self._native.get(c, ""))
-            for c, t in types.items()
-        }
+        signature = (tuple(types.items()), strip_strings)
+        if signature == self._bound:
+            return
+        raw = self._raw
+        previous, self._names = self._names, dict(self._raw_names)  # _c reads the raw columns meanwhile
         try:
-            df = raw.select(*[e.alias(names[c]) for c, e in exprs.items()])
-        except AnalysisException:
-            # a type Spark cannot even turn into text (none of Spark's own types): NULL, not a failure
-            for c, e in exprs.items():
-                try:
-                    raw.select(e)
-                except AnalysisException:
-                    exprs[c] = _null(types[c])
-            df = raw.select(*[e.alias(names[c]) for c, e in exprs.items()])
-        self._df, self._names, self._reads = df, names, dict(types)
+            names = {c: f"__dpkit_c{i}" for i, c in enumerate(types)}
+            exprs = {
+                c: _read(self._c(c), t, self._kinds.get(c, "other"), strip_strings, self._native.get(c, ""))
+                for c, t in types.items()
+            }
+            try:
+                df = raw.select(*[e.alias(names[c]) for c, e in exprs.items()])
+            except AnalysisException:
+                # a type Spark cannot even turn into text (none of Spark's own types): NULL, not a failure
+                for c, e in exprs.items():
+                    try:
+                        raw.select(e)
+                    except AnalysisException:
+                        exprs[c] = _null(types[c])
+                df = raw.select(*[e.alias(names[c]) for c, e in exprs.items()])
+        except BaseException:
+            self._names = previous
+            raise
+        self._df, self._names, self._reads, self._bound = df, names, dict(types), signature
 
     # -- expressions ------------------------------------------------------------------------------
 
