@@ -180,3 +180,7 @@ def test_dpkit_synth_writes_a_table_and_its_report(tmp_path) -> None:  # type: i
     assert bad.exit_code == 1 and "--bins 'age' is not accepted" in bad.output
     bad = CliRunner().invoke(app, [*args[:4], "--epsilon", "1", "--delta", "0", "--out", str(tmp_path / "x.csv")])
     assert bad.exit_code == 1 and "delta" in bad.output and not (tmp_path / "x.csv").exists()
+    mst = CliRunner().invoke(app, [*args, "--method", "mst"])
+    assert mst.exit_code == 0 and "method mst" in (tmp_path / "report.txt").read_text(), mst.output
+    bad = CliRunner().invoke(app, [*args, "--method", "gan"])
+    assert bad.exit_code == 1 and "--method" in bad.output and "'aim'" in bad.output

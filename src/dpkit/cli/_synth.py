@@ -10,6 +10,7 @@ import typer
 from rich.console import Console
 
 from dpkit.cli._common import _fail, _fail_error
+from dpkit.cli._errors import CliContext, Opt
 from dpkit.errors import DPError
 
 __all__ = ["synth"]
@@ -43,6 +44,14 @@ def synth(
     report: Annotated[
         Path | None, typer.Option("--report", help="Also write the measurement report (text) here.")
     ] = None,
+    method: Annotated[
+        str,
+        typer.Option("--method", help="aim (default: pairs chosen round by round) or mst (a spanning tree of pairs)."),
+    ] = "aim",
+    rounds: Annotated[
+        int | None,
+        typer.Option("--rounds", min=1, help="With --method aim: the selection rounds (default: twice the columns)."),
+    ] = None,
 ) -> None:
     """Release a synthetic table: noisy marginals measured once, a model fitted to them, rows
     sampled from it. Everything done with the rows afterwards is free (post-processing). Example:
@@ -68,12 +77,15 @@ def synth(
     err = Console(stderr=True)
     try:
         syn = Synthesizer(
-            epsilon=epsilon, delta=delta, metadata=metadata, bins=parsed or None, columns=chosen, progress=True
-        )
+            epsilon=epsilon, delta=delta, metadata=metadata, bins=parsed or None, columns=chosen,
+            method=method, rounds=rounds, progress=True,
+        )  # fmt: skip
         syn.fit(data)
         table = syn.sample(rows)
     except DPError as exc:
-        _fail_error(exc)
+        _fail_error(
+            exc, CliContext(options={"method": Opt("--method"), "rounds": Opt("--rounds"), "bins": Opt("--bins")})
+        )
     table.to_csv(out, index=False)
     assert syn.report is not None
     text = syn.report.to_text()

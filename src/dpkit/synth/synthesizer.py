@@ -224,7 +224,9 @@ class Synthesizer:
     ) -> None:
         v.positive(epsilon, "epsilon")
         if method not in ("aim", "mst"):
-            raise InvalidParameterError("method", short_repr(method), "'aim' (the default) or 'mst'")
+            raise InvalidParameterError(
+                "method", method if isinstance(method, str) else short_repr(method), "'aim' (the default) or 'mst'"
+            )
         if rounds is not None and (method != "aim" or v.positive_int(rounds, "rounds") > MAX_ROUNDS):
             raise InvalidParameterError(
                 "rounds", short_repr(rounds), f"None, or with method='aim' a number of rounds in [1, {MAX_ROUNDS}]"
