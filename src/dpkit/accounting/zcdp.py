@@ -69,6 +69,7 @@ __all__ = [
     "rho_from_bounded_range",
     "zcdp_to_approx_dp",
     "zcdp_to_delta",
+    "rho_for_approx_dp",
 ]
 
 _U = 2.0**-52
@@ -241,6 +242,27 @@ def zcdp_to_approx_dp(rho: float, delta: float, conversion: str = "improved") ->
     True
     """
     return _epsilon(_check_rho(rho), v.delta(delta), conversion)
+
+
+def rho_for_approx_dp(epsilon: float, delta: float) -> float:
+    """The largest ρ whose (ε, δ) conversion (:func:`zcdp_to_approx_dp`) is at most ``epsilon``
+    at ``delta``, by bisection, slightly reduced so that rounding never overspends; 0.0 when even
+    the smallest ρ would (an ε far too small for this δ).
+
+    >>> rho = rho_for_approx_dp(1.0, 1e-9)
+    >>> zcdp_to_approx_dp(rho, 1e-9) <= 1.0 < zcdp_to_approx_dp(rho * 1.001, 1e-9)
+    True
+    """
+    lo, hi = 0.0, max(epsilon, 1.0)
+    while zcdp_to_approx_dp(hi, delta) <= epsilon:
+        hi *= 2
+    for _ in range(200):
+        mid = (lo + hi) / 2
+        if zcdp_to_approx_dp(mid, delta) <= epsilon:
+            lo = mid
+        else:
+            hi = mid
+    return lo * (1 - 1e-9)
 
 
 def zcdp_to_delta(rho: float, epsilon: float, conversion: str = "improved") -> float:

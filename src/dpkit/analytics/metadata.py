@@ -240,6 +240,12 @@ class Metadata:
             return "numeric"
         return "string" if spec.value_type == "string" else "boolean"
 
+    def read_type(self, column: str) -> Literal["double", "string", "integer", "boolean"]:
+        """How an engine reads a declared column: ``double`` for Numeric, a categorical's value
+        type otherwise."""
+        spec = self.columns[column]
+        return "double" if isinstance(spec, Numeric) else spec.value_type  # type: ignore[return-value]
+
     @classmethod
     def from_dict(cls, data: Mapping[str, Any]) -> Metadata:
         """Metadata from the JSON layout shown in the module docstring."""

@@ -44,7 +44,6 @@ from __future__ import annotations
 
 import functools
 import os
-import re
 from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any, Concatenate, ParamSpec, TypeVar
@@ -58,7 +57,7 @@ from dpkit.analytics.declared import ColumnKind, DeclaredTable, check_bound
 from dpkit.analytics.engines.base import Engine, ReadType
 from dpkit.analytics.execute import Payer
 from dpkit.analytics.limits import QueryLimits
-from dpkit.analytics.metadata import Metadata, Numeric
+from dpkit.analytics.metadata import Metadata
 from dpkit.analytics.plan import Predicate
 from dpkit.analytics.query import _CONFIDENCE, _DELTA, _KEY_SELECTION, _NOISE, Query
 from dpkit.analytics.results import QueryCost, QueryResult
@@ -73,7 +72,6 @@ __all__ = ["Session", "Query"]
 
 
 #: A URI with a scheme (``hdfs://``, ``s3a://``, ``file://``): read by Spark's own file systems.
-_URI = re.compile(r"^[A-Za-z][A-Za-z0-9+.-]+://")
 
 _P = ParamSpec("_P")
 _R = TypeVar("_R")
@@ -354,7 +352,6 @@ class Session:
         >>> s.table, sorted(s.columns)
         ('data', ['pid', 'year'])
         """
-        from dpkit.analytics.engines.duckdb import parquet_files
 
         if not isinstance(path, (str, os.PathLike)):
             raise InvalidParameterError(
@@ -374,15 +371,12 @@ class Session:
                 raise InvalidParameterError("spark", _short(spark), "None unless engine='spark'")
             return cls(p, memory_limit=memory_limit, temp_directory=temp_directory, **kwargs)
         _duckdb_only(memory_limit, temp_directory, "engine='spark'")
-        from dpkit.analytics.engines.spark import SparkEngine, read_parquet, spark_session
+        from dpkit.analytics.engines.spark import SparkEngine, parquet_listing, read_parquet, spark_session
 
         if spark is not None and not hasattr(getattr(spark, "read", None), "parquet"):
             raise InvalidParameterError("spark", _short(spark), "a SparkSession, or None (a local one)")
-        if _URI.match(text) is None and parquet_files(p) is None:  # refused before Spark starts
-            raise InvalidParameterError(
-                "data", p.name, "an existing Parquet file, a directory of Parquet files or a glob"
-            )
-        frame = read_parquet(spark if spark is not None else spark_session(), text)
+        listing = parquet_listing(text)  # refused before Spark starts
+        frame = read_parquet(spark if spark is not None else spark_session(), text, listing)
         source = SparkEngine(frame)
         return cls(None, engine=source, **kwargs)
 
@@ -463,8 +457,8 @@ class Session:
                 )
         types: dict[str, ReadType] = {}
         kinds: dict[str, ColumnKind] = {}
-        for name, spec in meta.columns.items():
-            types[name] = "double" if isinstance(spec, Numeric) else spec.value_type  # type: ignore[assignment]
+        for name in meta.columns:
+            types[name] = meta.read_type(name)
             kinds[name] = meta.kind(name)
         if self._unit is not None and self._unit not in meta.columns:
             types[self._unit] = "unit"

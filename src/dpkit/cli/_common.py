@@ -55,6 +55,20 @@ LedgerOption = Annotated[
 ]
 
 
+def _spark_settings(items: list[str] | None, option: str) -> dict[str, str]:
+    """Spark settings given as ``option KEY=VALUE`` (repeatable), refused when one has no '=' or
+    no key."""
+    out: dict[str, str] = {}
+    for item in items or []:
+        key, eq, value = item.partition("=")
+        if not eq or not key.strip():
+            _fail(
+                f"{option} {item!r} is not accepted: {option} must be KEY=VALUE, e.g. {option} spark.executor.memory=2g"
+            )
+        out[key.strip()] = value
+    return out
+
+
 def _ledger_missing(ledger: str) -> bool:
     """True for a SQLite ledger whose file does not exist (a server ledger always 'exists')."""
     if ledger.lower().startswith(("postgresql://", "postgres://")):

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import contextlib
 import functools
-import re
 from collections.abc import Callable
 from pathlib import Path
 from shlex import quote
@@ -31,6 +30,7 @@ from dpkit.cli._common import (
     _ledger_missing,
     _ledger_where,
     _say_identity,
+    _spark_settings,
 )
 from dpkit.cli._errors import CliContext
 from dpkit.errors import DPError, LedgerError
@@ -155,12 +155,13 @@ def query(
     if engine == "duckdb" and (master is not None or conf):
         given = f"--master {quote(master)}" if master is not None else f"--conf {quote((conf or [''])[0])}"
         _fail(f"{given} is not accepted without --engine spark: --master and --conf set up Spark")
+    from dpkit.analytics.engines.base import is_uri
     from dpkit.analytics.engines.spark import MASTERS, SPARK_MASTER
 
     if master is not None and not SPARK_MASTER.fullmatch(master):
         _fail(f"--master {quote(master)} is not accepted: --master must be {MASTERS}")
-    settings = _spark_conf(conf or [])
-    uri = _URI.match(data) is not None
+    settings = _spark_settings(conf, "--conf")
+    uri = is_uri(data)
     if uri and engine != "spark":
         _fail(f"{data!r} is a URI: DuckDB reads local files; run it on Spark with --engine spark")
     path = Path(data)
@@ -278,23 +279,6 @@ def query(
 
 def _fmt(x: float) -> str:
     return f"{x:,.0f}" if abs(x) >= 1000 else f"{x:.4g}"
-
-
-#: A URI with a scheme (hdfs://, s3a://, file://): read by Spark's file systems, not listed here.
-_URI = re.compile(r"^[A-Za-z][A-Za-z0-9+.-]+://")
-
-
-def _spark_conf(items: list[str]) -> dict[str, str]:
-    """--conf KEY=VALUE items, refused when one has no '=' or no key."""
-    out = {}
-    for item in items:
-        key, eq, value = item.partition("=")
-        if not eq or not key.strip():
-            _fail(
-                f"--conf {quote(item)} is not accepted: --conf must be KEY=VALUE, e.g. --conf spark.executor.memory=2g"
-            )
-        out[key.strip()] = value
-    return out
 
 
 def _spark_session(master: str | None, settings: dict[str, str]) -> Any:

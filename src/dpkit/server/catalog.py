@@ -326,13 +326,14 @@ class Catalog:
             ) from None
 
     def _source_path(self, info: DatasetInfo) -> Path:
-        """The file a dataset is re-read from, checked again as at registration (the data root's
-        rules: a link may have been changed since)."""
+        """The file (or, for a Spark dataset, the Parquet data) a dataset is re-read from, checked
+        again as at registration (the data root's rules: a link may have been changed since)."""
         if self._data_root is None and not Path(info.source).is_absolute():
             raise InvalidParameterError(
                 "source", info.source, "an absolute path, or a service with the data root it was registered under"
             )
-        return resolve_source(info.source, self._data_root).path
+        resolve = resolve_parquet_source if info.engine == "spark" else resolve_source
+        return resolve(info.source, self._data_root).path
 
     def load(self, info: DatasetInfo) -> Path:
         """The path of the dataset's shared, read-only copy (a DuckDB database file holding the
@@ -382,7 +383,7 @@ class Catalog:
         data root again, as at registration); for analysts, any failure is the one fixed
         DatasetUnavailableError, before any spend (the reason is in the curator's log)."""
         try:
-            path: Path | str = info.source if is_uri(info.source) else self._spark_source(info)
+            path: Path | str = info.source if is_uri(info.source) else self._source_path(info)
             return self._spark_frame(info, path)
         except DPError as exc:
             _curator_log.warning("dataset %r: its Parquet data cannot be read: %s", info.name, exc)
@@ -390,13 +391,6 @@ class Catalog:
         except Exception:
             _curator_log.exception("dataset %r: its Parquet data could not be opened", info.name)
             raise DatasetUnavailableError() from None
-
-    def _spark_source(self, info: DatasetInfo) -> Path:
-        if self._data_root is None and not Path(info.source).is_absolute():
-            raise InvalidParameterError(
-                "source", info.source, "an absolute path, or a service with the data root it was registered under"
-            )
-        return resolve_parquet_source(info.source, self._data_root).path
 
 
 def _check(info: DatasetInfo, conn: Any) -> DataCheck | None:

@@ -108,15 +108,9 @@ def _run(
 def _spark_options(master: str | None, conf: list[str] | None) -> dict[str, Any]:
     """--spark-master and --spark-conf KEY=VALUE as the service's keywords (refused when an item
     has no '=' or no key; the master is checked by the service)."""
-    settings: dict[str, str] = {}
-    for item in conf or []:
-        key, eq, value = item.partition("=")
-        if not eq or not key.strip():
-            _fail(
-                f"--spark-conf {item!r} is not accepted: it must be KEY=VALUE, e.g. --spark-conf spark.executor.memory=2g"
-            )
-        settings[key.strip()] = value
-    return {"spark_master": master, "spark_conf": settings or None}
+    from dpkit.cli._common import _spark_settings
+
+    return {"spark_master": master, "spark_conf": _spark_settings(conf, "--spark-conf") or None}
 
 
 def _show_key(name: str, role: str, key: str, as_json: bool) -> None:

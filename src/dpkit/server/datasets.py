@@ -34,7 +34,6 @@ from __future__ import annotations
 import contextlib
 import hashlib
 import os
-import re
 import stat
 import uuid
 from collections.abc import Callable, Iterator
@@ -43,7 +42,7 @@ from pathlib import Path, PurePath
 from typing import Any, TypeVar
 
 from dpkit._validate import short_repr
-from dpkit.analytics.engines.base import quote_identifier
+from dpkit.analytics.engines.base import is_uri, quote_identifier
 from dpkit.analytics.engines.duckdb import csv_source_sql, sql_string
 from dpkit.analytics.metadata import Metadata
 from dpkit.errors import InvalidParameterError
@@ -138,12 +137,6 @@ _PARQUET_UNDER_ROOT = (
     "('events/**/*.parquet'), relative to the root or absolute inside it, without '..' segments "
     "(symlinks are followed and must stay inside the root)"
 )
-_URI = re.compile(r"^[A-Za-z][A-Za-z0-9+.-]+://")
-
-
-def is_uri(source: str) -> bool:
-    """Whether a stored source is a URI (``hdfs://…``) rather than a path."""
-    return _URI.match(source) is not None
 
 
 def resolve_parquet_source(source: object, data_root: Path | None) -> SourcePath:
@@ -162,11 +155,11 @@ def resolve_parquet_source(source: object, data_root: Path | None) -> SourcePath
     if not isinstance(source, (str, os.PathLike)) or not os.fspath(source) or "\x00" in os.fspath(source):
         raise InvalidParameterError("source", short_repr(source), _PARQUET_UNDER_ROOT)
     text = os.fspath(source)
-    if data_root is None and _URI.match(text):
+    if data_root is None and is_uri(text):
         return SourcePath(Path(text), text)
     given = Path(text).expanduser()
     shown = text if data_root is None else _shown(given, data_root)
-    if _URI.match(text):
+    if is_uri(text):
         raise InvalidParameterError(
             "source", shown, _PARQUET_UNDER_ROOT, "a URI is read only by a service without a data root"
         )

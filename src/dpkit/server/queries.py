@@ -254,13 +254,8 @@ class Queries:
         options = query_options(request)
         text = _clip(request.text())
         cost = q.cost(aggs, _text=text, **options)
-        # An early refusal spares the engine a query that cannot be paid for. The slack keeps it
-        # from refusing what the exact ledger would accept (remaining amounts are rounded
-        # down); the atomic debit inside Query.aggregate stays the one that decides.
-        if (
-            cost.epsilon > before.remaining_epsilon * (1 + 1e-9) + 1e-300
-            or cost.delta > before.remaining_delta * (1 + 1e-9) + 1e-300
-        ):
+        # (the atomic debit inside Query.aggregate stays the one that decides)
+        if cannot_pay(cost, before):
             raise _exceeded(cost, text, before, principal.name, info.name)
         try:
             result = q.aggregate(aggs, _text=text, **options)
@@ -292,6 +287,16 @@ class Queries:
             )
             raise PaidQueryFailedError(result.spend_id, cost) from None
         return answer, encoded
+
+
+def cannot_pay(cost: QueryCost, budget: BudgetRecord) -> bool:
+    """Whether the budget obviously cannot pay ``cost``: an early refusal that spares the engine.
+    The slack keeps it from refusing what the exact ledger would accept (remaining amounts are
+    rounded down); the atomic debit stays the one that decides."""
+    return (
+        cost.epsilon > budget.remaining_epsilon * (1 + 1e-9) + 1e-300
+        or cost.delta > budget.remaining_delta * (1 + 1e-9) + 1e-300
+    )
 
 
 def _clip(text: str) -> str:

@@ -32,6 +32,7 @@ from dpkit.server.principals import Principal
 if TYPE_CHECKING:
     from dpkit.server.queries import Queries
 
+
 __all__ = ["SynthRequest", "answer_synthetic"]
 
 _curator_log = logging.getLogger("dpkit.curator")
@@ -71,6 +72,7 @@ def answer_synthetic(
     queries: Queries, principal: Principal, dataset: str, request: SynthRequest
 ) -> tuple[dict[str, Any], str]:
     """See :meth:`dpkit.server.service.Service.synthesize`."""
+    from dpkit.server.queries import cannot_pay
     from dpkit.synth import Synthesizer
 
     limits = queries.limits
@@ -92,18 +94,14 @@ def answer_synthetic(
                 raise LimitExceededError("rows", request.rows, limits.max_result_rows, "max_result_rows")
         # Bytes per row, from the declared domain: the longest label of every column.
         per_row = sum(
-            max(len(json.dumps(x)) for x in (*(c.categories or ()), 1e308, None)) + 2
-            for c in synth._plan.domain.columns
+            max(len(json.dumps(x)) for x in (*(c.categories or ()), 1e308, None)) + 2 for c in synth.domain.columns
         )
         most_rows = max(0, min(limits.max_result_rows, (limits.max_response_bytes - 65_536) // max(per_row, 1)))
         if request.rows is not None and request.rows > most_rows:
             raise LimitExceededError("rows", request.rows, most_rows, "max_response_bytes")
         cost = QueryCost(epsilon=synth.epsilon, delta=synth.delta, event=synth.event, text=request.text()[:4096])
         before = view.budget
-        if (
-            cost.epsilon > before.remaining_epsilon * (1 + 1e-9) + 1e-300
-            or cost.delta > before.remaining_delta * (1 + 1e-9) + 1e-300
-        ):
+        if cannot_pay(cost, before):
             raise _exceeded(cost, before, principal.name, info.name)
         spend: list[int] = []
 
@@ -148,12 +146,8 @@ def answer_synthetic(
                 "budget": budget_dict(view.budget),
             }
             encoded = json.dumps(answer, allow_nan=False, default=_plain)
-        except (BudgetExceededError, InvalidParameterError):
-            if spend:  # (cannot happen after the debit; kept total all the same)
-                raise PaidQueryFailedError(spend[0], cost) from None
-            raise
         except Exception:
-            if not spend:
+            if not spend:  # refused before the debit (the schema, the budget): the refusal stands
                 raise
             _curator_log.exception(
                 "synthetic table of %r for %r failed after its debit (spend %s)", info.name, principal.name, spend[0]

@@ -9,6 +9,6 @@ from __future__ import annotations
 
 from dpkit.synth.domain import Column, Domain
 from dpkit.synth.evaluate import marginal_tvd, tstr_accuracy
-from dpkit.synth.synthesizer import Measurement, Synthesizer, SynthReport, rho_for
+from dpkit.synth.synthesizer import Measurement, Synthesizer, SynthReport
 
-__all__ = ["Column", "Domain", "Measurement", "SynthReport", "Synthesizer", "marginal_tvd", "rho_for", "tstr_accuracy"]
+__all__ = ["Column", "Domain", "Measurement", "SynthReport", "Synthesizer", "marginal_tvd", "tstr_accuracy"]

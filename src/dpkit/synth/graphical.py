@@ -69,11 +69,14 @@ def tree_size(sizes: Sequence[int], cliques: Sequence[Clique]) -> int:
 @dataclass(frozen=True)
 class JunctionTree:
     """The tree's ``cliques``, its ``order`` (a root-first traversal: (clique, parent) pairs,
-    parent −1 for each component's root), and where each measured clique lives."""
+    parent −1 for each component's root), each clique's ``children`` and ``separator`` with its
+    parent (() for a root), and where each measured clique lives."""
 
     sizes: tuple[int, ...]
     cliques: tuple[Clique, ...]
     order: tuple[tuple[int, int], ...]
+    children: tuple[tuple[int, ...], ...]
+    separator: tuple[Clique, ...]
 
     @classmethod
     def build(cls, sizes: Sequence[int], measured: Sequence[Clique]) -> JunctionTree:
@@ -103,7 +106,16 @@ class JunctionTree:
                     break
                 inside[best[2]] = True
                 order.append((best[2], best[1]))
-        return cls(tuple(int(s) for s in sizes), tuple(cliques), tuple(order))
+        children: list[list[int]] = [[] for _ in range(n)]
+        separator: list[Clique] = [() for _ in range(n)]
+        for c, p in order:
+            if p >= 0:
+                children[p].append(c)
+                separator[c] = tuple(sorted(set(cliques[c]) & set(cliques[p])))
+        return cls(
+            tuple(int(s) for s in sizes), tuple(cliques), tuple(order),
+            tuple(tuple(k) for k in children), tuple(separator),
+        )  # fmt: skip
 
     def home(self, clique: Clique) -> int:
         """The first tree clique containing ``clique``."""
@@ -155,30 +167,26 @@ class GraphicalModel:
         propagation in log space."""
         theta = self.theta if theta is None else theta
         tree = self.tree
-        children: dict[int, list[int]] = {i: [] for i in range(len(tree.cliques))}
-        for c, p in tree.order:
-            if p >= 0:
-                children[p].append(c)
+        children, sep = tree.children, tree.separator
         up: dict[int, NDArray[np.float64]] = {}  # message child → parent, over the separator
         for c, p in reversed(tree.order):
             if p < 0:
                 continue
             belief = theta[c].copy()
             for k in children[c]:
-                belief = belief + _expand(up[k], _sep(tree, k, c), tree.cliques[c])
-            up[c] = _project(belief, tree.cliques[c], _sep(tree, c, p), log=True)
+                belief = belief + _expand(up[k], sep[k], tree.cliques[c])
+            up[c] = _project(belief, tree.cliques[c], sep[c], log=True)
         beliefs: dict[int, NDArray[np.float64]] = {}
         down: dict[int, NDArray[np.float64]] = {}
         for c, p in tree.order:
             belief = theta[c].copy()
             if p >= 0:
-                belief = belief + _expand(down[c], _sep(tree, c, p), tree.cliques[c])
+                belief = belief + _expand(down[c], sep[c], tree.cliques[c])
             for k in children[c]:
-                belief = belief + _expand(up[k], _sep(tree, k, c), tree.cliques[c])
+                belief = belief + _expand(up[k], sep[k], tree.cliques[c])
             beliefs[c] = belief
             for k in children[c]:
-                sep = _sep(tree, k, c)
-                down[k] = _project(belief - _expand(up[k], sep, tree.cliques[c]), tree.cliques[c], sep, log=True)
+                down[k] = _project(belief - _expand(up[k], sep[k], tree.cliques[c]), tree.cliques[c], sep[k], log=True)
         out = []
         for i in range(len(tree.cliques)):
             b = beliefs[i]
@@ -255,9 +263,9 @@ class GraphicalModel:
         tree = self.tree
         mu = self.marginals()
         out = np.zeros((n, len(tree.sizes)), dtype=np.int64)
-        for c, p in tree.order:
+        for c, _ in tree.order:
             clique = tree.cliques[c]
-            sep = _sep(tree, c, p) if p >= 0 else ()
+            sep = tree.separator[c]
             new = tuple(a for a in clique if a not in sep)
             if not new:
                 continue
@@ -281,7 +289,3 @@ class GraphicalModel:
             for a, v in zip(new, cells, strict=True):
                 out[:, a] = v
         return out[rng.permutation(n)]
-
-
-def _sep(tree: JunctionTree, a: int, b: int) -> Clique:
-    return tuple(sorted(set(tree.cliques[a]) & set(tree.cliques[b])))

@@ -22,7 +22,7 @@ import numpy as np
 from numpy.typing import NDArray
 
 from dpkit.analytics.engines.base import ReadType, quote_identifier
-from dpkit.analytics.metadata import Categorical, Metadata
+from dpkit.analytics.metadata import Metadata
 from dpkit.errors import InvalidParameterError
 from dpkit.noise.discrete import discrete_gaussian
 from dpkit.noise.source import RNG
@@ -43,7 +43,7 @@ class TableCounts:
 
         self.domain = domain
         self._unit = metadata.privacy_unit
-        engine, _, self._opened = _engine(_path(source), table)
+        engine, _, self._opened = _engine(source, table)
         try:
             schema = engine.schema()
             wanted = [*domain.names, *([self._unit] if self._unit is not None else [])]
@@ -57,13 +57,10 @@ class TableCounts:
                     f"the declared column(s) {', '.join(map(repr, missing))} are not in the data "
                     f"({len(schema) - len(set(wanted) - set(missing))} other column(s), not named here)",
                 )
-            types: dict[str, ReadType] = {}
-            for name in domain.names:
-                spec = metadata.columns[name]
-                types[name] = spec.value_type if isinstance(spec, Categorical) else "double"  # type: ignore[assignment]
-            if self._unit is not None:
+            types: dict[str, ReadType] = {name: metadata.read_type(name) for name in domain.names}
+            if self._unit is not None and self._unit not in types:  # (a synthesised unit keeps its type)
                 types[self._unit] = "unit"
-            engine.bind(types, strip_strings=True)
+            engine.bind(types, strip_strings=metadata.strip_strings)
         except BaseException:
             self.close()
             raise
@@ -114,13 +111,6 @@ class TableCounts:
         if opened is not None:
             opened.close()
             self._opened = None
-
-
-def _path(source: Any) -> Any:
-    """A string path as a Path (the engine opener takes either), anything else as it is."""
-    from pathlib import Path
-
-    return Path(source) if isinstance(source, str) else source
 
 
 def noisy(counts: NDArray[np.int64], sigma: float, rng: RNG) -> NDArray[np.int64]:

@@ -67,7 +67,7 @@ from dpkit import _validate as v
 from dpkit._progress import ProgressBar, check_progress, shows_bar
 from dpkit._validate import short_repr
 from dpkit.accounting.events import ComposedEvent, DPEvent, ExponentialEvent, GaussianEvent, SelfComposedEvent
-from dpkit.accounting.zcdp import zcdp_to_approx_dp
+from dpkit.accounting.zcdp import rho_for_approx_dp
 from dpkit.analytics.metadata import Metadata
 from dpkit.budget import Budget
 from dpkit.errors import BudgetExceededError, DPError, InvalidParameterError
@@ -77,13 +77,15 @@ from dpkit.synth.domain import Domain
 from dpkit.synth.graphical import GraphicalModel, JunctionTree, tree_size
 from dpkit.synth.measure import TableCounts, noisy
 
-__all__ = ["Synthesizer", "SynthReport", "Measurement", "rho_for"]
+__all__ = ["Synthesizer", "SynthReport", "Measurement"]
 
 #: The most cells a two-way marginal may have, and all two-way marginals together: every pair's
 #: true counts are held in memory during the fit (8 bytes a cell: 400 MB at the cap).
 MAX_PAIR_CELLS = 4_000_000
 MAX_TOTAL_PAIR_CELLS = 50_000_000
 Pair = tuple[int, int]
+#: A measurement: its columns, its noisy counts (on the merged cells), its noise σ.
+Found = tuple[tuple[int, ...], NDArray[np.float64], float]
 
 #: The most selection rounds of method="aim".
 MAX_ROUNDS = 1_000
@@ -149,22 +151,6 @@ class SynthReport:
             lines.append(f"rare cells merged (noisy count below 3σ): {merged}")
         lines += list(self.notes)
         return "\n".join(lines)
-
-
-def rho_for(epsilon: float, delta: float) -> float:
-    """The largest ρ whose (ε, δ) conversion is at most ``epsilon`` at ``delta`` (bisection on
-    :func:`~dpkit.accounting.zcdp.zcdp_to_approx_dp`), slightly reduced so rounding never
-    overspends."""
-    lo, hi = 0.0, max(epsilon, 1.0)
-    while zcdp_to_approx_dp(hi, delta) <= epsilon:
-        hi *= 2
-    for _ in range(200):
-        mid = (lo + hi) / 2
-        if zcdp_to_approx_dp(mid, delta) <= epsilon:
-            lo = mid
-        else:
-            hi = mid
-    return lo * (1 - 1e-9)
 
 
 @dataclass(frozen=True)
@@ -281,7 +267,7 @@ class Synthesizer:
                 f"at most {MAX_TOTAL_PAIR_CELLS:,} cells over all two-way marginals (held in memory during the fit)",
                 "synthesise fewer columns, or use fewer bins or categories",
             )  # fmt: skip
-        rho = max(rho_for(self.epsilon, self.delta), 1e-300)  # (0 only for an ε that the σ check refuses)
+        rho = max(rho_for_approx_dp(self.epsilon, self.delta), 1e-300)  # (0 only for an ε that the σ check refuses)
         if self.method == "mst":
             third = rho / 3
             sigma_one = math.sqrt(d / (2 * third))
@@ -309,6 +295,11 @@ class Synthesizer:
             )
         )
         return _Plan(self.method, domain, rho, sigma_one, sigma_two, selection_epsilon, rounds, event)
+
+    @property
+    def domain(self) -> Domain:
+        """The cells of every synthesised column (from the metadata and ``bins``)."""
+        return self._plan.domain
 
     @property
     def event(self) -> DPEvent:
@@ -398,16 +389,14 @@ class Synthesizer:
             return _compress(raw, merges[i], merges[j], sizes[i], sizes[j]).astype(float)
 
         chooser = Exponential(epsilon=plan.selection_epsilon, sensitivity=1.0)
-        model: GraphicalModel
-        if plan.method == "mst":
-            chosen, model = self._mst(pairs, true, one_way, sizes, rows, chooser, measure, src)
-        else:
-            chosen, model = self._aim(pairs, true, one_way, sizes, chooser, measure, src)
+        found: list[Found] = [((i,), one_way[i], plan.sigma_one) for i in range(d)]
+        select = self._mst if plan.method == "mst" else self._aim
+        chosen, model = select(pairs, true, found, sizes, rows, chooser, measure, src)
         self._model = model
         self._decode = [_Decoder(column, m) for column, m in zip(domain.columns, merges, strict=True)]
         self.report = SynthReport(
             measurements=tuple(measurements),
-            rows=_rows(model),
+            rows=model.total,
             selected=tuple((names[i], names[j]) for i, j in chosen),
             merged={c.name: int(c.size - k) for c, k in zip(domain.columns, sizes, strict=True)},
             event=plan.event,
@@ -422,7 +411,7 @@ class Synthesizer:
         self,
         pairs: list[Pair],
         true: dict[Pair, NDArray[np.float64]],
-        one_way: list[NDArray[np.float64]],
+        found: list[Found],
         sizes: list[int],
         rows: float,
         chooser: Exponential,
@@ -433,7 +422,7 @@ class Synthesizer:
         is the L1 distance between its true counts and the independent model's; then the
         graphical model fitted to every measurement (on a tree, the junction tree is the tree)."""
         d = len(sizes)
-        independent = [np.maximum(y, 0) / max(np.maximum(y, 0).sum(), 1e-12) for y in one_way]
+        independent = [np.maximum(y, 0) / max(np.maximum(y, 0).sum(), 1e-12) for _, y, _ in found]
         score = {p: float(np.abs(true[p] - rows * np.outer(independent[p[0]], independent[p[1]])).sum()) for p in pairs}
         component = list(range(d))
 
@@ -449,11 +438,8 @@ class Synthesizer:
             pick = candidates[int(chooser.release([score[p] for p in candidates], rng=src))]
             component[find(pick[0])] = find(pick[1])
             chosen.append(pick)
-        plan = self._plan
-        found: list[tuple[tuple[int, ...], NDArray[np.float64], float]] = [
-            ((i,), one_way[i], plan.sigma_one) for i in range(d)
-        ]
-        found += [(p, measure(p, plan.sigma_two), plan.sigma_two) for p in chosen]
+        sigma = self._plan.sigma_two
+        found = [*found, *((p, measure(p, sigma), sigma) for p in chosen)]
         model = GraphicalModel(JunctionTree.build(sizes, [c for c, _, _ in found]), rows)
         model.fit(found, _FINAL_ITERATIONS)
         return chosen, model
@@ -462,8 +448,9 @@ class Synthesizer:
         self,
         pairs: list[Pair],
         true: dict[Pair, NDArray[np.float64]],
-        one_way: list[NDArray[np.float64]],
+        found: list[Found],
         sizes: list[int],
+        rows: float,
         chooser: Exponential,
         measure: Callable[[Pair, float], NDArray[np.float64]],
         src: Any,
@@ -476,12 +463,8 @@ class Synthesizer:
         (:class:`~dpkit.synth.graphical.GraphicalModel`) from all measurements so far."""
         plan = self._plan
         sigma = plan.sigma_two
-        d = len(sizes)
-        found: list[tuple[tuple[int, ...], NDArray[np.float64], float]] = [
-            ((i,), one_way[i], plan.sigma_one) for i in range(d)
-        ]
-        total = max(float(np.median([y.sum() for y in one_way])), 1.0)
-        model = GraphicalModel(JunctionTree.build(sizes, [c for c, _, _ in found]), total)
+        found = list(found)
+        model = GraphicalModel(JunctionTree.build(sizes, [c for c, _, _ in found]), rows)
         model.fit(found, _ROUND_ITERATIONS)
         chosen: list[tuple[int, int]] = []
         expected = {p: math.sqrt(2 / math.pi) * sigma * true[p].size for p in pairs}
@@ -517,7 +500,7 @@ class Synthesizer:
         drawn uniformly inside their bin (NaN for the missing cell). Post-processing: free."""
         if self._model is None:
             raise InvalidParameterError("fit", "not yet called", "Synthesizer.fit(data) before sample()")
-        rows = int(round(_rows(self._model))) if n is None else v.positive_int(n, "n", minimum=0)
+        rows = int(round(self._model.total)) if n is None else v.positive_int(n, "n", minimum=0)
         gen = rng if isinstance(rng, np.random.Generator) else _generator(self._rng)
         cells = self._model.sample(rows, gen)
         return pd.DataFrame({dec.column.name: dec.values(cells[:, k], gen) for k, dec in enumerate(self._decode)})
@@ -525,10 +508,6 @@ class Synthesizer:
 
 def _rho(sigma: float) -> float:
     return 1 / (2 * sigma * sigma)
-
-
-def _rows(model: GraphicalModel) -> float:
-    return model.total
 
 
 def _generator(rng: RNG) -> np.random.Generator:

@@ -7,6 +7,7 @@ engine; only noise and accounting run in dpkit (docs/architecture.md, "Analytics
 
 from __future__ import annotations
 
+import re
 from collections.abc import Mapping
 from typing import Literal, Protocol, runtime_checkable
 
@@ -15,6 +16,7 @@ import pandas as pd
 from dpkit.analytics.plan import AggregationPlan
 
 __all__ = [
+    "is_uri",
     "Engine",
     "ColumnKind",
     "ReadType",
@@ -47,6 +49,16 @@ GAUSSIAN_SUM_LIMIT = EXACT_INTEGER_LIMIT
 
 #: The row priority is keyed by a second salt derived from the plan's (62-bit) salt.
 ROW_SALT_MASK = 0x2545F4914F6CDD1D
+
+
+#: A URI with a scheme (hdfs://, s3a://, file://): Spark's file systems list and read it; it is
+#: never a local path.
+_URI = re.compile(r"^[A-Za-z][A-Za-z0-9+.-]+://")
+
+
+def is_uri(path: str) -> bool:
+    """Whether ``path`` is a URI with a scheme rather than a local path."""
+    return _URI.match(path) is not None
 
 
 def quote_identifier(name: str) -> str:

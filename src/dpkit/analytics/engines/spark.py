@@ -58,7 +58,7 @@ from typing import Any
 
 import pandas as pd
 
-from dpkit.analytics.engines.base import EXACT_INTEGER_LIMIT, ROW_SALT_MASK, SUM_LIMIT, ColumnKind, ReadType
+from dpkit.analytics.engines.base import EXACT_INTEGER_LIMIT, ROW_SALT_MASK, SUM_LIMIT, ColumnKind, ReadType, is_uri
 from dpkit.analytics.plan import (
     AggregationPlan,
     And,
@@ -512,24 +512,34 @@ def _ensure_java() -> None:
     os.environ["JAVA_HOME"] = str(home)
 
 
-#: A URI with a scheme (hdfs://, s3a://, file://): listed and globbed by Spark's file systems.
-_URI = re.compile(r"^[A-Za-z][A-Za-z0-9+.-]+://")
-
-
-def read_parquet(spark: Any, path: str | os.PathLike[str]) -> Any:
-    """A DataFrame over Parquet data on ``spark``: a file, a directory or a glob (exactly the
-    files :func:`~dpkit.analytics.engines.duckdb.parquet_files` lists, with the partition columns
-    found below the same base, so both engines read the same rows), or a URI Spark lists itself.
-    The schema comes from the files' footers (Spark Connect resolves it here). Refused with
-    InvalidParameterError naming ``data`` when there is nothing to read or Spark cannot read it."""
+def parquet_listing(path: str | os.PathLike[str]) -> Any:
+    """The Parquet files ``path`` names (:func:`~dpkit.analytics.engines.duckdb.parquet_files`),
+    or None for a URI, which Spark lists itself. Refused with InvalidParameterError naming
+    ``data`` when there is nothing to read — before any Spark session is needed."""
     from dpkit.analytics.engines.duckdb import parquet_files
 
     text = os.fspath(path)
+    if is_uri(text):
+        return None
+    found = parquet_files(Path(text))
+    if found is None:
+        raise InvalidParameterError(
+            "data", Path(text).name, "an existing Parquet file, a directory of Parquet files or a glob"
+        )
+    return found
+
+
+def read_parquet(spark: Any, path: str | os.PathLike[str], listing: Any = None) -> Any:
+    """A DataFrame over Parquet data on ``spark``: a file, a directory or a glob (exactly the
+    files :func:`~dpkit.analytics.engines.duckdb.parquet_files` lists, with the partition columns
+    found below the same base, so both engines read the same rows), or a URI Spark lists itself.
+    ``listing``: the :func:`parquet_listing` of ``path`` when the caller already made it. The
+    schema comes from the files' footers (Spark Connect resolves it here). Refused with
+    InvalidParameterError naming ``data`` when there is nothing to read or Spark cannot read it."""
+    text = os.fspath(path)
     p = Path(text)
-    uri = _URI.match(text) is not None
-    found = None if uri else parquet_files(p)
-    if not uri and found is None:
-        raise InvalidParameterError("data", p.name, "an existing Parquet file, a directory of Parquet files or a glob")
+    uri = is_uri(text)
+    found = listing if listing is not None else parquet_listing(text)
     from pyspark.errors import AnalysisException
 
     reader = spark.read

@@ -9,6 +9,7 @@ wrote, in the same transaction as the spend.
 from __future__ import annotations
 
 import logging
+from collections.abc import Callable
 from typing import Any
 
 from fastapi import APIRouter, Depends, Request
@@ -101,7 +102,7 @@ def query(
 ) -> Any:
     check_dataset_name(name)
     # A ready Response (encoded by the service) skips FastAPI's generic serialisation.
-    return _guarded(service, request, name, body, who, preview=False)
+    return _guarded(name, who, lambda: _run(service, request, name, body, who, preview=False))
 
 
 @router.post("/v1/datasets/{name}/query/cost")
@@ -113,7 +114,7 @@ def query_cost(
     service: Service = Depends(get_service),
 ) -> Any:
     check_dataset_name(name)
-    return _guarded(service, request, name, body, who, preview=True)
+    return _guarded(name, who, lambda: _run(service, request, name, body, who, preview=True))
 
 
 def _run(service: Service, request: Request, name: str, body: QueryBody, who: Principal, *, preview: bool) -> Any:
@@ -128,8 +129,16 @@ def _run(service: Service, request: Request, name: str, body: QueryBody, who: Pr
             "query": cost.text,
             "budget": _own_budget(service, who, name),
         }
+    return _paid(service, request, name, who, lambda: service.query_encoded(who, name, req))
+
+
+def _paid(
+    service: Service, request: Request, name: str, who: Principal, answer: Callable[[], tuple[dict[str, Any], str]]
+) -> Response:
+    """The answer of a paid request (a query or a synthetic table), as encoded by the service;
+    a budget that cannot pay is 409 and a failure after the debit the fixed ``query_failed``."""
     try:
-        answer, encoded = service.query_encoded(who, name, req)
+        result, encoded = answer()
     except BudgetExceededError as exc:
         raise Problem(409, "budget_exceeded", str(exc), budget=_own_budget(service, who, name)) from None
     except PaidQueryFailedError as exc:
@@ -138,17 +147,17 @@ def _run(service: Service, request: Request, name: str, body: QueryBody, who: Pr
         note(request, action="query_failed", spend_id=exc.spend_id)
         raise query_failed(exc.spend_id) from None
     # The debit's entry, committed with the spend, is this request's record.
-    note(request, recorded_in_transaction=True, spend_id=answer.get("spend_id"))
+    note(request, recorded_in_transaction=True, spend_id=result.get("spend_id"))
     return Response(encoded, media_type="application/json")
 
 
-def _guarded(service: Service, request: Request, name: str, body: QueryBody, who: Principal, *, preview: bool) -> Any:
-    """A query's only answers: the result, a refusal decided before the debit on the request
-    and the declared metadata, or the fixed ``query_failed``. Anything unexpected (and an
+def _guarded(name: str, who: Principal, run: Callable[[], Any]) -> Any:
+    """A paid request's only answers: the result, a refusal decided before the debit on the
+    request and the declared metadata, or the fixed ``query_failed``. Anything unexpected (and an
     InvalidDataError, which can no longer arise in the query path and may quote the data)
     becomes ``query_failed`` too — never a traceback or the exception's text."""
     try:
-        return _run(service, request, name, body, who, preview=preview)
+        return run()
     except (
         Problem,
         InvalidParameterError,
@@ -167,7 +176,7 @@ def _guarded(service: Service, request: Request, name: str, body: QueryBody, who
             400, "limit_exceeded", "the query is nested too deeply to be parsed; nothing was spent", parameter="sql"
         ) from None
     except Exception as exc:
-        _curator_log.error("query on %r by %r failed unexpectedly", name[:100], who.name, exc_info=exc)
+        _curator_log.error("request on %r by %r failed unexpectedly", name[:100], who.name, exc_info=exc)
         raise query_failed(None) from None
 
 
@@ -210,25 +219,4 @@ def synthetic(
         columns=None if body.columns is None else tuple(body.columns),
     )
     note(request, action="synthesize", dataset=name[:100], query=req.text()[:4096])
-    try:
-        answer, encoded = service.synthesize(who, name, req)
-    except BudgetExceededError as exc:
-        raise Problem(409, "budget_exceeded", str(exc), budget=_own_budget(service, who, name)) from None
-    except PaidQueryFailedError as exc:
-        note(request, action="query_failed", spend_id=exc.spend_id)
-        raise query_failed(exc.spend_id) from None
-    except (
-        Problem,
-        InvalidParameterError,
-        NotFoundError,
-        AuthError,
-        LedgerError,
-        DatasetUnavailableError,
-        QueryFailedError,
-    ):
-        raise
-    except Exception as exc:
-        _curator_log.error("synthetic table of %r by %r failed unexpectedly", name[:100], who.name, exc_info=exc)
-        raise query_failed(None) from None
-    note(request, recorded_in_transaction=True, spend_id=answer.get("spend_id"))
-    return Response(encoded, media_type="application/json")
+    return _guarded(name, who, lambda: _paid(service, request, name, who, lambda: service.synthesize(who, name, req)))
