@@ -174,19 +174,18 @@ def resolve_parquet_source(source: object, data_root: Path | None) -> SourcePath
     missing = "there is no Parquet data there under the data root" if data_root is not None else "no Parquet data there"
     if found is None:
         raise InvalidParameterError("source", shown, _PARQUET_UNDER_ROOT, missing)
-    if data_root is not None:
-        for path in (str(found.base), *found.files):
-            try:
-                real = Path(os.path.realpath(path, strict=True))
-            except (OSError, ValueError, RuntimeError):
-                raise InvalidParameterError("source", shown, _PARQUET_UNDER_ROOT, missing) from None
-            if not real.is_relative_to(data_root):
-                raise InvalidParameterError("source", shown, _PARQUET_UNDER_ROOT, missing)
-        stored = candidate.relative_to(data_root).as_posix() if candidate.is_relative_to(data_root) else None
-        if stored is None:
+    if data_root is None:
+        return SourcePath(candidate, str(candidate))
+    if not candidate.is_relative_to(data_root):
+        raise InvalidParameterError("source", shown, _PARQUET_UNDER_ROOT, missing)
+    for path in (str(found.base), *found.files):
+        try:
+            real = Path(os.path.realpath(path, strict=True))
+        except (OSError, ValueError, RuntimeError):
+            raise InvalidParameterError("source", shown, _PARQUET_UNDER_ROOT, missing) from None
+        if not real.is_relative_to(data_root):
             raise InvalidParameterError("source", shown, _PARQUET_UNDER_ROOT, missing)
-        return SourcePath(candidate, stored)
-    return SourcePath(candidate, str(candidate))
+    return SourcePath(candidate, candidate.relative_to(data_root).as_posix())
 
 
 def _shown(given: Path, data_root: Path) -> str:
