@@ -24,6 +24,7 @@ Run:  .venv/bin/python examples/dpsgd_ddp.py [--seed N]   (about 10 s on 2 cores
 
 import argparse
 import datetime
+import gc
 import os
 import tempfile
 import time
@@ -133,6 +134,12 @@ def worker(rank: int, store: str, seed: int | None) -> None:
             and alone.noise_multiplier == opt.noise_multiplier
             and abs(one_eps - opt.epsilon) < 1e-12
         )
+        del alone, plain
+    # Drop every holder of the process group (DDP's reducer, the optimizer's collectives)
+    # before destroying it, so that gloo's threads are joined now and not by the C++
+    # destructors at interpreter exit, where they may abort the process.
+    del model, private, opt, report
+    gc.collect()
     dist.barrier()
     dist.destroy_process_group()
 

@@ -49,7 +49,7 @@ ALPHA_VAR = 1e-6
 # The worker: run as `python -c WORKER rank world store out`. Every scenario is collective: both
 # processes run them in the same order.
 WORKER = r"""
-import datetime, json, sys
+import datetime, gc, json, sys
 import numpy as np
 import torch
 import torch.distributed as dist
@@ -172,6 +172,11 @@ np.save(f"{out}/broken_rank{rank}.npy", flat)
 
 with open(f"{out}/rank{rank}.json", "w") as f:
     json.dump(results, f)
+# Free every holder of the process group first: gloo's threads joined by destructors at
+# interpreter exit may abort the process.
+del model, private, opt, loader
+gc.collect()
+dist.barrier()
 dist.destroy_process_group()
 """
 
