@@ -75,6 +75,15 @@ def remote(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Any]:
                 if proc.poll() is not None or time.monotonic() > deadline:
                     pytest.skip(f"the Spark Connect server did not start (log: {log.read_text()[-500:]!r})")
                 time.sleep(0.5)
+        # Spark refuses a remote session beside a classic one (SESSION_ALREADY_EXIST): stop the
+        # classic session another module of this test process may have left running; the next
+        # spark_session() starts a new one.
+        from pyspark import SparkContext
+
+        if SparkSession._instantiatedSession is not None:
+            SparkSession._instantiatedSession.stop()
+        if SparkContext._active_spark_context is not None:
+            SparkContext._active_spark_context.stop()
         spark = SparkSession.builder.remote(f"sc://127.0.0.1:{port}").getOrCreate()
         yield spark
         spark.stop()

@@ -48,11 +48,11 @@ def service(tmp_path: Path, root: Path) -> Iterator[Service]:
         yield svc
 
 
-def _analyst(svc: Service, dataset: str, epsilon: float = 5.0, name: str = "alice") -> Any:
+def _analyst(svc: Service, dataset: str, epsilon: float = 5.0, name: str = "alice", delta: float = 0.0) -> Any:
     if name not in {p["name"] for p in svc.principals()}:
         _, key = svc.create_principal(name, "analyst")
         svc._test_key = key  # type: ignore[attr-defined]
-    svc.grant(name, dataset, epsilon=epsilon)
+    svc.grant(name, dataset, epsilon=epsilon, delta=delta)
     return svc.authenticate(svc._test_key)  # type: ignore[attr-defined]
 
 
@@ -82,6 +82,28 @@ def test_a_median_on_a_spark_dataset_is_computed_in_the_engine(service: Service)
     out = service.query(who, "people", QueryRequest(epsilon=2e5, sql="SELECT MEDIAN(age) AS m FROM people"))
     ages = pd.read_csv(service._live_catalog()._data_root / "people.csv")["age"]  # type: ignore[operator]
     assert abs(out["rows"][0]["m"] - ages.median()) <= 1.0  # the integer grid of [0, 100]
+
+
+def test_a_synthetic_table_of_a_spark_dataset_is_counted_by_spark_and_paid_once(
+    service: Service, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from dpkit.server.synthetic import SynthRequest
+    from dpkit.synth.measure import TableCounts
+    from dpkit.synth.spark_counts import SparkTableCounts
+
+    used: list[str] = []
+    spark_prepare, duck_prepare = SparkTableCounts.prepare, TableCounts.prepare
+    monkeypatch.setattr(SparkTableCounts, "prepare", lambda self, salt: (used.append("spark"), spark_prepare(self, salt))[1])
+    monkeypatch.setattr(TableCounts, "prepare", lambda self, salt: (used.append("duckdb"), duck_prepare(self, salt))[1])
+    service.register_dataset("people", "people", PEOPLE_METADATA, engine="spark")
+    who = _analyst(service, "people", 5.0, delta=1e-5)
+    request = SynthRequest(epsilon=1.0, delta=1e-6, columns=["age", "sex"], bins={"age": 5}, rows=200)
+    answer, _ = service.synthesize(who, "people", request)
+    assert used == ["spark"]
+    assert answer["columns"] == ["age", "sex"] and len(answer["rows"]) == 200
+    assert all(row[1] in ("F", "M", "O'Brien", None) for row in answer["rows"])
+    budget = service.ledger.get_budget("people", "alice")
+    assert (budget.spent_epsilon, budget.spent_delta) == (1.0, 1e-6)
 
 
 def test_a_single_parquet_file_and_a_glob_are_sources(service: Service, root: Path) -> None:

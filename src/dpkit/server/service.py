@@ -381,8 +381,8 @@ class Service:
         budget on it like a query (:mod:`dpkit.server.synthetic`): the answer (columns, rows, the
         measurement report, cost and budget) and its JSON. Refusals before the debit: bad
         settings or a domain too large (InvalidParameterError), more rows than the limits
-        (LimitExceededError), a budget that cannot pay (BudgetExceededError), a Spark dataset;
-        after it, PaidQueryFailedError."""
+        (LimitExceededError), a budget that cannot pay (BudgetExceededError); after it,
+        PaidQueryFailedError. A Spark dataset is counted by the cluster."""
         return self._queries.synthesize(principal, dataset, request)
 
     def query_encoded(self, principal: Principal, dataset: str, request: QueryRequest) -> tuple[dict[str, Any], str]:

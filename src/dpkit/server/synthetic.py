@@ -5,7 +5,8 @@
 like a query and in the same way: the request is checked and priced on the declared metadata
 alone (bad bins, a domain too large, an ε too small: refused, nothing spent), refused early when
 the budget obviously cannot pay, then debited atomically with its audit entry (action ``query``,
-the request's text starting ``SYNTHESIZE``), and only then is the dataset's copy read. A failure
+the request's text starting ``SYNTHESIZE``), and only then is the dataset read (its DuckDB
+copy, or a Spark dataset's Parquet data by the cluster: only the marginals' counts come back). A failure
 after the debit keeps the debit and is the one fixed ``query_failed``. Everything the analyst
 does with the rows afterwards is post-processing.
 
@@ -77,11 +78,6 @@ def answer_synthetic(
 
     limits = queries.limits
     with queries.session(principal, dataset) as (session, info, view):
-        if info.engine != "duckdb":
-            raise InvalidParameterError(
-                "dataset", info.name, "a dataset the service reads through DuckDB",
-                "synthetic tables of Spark datasets are not offered yet",
-            )  # fmt: skip
         # Everything decided on the request and the metadata, before paying.
         synth = Synthesizer(
             epsilon=request.epsilon, delta=request.delta, metadata=info.metadata, bins=request.bins,
@@ -116,9 +112,12 @@ def answer_synthetic(
                 ) from None
             spend.append(record.id)
 
-        engine = session.engine
+        engine: Any = session.engine
+        # A Spark dataset is counted by its cluster (only the marginals reach this process); a
+        # DuckDB dataset in this process's read-only copy.
+        data = engine.frame if info.engine == "spark" else (engine._con, info.name)
         try:
-            synth.fit((engine._con, info.name), _pay=pay)  # type: ignore[attr-defined]  # a DuckDBEngine: checked above
+            synth.fit(data, _pay=pay)
             assert synth.report is not None
             measured = max(0, int(round(synth.report.rows)))
             n = request.rows if request.rows is not None else min(measured, most_rows)

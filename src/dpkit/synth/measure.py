@@ -28,7 +28,7 @@ from dpkit.noise.discrete import discrete_gaussian
 from dpkit.noise.source import RNG
 from dpkit.synth.domain import Domain
 
-__all__ = ["TableCounts", "noisy"]
+__all__ = ["TableCounts", "bind_declared", "noisy"]
 
 
 class TableCounts:
@@ -45,22 +45,7 @@ class TableCounts:
         self._unit = metadata.privacy_unit
         engine, _, self._opened = _engine(source, table)
         try:
-            schema = engine.schema()
-            wanted = [*domain.names, *([self._unit] if self._unit is not None else [])]
-            missing = [c for c in wanted if c not in schema]
-            if missing:
-                first = missing[0]
-                raise InvalidParameterError(
-                    f"metadata.columns.{first}" if first != self._unit else "privacy_unit",
-                    first,
-                    "a column of the data",
-                    f"the declared column(s) {', '.join(map(repr, missing))} are not in the data "
-                    f"({len(schema) - len(set(wanted) - set(missing))} other column(s), not named here)",
-                )
-            types: dict[str, ReadType] = {name: metadata.read_type(name) for name in domain.names}
-            if self._unit is not None and self._unit not in types:  # (a synthesised unit keeps its type)
-                types[self._unit] = "unit"
-            engine.bind(types, strip_strings=metadata.strip_strings)
+            bind_declared(engine, metadata, domain)
         except BaseException:
             self.close()
             raise
@@ -111,6 +96,29 @@ class TableCounts:
         if opened is not None:
             opened.close()
             self._opened = None
+
+
+def bind_declared(engine: Any, metadata: Metadata, domain: Domain) -> None:
+    """Check that ``engine``'s table has every column of ``domain`` (and the privacy unit), from
+    its schema alone, and bind their declared types: InvalidParameterError naming the first
+    missing column, before anything is paid."""
+    unit = metadata.privacy_unit
+    schema = engine.schema()
+    wanted = [*domain.names, *([unit] if unit is not None else [])]
+    missing = [c for c in wanted if c not in schema]
+    if missing:
+        first = missing[0]
+        raise InvalidParameterError(
+            f"metadata.columns.{first}" if first != unit else "privacy_unit",
+            first,
+            "a column of the data",
+            f"the declared column(s) {', '.join(map(repr, missing))} are not in the data "
+            f"({len(schema) - len(set(wanted) - set(missing))} other column(s), not named here)",
+        )
+    types: dict[str, ReadType] = {name: metadata.read_type(name) for name in domain.names}
+    if unit is not None and unit not in types:  # (a synthesised unit keeps its type)
+        types[unit] = "unit"
+    engine.bind(types, strip_strings=metadata.strip_strings)
 
 
 def noisy(counts: NDArray[np.int64], sigma: float, rng: RNG) -> NDArray[np.int64]:

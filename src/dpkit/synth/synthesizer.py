@@ -76,6 +76,7 @@ from dpkit.noise.source import RNG, resolve_rng
 from dpkit.synth.domain import Domain
 from dpkit.synth.graphical import GraphicalModel, JunctionTree, tree_size
 from dpkit.synth.measure import TableCounts, noisy
+from dpkit.synth.spark_counts import SparkTableCounts, is_spark_frame
 
 __all__ = ["Synthesizer", "SynthReport", "Measurement"]
 
@@ -310,13 +311,20 @@ class Synthesizer:
 
     def fit(self, data: Any, *, table: str | None = None, _pay: Callable[[DPEvent], None] | None = None) -> Synthesizer:
         """Measure ``data`` and fit the model: a pandas DataFrame, a CSV or Parquet path (a Parquet
-        directory or glob too), a DuckDB relation, or a (DuckDB connection, table) pair.
+        directory or glob too), a DuckDB relation, a (DuckDB connection, table) pair, or a
+        ``pyspark.sql.DataFrame`` (counted on its cluster: only the marginals reach the driver).
 
         Order: the data's schema is checked against the metadata (a missing column is refused,
         nothing paid); the budget pays the whole :attr:`event`; then the marginals are computed
-        in DuckDB and noised. A fit spends once; fitting again spends again."""
+        in the engine (DuckDB or Spark) and noised. A fit spends once; fitting again spends again."""
         plan = self._plan
-        counts = TableCounts(data, self.metadata, plan.domain, table=table)
+        counts: TableCounts | SparkTableCounts
+        if is_spark_frame(data):
+            if table is not None:
+                raise InvalidParameterError("table", table, "None with a Spark DataFrame (it is the table)")
+            counts = SparkTableCounts(data, self.metadata, plan.domain)
+        else:
+            counts = TableCounts(data, self.metadata, plan.domain, table=table)
         try:
             if _pay is not None:  # the curator service debits its ledger (with its audit entry) instead
                 _pay(plan.event)
@@ -353,7 +361,7 @@ class Synthesizer:
                 "e.g. dp.Budget(epsilon=..., delta=..., accountant='zcdp')",
             ) from exc  # fmt: skip
 
-    def _measure(self, counts: TableCounts, src: Any, advance: Any) -> None:
+    def _measure(self, counts: TableCounts | SparkTableCounts, src: Any, advance: Any) -> None:
         plan = self._plan
         domain = plan.domain
         d = len(domain.columns)

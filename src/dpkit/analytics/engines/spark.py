@@ -190,6 +190,7 @@ class SparkEngine:
 
     The DataFrame's schema gives the columns' kinds (no row is read); :meth:`bind` applies the
     declared types. The engine is total under any ``spark.sql.ansi.enabled`` setting.
+    ``frame`` is the DataFrame as given.
     """
 
     name = "spark"
@@ -213,6 +214,7 @@ class SparkEngine:
                 self._names[f.name] = c
                 self._kinds[f.name] = _kind(f.dataType)
                 self._native[f.name] = _native(f.dataType)
+        self.frame = source
         self._df = source.toDF(*internal)
         # The unbound frame and its names: every bind starts from them, so binding an engine again
         # (a pooled engine serves many queries) never reads a bound column as if it were raw.
