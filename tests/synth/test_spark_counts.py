@@ -134,3 +134,28 @@ def test_spark_refusals_spend_nothing(spark, monkeypatch: pytest.MonkeyPatch) ->
     with pytest.raises(InvalidParameterError, match="table"):
         Synthesizer(epsilon=1.0, delta=1e-9, metadata=META, budget=budget).fit(spark.createDataFrame(_frame(200)), table="t")
     assert not budget.events and not read
+
+
+def test_dpkit_synth_on_spark_reads_a_parquet_directory(spark, tmp_path) -> None:  # type: ignore[no-untyped-def]
+    import json
+
+    from typer.testing import CliRunner
+
+    from dpkit.cli import app
+
+    frame = _frame(3_000)
+    for k, part in frame.groupby(np.arange(len(frame)) % 2):
+        (tmp_path / "people" / f"part={k}").mkdir(parents=True)
+        part.to_parquet(tmp_path / "people" / f"part={k}" / "rows.parquet", index=False)
+    (tmp_path / "meta.json").write_text(json.dumps(META.to_dict()))
+    args = ["synth", str(tmp_path / "people"), "--metadata", str(tmp_path / "meta.json"), "--epsilon", "1",
+            "--delta", "1e-9", "--out", str(tmp_path / "out.csv"), "--rows", "300", "--engine", "spark",
+            "--master", "local[2]", "--conf", "spark.sql.shuffle.partitions=4"]  # fmt: skip
+    result = CliRunner().invoke(app, args)
+    assert result.exit_code == 0, result.output
+    out = pd.read_csv(tmp_path / "out.csv")
+    assert len(out) == 300 and list(out.columns) == ["sex", "age", "city", "kids"]
+    (tmp_path / "junk").mkdir()
+    (tmp_path / "junk" / "a.parquet").write_text("not parquet")
+    bad = CliRunner().invoke(app, [*args[:1], str(tmp_path / "junk"), *args[2:]])
+    assert bad.exit_code == 1 and "Parquet data Spark can read" in bad.output, bad.output

@@ -184,3 +184,15 @@ def test_dpkit_synth_writes_a_table_and_its_report(tmp_path) -> None:  # type: i
     assert mst.exit_code == 0 and "method mst" in (tmp_path / "report.txt").read_text(), mst.output
     bad = CliRunner().invoke(app, [*args, "--method", "gan"])
     assert bad.exit_code == 1 and "--method" in bad.output and "'aim'" in bad.output
+    # Spark options, refused before Spark starts or anything is read
+    for extra, said in [
+        (["--master", "local[2]"], "--master 'local[2]' is not accepted without --engine spark"),
+        (["--engine", "spark", "--master", "mesos://x"], "--master mesos://x is not accepted"),
+        (["--engine", "spark"], "--engine spark reads Parquet data"),
+        (["--engine", "flink"], "--engine flink is not accepted"),
+        (["--engine", "spark", "--conf", "nokey"], "--conf 'nokey' is not accepted"),
+    ]:
+        bad = CliRunner().invoke(app, [*args, *extra])
+        assert bad.exit_code == 1 and said in bad.output, (extra, bad.output)
+    uri = CliRunner().invoke(app, ["synth", "hdfs://nn/people", *args[2:]])
+    assert uri.exit_code == 1 and "is a URI" in uri.output

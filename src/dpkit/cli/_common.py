@@ -9,6 +9,7 @@ from __future__ import annotations
 import json
 from dataclasses import dataclass
 from pathlib import Path
+from shlex import quote
 from typing import Annotated, Any, NoReturn
 
 import typer
@@ -16,6 +17,7 @@ from rich.console import Console
 from rich.markup import escape
 
 from dpkit.cli._errors import CliContext, cli_message
+from dpkit.errors import DPError
 
 JsonOption = Annotated[bool, typer.Option("--json", help="Print machine-readable JSON on stdout instead of tables.")]
 SeedOption = Annotated[
@@ -67,6 +69,72 @@ def _spark_settings(items: list[str] | None, option: str) -> dict[str, str]:
             )
         out[key.strip()] = value
     return out
+
+
+EngineOption = Annotated[
+    str,
+    typer.Option(
+        "--engine",
+        metavar="duckdb|spark",
+        help="Where the data is read: duckdb (in this process, the default) or spark (Parquet data only).",
+    ),
+]
+MasterOption = Annotated[
+    str | None,
+    typer.Option(
+        "--master",
+        metavar="URL",
+        help="With --engine spark: the Spark master, e.g. local[4], spark://host:7077, yarn, k8s://https://host:6443, "
+        "or sc://host:15002 for Spark Connect (default: local[2]).",
+    ),
+]
+ConfOption = Annotated[
+    list[str] | None,
+    typer.Option(
+        "--conf",
+        metavar="KEY=VALUE",
+        help="With --engine spark: a Spark setting, e.g. spark.executor.memory=4g (repeatable).",
+    ),
+]
+
+
+def _engine_settings(engine: str, master: str | None, conf: list[str] | None, data: str) -> tuple[dict[str, str], bool]:
+    """--engine, --master and --conf checked together (before anything is read or paid): the
+    Spark settings, and whether ``data`` is a URI (which only Spark reads)."""
+    from dpkit.analytics.engines.base import is_uri
+    from dpkit.analytics.engines.spark import MASTERS, SPARK_MASTER
+
+    if engine not in ("duckdb", "spark"):
+        _fail(f"--engine {quote(engine)} is not accepted: --engine must be duckdb or spark")
+    if engine == "duckdb" and (master is not None or conf):
+        given = f"--master {quote(master)}" if master is not None else f"--conf {quote((conf or [''])[0])}"
+        _fail(f"{given} is not accepted without --engine spark: --master and --conf set up Spark")
+    if master is not None and not SPARK_MASTER.fullmatch(master):
+        _fail(f"--master {quote(master)} is not accepted: --master must be {MASTERS}")
+    settings = _spark_settings(conf, "--conf")
+    uri = is_uri(data)
+    if uri and engine != "spark":
+        _fail(f"{data!r} is a URI: DuckDB reads local files; run it on Spark with --engine spark")
+    return settings, uri
+
+
+def _spark_session(master: str | None, settings: dict[str, str], app_name: str) -> Any:
+    """The SparkSession for --engine spark: dpkit's local one, or one for --master and --conf.
+    Spark failing to start (no Java, a master that cannot be reached) fails the command before
+    anything is paid."""
+    from dpkit.analytics.engines.spark import spark_session
+
+    try:
+        import pyspark  # noqa: F401
+    except ImportError:
+        _fail("--engine spark needs pyspark: pip install 'dpkit[spark]'")
+    try:
+        return spark_session(master, settings, app_name=app_name)
+    except DPError:
+        raise
+    except Exception as exc:  # Py4J, Spark Connect and JVM errors alike: none is dpkit's
+        first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+        _fail(f"Spark did not start (--master {quote(master or 'local[2]')}): {first}")
 
 
 def _ledger_missing(ledger: str) -> bool:

@@ -15,22 +15,26 @@ from rich.table import Table
 
 from dpkit.cli._common import (
     ColumnsOption,
+    ConfOption,
     DatasetChoice,
     DelimiterOption,
+    EngineOption,
     JsonOption,
     LedgerOption,
+    MasterOption,
     NoHeaderOption,
     NullOption,
     _budget_datasets,
     _csv_options,
     _emit_json,
+    _engine_settings,
     _fail,
     _fail_error,
     _ledger_location,
     _ledger_missing,
     _ledger_where,
     _say_identity,
-    _spark_settings,
+    _spark_session,
 )
 from dpkit.cli._errors import CliContext
 from dpkit.errors import DPError, LedgerError
@@ -107,31 +111,9 @@ def query(
             "--seed", help="Refused: seeded noise can be replayed, and this command always pays from a ledger."
         ),
     ] = None,
-    engine: Annotated[
-        str,
-        typer.Option(
-            "--engine",
-            metavar="duckdb|spark",
-            help="Where the query runs: duckdb (in this process, the default) or spark (Parquet data only).",
-        ),
-    ] = "duckdb",
-    master: Annotated[
-        str | None,
-        typer.Option(
-            "--master",
-            metavar="URL",
-            help="With --engine spark: the Spark master, e.g. local[4], spark://host:7077, yarn, k8s://https://host:6443, "
-            "or sc://host:15002 for Spark Connect (default: local[2]).",
-        ),
-    ] = None,
-    conf: Annotated[
-        list[str] | None,
-        typer.Option(
-            "--conf",
-            metavar="KEY=VALUE",
-            help="With --engine spark: a Spark setting, e.g. spark.executor.memory=4g (repeatable).",
-        ),
-    ] = None,
+    engine: EngineOption = "duckdb",
+    master: MasterOption = None,
+    conf: ConfOption = None,
     json_output: JsonOption = False,
 ) -> None:
     """Run one private SQL query on a data file, a Parquet directory or a glob, and pay for it from
@@ -150,20 +132,7 @@ def query(
     from dpkit.analytics.result_display import scale_phrase
     from dpkit.ledger import open_ledger
 
-    if engine not in ("duckdb", "spark"):
-        _fail(f"--engine {quote(engine)} is not accepted: --engine must be duckdb or spark")
-    if engine == "duckdb" and (master is not None or conf):
-        given = f"--master {quote(master)}" if master is not None else f"--conf {quote((conf or [''])[0])}"
-        _fail(f"{given} is not accepted without --engine spark: --master and --conf set up Spark")
-    from dpkit.analytics.engines.base import is_uri
-    from dpkit.analytics.engines.spark import MASTERS, SPARK_MASTER
-
-    if master is not None and not SPARK_MASTER.fullmatch(master):
-        _fail(f"--master {quote(master)} is not accepted: --master must be {MASTERS}")
-    settings = _spark_settings(conf, "--conf")
-    uri = is_uri(data)
-    if uri and engine != "spark":
-        _fail(f"{data!r} is a URI: DuckDB reads local files; run it on Spark with --engine spark")
+    settings, uri = _engine_settings(engine, master, conf, data)
     path = Path(data)
     many = uri or not path.is_file()  # a Parquet directory, glob or URI
     if many:
@@ -212,7 +181,9 @@ def query(
         with err.status(f"scanning {path.name} …", spinner="dots") if not json_output else contextlib.nullcontext():
             make: Callable[..., Any]
             if engine == "spark":
-                make = functools.partial(Session.from_parquet, engine="spark", spark=_spark_session(master, settings))
+                make = functools.partial(
+                    Session.from_parquet, engine="spark", spark=_spark_session(master, settings, "dpkit query")
+                )
             elif many:
                 make = Session.from_parquet
             else:
@@ -279,22 +250,3 @@ def query(
 
 def _fmt(x: float) -> str:
     return f"{x:,.0f}" if abs(x) >= 1000 else f"{x:.4g}"
-
-
-def _spark_session(master: str | None, settings: dict[str, str]) -> Any:
-    """The SparkSession for --engine spark: dpkit's local one, or one for --master and --conf.
-    Spark failing to start (no Java, a master that cannot be reached) fails the command before
-    anything is paid."""
-    from dpkit.analytics.engines.spark import spark_session
-
-    try:
-        import pyspark  # noqa: F401
-    except ImportError:
-        _fail("--engine spark needs pyspark: pip install 'dpkit[spark]'")
-    try:
-        return spark_session(master, settings, app_name="dpkit query")
-    except DPError:
-        raise
-    except Exception as exc:  # Py4J, Spark Connect and JVM errors alike: none is dpkit's
-        first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
-        _fail(f"Spark did not start (--master {quote(master or 'local[2]')}): {first}")

@@ -9,7 +9,15 @@ from typing import Annotated
 import typer
 from rich.console import Console
 
-from dpkit.cli._common import _fail, _fail_error
+from dpkit.cli._common import (
+    ConfOption,
+    EngineOption,
+    MasterOption,
+    _engine_settings,
+    _fail,
+    _fail_error,
+    _spark_session,
+)
 from dpkit.cli._errors import CliContext, Opt
 from dpkit.errors import DPError
 
@@ -17,7 +25,12 @@ __all__ = ["synth"]
 
 
 def synth(
-    data: Annotated[str, typer.Argument(help="A CSV file (header first), a Parquet file, directory or glob.")],
+    data: Annotated[
+        str,
+        typer.Argument(
+            help="A CSV file (header first), a Parquet file, directory or glob; with --engine spark, Parquet or a URI Spark reads."
+        ),
+    ],
     metadata: Annotated[
         Path,
         typer.Option(
@@ -52,15 +65,24 @@ def synth(
         int | None,
         typer.Option("--rounds", min=1, help="With --method aim: the selection rounds (default: twice the columns)."),
     ] = None,
+    engine: EngineOption = "duckdb",
+    master: MasterOption = None,
+    conf: ConfOption = None,
 ) -> None:
     """Release a synthetic table: noisy marginals measured once, a model fitted to them, rows
     sampled from it. Everything done with the rows afterwards is free (post-processing). Example:
 
     dpkit generate census census.csv --metadata census.json && \
     dpkit synth census.csv --metadata census.json --epsilon 1 --delta 1e-9 --out synthetic.csv
+
+    --engine spark counts the marginals on Spark (--master, --conf): Parquet data or a URI, and
+    only the marginals' counts reach this process.
     """
     from dpkit.synth import Synthesizer
 
+    settings, uri = _engine_settings(engine, master, conf, data)
+    if engine == "spark" and not uri and Path(data).is_file() and Path(data).suffix.lower() not in (".parquet", ".pq"):
+        _fail(f"--engine spark reads Parquet data: {data!r} is not a .parquet file, directory or glob")
     if not metadata.is_file():
         _fail(f"no such metadata file: {str(metadata)!r}")
     parsed: dict[str, list[float] | int] = {}
@@ -80,7 +102,12 @@ def synth(
             epsilon=epsilon, delta=delta, metadata=metadata, bins=parsed or None, columns=chosen,
             method=method, rounds=rounds, progress=True,
         )  # fmt: skip
-        syn.fit(data)
+        if engine == "spark":  # started only once the settings are known to be good
+            from dpkit.analytics.engines.spark import read_parquet
+
+            syn.fit(read_parquet(_spark_session(master, settings, "dpkit synth"), data))
+        else:
+            syn.fit(data)
         table = syn.sample(rows)
     except DPError as exc:
         _fail_error(
