@@ -152,3 +152,15 @@ def test_a_private_median_over_connect(remote: Any) -> None:
     truth = pdf.groupby("g")["age"].median()
     for g, m in zip(r.table["g"], r.table["m"], strict=True):
         assert abs(float(m) - float(truth[g])) <= 3 and float(m) == round(float(m))
+
+
+def test_a_synthetic_table_over_connect(remote: Any) -> None:
+    from dpkit.synth import Synthesizer
+
+    pdf = _table()
+    meta = Metadata(columns={"age": Numeric(0, 100), "g": Categorical((0, 1, 2))}, privacy_unit="pid")
+    syn = Synthesizer(epsilon=2.0, delta=1e-9, metadata=meta, bins={"age": 5}, rng=np.random.default_rng(4))
+    syn.fit(remote.createDataFrame(pdf))
+    assert syn.report is not None and abs(syn.report.rows - pdf["pid"].nunique()) < 100  # 1,500 people, σ ≈ 4
+    rows = syn.sample(500)
+    assert list(rows.columns) == ["age", "g"] and len(rows) == 500
