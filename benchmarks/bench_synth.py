@@ -52,12 +52,16 @@ logistic regression predicting ``Y`` from the 13 other columns one-hot
 
 ``--census-rows N`` adds dpkit on the project's census generator (``dpkit.datasets.census``,
 privacy unit ``person_id``, its ``CENSUS_METADATA``, default bins) for time and memory only: N
-rows written to a Parquet file first, then fitted from the file and N rows sampled.
+rows written to a Parquet file first, then fitted from the file and N rows sampled;
+``--census-spark`` fits the same file on Spark too (``local[2]``, 1 GB driver), and the
+``dpkit-spark`` contender fits Adult on Spark (the same marginals as on DuckDB: with the same seed,
+the same table). Spark rows record Spark's start-up apart and the driver JVM's peak RSS.
 
     .venv-bench/bin/python benchmarks/bench_synth.py                        # all contenders, 3 ε × 3 seeds
     .venv-bench/bin/python benchmarks/bench_synth.py --only resample,independent,smartnoise-mst --epsilons 1
     .venv-bench/bin/python benchmarks/bench_synth.py --only dpkit --seeds 0 --epsilons 1 --out /tmp/synth.json
     .venv-bench/bin/python benchmarks/bench_synth.py --census-rows 1000000 --only none
+    .venv-bench/bin/python benchmarks/bench_synth.py --only dpkit,dpkit-spark --epsilons 1 --census-rows 1000000 --census-spark
     .venv-bench/bin/python benchmarks/bench_synth.py --render benchmarks/results/synth.json
 
 Results: ``benchmarks/results/synth.json`` (every run, then mean ± sd over seeds) and a Markdown
@@ -68,6 +72,7 @@ machine.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import datetime as _dt
 import json
 import math
@@ -94,7 +99,7 @@ SEEDS = (0, 1, 2)
 THREE_WAY = 100  # three-way marginals sampled, the same for every run
 THREE_WAY_SEED = 0
 TARGET = "Y"
-CONTENDERS = ("resample", "independent", "dpkit", "dpkit-mst", "smartnoise-mst", "smartnoise-aim")
+CONTENDERS = ("resample", "independent", "dpkit", "dpkit-mst", "dpkit-spark", "smartnoise-mst", "smartnoise-aim")
 DEFAULT_CONTENDERS = ("resample", "independent", "dpkit", "dpkit-mst", "smartnoise-mst")
 NOT_PRIVATE = ("resample", "independent")
 LABELS = {
@@ -102,6 +107,7 @@ LABELS = {
     "independent": "independent columns (reference, not private)",
     "dpkit": "dpkit Synthesizer (default method)",
     "dpkit-mst": "dpkit Synthesizer, method='mst'",
+    "dpkit-spark": "dpkit Synthesizer, marginals counted on Spark local[2]",
     "smartnoise-mst": "SmartNoise MST",
     "smartnoise-aim": "SmartNoise AIM",
 }
@@ -233,6 +239,25 @@ def child(spec: dict[str, Any]) -> dict[str, Any]:
     if contender.startswith(("dpkit", "census-dpkit")):
         from dpkit.synth import Synthesizer
 
+        spark = None
+        if contender.endswith("-spark"):
+            from dpkit.analytics.engines.spark import spark_session
+
+            started = time.perf_counter()
+            spark = spark_session(
+                spec.get("master") or "local[2]",
+                {
+                    "spark.driver.memory": "1g",
+                    "spark.sql.shuffle.partitions": "4",
+                    "spark.ui.enabled": "false",
+                    "spark.sql.execution.arrow.pyspark.enabled": "true",
+                },
+                app_name="bench_synth",
+            )
+            spark.sparkContext.setLogLevel("ERROR")
+            out["spark_start_seconds"] = time.perf_counter() - started
+            jvm_peak = _JvmPeak()
+
         method = {"dpkit-mst": {"method": "mst"}}.get(contender.removeprefix("census-"), {})
         if contender.startswith("census-"):
             from dpkit.datasets import CENSUS_METADATA
@@ -242,6 +267,13 @@ def child(spec: dict[str, Any]) -> dict[str, Any]:
         else:
             data = load_adult("train")
             n, meta, bins = len(data), adult_metadata(), {k: list(v) for k, v in BINS.items()}
+        if spark is not None:  # the same rows as a Spark DataFrame: Parquet read in place, or Adult from pandas
+            if contender.startswith("census-"):
+                from dpkit.analytics.engines.spark import read_parquet
+
+                data = read_parquet(spark, data)
+            else:
+                data = spark.createDataFrame(data)
         start = time.perf_counter()
         syn = Synthesizer(
             epsilon=eps,
@@ -263,7 +295,9 @@ def child(spec: dict[str, Any]) -> dict[str, Any]:
             "pairs": [list(p) for p in getattr(report, "selected", None) or getattr(report, "tree", ())],
             "estimated_rows": getattr(report, "rows", None),
         }
-        out["versions"] = _versions(("numpy", "pandas", "duckdb"))
+        out["versions"] = _versions(("numpy", "pandas", "duckdb", "pyspark"))
+        if spark is not None:
+            out["jvm_peak_mib"] = jvm_peak.stop()
     else:
         train = pd.read_csv(spec["input"], dtype=str, keep_default_na=False)
         n = len(train)
@@ -297,6 +331,35 @@ def child(spec: dict[str, Any]) -> dict[str, Any]:
         rows.to_csv(spec["output"], index=False)
     out.update(seconds=seconds, rows=len(rows))
     return out
+
+
+class _JvmPeak:
+    """The peak RSS of this process's child processes (the Spark driver JVM in local mode),
+    sampled every 50 ms by a thread until :meth:`stop`."""
+
+    def __init__(self) -> None:
+        import threading
+
+        self.peak = 0.0
+        self._done = threading.Event()
+        self._thread = threading.Thread(target=self._run, daemon=True)
+        self._thread.start()
+
+    def _run(self) -> None:
+        import psutil
+
+        me = psutil.Process()
+        while not self._done.wait(0.05):
+            total = 0
+            for child in me.children(recursive=True):
+                with contextlib.suppress(psutil.Error):
+                    total += child.memory_info().rss
+            self.peak = max(self.peak, total / 2**20)
+
+    def stop(self) -> float:
+        self._done.set()
+        self._thread.join()
+        return self.peak
 
 
 def peak_mib() -> float:
@@ -497,7 +560,9 @@ def goals(summary: list[dict[str, Any]], census: list[dict[str, Any]]) -> list[s
         else:
             lines.append(
                 f"census {c['rows']:,} rows ({c['contender']}, ε = {c['epsilon']:g}): fit + sample {c['seconds']:.1f} s, "
-                f"peak {c['peak_mib']:.0f} MiB (load {c['load_1min']:.1f})"
+                f"peak {c['peak_mib']:.0f} MiB"
+                + (f" (+ driver JVM {c['jvm_peak_mib']:.0f} MiB)" if "jvm_peak_mib" in c else "")
+                + f" (load {c['load_1min']:.1f})"
             )
     return lines
 
@@ -529,6 +594,9 @@ def main() -> int:
     parser.add_argument("--timeout", type=float, default=1800.0, help="seconds per fit + sample (default 1800)")
     parser.add_argument("--aim-timeout", type=float, default=1800.0, help="seconds per SmartNoise AIM run")
     parser.add_argument("--census-rows", type=int, default=0, help="also time dpkit on this many census rows")
+    parser.add_argument(
+        "--census-spark", action="store_true", help="with --census-rows: dpkit on Spark local[2] too (1 GB driver)"
+    )
     parser.add_argument("--synth-python", default=str(SYNTH_PYTHON), help="the interpreter with smartnoise-synth")
     parser.add_argument("--out", default=str(DEFAULT_OUT))
     parser.add_argument("--render", metavar="JSON", help="print the table of a saved result and exit")
@@ -619,7 +687,7 @@ def main() -> int:
             if "error" in made:
                 census_runs.append({"contender": "census-dpkit", "rows_asked": args.census_rows, **made})
             else:
-                for c in ("census-dpkit",):
+                for c in ("census-dpkit", *(("census-dpkit-spark",) if args.census_spark else ())):
                     print(f"[bench] {c} on {args.census_rows:,} rows", file=sys.stderr)
                     spec = {"contender": c, "epsilon": 1.0, "seed": 0, "input": path, "rows": args.census_rows}
                     result = run_child(spec, sys.executable, args.timeout)
