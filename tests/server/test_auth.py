@@ -55,6 +55,8 @@ ROLES: dict[tuple[str, str], str] = {
     ("POST", "/v1/datasets/{name}/query"): "analyst",
     ("POST", "/v1/datasets/{name}/query/cost"): "analyst",
     ("POST", "/v1/datasets/{name}/synthetic"): "analyst",
+    ("GET", "/v1/releases"): "any",
+    ("GET", "/v1/releases/{name}"): "any",
     ("POST", "/v1/datasets"): "curator",
     ("GET", "/v1/analysts"): "curator",
     ("POST", "/v1/analysts"): "curator",
@@ -69,7 +71,9 @@ ROLES: dict[tuple[str, str], str] = {
 }
 
 _ID = [f"{m} {p}" for m, p in ROUTES]
-_FILL = {"datasets": "people", "analysts": "bob", "principals": "bob", "keys": "0123456789abcdef"}
+_FILL = {
+    "datasets": "people", "analysts": "bob", "principals": "bob", "keys": "0123456789abcdef", "releases": "people_2026",
+}  # fmt: skip
 
 
 def concrete(path: str, world: World | None = None) -> str:
@@ -157,6 +161,9 @@ def test_right_key_is_accepted(method: str, path: str, world: World) -> None:
     assert role is not None, f"{method} {path} is not in ROLES"
     client = world.client()
     whom = ["alice", "curator"] if role == "any" else ["alice"] if role == "analyst" else ["curator"]
+    if path == "/v1/releases/{name}":  # a release to download: published by alice first
+        body = {"epsilon": 0.5, "delta": 1e-6, "columns": ["age", "sex"], "rows": 10, "publish": "people_2026"}
+        assert client.post("/v1/datasets/people/synthetic", json=body, headers=world.h("alice")).status_code == 200
     for who in whom:
         r = call(client, method, path, world, world.h(who))
         assert r.status_code < 400, (who, r.status_code, r.text)

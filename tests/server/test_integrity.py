@@ -253,6 +253,33 @@ def test_a_failing_audit_write_undoes_the_debit(service: Service, monkeypatch: p
     assert service.verify_log().entries == 1  # the grant only
 
 
+def test_a_release_is_stored_and_a_name_taken_after_the_check_fails_after_the_debit(
+    service: Service, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Both databases keep a published table; a name taken between the check before paying and
+    the store after it (a race) fails as query_failed, and the debit stands."""
+    from dpkit.server.errors import PaidQueryFailedError
+    from dpkit.server.releases import Releases
+    from dpkit.server.synthetic import SynthRequest
+
+    _, key = service.create_principal("alice", "analyst")
+    service.grant("alice", "people", epsilon=5.0, delta=1e-5)
+    who = service.authenticate(key)
+    request = SynthRequest(epsilon=1.0, delta=1e-6, columns=["age", "sex"], bins={"age": 5}, rows=50, publish="p1")
+    answer, _ = service.synthesize(who, "people", request)
+    info, rows, report = service.release("p1")
+    assert (info.dataset, info.analyst, info.rows, info.spend_id) == ("people", "alice", 50, answer["spend_id"])
+    assert rows == answer["rows"] and report == answer["report"]
+    assert [r.name for r in service.releases()] == ["p1"]
+    monkeypatch.setattr(Releases, "taken", lambda self, name: False)
+    with pytest.raises(PaidQueryFailedError):
+        service.synthesize(who, "people", request)
+    monkeypatch.undo()
+    assert service.ledger.get_budget("people", "alice").spent_epsilon == pytest.approx(2.0)
+    assert service.release("p1")[1] == answer["rows"]  # the first release is untouched
+    assert service.verify_log().entries == 3  # the grant and two debits
+
+
 def test_a_failing_grant_entry_undoes_the_budget(service: Service, monkeypatch: pytest.MonkeyPatch) -> None:
     service.create_principal("alice", "analyst")
     monkeypatch.setattr(service, "_chain", lambda tx, batch: (_ for _ in ()).throw(RuntimeError("disk full")))

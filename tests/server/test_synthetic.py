@@ -70,3 +70,52 @@ def test_only_analysts_with_a_grant(world: World) -> None:
     client = world.client()
     assert client.post("/v1/datasets/people/synthetic", json=BODY, headers=world.h("curator")).status_code == 403
     assert client.post("/v1/datasets/secret/synthetic", json={**BODY, "columns": None, "bins": None}, headers=world.h("bob")).status_code == 404
+
+
+# -- published releases -------------------------------------------------------------------------------
+
+
+def test_a_published_table_is_downloaded_by_anyone_without_spending(world: World) -> None:
+    client = world.client()
+    r = client.post("/v1/datasets/people/synthetic", json={**BODY, "publish": "people_2026"}, headers=world.h("alice"))
+    assert r.status_code == 200, r.text
+    paid = r.json()
+    assert paid["release"] == "people_2026" and world.spent("alice") == (1.0, 1e-6)
+    # Everyone the service knows may list and download it: bob (another analyst) and the curator.
+    listing = client.get("/v1/releases", headers=world.h("bob")).json()["releases"]
+    assert [(x["name"], x["dataset"], x["published_by"], x["rows"], x["epsilon"]) for x in listing] == [
+        ("people_2026", "people", "alice", 200, 1.0)
+    ]
+    assert listing[0]["spend_id"] == paid["spend_id"] and listing[0]["columns"] == ["age", "sex"]
+    got = client.get("/v1/releases/people_2026", headers=world.h("curator"))
+    assert got.status_code == 200
+    body = got.json()
+    assert body["rows"] == paid["rows"] and body["report"] == paid["report"] and body["row_count"] == 200
+    csv_text = client.get("/v1/releases/people_2026?format=csv", headers=world.h("bob")).text
+    lines = csv_text.strip().split("\n")
+    assert lines[0] == "age,sex" and len(lines) == 201
+    assert world.spent("bob") == (0.0, 0.0) and world.spent("alice") == (1.0, 1e-6)
+    actions = [e.action for e in world.entries()]
+    assert actions.count("get_release") == 2 and "list_releases" in actions
+    assert world.service.verify_log().entries == len(world.entries())
+
+
+@pytest.mark.parametrize("name", ["people_2026", "2026", "a-b", "x" * 64])
+def test_a_taken_or_bad_release_name_is_refused_before_paying(world: World, name: str) -> None:
+    client = world.client()
+    first = client.post("/v1/datasets/people/synthetic", json={**BODY, "publish": "people_2026"}, headers=world.h("alice"))
+    assert first.status_code == 200
+    r = client.post("/v1/datasets/people/synthetic", json={**BODY, "publish": name}, headers=world.h("bob"))
+    assert r.status_code == 400 and error_of(r)["parameter"] == "publish", r.text
+    assert world.spent("bob") == (0.0, 0.0)
+    assert [x["name"] for x in client.get("/v1/releases", headers=world.h("bob")).json()["releases"]] == ["people_2026"]
+
+
+def test_an_unknown_release_and_a_bad_format(world: World) -> None:
+    client = world.client()
+    assert client.get("/v1/releases/nothing", headers=world.h("bob")).status_code == 404
+    assert client.get("/v1/releases/bad-name", headers=world.h("bob")).status_code == 400
+    client.post("/v1/datasets/people/synthetic", json={**BODY, "publish": "t"}, headers=world.h("alice"))
+    r = client.get("/v1/releases/t?format=xml", headers=world.h("bob"))
+    assert r.status_code == 400 and error_of(r)["parameter"] == "format"
+    assert client.get("/v1/releases").status_code == 401

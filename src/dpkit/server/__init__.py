@@ -10,6 +10,7 @@ from __future__ import annotations
 from typing import Any
 
 from dpkit.server.audit import AuditEntry, ChainReport, verify_chain
+from dpkit.server.releases import Release
 from dpkit.server.service import (
     DatasetInfo,
     DatasetUnavailableError,
@@ -22,6 +23,7 @@ from dpkit.server.service import (
 from dpkit.server.service import (
     QuerySpec as QuerySpec,  # the earlier name of JSONQuery, kept importable (not in __all__)
 )
+from dpkit.server.synthetic import SynthRequest
 
 __all__ = [
     "Service",
@@ -29,6 +31,8 @@ __all__ = [
     "DatasetInfo",
     "QueryRequest",
     "JSONQuery",
+    "SynthRequest",
+    "Release",
     "NotFoundError",
     "DatasetUnavailableError",
     "AuditEntry",

@@ -188,11 +188,14 @@ class Queries:
     def ledger(self) -> LedgerBackend:
         return self._ledger
 
-    def synthesize(self, principal: Principal, dataset: str, request: Any) -> tuple[dict[str, Any], str]:
-        """See :meth:`dpkit.server.service.Service.synthesize`."""
+    def synthesize(
+        self, principal: Principal, dataset: str, request: Any, releases: Any = None
+    ) -> tuple[dict[str, Any], str]:
+        """See :meth:`dpkit.server.service.Service.synthesize` (``releases``: where a published
+        table is stored)."""
         from dpkit.server.synthetic import answer_synthetic
 
-        return answer_synthetic(self, principal, dataset, request)
+        return answer_synthetic(self, principal, dataset, request, releases)
 
     @contextlib.contextmanager
     def session(self, principal: Principal, dataset: str) -> Iterator[tuple[Session, DatasetInfo, QueryLedger]]:

@@ -82,6 +82,7 @@ from dpkit.server.grants import DEFAULT_MAX_GRANT_EPSILON, Grants
 from dpkit.server.principals import Principal, Principals, Role
 from dpkit.server.queries import JSONQuery, Queries, QueryRequest, compile_request
 from dpkit.server.queries import QuerySpec as QuerySpec  # the earlier name of JSONQuery
+from dpkit.server.releases import Release, Releases, check_release_name
 from dpkit.server.store import ServiceStore, normalise_url, open_store, sqlite_path
 from dpkit.server.synthetic import SynthRequest
 
@@ -185,6 +186,7 @@ class Service:
         # up at each call: one seam where a failing audit write can be simulated.
         self._audit_log = AuditLog(self._store, self._ledger, key, chain=self._chain_late)
         self._principals = Principals(self._store)
+        self._releases = Releases(self._store)
         self._catalog: Catalog | None = None
         try:
             copies = DatasetCopies(default_dataset_dir(url) if dataset_dir is None else dataset_dir)
@@ -382,8 +384,19 @@ class Service:
         measurement report, cost and budget) and its JSON. Refusals before the debit: bad
         settings or a domain too large (InvalidParameterError), more rows than the limits
         (LimitExceededError), a budget that cannot pay (BudgetExceededError); after it,
-        PaidQueryFailedError. A Spark dataset is counted by the cluster."""
-        return self._queries.synthesize(principal, dataset, request)
+        PaidQueryFailedError. A Spark dataset is counted by the cluster. With
+        ``request.publish`` the table is also stored as a release under that name (a name
+        already taken is refused before the debit)."""
+        return self._queries.synthesize(principal, dataset, request, self._releases)
+
+    def releases(self) -> list[Release]:
+        """The published synthetic tables, oldest first (any principal may list them)."""
+        return self._releases.listing()
+
+    def release(self, name: str) -> tuple[Release, list[list[Any]], dict[str, Any]]:
+        """A published table: its record, its rows and its measurement report; NotFoundError for
+        a name never published. Downloading spends nothing: the table was paid for once."""
+        return self._releases.get(check_release_name(name))
 
     def query_encoded(self, principal: Principal, dataset: str, request: QueryRequest) -> tuple[dict[str, Any], str]:
         """:meth:`query`, with the answer also as the JSON text the HTTP layer sends (encoded

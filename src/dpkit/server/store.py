@@ -1,4 +1,5 @@
-"""The service's own tables — principals, API keys, datasets and the audit log — kept in the
+"""The service's own tables — principals, API keys, datasets, the audit log and published
+releases — kept in the
 same database as the ledger (one SQLite file, or one PostgreSQL database).
 
 The connections, transactions and error handling are the ledger's drivers
@@ -77,6 +78,21 @@ _TABLES = (
         hash TEXT NOT NULL
     )""",
     "CREATE INDEX IF NOT EXISTS audit_by_actor ON audit_log (actor, seq)",
+    # Published synthetic tables (dpkit.server.releases). Added within version 3: a table created
+    # when missing, which a dpkit without releases never reads.
+    """CREATE TABLE IF NOT EXISTS releases (
+        name TEXT PRIMARY KEY,
+        dataset TEXT NOT NULL,
+        analyst TEXT NOT NULL,
+        spend_id BIGINT,
+        epsilon TEXT NOT NULL,
+        delta TEXT NOT NULL,
+        created_at TEXT NOT NULL,
+        columns TEXT NOT NULL,
+        row_count BIGINT NOT NULL,
+        rows_json TEXT NOT NULL,
+        report TEXT NOT NULL
+    )""",
 )
 
 

@@ -11,8 +11,11 @@ after the debit keeps the debit and is the one fixed ``query_failed``. Everythin
 does with the rows afterwards is post-processing.
 
 A curator who wants to publish a table for everyone grants a budget to an analyst principal of
-their own (say ``publisher``) and requests it with that principal's key: the release is then in
-the ledger and the audit log like any other spend.
+their own (say ``publisher``) and requests it with that principal's key and ``publish`` set: the
+spend is in the ledger and the audit log like any other, and the table is stored as a release
+(:mod:`dpkit.server.releases`) that every principal may download without spending. The name is
+checked before paying; one taken between that check and the store fails after the debit, as
+``query_failed``.
 """
 
 from __future__ import annotations
@@ -29,6 +32,7 @@ from dpkit.errors import BudgetExceededError, InvalidParameterError, LimitExceed
 from dpkit.server.errors import PaidQueryFailedError
 from dpkit.server.grants import budget_dict
 from dpkit.server.principals import Principal
+from dpkit.server.releases import Releases, check_release_name
 
 if TYPE_CHECKING:
     from dpkit.server.queries import Queries
@@ -43,7 +47,8 @@ _curator_log = logging.getLogger("dpkit.curator")
 class SynthRequest:
     """What to release: (ε, δ) for the whole table, numeric ``bins`` (edges or a number of bins
     per column), how many ``rows`` (default: the measured number, up to the row limit), the
-    ``method`` (``"aim"`` or ``"mst"``) and, for AIM, the ``rounds``."""
+    ``method`` (``"aim"`` or ``"mst"``) and, for AIM, the ``rounds``; ``publish``: a name under
+    which the table is stored for every principal to download (:mod:`dpkit.server.releases`)."""
 
     epsilon: float
     delta: float
@@ -52,6 +57,7 @@ class SynthRequest:
     method: str = "aim"
     rounds: int | None = None
     columns: Sequence[str] | None = None
+    publish: str | None = None
 
     def text(self) -> str:
         """The request as the ledger and the audit log record it."""
@@ -65,12 +71,13 @@ class SynthRequest:
             "method": self.method,
             "rounds": self.rounds,
             "columns": None if self.columns is None else list(self.columns),
+            "publish": self.publish,
         }
         return "SYNTHESIZE " + json.dumps(body, sort_keys=True)
 
 
 def answer_synthetic(
-    queries: Queries, principal: Principal, dataset: str, request: SynthRequest
+    queries: Queries, principal: Principal, dataset: str, request: SynthRequest, releases: Releases | None = None
 ) -> tuple[dict[str, Any], str]:
     """See :meth:`dpkit.server.service.Service.synthesize`."""
     from dpkit.server.queries import cannot_pay
@@ -95,6 +102,14 @@ def answer_synthetic(
         most_rows = max(0, min(limits.max_result_rows, (limits.max_response_bytes - 65_536) // max(per_row, 1)))
         if request.rows is not None and request.rows > most_rows:
             raise LimitExceededError("rows", request.rows, most_rows, "max_response_bytes")
+        if request.publish is not None:
+            check_release_name(request.publish)
+            if releases is None:
+                raise InvalidParameterError("publish", request.publish, "None: this service stores no releases")
+            if releases.taken(request.publish):
+                raise InvalidParameterError(
+                    "publish", request.publish, "a release name not yet taken", "a published release is never replaced"
+                )
         cost = QueryCost(epsilon=synth.epsilon, delta=synth.delta, event=synth.event, text=request.text()[:4096])
         before = view.budget
         if cannot_pay(cost, before):
@@ -143,8 +158,15 @@ def answer_synthetic(
                 "spend_id": spend[0] if spend else None,
                 "cost": {"epsilon": cost.epsilon, "delta": cost.delta},
                 "budget": budget_dict(view.budget),
+                "release": request.publish,
             }
             encoded = json.dumps(answer, allow_nan=False, default=_plain)
+            if request.publish is not None:
+                assert releases is not None  # checked before paying
+                releases.add(
+                    request.publish, info.name, principal.name, answer["spend_id"], cost.epsilon, cost.delta,
+                    answer["columns"], json.dumps(rows, allow_nan=False, default=_plain), answer["report"],
+                )  # fmt: skip
         except Exception:
             if not spend:  # refused before the debit (the schema, the budget): the refusal stands
                 raise

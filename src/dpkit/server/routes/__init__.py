@@ -8,7 +8,7 @@ includes :data:`ROUTERS` in this order.
 
 from __future__ import annotations
 
-from dpkit.server.routes import audit, dashboard, datasets, grants, keys, principals, queries
+from dpkit.server.routes import audit, dashboard, datasets, grants, keys, principals, queries, releases
 
 __all__ = ["ROUTERS"]
 
@@ -18,6 +18,7 @@ ROUTERS = (
     grants.router,
     audit.router,
     queries.router,
+    releases.router,
     keys.router,
     dashboard.router,
 )

@@ -196,6 +196,7 @@ class SynthBody(Body):
     method: str = "aim"
     rounds: int | None = None
     columns: list[str] | None = None
+    publish: str | None = None
 
 
 @router.post("/v1/datasets/{name}/synthetic")
@@ -217,6 +218,7 @@ def synthetic(
         method=body.method,
         rounds=body.rounds,
         columns=None if body.columns is None else tuple(body.columns),
+        publish=body.publish,
     )
     note(request, action="synthesize", dataset=name[:100], query=req.text()[:4096])
     return _guarded(name, who, lambda: _paid(service, request, name, who, lambda: service.synthesize(who, name, req)))
