@@ -49,11 +49,12 @@ class Release:
     rows: int
 
     def public(self) -> dict[str, Any]:
+        """What every principal sees (not the ledger's spend id: that is the curator's, in the
+        audit log)."""
         return {
             "name": self.name,
             "dataset": self.dataset,
             "published_by": self.analyst,
-            "spend_id": self.spend_id,
             "epsilon": self.epsilon,
             "delta": self.delta,
             "created_at": self.created_at,
