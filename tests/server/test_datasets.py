@@ -368,22 +368,26 @@ def test_bad_spark_settings_are_refused_before_the_ledger_is_opened(tmp_path: Pa
         ServerConfig(ledger=f"sqlite:///{ledger}", **kwargs)
 
 
-def test_version_2_service_tables_are_upgraded_in_place(env: Root) -> None:
-    """A database written before datasets named their engine: opened, it gains the column (every
-    old dataset read through DuckDB) and version 3; its datasets still answer."""
+@pytest.mark.parametrize("version", [2, 3])
+def test_older_service_tables_are_upgraded_in_place(env: Root, version: int) -> None:
+    """A database written before datasets named their engine (version 2) or pinned their Parquet
+    files (version 3): opened, it gains the columns (every version-2 dataset read through DuckDB;
+    no file pinned) and the current version; its datasets still answer."""
     import sqlite3
 
     env.service.register_dataset("people", "people.csv", PEOPLE_METADATA)
     env.service.close()
     raw = sqlite3.connect(env.ledger, isolation_level=None)
-    raw.execute("ALTER TABLE datasets DROP COLUMN engine")
-    raw.execute("UPDATE dpkit_service SET version = 2")
+    raw.execute("ALTER TABLE datasets DROP COLUMN files")
+    if version == 2:
+        raw.execute("ALTER TABLE datasets DROP COLUMN engine")
+    raw.execute("UPDATE dpkit_service SET version = ?", (version,))
     with Service(env.url, data_root=env.root) as svc:
-        assert [(d.name, d.engine) for d in svc.datasets()] == [("people", "duckdb")]
+        assert [(d.name, d.engine, d.files) for d in svc.datasets()] == [("people", "duckdb", None)]
         _, key = svc.create_principal("alice", "analyst")
         svc.grant("alice", "people", epsilon=1.0)
         out = svc.query(svc.authenticate(key), "people", QueryRequest(epsilon=0.5, sql="SELECT COUNT(*) FROM people"))
         assert out["budget"]["spent_epsilon"] == 0.5
-    assert raw.execute("SELECT version FROM dpkit_service").fetchone() == (3,)
-    assert "engine" in {row[1] for row in raw.execute("PRAGMA table_info(datasets)")}
+    assert raw.execute("SELECT version FROM dpkit_service").fetchone() == (4,)
+    assert {"engine", "files"} <= {row[1] for row in raw.execute("PRAGMA table_info(datasets)")}
     raw.close()

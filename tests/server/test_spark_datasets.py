@@ -135,6 +135,43 @@ def test_files_gone_after_registration_make_the_dataset_unavailable_with_nothing
     assert service.ledger.get_budget("people", "alice").spent_epsilon == 0.0
 
 
+def test_files_are_pinned_at_registration(
+    service: Service, root: Path, tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """Every process reads exactly the files registered: one added later is not read by a process
+    already reading the dataset, and makes it unavailable to a new process (nothing spent) until
+    it is taken away again; a file rewritten in place does the same."""
+    import logging
+    import os
+
+    info = service.register_dataset("people", "people", PEOPLE_METADATA, engine="spark")
+    assert info.files is not None and len(json.loads(info.files)) == 3
+    who = _analyst(service, "people", 1e8)
+    count = "SELECT COUNT(*) AS n FROM people"
+    before = service.query(who, "people", QueryRequest(epsilon=2e5, sql=count))["rows"][0]["n"]
+    extra = root / "people" / "part=3" / "rows.parquet"
+    extra.parent.mkdir()
+    pd.read_parquet(root / "people" / "part=0" / "rows.parquet").to_parquet(extra, index=False)
+    again = service.query(who, "people", QueryRequest(epsilon=2e5, sql=count))["rows"][0]["n"]
+    assert again == pytest.approx(before, abs=0.05)  # this process still reads the 3 registered files
+
+    def fresh_query() -> Any:
+        with Service(service.url, data_root=root, max_grant_epsilon=1e9) as other:
+            return other.query(other.authenticate(service._test_key), "people", QueryRequest(epsilon=2e5, sql=count))  # type: ignore[attr-defined]
+
+    spent = service.ledger.get_budget("people", "alice").spent_epsilon
+    with caplog.at_level(logging.WARNING, logger="dpkit.curator"), pytest.raises(DatasetUnavailableError):
+        fresh_query()
+    assert "changed since registration (1 file(s) added, 0 removed, 0 rewritten (first: part=3/rows.parquet))" in caplog.text
+    assert service.ledger.get_budget("people", "alice").spent_epsilon == spent
+    extra.unlink()
+    assert fresh_query()["rows"][0]["n"] == pytest.approx(before, abs=0.05)
+    one = root / "people" / "part=1" / "rows.parquet"
+    os.utime(one, ns=(one.stat().st_atime_ns, one.stat().st_mtime_ns + 1_000_000_000))  # rewritten: a new mtime
+    with pytest.raises(DatasetUnavailableError):
+        fresh_query()
+
+
 def test_unreadable_parquet_is_refused_for_the_curator_without_paths(service: Service, root: Path) -> None:
     (root / "broken").mkdir()
     (root / "broken" / "x.parquet").write_bytes(b"not parquet at all")

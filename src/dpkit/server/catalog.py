@@ -29,10 +29,13 @@ from dpkit.budget import Budget
 from dpkit.errors import DPError, InvalidDataError, InvalidParameterError
 from dpkit.server.datasets import (
     DatasetCopies,
+    SourcePath,
     SourceReadError,
     check_columns,
     check_declared_columns,
     is_uri,
+    pin_files,
+    pinned_change,
     resolve_parquet_source,
     resolve_source,
     source_kind,
@@ -46,7 +49,7 @@ __all__ = ["DatasetInfo", "Catalog"]
 #: Where details that must not reach an analyst go (load failures, the data check's failures).
 _curator_log = logging.getLogger("dpkit.curator")
 
-_DATASET_COLUMNS = "name, source, metadata, neighbours, created_at, source_table, engine"
+_DATASET_COLUMNS = "name, source, metadata, neighbours, created_at, source_table, engine, files"
 ENGINES = ("duckdb", "spark")
 _IDLE_ENGINES = 32  # bound engines kept per dataset and process (about one per concurrent query)
 
@@ -60,7 +63,7 @@ class DatasetInfo:
     (queries read the shared copy made from the source at registration,
     :mod:`dpkit.server.datasets`, named by ``name`` and ``created_at``) or ``"spark"`` (the
     source is Parquet data — a file, a directory or a glob — that the service's SparkSession
-    reads in place; nothing is copied).
+    reads in place; nothing is copied; its files are pinned at registration: ``files``).
 
     ``check`` is the curator's data check made at registration (how well the rows conform to the
     metadata; :class:`~dpkit.analytics.check.DataCheck`). It holds exact counts and raw values:
@@ -75,6 +78,10 @@ class DatasetInfo:
     table: str | None = None  # the table inside a DuckDB database file; None for CSV / Parquet
     engine: str = "duckdb"
     check: DataCheck | None = field(default=None, compare=False, repr=False)
+    #: A Spark dataset's Parquet files as registered (:func:`~dpkit.server.datasets.pin_files`):
+    #: every process reads exactly these, unchanged, or the dataset is unavailable. None for a
+    #: DuckDB dataset, a URI, and a Spark dataset registered before files were pinned.
+    files: str | None = field(default=None, repr=False)
 
     def public(self) -> dict[str, Any]:
         """What an analyst may see: the schema the curator declared, never the source or rows."""
@@ -89,7 +96,7 @@ class _Loaded:
     An engine serves one query at a time.
 
     For a Spark dataset ``connection`` is None and ``frame`` the DataFrame over its Parquet data
-    (the files listed once per process); each engine is a
+    (exactly the files pinned at registration); each engine is a
     :class:`~dpkit.analytics.engines.spark.SparkEngine` over it, and Spark runs the queries of
     several engines at once."""
 
@@ -199,7 +206,17 @@ class Catalog:
             raise _already_registered(name)
         info = DatasetInfo(name, located.stored, meta, neighbours, now(), table, engine)
         if engine == "spark":
-            return self._insert(replace(info, check=self._inspect_spark(info, located.path)))
+            if located.listing is not None:  # local files (a URI is listed by Spark alone)
+                try:
+                    info = replace(info, files=pin_files(located.listing))
+                except OSError:
+                    raise InvalidParameterError(
+                        "source",
+                        located.stored,
+                        "Parquet files that stay in place",
+                        "a file vanished while it was listed",
+                    ) from None
+            return self._insert(replace(info, check=self._inspect_spark(info, located)))
 
         def inspect(conn: Any) -> DataCheck | None:
             # Validates the metadata against the copy's schema: nothing is released, nothing is
@@ -221,18 +238,19 @@ class Catalog:
                 raise _already_registered(info.name)
             meta = json.dumps(info.metadata.to_dict(), sort_keys=True)
             tx.run(
-                f"INSERT INTO datasets ({_DATASET_COLUMNS}) VALUES (?, ?, ?, ?, ?, ?, ?)",
-                (info.name, info.source, meta, info.neighbours, info.created_at, info.table, info.engine),
+                f"INSERT INTO datasets ({_DATASET_COLUMNS}) VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
+                (info.name, info.source, meta, info.neighbours, info.created_at, info.table, info.engine, info.files),
             )
         return info
 
-    def _inspect_spark(self, info: DatasetInfo, path: Path) -> DataCheck | None:
+    def _inspect_spark(self, info: DatasetInfo, located: SourcePath) -> DataCheck | None:
         """Check a Spark dataset's metadata against its Parquet schema (read by Spark from the
         files' footers: no row is read), then make the curator's data check (DuckDB reading
         the same files on this machine; None for a URI, which only Spark reads)."""
         from dpkit.analytics.engines.spark import SparkEngine
 
-        frame = self._spark_frame(info, path)
+        path = located.path
+        frame = self._spark_frame(info, path, located.listing)
         check_columns(frame.columns, info.metadata)
         Session(
             None, engine=SparkEngine(frame), table=info.name, metadata=info.metadata,
@@ -246,9 +264,9 @@ class Catalog:
             _curator_log.exception("the data check of dataset %r (%s) could not be made", info.name, info.source)
             return None
 
-    def _spark_frame(self, info: DatasetInfo, path: Path | str) -> Any:
-        """The DataFrame over a Spark dataset's Parquet data (listed now), on this process's
-        SparkSession. Spark failing to start, or to read the files, is InvalidDataError worded
+    def _spark_frame(self, info: DatasetInfo, path: Path | str, listing: Any = None) -> Any:
+        """The DataFrame over a Spark dataset's Parquet data (exactly the files of ``listing``;
+        None: listed now), on this process's SparkSession. Spark failing to start, or to read the files, is InvalidDataError worded
         for the curator (Spark's own message goes to the ``dpkit.curator`` log)."""
         from dpkit.analytics.engines.spark import read_parquet, spark_session
 
@@ -263,7 +281,7 @@ class Catalog:
                 "a service whose Spark settings (spark_master, spark_conf) start a SparkSession",
             ) from None  # fmt: skip
         try:
-            return read_parquet(spark, info.source if is_uri(info.source) else path)
+            return read_parquet(spark, info.source if is_uri(info.source) else path, listing)
         except InvalidParameterError as exc:
             _curator_log.warning("dataset %r: Spark could not read %s: %s", info.name, info.source, exc)
             raise InvalidDataError(
@@ -325,15 +343,16 @@ class Catalog:
                 "a dataset directory the service can write (dataset_dir)",
             ) from None
 
-    def _source_path(self, info: DatasetInfo) -> Path:
-        """The file (or, for a Spark dataset, the Parquet data) a dataset is re-read from, checked
-        again as at registration (the data root's rules: a link may have been changed since)."""
+    def _source_path(self, info: DatasetInfo) -> SourcePath:
+        """The file (or, for a Spark dataset, the Parquet data, listed now) a dataset is re-read
+        from, checked again as at registration (the data root's rules: a link may have been
+        changed since)."""
         if self._data_root is None and not Path(info.source).is_absolute():
             raise InvalidParameterError(
                 "source", info.source, "an absolute path, or a service with the data root it was registered under"
             )
         resolve = resolve_parquet_source if info.engine == "spark" else resolve_source
-        return resolve(info.source, self._data_root).path
+        return resolve(info.source, self._data_root)
 
     def load(self, info: DatasetInfo) -> Path:
         """The path of the dataset's shared, read-only copy (a DuckDB database file holding the
@@ -349,7 +368,8 @@ class Catalog:
         a file under the data root is InvalidParameterError naming ``source``. Analysts never
         see either: see :meth:`opened`."""
         return self._copy(
-            info, lambda: self._copies.ensure(info.name, info.created_at, lambda: self._source_path(info), info.table)
+            info,
+            lambda: self._copies.ensure(info.name, info.created_at, lambda: self._source_path(info).path, info.table),
         )
 
     def opened(self, info: DatasetInfo) -> _Loaded:
@@ -383,8 +403,25 @@ class Catalog:
         data root again, as at registration); for analysts, any failure is the one fixed
         DatasetUnavailableError, before any spend (the reason is in the curator's log)."""
         try:
-            path: Path | str = info.source if is_uri(info.source) else self._source_path(info)
-            return self._spark_frame(info, path)
+            if is_uri(info.source):
+                return self._spark_frame(info, info.source)
+            located = self._source_path(info)
+            if info.files is not None:
+                try:
+                    current = None if located.listing is None else pin_files(located.listing)
+                except OSError:  # a file went between the listing and its stat
+                    current = None
+                if current != info.files:
+                    change = "unreadable" if current is None else pinned_change(info.files, current)
+                    _curator_log.warning(
+                        "dataset %r: its Parquet files changed since registration (%s); it is unavailable "
+                        "until they are put back (register new data as a new dataset)",
+                        info.name, change,
+                    )  # fmt: skip
+                    raise DatasetUnavailableError()
+            return self._spark_frame(info, located.path, located.listing)
+        except DatasetUnavailableError:
+            raise
         except DPError as exc:
             _curator_log.warning("dataset %r: its Parquet data cannot be read: %s", info.name, exc)
             raise DatasetUnavailableError() from None
@@ -429,5 +466,5 @@ def _describe_source(info: DatasetInfo) -> str:
 
 
 def _dataset(row: tuple[Any, ...]) -> DatasetInfo:
-    n, s, m, nb, c, t, e = row
-    return DatasetInfo(n, s, Metadata.from_dict(json.loads(m)), nb, c, t, e)
+    n, s, m, nb, c, t, e, f = row
+    return DatasetInfo(n, s, Metadata.from_dict(json.loads(m)), nb, c, t, e, files=f)

@@ -33,6 +33,7 @@ from __future__ import annotations
 
 import contextlib
 import hashlib
+import json
 import os
 import stat
 import uuid
@@ -43,7 +44,7 @@ from typing import Any, TypeVar
 
 from dpkit._validate import short_repr
 from dpkit.analytics.engines.base import is_uri, quote_identifier
-from dpkit.analytics.engines.duckdb import csv_source_sql, sql_string
+from dpkit.analytics.engines.duckdb import ParquetFiles, csv_source_sql, sql_string
 from dpkit.analytics.metadata import Metadata
 from dpkit.errors import InvalidParameterError
 
@@ -62,6 +63,8 @@ __all__ = [
     "DatasetCopies",
     "SourceReadError",
     "resolve_parquet_source",
+    "pin_files",
+    "pinned_change",
     "copy_table",
     "check_declared_columns",
     "check_columns",
@@ -84,6 +87,33 @@ class SourcePath:
 
     path: Path
     stored: str
+    #: For Parquet data read in place: the files listed when the source was checked (None for a
+    #: single CSV / Parquet / DuckDB file and for a URI).
+    listing: ParquetFiles | None = None
+
+
+def pin_files(listing: ParquetFiles) -> str:
+    """The identity of a Parquet source's files, as stored at registration: each file's path
+    (relative to the partition base), size and modification time, as JSON. The same files,
+    unchanged, give the same text; a file added, removed, replaced or rewritten does not.
+    OSError when a file has gone since it was listed."""
+    base = os.fspath(listing.base)
+    entries = []
+    for f in listing.files:
+        st = os.stat(f)
+        entries.append([Path(os.path.relpath(f, base)).as_posix(), st.st_size, st.st_mtime_ns])
+    return json.dumps(entries, separators=(",", ":"))
+
+
+def pinned_change(pinned: str, now: str) -> str:
+    """What changed between two :func:`pin_files` texts, in words for the curator's log: counts
+    and the first file that differs, by its path below the data (never a value of the data)."""
+    then, current = {e[0]: e[1:] for e in json.loads(pinned)}, {e[0]: e[1:] for e in json.loads(now)}
+    added = sorted(set(current) - set(then))
+    removed = sorted(set(then) - set(current))
+    changed = sorted(k for k in set(then) & set(current) if then[k] != current[k])
+    first = (added or removed or changed or ["?"])[0]
+    return f"{len(added)} file(s) added, {len(removed)} removed, {len(changed)} rewritten (first: {first})"
 
 
 def source_kind(path: str | PurePath) -> str:
@@ -175,7 +205,7 @@ def resolve_parquet_source(source: object, data_root: Path | None) -> SourcePath
     if found is None:
         raise InvalidParameterError("source", shown, _PARQUET_UNDER_ROOT, missing)
     if data_root is None:
-        return SourcePath(candidate, str(candidate))
+        return SourcePath(candidate, str(candidate), found)
     if not candidate.is_relative_to(data_root):
         raise InvalidParameterError("source", shown, _PARQUET_UNDER_ROOT, missing)
     for path in (str(found.base), *found.files):
@@ -185,7 +215,7 @@ def resolve_parquet_source(source: object, data_root: Path | None) -> SourcePath
             raise InvalidParameterError("source", shown, _PARQUET_UNDER_ROOT, missing) from None
         if not real.is_relative_to(data_root):
             raise InvalidParameterError("source", shown, _PARQUET_UNDER_ROOT, missing)
-    return SourcePath(candidate, candidate.relative_to(data_root).as_posix())
+    return SourcePath(candidate, candidate.relative_to(data_root).as_posix(), found)
 
 
 def _shown(given: Path, data_root: Path) -> str:

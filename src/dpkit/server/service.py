@@ -306,8 +306,10 @@ class Service:
         (``spark_master``, ``spark_conf``) reads in place at every query: nothing is copied, and
         the aggregates run on the cluster (only per-group sums and counts reach the server). The
         metadata is checked against the files' schema, and the data check is made by DuckDB on
-        this machine (none for a URI). Each server process lists the files once, when it first
-        reads the dataset: replace a Spark dataset's files by registering a new dataset."""
+        this machine (none for a URI). The files are pinned at registration (each one's path,
+        size and modification time): every server process reads exactly those, and a dataset
+        whose files changed since is unavailable to analysts until they are put back — publish
+        new data by registering a new dataset. A URI is listed by Spark alone and not pinned."""
         return self._live_catalog().register(name, source, metadata, neighbours=neighbours, table=table, engine=engine)
 
     def datasets(self) -> list[DatasetInfo]:

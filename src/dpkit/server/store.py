@@ -31,7 +31,10 @@ SQLITE_DEFAULT = "sqlite:///.dpkit/ledger.sqlite"
 # own transactions. A version-1 database's unkeyed chain cannot be extended under a key.
 # 3: a dataset names the engine that reads it (``duckdb``: a shared copy; ``spark``: its Parquet
 # files read in place by Spark). A version-2 database is upgraded in place (see _claim).
-_SCHEMA_VERSION = 3
+# 4: a Spark dataset pins its Parquet files (``datasets.files``: each file's path, size and
+# modification time at registration). Version 2 and 3 databases are upgraded in place; their
+# Spark datasets stay unpinned.
+_SCHEMA_VERSION = 4
 AUDIT_LOCK = 0x64706B61  # advisory-lock key of the audit chain ("dpka")
 _FAILED = "service database {where}: {detail}"
 _ACTION = "use the service tables"  # (the messages above do not name it)
@@ -61,7 +64,8 @@ _TABLES = (
         neighbours TEXT NOT NULL,
         created_at TEXT NOT NULL,
         source_table TEXT,
-        engine TEXT NOT NULL DEFAULT 'duckdb'
+        engine TEXT NOT NULL DEFAULT 'duckdb',
+        files TEXT
     )""",
     """CREATE TABLE IF NOT EXISTS audit_log (
         seq BIGINT PRIMARY KEY,
@@ -78,8 +82,7 @@ _TABLES = (
         hash TEXT NOT NULL
     )""",
     "CREATE INDEX IF NOT EXISTS audit_by_actor ON audit_log (actor, seq)",
-    # Published synthetic tables (dpkit.server.releases). Added within version 3: a table created
-    # when missing, which a dpkit without releases never reads.
+    # Published synthetic tables (dpkit.server.releases): a table created when missing.
     """CREATE TABLE IF NOT EXISTS releases (
         name TEXT PRIMARY KEY,
         dataset TEXT NOT NULL,
@@ -161,11 +164,14 @@ def _claim(tx: Runner) -> None:
         tx.run(
             "INSERT INTO dpkit_service (id, application, version) VALUES (1, ?, ?)", ("dpkit-server", _SCHEMA_VERSION)
         )
-    elif tuple(rows[0]) == ("dpkit-server", 2):
-        # Every dataset of a version-2 database was read through a DuckDB copy. The upgrade runs in
-        # the caller's write transaction, so a second process opening the database at the same
-        # time waits and then finds version 3.
-        tx.run("ALTER TABLE datasets ADD COLUMN engine TEXT NOT NULL DEFAULT 'duckdb'")
+    elif tuple(rows[0]) in (("dpkit-server", 2), ("dpkit-server", 3)):
+        # Every dataset of a version-2 database was read through a DuckDB copy; no Spark dataset
+        # of a version-3 one pinned its files. The upgrade runs in the caller's write transaction,
+        # so a second process opening the database at the same time waits and then finds the
+        # current version.
+        if rows[0][1] == 2:
+            tx.run("ALTER TABLE datasets ADD COLUMN engine TEXT NOT NULL DEFAULT 'duckdb'")
+        tx.run("ALTER TABLE datasets ADD COLUMN files TEXT")
         tx.run("UPDATE dpkit_service SET version = ? WHERE id = 1", (_SCHEMA_VERSION,))
     elif tuple(rows[0]) != ("dpkit-server", _SCHEMA_VERSION):
         older = rows[0][0] == "dpkit-server" and isinstance(rows[0][1], int) and rows[0][1] < _SCHEMA_VERSION
