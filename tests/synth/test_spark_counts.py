@@ -55,19 +55,25 @@ def _all_counts(counts, d: int) -> dict:  # type: ignore[no-untyped-def]
     return {c: counts.counts(c) for c in cliques}
 
 
-@pytest.mark.parametrize("meta", [META, Metadata(columns=META.columns, row_level=True, strip_strings=False)])
-def test_spark_counts_every_marginal_as_duckdb_does(spark, meta: Metadata) -> None:
+TAGS = ("O'Brien", "a\\b", "x\ty", "plain")  # a quote, a backslash, a tab: built without SQL text
+
+
+@pytest.mark.parametrize("strip", [True, False])
+def test_spark_counts_every_marginal_as_duckdb_does(spark, strip: bool) -> None:
+    meta = Metadata(columns={**META.columns, "tag": Categorical(TAGS)}, row_level=True, strip_strings=strip)
     frame = _frame()
+    frame["tag"] = np.random.default_rng(9).choice(np.array([*TAGS, "other", None], dtype=object), len(frame))
     domain = Domain.from_metadata(meta, bins={"age": [0, 18, 30, 50, 65, 100]})
-    duck = _all_counts(TableCounts(frame, meta, domain), 4)
-    sp = _all_counts(SparkTableCounts(spark.createDataFrame(frame), meta, domain), 4)
+    duck = _all_counts(TableCounts(frame, meta, domain), 5)
+    sp = _all_counts(SparkTableCounts(spark.createDataFrame(frame), meta, domain), 5)
     assert duck.keys() == sp.keys()
     for clique in duck:
         np.testing.assert_array_equal(sp[clique], duck[clique], err_msg=str(clique))
         assert sp[clique].sum() == len(frame)
     # the cells the rules must send somewhere: unknown labels and NULL to the missing cell, NaN
     # and ages past the bounds clipped into the edge bins
-    assert duck[(0,)][2] == int((~frame["sex"].isin(["F", "M"] + ([" F "] if meta.strip_strings else []))).sum())
+    assert duck[(0,)][2] == int((~frame["sex"].isin(["F", "M"] + ([" F "] if strip else []))).sum())
+    assert list(sp[(4,)][:4]) == [int((frame["tag"] == t).sum()) for t in TAGS]
 
 
 def test_one_row_per_unit_on_both_engines(spark) -> None:

@@ -16,6 +16,7 @@ uniformly chosen by a salt drawn after payment.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Sequence
 from typing import Any
 
@@ -42,6 +43,8 @@ class SparkTableCounts:
     :meth:`counts` returns a marginal's dense count array."""
 
     def __init__(self, frame: Any, metadata: Metadata, domain: Domain) -> None:
+        from pyspark.sql import functions as F
+
         from dpkit.analytics.engines.spark import SparkEngine
 
         self.domain = domain
@@ -50,20 +53,43 @@ class SparkTableCounts:
         bind_declared(engine, metadata, domain)
         self._engine = engine
         self._counts: dict[tuple[int, ...], NDArray[np.int64]] = {}
+        # Every expression is built here, before payment: a mistake in one fails now, not after
+        # the debit. Each expression built in Python is a round trip to the JVM (thousands for a
+        # wide domain), so the cells are SQL text, one expression per column, where that is safe.
+        columns = domain.columns
+        self._names = [f"c{i}" for i in range(len(columns))]
+        self._cells = [
+            F.expr(sql).alias(n) if sql is not None else _code(c, engine._c(c.name)).alias(n)
+            for c, n in zip(columns, self._names, strict=True)
+            for sql in [_code_sql(c, engine._names.get(c.name))]
+        ]
+        # Every marginal's cells numbered in one flat index: the marginal's offset plus its
+        # mixed-radix cell, so each distinct cell tuple explodes into plain longs.
+        self._cliques = [(i,) for i in range(len(columns))] + [
+            (i, j) for i in range(len(columns)) for j in range(i + 1, len(columns))
+        ]
+        self._shapes = [[columns[j].size for j in clique] for clique in self._cliques]
+        self._offsets = np.concatenate([[0], np.cumsum([int(np.prod(s)) for s in self._shapes])]).astype(np.int64)
+        keys = []
+        for clique, offset in zip(self._cliques, self._offsets[:-1], strict=True):
+            terms, stride = [f"{int(offset)}L"], 1
+            for i in reversed(clique):
+                terms.append(f"CAST({self._names[i]} AS BIGINT) * {stride}L")
+                stride *= columns[i].size
+            keys.append(" + ".join(terms))
+        self._explode = F.expr(f"explode(array({', '.join(keys)}))").alias("__k")
 
     def prepare(self, salt: int) -> None:
         """Count every one- and two-way marginal in one Spark job."""
         from pyspark.sql import Window
         from pyspark.sql import functions as F
 
-        engine, columns = self._engine, self.domain.columns
-        names = [f"c{i}" for i in range(len(columns))]
-        cells = [_code(c, engine._c(c.name)).alias(n) for c, n in zip(columns, names, strict=True)]
+        engine, names = self._engine, self._names
         if self._unit is None:
-            rows = engine._df.select(*cells)
+            rows = engine._df.select(*self._cells)
         else:
             u = engine._c(self._unit)
-            keyed = engine._df.where(u.isNotNull()).select(u.alias("__u"), *cells)
+            keyed = engine._df.where(u.isNotNull()).select(u.alias("__u"), *self._cells)
             order = F.xxhash64(F.col("__u"), *[F.col(n) for n in names], F.lit(int(salt)).cast("long"))
             rows = (
                 keyed.select("*", F.row_number().over(Window.partitionBy("__u").orderBy(order)).alias("__r"))
@@ -73,32 +99,15 @@ class SparkTableCounts:
         # Rows → distinct cell tuples (map-side combined), then each tuple's count added to the
         # cell it falls in on every marginal: the explode runs over tuples, not rows.
         tuples = rows.groupBy(*names).agg(F.count(F.lit(1)).alias("__n"))
-        cliques = self._cliques()
-        keys = []
-        for k, clique in enumerate(cliques):
-            key = F.lit(0).cast("long")
-            for i in clique:
-                key = key * F.lit(columns[i].size) + F.col(names[i]).cast("long")
-            keys.append(F.struct(F.lit(k).alias("k"), key.alias("cell")))
         marginals: Any = (
-            tuples.select(F.col("__n"), F.explode(F.array(*keys)).alias("__t"))
-            .groupBy(F.col("__t.k").alias("k"), F.col("__t.cell").alias("cell"))
-            .agg(F.sum("__n").alias("n"))
-            .toPandas()
+            tuples.select(F.col("__n"), self._explode).groupBy("__k").agg(F.sum("__n").alias("n")).toPandas()
         )
-        k = marginals["k"].to_numpy(dtype=np.int64)
-        cell = marginals["cell"].to_numpy(dtype=np.int64)
-        n = marginals["n"].to_numpy(dtype=np.int64)
-        for i, clique in enumerate(cliques):
-            shape = [columns[j].size for j in clique]
-            flat = np.zeros(int(np.prod(shape)), dtype=np.int64)
-            mine = k == i
-            flat[cell[mine]] = n[mine]
-            self._counts[clique] = flat.reshape(shape)
-
-    def _cliques(self) -> list[tuple[int, ...]]:
-        d = len(self.domain.columns)
-        return [(i,) for i in range(d)] + [(i, j) for i in range(d) for j in range(i + 1, d)]
+        flat = np.zeros(int(self._offsets[-1]), dtype=np.int64)
+        flat[marginals["__k"].to_numpy(dtype=np.int64)] = marginals["n"].to_numpy(dtype=np.int64)
+        for clique, shape, lo, hi in zip(
+            self._cliques, self._shapes, self._offsets[:-1], self._offsets[1:], strict=True
+        ):
+            self._counts[clique] = flat[lo:hi].reshape(shape)
 
     def counts(self, clique: Sequence[int]) -> NDArray[np.int64]:
         """The exact counts of the marginal over ``clique`` (one or two domain indices)."""
@@ -106,6 +115,40 @@ class SparkTableCounts:
 
     def close(self) -> None:
         self._counts = {}
+
+
+def _code_sql(column: Column, name: str | None) -> str | None:
+    """:meth:`Column.code_sql` in Spark SQL over the bound column ``name`` (an internal name of
+    letters, digits and '_'), or None where the literal would depend on the session's parser
+    settings (a string with a quote or a backslash) — then :func:`_code` builds it."""
+    if name is None or not name.replace("_", "").isalnum():
+        return None
+    x = f"`{name}`"
+    if column.categories is not None:
+        whens = []
+        for i, c in enumerate(column.categories):
+            literal = _sql_literal(c)
+            if literal is None:
+                return None
+            whens.append(f"WHEN {x} = {literal} THEN {i}")
+        return f"CASE {' '.join(whens)} ELSE {column.missing} END" if whens else str(column.missing)
+    e = column.edges or ()
+    if not all(math.isfinite(float(edge)) for edge in e):
+        return None
+    whens = [f"WHEN {x} < {float(e[i + 1])!r}D THEN {i}" for i in range(len(e) - 2)]
+    return f"CASE WHEN {x} IS NULL THEN {column.missing} {' '.join(whens)} ELSE {len(e) - 2} END"
+
+
+def _sql_literal(value: Any) -> str | None:
+    if isinstance(value, bool):
+        return "TRUE" if value else "FALSE"
+    if isinstance(value, int):
+        return f"{value}L" if -(2**63) <= value < 2**63 else None
+    if isinstance(value, float):
+        return f"{value!r}D" if math.isfinite(value) else None
+    if isinstance(value, str) and value.isprintable() and "'" not in value and "\\" not in value:
+        return f"'{value}'"
+    return None
 
 
 def _code(column: Column, x: Any) -> Any:
