@@ -5,10 +5,12 @@ A scripted session against a local ``dpkit serve`` (started here on a free loopb
 
 1. the curator (``dpkit admin``) registers the census example table — its metadata declares every
    column and the privacy unit (``person_id``), and the curator alone sees the data check of how
-   well the rows conform — creates an analyst and grants her ε = 1 on it;
+   well the rows conform — creates an analyst and grants her ε = 1 on it (and ε = 1, δ = 10⁻⁶ to ``publisher``);
 2. the analyst previews a query's cost, runs queries over HTTP and watches her budget go down;
 3. a query her budget cannot pay for is refused with 409 — nothing is released or debited;
-4. the curator verifies the audit log (a keyed hash chain) and that it agrees with the ledger:
+4. a ``publisher`` principal of the curator's, with its own (ε, δ) grant, publishes a synthetic
+   table once; the analyst, her budget spent, downloads it for free (post-processing);
+5. the curator verifies the audit log (a keyed hash chain) and that it agrees with the ledger:
    every spend has its entry and every budget its grant.
 
 Run: ``python examples/curator_service.py [OUT_DIR]`` (``make demo`` runs it). Needs the
@@ -57,6 +59,9 @@ def main(out: Path) -> None:
     alice_key = json.loads(dpkit("admin", "create-analyst", "alice", "--ledger", ledger, "--json"))["key"]
     print(dpkit("admin", "register-dataset", "census", str(out / "census.csv"), "--metadata", str(out / "census.json"), "--ledger", ledger).strip())
     print(dpkit("admin", "grant", "alice", "census", "--epsilon", "1", "--ledger", ledger).strip())
+    # A principal of the curator's own, whose budget pays for one published synthetic table.
+    publisher_key = json.loads(dpkit("admin", "create-analyst", "publisher", "--ledger", ledger, "--json"))["key"]
+    print(dpkit("admin", "grant", "publisher", "census", "--epsilon", "1", "--delta", "1e-6", "--ledger", ledger).strip())
 
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
@@ -91,7 +96,15 @@ def main(out: Path) -> None:
         print(f"\n{status} {refusal['error']['code']}: {refusal['error']['message']}")
         assert status == 409
 
-        # 4. The curator checks the audit log.
+        # 4. A synthetic table, paid once by the publisher and downloaded by anyone for free.
+        body = {"epsilon": 1, "delta": 1e-6, "columns": ["age", "sex", "education", "hours_per_week"],
+                "bins": {"age": 6, "hours_per_week": 4}, "rows": 1000, "publish": "census_synthetic"}  # fmt: skip
+        status, table = call(base, publisher_key, "POST", "/v1/datasets/census/synthetic", body)
+        print(f"\n{status} published {table['release']!r}: {len(table['rows'])} synthetic rows for ε = {table['cost']['epsilon']}")
+        status, release = call(base, alice_key, "GET", "/v1/releases/census_synthetic")
+        print(f"{status} alice downloads it with no budget left: {release['rows'][:2]} …")
+
+        # 5. The curator checks the audit log.
         status, report = call(base, curator_key, "GET", "/v1/audit/verify")
         print(f"\naudit log: ok={report['ok']}, {report['entries']} entries, head {report['head'][:16]}…")
     finally:
