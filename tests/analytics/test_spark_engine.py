@@ -291,6 +291,11 @@ def test_rejects_what_it_cannot_run(engines):
 def test_session_is_cached(spark):
     assert spark_session() is spark
     assert spark.conf.get("spark.sql.shuffle.partitions") == "4"
+    assert spark_session("local[2]") is spark  # the running session's own master
+    # another master than the running session's is refused, not silently ignored
+    with pytest.raises(InvalidParameterError) as err:
+        spark_session("spark://127.0.0.1:7077")
+    assert err.value.name == "spark_master" and "local[2]" in str(err.value)
 
 
 def test_java_fallback(monkeypatch, tmp_path):

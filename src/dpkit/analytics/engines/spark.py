@@ -602,9 +602,10 @@ def spark_session(master: str | None = None, conf: Mapping[str, str] | None = No
     """A SparkSession. With no ``master`` and no ``conf``: a local one (2 cores, few shuffle
     partitions, no UI, ERROR logs). With ``master`` (see :data:`MASTERS`; ``sc://`` connects to
     a Spark Connect server) and ``conf`` (``spark.*`` settings): Spark's own defaults plus those.
-    Spark itself keeps the active session, so later calls return the same one. Bad settings are
-    refused (InvalidParameterError) before Spark starts; Spark failing to start raises Spark's
-    own error."""
+    Spark itself keeps the active session, so later calls return the same one; a ``master``
+    other than the running session's is refused (InvalidParameterError naming ``spark_master``)
+    rather than silently ignored. Bad settings are refused (InvalidParameterError) before Spark
+    starts; Spark failing to start raises Spark's own error."""
     settings = check_spark_settings(master, conf)
     try:
         from pyspark.sql import SparkSession
@@ -620,7 +621,17 @@ def spark_session(master: str | None = None, conf: Mapping[str, str] | None = No
         )
         for key, value in settings.items():
             builder = builder.config(key, value)
-        return builder.getOrCreate()
+        session = builder.getOrCreate()
+        if master is not None and not master.startswith("sc://"):
+            # getOrCreate returns a session already running in this process whatever master was
+            # asked for: running on another cluster than the one named is refused, not silent.
+            running = session.sparkContext.master
+            if running != master:
+                raise InvalidParameterError(
+                    "spark_master", master, f"the master of the SparkSession already running in this process ({running})",
+                    "stop that session first, or leave spark_master unset to use it",
+                )  # fmt: skip
+        return session
     session = (
         SparkSession.builder.master("local[2]")
         .appName(app_name)
