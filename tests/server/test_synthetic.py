@@ -39,6 +39,9 @@ def test_an_analyst_gets_a_table_paid_once_and_logged(world: World) -> None:
     paid = [e for e in world.entries()[before:] if e.outcome == "paid"]
     assert len(paid) == 1 and paid[0].detail["query"].startswith("SYNTHESIZE ")
     assert world.service.verify_log().entries == len(world.entries())  # raises if the ledger and the log disagree
+    whole = client.post("/v1/datasets/people/synthetic", json={**BODY, "integers": ["age"]}, headers=world.h("alice"))
+    assert whole.status_code == 200, whole.text
+    assert all(row[0] is None or isinstance(row[0], int) for row in whole.json()["rows"])
 
 
 @pytest.mark.parametrize(
@@ -51,6 +54,7 @@ def test_an_analyst_gets_a_table_paid_once_and_logged(world: World) -> None:
         ({"delta": 0.0}, "delta"),
         ({"epsilon": 1e-7}, "epsilon"),
         ({"rows": 10**9}, "rows"),
+        ({"integers": ["sex"]}, "integers"),
     ],
 )
 def test_bad_requests_are_refused_before_paying(world: World, change: dict, parameter: str) -> None:

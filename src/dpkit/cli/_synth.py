@@ -54,6 +54,13 @@ def synth(
         str | None,
         typer.Option("--columns", help="The columns to synthesise, comma-separated (default: every declared one)."),
     ] = None,
+    integers: Annotated[
+        str | None,
+        typer.Option(
+            "--integers",
+            help="Numeric columns written as whole numbers (drawn among the integers of their bin), comma-separated.",
+        ),
+    ] = None,
     report: Annotated[
         Path | None, typer.Option("--report", help="Also write the measurement report (text) here.")
     ] = None,
@@ -96,11 +103,12 @@ def synth(
             _fail(f"--bins {item!r} is not accepted: it must be COLUMN=N or COLUMN=E0,E1,...,Ek, e.g. --bins age=10")
         parsed[name.strip()] = int(numbers[0]) if len(numbers) == 1 and numbers[0].is_integer() else numbers
     chosen = None if columns is None else [c.strip() for c in columns.split(",") if c.strip()]
+    whole = None if integers is None else [c.strip() for c in integers.split(",") if c.strip()]
     err = Console(stderr=True)
     try:
         syn = Synthesizer(
             epsilon=epsilon, delta=delta, metadata=metadata, bins=parsed or None, columns=chosen,
-            method=method, rounds=rounds, progress=True,
+            method=method, rounds=rounds, integers=whole, progress=True,
         )  # fmt: skip
         if engine == "spark":  # started only once the settings are known to be good
             from dpkit.analytics.engines.spark import read_parquet
@@ -111,7 +119,15 @@ def synth(
         table = syn.sample(rows)
     except DPError as exc:
         _fail_error(
-            exc, CliContext(options={"method": Opt("--method"), "rounds": Opt("--rounds"), "bins": Opt("--bins")})
+            exc,
+            CliContext(
+                options={
+                    "method": Opt("--method"),
+                    "rounds": Opt("--rounds"),
+                    "bins": Opt("--bins"),
+                    "integers": Opt("--integers"),
+                }
+            ),
         )
     table.to_csv(out, index=False)
     assert syn.report is not None

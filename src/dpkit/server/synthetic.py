@@ -47,7 +47,8 @@ _curator_log = logging.getLogger("dpkit.curator")
 class SynthRequest:
     """What to release: (ε, δ) for the whole table, numeric ``bins`` (edges or a number of bins
     per column), how many ``rows`` (default: the measured number, up to the row limit), the
-    ``method`` (``"aim"`` or ``"mst"``) and, for AIM, the ``rounds``; ``publish``: a name under
+    ``method`` (``"aim"`` or ``"mst"``) and, for AIM, the ``rounds``; ``integers``: numeric
+    columns sampled as whole numbers; ``publish``: a name under
     which the table is stored for every principal to download (:mod:`dpkit.server.releases`)."""
 
     epsilon: float
@@ -58,6 +59,7 @@ class SynthRequest:
     rounds: int | None = None
     columns: Sequence[str] | None = None
     publish: str | None = None
+    integers: Sequence[str] | None = None
 
     def text(self) -> str:
         """The request as the ledger and the audit log record it."""
@@ -72,6 +74,7 @@ class SynthRequest:
             "rounds": self.rounds,
             "columns": None if self.columns is None else list(self.columns),
             "publish": self.publish,
+            "integers": None if self.integers is None else list(self.integers),
         }
         return "SYNTHESIZE " + json.dumps(body, sort_keys=True)
 
@@ -88,7 +91,8 @@ def answer_synthetic(
         # Everything decided on the request and the metadata, before paying.
         synth = Synthesizer(
             epsilon=request.epsilon, delta=request.delta, metadata=info.metadata, bins=request.bins,
-            method=request.method, rounds=request.rounds, columns=request.columns, rng=queries.rng, progress=False,
+            method=request.method, rounds=request.rounds, columns=request.columns, integers=request.integers,
+            rng=queries.rng, progress=False,
         )  # fmt: skip
         if request.rows is not None:
             if not isinstance(request.rows, int) or isinstance(request.rows, bool) or request.rows < 0:

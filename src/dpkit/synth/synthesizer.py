@@ -182,6 +182,10 @@ class Synthesizer:
         (default :data:`~dpkit.synth.domain.DEFAULT_BINS`).
     columns:
         The columns to synthesise (default: every declared column).
+    integers:
+        Numeric columns whose synthetic values are whole numbers (counts, ages, amounts in whole
+        units): each row gets an integer drawn uniformly from those inside its bin, so a bin
+        [0, 1) gives 0, not a fraction. Post-processing: the same release, nothing more spent.
     budget:
         The :class:`~dpkit.Budget` paying for the release (default: a fresh one of (ε, δ) with the
         zCDP accountant). A budget that cannot pay is refused before the data is read.
@@ -203,6 +207,7 @@ class Synthesizer:
         metadata: Metadata | dict[str, Any] | str | os.PathLike[str],
         bins: Mapping[str, Sequence[float] | int] | None = None,
         columns: Sequence[str] | None = None,
+        integers: Sequence[str] | None = None,
         budget: Budget | None = None,
         method: str = "aim",
         rounds: int | None = None,
@@ -242,6 +247,16 @@ class Synthesizer:
         self._rng = rng
         self._budget = budget
         self._plan = self._make_plan(Domain.from_metadata(self.metadata, bins=bins, columns=columns))
+        numeric = {c.name for c in self._plan.domain.columns if c.edges is not None}
+        if integers is not None and (isinstance(integers, str) or not isinstance(integers, Sequence)):
+            raise InvalidParameterError("integers", short_repr(integers), "a list of numeric column names, or None")
+        for name in integers or ():
+            if name not in numeric:
+                raise InvalidParameterError(
+                    "integers", short_repr(name), "a synthesised numeric column"
+                    + (f" ({', '.join(sorted(numeric))})" if numeric else " (there is none)"),
+                )  # fmt: skip
+        self.integers = tuple(integers or ())
         self.report: SynthReport | None = None
         self.event_: DPEvent | None = None
         self._model: GraphicalModel | None = None
@@ -401,7 +416,9 @@ class Synthesizer:
         select = self._mst if plan.method == "mst" else self._aim
         chosen, model = select(pairs, true, found, sizes, rows, chooser, measure, src)
         self._model = model
-        self._decode = [_Decoder(column, m) for column, m in zip(domain.columns, merges, strict=True)]
+        self._decode = [
+            _Decoder(column, m, column.name in self.integers) for column, m in zip(domain.columns, merges, strict=True)
+        ]
         self.report = SynthReport(
             measurements=tuple(measurements),
             rows=model.total,
@@ -550,6 +567,7 @@ class _Decoder:
 
     column: Any
     merge: NDArray[np.int64]
+    integer: bool = False
 
     def values(self, cells: NDArray[np.int64], rng: np.random.Generator) -> Any:
         col = self.column
@@ -560,6 +578,16 @@ class _Decoder:
             return labels[original]
         e = np.asarray(col.edges, dtype=float)
         k = np.minimum(original, e.size - 2)
+        if self.integer:
+            # The integers in [e_k, e_{k+1}) (the last bin closed); a bin holding none gives the
+            # integer nearest its middle. Nullable integers: the missing cell is <NA>.
+            lo = np.ceil(e[:-1])
+            hi = np.where(np.arange(e.size - 1) == e.size - 2, np.floor(e[1:]), np.ceil(e[1:]) - 1)
+            empty = hi < lo
+            lo = np.where(empty, np.round((e[:-1] + e[1:]) / 2), lo)
+            hi = np.where(empty, lo, hi)
+            drawn = lo[k] + np.floor(rng.random(cells.size) * (hi[k] - lo[k] + 1))
+            return pd.arrays.IntegerArray(np.where(missing, 0, drawn).astype(np.int64), missing)
         out = e[k] + rng.random(cells.size) * (e[k + 1] - e[k])
         out[missing] = np.nan
         return out

@@ -197,6 +197,7 @@ class SynthBody(Body):
     rounds: int | None = None
     columns: list[str] | None = None
     publish: str | None = None
+    integers: list[str] | None = None
 
 
 @router.post("/v1/datasets/{name}/synthetic")
@@ -219,6 +220,7 @@ def synthetic(
         rounds=body.rounds,
         columns=None if body.columns is None else tuple(body.columns),
         publish=body.publish,
+        integers=None if body.integers is None else tuple(body.integers),
     )
     note(request, action="synthesize", dataset=name[:100], query=req.text()[:4096])
     return _guarded(name, who, lambda: _paid(service, request, name, who, lambda: service.synthesize(who, name, req)))
