@@ -72,3 +72,20 @@ def test_register_dataset_refuses_bad_spark_options_before_reading(tmp_path: Pat
     assert out.exit_code == 1 and "source" in out.output and "Parquet" in out.output  # a CSV is not Parquet data
     with Service(ledger) as svc:
         assert svc.datasets() == []
+
+
+def test_list_shows_the_published_releases(tmp_path: Path) -> None:
+    from dpkit.server import SynthRequest
+
+    csv, meta, ledger = _files(tmp_path, {"row_level": True, "columns": {"zip": {"type": "categorical", "value_type": "integer", "categories": list(range(10))}, "age": {"type": "numeric", "lower": 0, "upper": 60}}})
+    with Service(ledger) as svc:
+        svc.register_dataset("people", csv, meta)
+        _, key = svc.create_principal("publisher", "analyst")
+        svc.grant("publisher", "people", epsilon=1.0, delta=1e-6)
+        answer, _ = svc.synthesize(svc.authenticate(key), "people", SynthRequest(epsilon=1.0, delta=1e-6, rows=20, publish="people_2026"))
+    out = CliRunner().invoke(admin_app, ["list", "--json", "--ledger", ledger])
+    assert out.exit_code == 0, out.output
+    (release,) = json.loads(out.output)["releases"]
+    assert (release["name"], release["published_by"], release["rows"], release["spend_id"]) == ("people_2026", "publisher", 20, answer["spend_id"])
+    table = CliRunner().invoke(admin_app, ["list", "--ledger", ledger])
+    assert table.exit_code == 0 and "people_2026" in table.output and "published synthetic tables" in table.output

@@ -268,10 +268,11 @@ def grant(
 
 @admin_app.command("list")
 def list_all(ledger: LedgerOption = _DEFAULT, as_json: JsonOption = False) -> None:
-    """Principals (with key ids), datasets and budgets."""
+    """Principals (with key ids), datasets, budgets and published releases."""
     service = _open(ledger)
     try:
         people, datasets, budgets = service.principals(), service.datasets(), service.budgets()
+        releases = service.releases()
     finally:
         service.close()
     if as_json:
@@ -281,6 +282,7 @@ def list_all(ledger: LedgerOption = _DEFAULT, as_json: JsonOption = False) -> No
                     "principals": people,
                     "datasets": [{**d.public(), "source": d.source, "engine": d.engine} for d in datasets],
                     "budgets": [budget_dict(b) for b in budgets],
+                    "releases": [{**r.public(), "spend_id": r.spend_id} for r in releases],
                 },
                 indent=2,
             )
@@ -308,6 +310,22 @@ def list_all(ledger: LedgerOption = _DEFAULT, as_json: JsonOption = False) -> No
             b.dataset, b.analyst, f"{b.epsilon:g}", f"{b.spent_epsilon:.6g}", f"{b.delta:g}", f"{b.spent_delta:.3g}"
         )
     console.print(t)
+    if releases:
+        t = Table(title="releases (published synthetic tables)")
+        for c in ("name", "dataset", "published by", "ε", "δ", "rows", "spend", "created"):
+            t.add_column(c)
+        for r in releases:
+            t.add_row(
+                r.name,
+                r.dataset,
+                r.analyst,
+                f"{r.epsilon:g}",
+                f"{r.delta:g}",
+                f"{r.rows:,}",
+                str(r.spend_id),
+                r.created_at,
+            )
+        console.print(t)
 
 
 @admin_app.command("verify-log")
