@@ -72,7 +72,6 @@ machine.
 from __future__ import annotations
 
 import argparse
-import contextlib
 import datetime as _dt
 import json
 import math
@@ -256,6 +255,8 @@ def child(spec: dict[str, Any]) -> dict[str, Any]:
             )
             spark.sparkContext.setLogLevel("ERROR")
             out["spark_start_seconds"] = time.perf_counter() - started
+            from bench_scale import _JvmPeak  # the driver JVM's sampler of the scale benchmark
+
             jvm_peak = _JvmPeak()
 
         method = {"dpkit-mst": {"method": "mst"}}.get(contender.removeprefix("census-"), {})
@@ -297,7 +298,7 @@ def child(spec: dict[str, Any]) -> dict[str, Any]:
         }
         out["versions"] = _versions(("numpy", "pandas", "duckdb", "pyspark"))
         if spark is not None:
-            out["jvm_peak_mib"] = jvm_peak.stop()
+            out.update(jvm_peak.stop())  # jvm_peak_mib (no executors in local mode)
     else:
         train = pd.read_csv(spec["input"], dtype=str, keep_default_na=False)
         n = len(train)
@@ -331,35 +332,6 @@ def child(spec: dict[str, Any]) -> dict[str, Any]:
         rows.to_csv(spec["output"], index=False)
     out.update(seconds=seconds, rows=len(rows))
     return out
-
-
-class _JvmPeak:
-    """The peak RSS of this process's child processes (the Spark driver JVM in local mode),
-    sampled every 50 ms by a thread until :meth:`stop`."""
-
-    def __init__(self) -> None:
-        import threading
-
-        self.peak = 0.0
-        self._done = threading.Event()
-        self._thread = threading.Thread(target=self._run, daemon=True)
-        self._thread.start()
-
-    def _run(self) -> None:
-        import psutil
-
-        me = psutil.Process()
-        while not self._done.wait(0.05):
-            total = 0
-            for child in me.children(recursive=True):
-                with contextlib.suppress(psutil.Error):
-                    total += child.memory_info().rss
-            self.peak = max(self.peak, total / 2**20)
-
-    def stop(self) -> float:
-        self._done.set()
-        self._thread.join()
-        return self.peak
 
 
 def peak_mib() -> float:

@@ -54,7 +54,7 @@ from dpkit._validate import short_repr as _short
 from dpkit.accounting.composition import basic_cost
 from dpkit.accounting.events import DPEvent
 from dpkit.analytics.declared import ColumnKind, DeclaredTable, check_bound
-from dpkit.analytics.engines.base import Engine, ReadType
+from dpkit.analytics.engines.base import Engine, ReadType, is_spark_frame
 from dpkit.analytics.execute import Payer
 from dpkit.analytics.limits import QueryLimits
 from dpkit.analytics.metadata import Metadata
@@ -130,7 +130,7 @@ def _make_engine(data: Any, engine: object, memory_limit: object = None, temp_di
         raise InvalidParameterError(
             "engine", engine, "'duckdb', 'spark', an Engine instance, or None (chosen from the data)"
         )
-    is_spark = type(data).__module__.startswith("pyspark.")
+    is_spark = is_spark_frame(data)
     if engine == "spark" or (engine is None and is_spark):
         if not is_spark:
             raise InvalidParameterError(

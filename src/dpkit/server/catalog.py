@@ -406,19 +406,14 @@ class Catalog:
             if is_uri(info.source):
                 return self._spark_frame(info, info.source)
             located = self._source_path(info)
-            if info.files is not None:
-                try:
-                    current = None if located.listing is None else pin_files(located.listing)
-                except OSError:  # a file went between the listing and its stat
-                    current = None
-                if current != info.files:
-                    change = "unreadable" if current is None else pinned_change(info.files, current)
-                    _curator_log.warning(
-                        "dataset %r: its Parquet files changed since registration (%s); it is unavailable "
-                        "until they are put back (register new data as a new dataset)",
-                        info.name, change,
-                    )  # fmt: skip
-                    raise DatasetUnavailableError()
+            change = None if info.files is None else pinned_change(info.files, located.listing)
+            if change is not None:
+                _curator_log.warning(
+                    "dataset %r: its Parquet files changed since registration (%s); it is unavailable "
+                    "until they are put back (register new data as a new dataset)",
+                    info.name, change,
+                )  # fmt: skip
+                raise DatasetUnavailableError()
             return self._spark_frame(info, located.path, located.listing)
         except DatasetUnavailableError:
             raise

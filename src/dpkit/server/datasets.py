@@ -105,9 +105,18 @@ def pin_files(listing: ParquetFiles) -> str:
     return json.dumps(entries, separators=(",", ":"))
 
 
-def pinned_change(pinned: str, now: str) -> str:
-    """What changed between two :func:`pin_files` texts, in words for the curator's log: counts
-    and the first file that differs, by its path below the data (never a value of the data)."""
+def pinned_change(pinned: str, listing: ParquetFiles | None) -> str | None:
+    """None when ``listing`` names exactly the files :func:`pin_files` pinned, unchanged; else
+    what changed, in words for the curator's log: counts and the first file that differs, by its
+    path below the data (never a value of the data)."""
+    try:
+        now = None if listing is None else pin_files(listing)
+    except OSError:  # a file went between the listing and its stat
+        now = None
+    if now is None:
+        return "the files cannot be listed"
+    if now == pinned:
+        return None
     then, current = {e[0]: e[1:] for e in json.loads(pinned)}, {e[0]: e[1:] for e in json.loads(now)}
     added = sorted(set(current) - set(then))
     removed = sorted(set(then) - set(current))

@@ -15,7 +15,14 @@ import re
 
 from dpkit.errors import InvalidParameterError
 
-__all__ = ["DATASET_NAME", "PRINCIPAL_NAME", "TABLE_NAME", "check_dataset_name", "check_principal_name"]
+__all__ = [
+    "DATASET_NAME",
+    "PRINCIPAL_NAME",
+    "TABLE_NAME",
+    "check_dataset_name",
+    "check_principal_name",
+    "check_release_name",
+]
 
 #: A dataset's name: it is also the table analysts write after ``FROM``.
 DATASET_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]{0,62}")
@@ -33,6 +40,13 @@ def _check_name(kind: str, value: object, pattern: re.Pattern[str], accepted: st
 def check_dataset_name(value: object) -> str:
     return _check_name(
         "dataset", value, DATASET_NAME, "a name of letters, digits and '_' (1–63 characters, not starting with a digit)"
+    )
+
+
+def check_release_name(value: object) -> str:
+    """A published release's name (``publish``): the shape of a dataset's name."""
+    return _check_name(
+        "publish", value, DATASET_NAME, "a name of letters, digits and '_' (1–63 characters, not starting with a digit)"
     )
 
 

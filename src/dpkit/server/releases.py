@@ -15,21 +15,11 @@ import json
 from dataclasses import dataclass
 from typing import Any
 
-from dpkit.errors import InvalidParameterError
 from dpkit.server.errors import NotFoundError
-from dpkit.server.names import DATASET_NAME
+from dpkit.server.names import check_release_name
 from dpkit.server.store import ServiceStore, now
 
 __all__ = ["Release", "Releases", "check_release_name"]
-
-
-def check_release_name(value: object) -> str:
-    """A release's name: the shape of a dataset's name."""
-    if not isinstance(value, str) or not DATASET_NAME.fullmatch(value):
-        raise InvalidParameterError(
-            "publish", value, "a name of letters, digits and '_' (1–63 characters, not starting with a digit)"
-        )
-    return value
 
 
 @dataclass(frozen=True)
@@ -86,10 +76,11 @@ class Releases:
         delta: float,
         columns: list[str],
         rows_json: str,
+        count: int,
         report: dict[str, Any],
     ) -> Release:
-        """Store a release (the caller has checked the name; a name taken meanwhile fails here)."""
-        count = len(json.loads(rows_json))
+        """Store a release: ``rows_json`` holds its ``count`` rows (the caller has checked the
+        name; a name taken meanwhile fails here)."""
         created = now()
         with self._store.transaction(write=True) as tx:
             tx.run(

@@ -169,7 +169,7 @@ def answer_synthetic(
                 assert releases is not None  # checked before paying
                 releases.add(
                     request.publish, info.name, principal.name, answer["spend_id"], cost.epsilon, cost.delta,
-                    answer["columns"], json.dumps(rows, allow_nan=False, default=_plain), answer["report"],
+                    answer["columns"], json.dumps(rows, allow_nan=False, default=_plain), len(rows), answer["report"],
                 )  # fmt: skip
         except Exception:
             if not spend:  # refused before the debit (the schema, the budget): the refusal stands

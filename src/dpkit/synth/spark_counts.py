@@ -23,16 +23,12 @@ from typing import Any
 import numpy as np
 from numpy.typing import NDArray
 
+from dpkit.analytics.engines.base import is_spark_frame
 from dpkit.analytics.metadata import Metadata
 from dpkit.synth.domain import Column, Domain
 from dpkit.synth.measure import bind_declared
 
 __all__ = ["SparkTableCounts", "is_spark_frame"]
-
-
-def is_spark_frame(data: object) -> bool:
-    """True for a ``pyspark.sql.DataFrame`` (classic or Spark Connect), without importing pyspark."""
-    return any(c.__name__ == "DataFrame" and c.__module__.startswith("pyspark.sql") for c in type(data).__mro__)
 
 
 class SparkTableCounts:
@@ -55,13 +51,11 @@ class SparkTableCounts:
         self._counts: dict[tuple[int, ...], NDArray[np.int64]] = {}
         # Every expression is built here, before payment: a mistake in one fails now, not after
         # the debit. Each expression built in Python is a round trip to the JVM (thousands for a
-        # wide domain), so the cells are SQL text, one expression per column, where that is safe.
+        # wide domain), so the cells are SQL text, one expression per column.
         columns = domain.columns
         self._names = [f"c{i}" for i in range(len(columns))]
         self._cells = [
-            F.expr(sql).alias(n) if sql is not None else _code(c, engine._c(c.name)).alias(n)
-            for c, n in zip(columns, self._names, strict=True)
-            for sql in [_code_sql(c, engine._names.get(c.name))]
+            F.expr(_code_sql(c, engine._names[c.name])).alias(n) for c, n in zip(columns, self._names, strict=True)
         ]
         # Every marginal's cells numbered in one flat index: the marginal's offset plus its
         # mixed-radix cell, so each distinct cell tuple explodes into plain longs.
@@ -117,51 +111,32 @@ class SparkTableCounts:
         self._counts = {}
 
 
-def _code_sql(column: Column, name: str | None) -> str | None:
-    """:meth:`Column.code_sql` in Spark SQL over the bound column ``name`` (an internal name of
-    letters, digits and '_'), or None where the literal would depend on the session's parser
-    settings (a string with a quote or a backslash) — then :func:`_code` builds it."""
-    if name is None or not name.replace("_", "").isalnum():
-        return None
+def _code_sql(column: Column, name: str) -> str:
+    """:meth:`Column.code_sql` in Spark SQL over the bound column ``name`` (the engine's internal
+    name, ``__dpkit_c<i>``): the cell of the value, never NULL."""
     x = f"`{name}`"
     if column.categories is not None:
-        whens = []
-        for i, c in enumerate(column.categories):
-            literal = _sql_literal(c)
-            if literal is None:
-                return None
-            whens.append(f"WHEN {x} = {literal} THEN {i}")
-        return f"CASE {' '.join(whens)} ELSE {column.missing} END" if whens else str(column.missing)
+        whens = " ".join(f"WHEN {x} = {_sql_literal(c)} THEN {i}" for i, c in enumerate(column.categories))
+        return f"CASE {whens} ELSE {column.missing} END" if whens else str(column.missing)
     e = column.edges or ()
-    if not all(math.isfinite(float(edge)) for edge in e):
-        return None
-    whens = [f"WHEN {x} < {float(e[i + 1])!r}D THEN {i}" for i in range(len(e) - 2)]
-    return f"CASE WHEN {x} IS NULL THEN {column.missing} {' '.join(whens)} ELSE {len(e) - 2} END"
+    whens = " ".join(f"WHEN {x} < {_sql_literal(float(e[i + 1]))} THEN {i}" for i in range(len(e) - 2))
+    return f"CASE WHEN {x} IS NULL THEN {column.missing} {whens} ELSE {len(e) - 2} END"
 
 
-def _sql_literal(value: Any) -> str | None:
+def _sql_literal(value: Any) -> str:
+    """A Spark SQL literal of ``value`` whose meaning does not depend on the session's parser
+    settings: a string that is not plain printable text without quotes or backslashes is
+    written as its UTF-8 bytes in hex (``spark.sql.parser.escapedStringLiterals`` changes what a
+    backslash means)."""
     if isinstance(value, bool):
         return "TRUE" if value else "FALSE"
     if isinstance(value, int):
-        return f"{value}L" if -(2**63) <= value < 2**63 else None
+        return f"{value}L" if -(2**63) <= value < 2**63 else f"{value}BD"
     if isinstance(value, float):
-        return f"{value!r}D" if math.isfinite(value) else None
-    if isinstance(value, str) and value.isprintable() and "'" not in value and "\\" not in value:
-        return f"'{value}'"
-    return None
-
-
-def _code(column: Column, x: Any) -> Any:
-    """The Spark twin of :meth:`Column.code_sql`: the cell of the bound value ``x``, never NULL."""
-    from pyspark.sql import functions as F
-
-    if column.categories is not None:
-        e = None
-        for i, c in enumerate(column.categories):
-            e = (F if e is None else e).when(x == F.lit(c), F.lit(i))
-        return F.lit(column.missing) if e is None else e.otherwise(F.lit(column.missing))
-    edges = column.edges or ()
-    e = F.when(x.isNull(), F.lit(column.missing))
-    for i in range(len(edges) - 2):
-        e = e.when(x < F.lit(float(edges[i + 1])), F.lit(i))
-    return e.otherwise(F.lit(len(edges) - 2))
+        if math.isfinite(value):
+            return f"{value!r}D"
+        return f"CAST('{'NaN' if math.isnan(value) else 'Infinity' if value > 0 else '-Infinity'}' AS DOUBLE)"
+    text = str(value)
+    if text.isprintable() and "'" not in text and "\\" not in text:
+        return f"'{text}'"
+    return f"CAST(unhex('{text.encode('utf-8').hex()}') AS STRING)"

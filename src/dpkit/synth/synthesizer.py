@@ -68,6 +68,7 @@ from dpkit._progress import ProgressBar, check_progress, shows_bar
 from dpkit._validate import short_repr
 from dpkit.accounting.events import ComposedEvent, DPEvent, ExponentialEvent, GaussianEvent, SelfComposedEvent
 from dpkit.accounting.zcdp import rho_for_approx_dp
+from dpkit.analytics.engines.base import is_spark_frame
 from dpkit.analytics.metadata import Metadata
 from dpkit.budget import Budget
 from dpkit.errors import BudgetExceededError, DPError, InvalidParameterError
@@ -76,7 +77,7 @@ from dpkit.noise.source import RNG, resolve_rng
 from dpkit.synth.domain import Domain
 from dpkit.synth.graphical import GraphicalModel, JunctionTree, tree_size
 from dpkit.synth.measure import TableCounts, noisy
-from dpkit.synth.spark_counts import SparkTableCounts, is_spark_frame
+from dpkit.synth.spark_counts import SparkTableCounts
 
 __all__ = ["Synthesizer", "SynthReport", "Measurement"]
 

@@ -17,6 +17,7 @@ from dpkit.analytics.plan import AggregationPlan
 
 __all__ = [
     "is_uri",
+    "is_spark_frame",
     "Engine",
     "ColumnKind",
     "ReadType",
@@ -59,6 +60,12 @@ _URI = re.compile(r"^[A-Za-z][A-Za-z0-9+.-]+://")
 def is_uri(path: str) -> bool:
     """Whether ``path`` is a URI with a scheme rather than a local path."""
     return _URI.match(path) is not None
+
+
+def is_spark_frame(data: object) -> bool:
+    """Whether ``data`` comes from pyspark (a classic or Spark Connect DataFrame): decided by its
+    type's module, without importing pyspark."""
+    return type(data).__module__.startswith("pyspark.")
 
 
 def quote_identifier(name: str) -> str:
