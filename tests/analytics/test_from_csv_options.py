@@ -16,7 +16,7 @@ from typer.testing import CliRunner
 
 import dpkit as dp
 from dpkit.analytics import Categorical, Metadata, Numeric
-from dpkit.analytics.engines.duckdb import CsvOptions, csv_source_sql
+from dpkit.analytics.engines.csv_source import CsvOptions, csv_source_sql
 from dpkit.cli import app
 from dpkit.errors import InvalidParameterError
 
@@ -81,7 +81,7 @@ def test_the_default_dialect_is_unchanged(tmp_path: Path) -> None:
     """Without options the read is the fixed dialect the curator service copies files with."""
     path = write(tmp_path, "people.csv", ["age,sex", "31,F"])
     assert csv_source_sql(path) == csv_source_sql(path, CsvOptions())
-    assert "nullstr" not in csv_source_sql(path) and "header = true" in csv_source_sql(path)
+    assert "'age,sex'" in csv_source_sql(path)  # the header line is recognised by its text
     assert total_age(session(path)) == 31
 
 
@@ -105,7 +105,7 @@ def test_the_default_dialect_is_unchanged(tmp_path: Path) -> None:
         ({"null": ["NA", None]}, "null"),
         ({"null": "a,b"}, "null"),  # holds the delimiter
         ({"delimiter": ";", "null": ["x;y"]}, "null"),
-        ({"engine": "spark"}, "engine"),
+        ({"engine": "polars"}, "engine"),
     ],
 )
 def test_bad_options_name_the_option(tmp_path: Path, options: dict[str, object], name: str) -> None:

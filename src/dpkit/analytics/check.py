@@ -165,7 +165,7 @@ def _engine(source: object, table: str | None) -> tuple[Any, str, Any]:
             return DuckDBEngine(None, connection=source, table=table), table, None
         except duckdb.Error as exc:
             raise InvalidParameterError("table", table, "a table or view of the DuckDB connection", str(exc)) from None
-    from dpkit.analytics.engines.duckdb import CsvFile
+    from dpkit.analytics.engines.csv_source import CsvFile
 
     if isinstance(source, CsvFile):  # a CSV file and how to read it (Session.from_csv's options)
         if not source.path.is_file():

@@ -271,16 +271,20 @@ class Session:
         null: str | Sequence[str] | None = None,
         **kwargs: Any,
     ) -> Session:
-        """A session over a CSV file, read by DuckDB's ``read_csv`` with every column as text and
-        nothing sniffed from the rows (the declared types apply); the table is named after the
-        file's stem unless ``table=`` is given. The other keywords are :class:`Session`'s.
+        """A session over a CSV file, read by dpkit's CSV reader: one line a record, every column
+        as text, nothing sniffed from the rows (the declared types apply), a malformed line dropped
+        alone — the same rows on both engines (:mod:`dpkit.analytics.engines.csv_source`, and the
+        guide's "How dpkit reads your data"). The table is named after the file's stem unless
+        ``table=`` is given. The other keywords are :class:`Session`'s.
 
         ``header``: whether the first line names the columns (default True). ``columns``: the
         columns' names in the file's order — required with ``header=False``; with a header line
         they replace its names. ``delimiter``: the one character between fields (default ``","``;
         ``";"``, ``"\\t"``, ``"|"``). ``null``: a text or list of texts read as NULL besides the
-        empty field (``"NA"``, ``["NA", "?"]``). A bad value raises
-        :class:`~dpkit.errors.InvalidParameterError` naming the option, before anything is read.
+        empty field (``"NA"``, ``["NA", "?"]``). ``engine``: ``"duckdb"`` (default) or ``"spark"``
+        (the file read by Spark's text source on ``spark``, a SparkSession, default a local one).
+        A bad value raises :class:`~dpkit.errors.InvalidParameterError` naming the option, before
+        anything is read.
 
         >>> import tempfile, pathlib, dpkit as dp
         >>> from dpkit.analytics import Metadata, Numeric
@@ -292,17 +296,14 @@ class Session:
         >>> s.table, sorted(s.columns)
         ('ages', ['age'])
         """
-        from dpkit.analytics.engines.duckdb import CsvFile, CsvOptions
+        from dpkit.analytics.engines.csv_source import CsvFile, CsvOptions
 
         if not isinstance(path, (str, os.PathLike)):
             raise InvalidParameterError("path", _short(path), "the path of a CSV file (a str or os.PathLike)")
         engine = kwargs.pop("engine", None)
-        if engine is not None and (not isinstance(engine, str) or engine != "duckdb"):
-            raise InvalidParameterError(
-                "engine",
-                _short(engine),
-                "'duckdb' or None: from_csv reads the file with DuckDB (give another engine to Session(data, engine=...))",
-            )
+        spark = kwargs.pop("spark", None)
+        if engine is not None and (not isinstance(engine, str) or engine not in ("duckdb", "spark")):
+            raise InvalidParameterError("engine", _short(engine), "'duckdb' (default) or 'spark'")
         options = CsvOptions(
             header=header,
             columns=columns,  # type: ignore[arg-type]  # checked and made a tuple by CsvOptions
@@ -310,7 +311,22 @@ class Session:
             null=() if null is None else null,  # type: ignore[arg-type]
         )
         kwargs.setdefault("table", Path(path).stem)
-        return cls(CsvFile(Path(path), options), **kwargs)
+        source = CsvFile(Path(path), options)
+        if engine != "spark":
+            if spark is not None:
+                raise InvalidParameterError("spark", _short(spark), "None unless engine='spark'")
+            return cls(source, **kwargs)
+        _duckdb_only(kwargs.pop("memory_limit", None), kwargs.pop("temp_directory", None), "engine='spark'")
+        if spark is not None and not hasattr(getattr(spark, "read", None), "text"):
+            raise InvalidParameterError("spark", _short(spark), "a SparkSession, or None (a local one)")
+        if not source.path.is_file():
+            raise InvalidParameterError("data", source.path.name, "an existing CSV file")
+        from dpkit.analytics.engines.csv_source import csv_names, read_csv_spark
+        from dpkit.analytics.engines.spark import SparkEngine, spark_session
+
+        csv_names(source.path, options)  # a header that names no columns is refused before Spark starts
+        frame = read_csv_spark(spark if spark is not None else spark_session(), source)
+        return cls(None, engine=SparkEngine(frame), **kwargs)
 
     @classmethod
     def from_parquet(

@@ -76,7 +76,7 @@ EngineOption = Annotated[
     typer.Option(
         "--engine",
         metavar="duckdb|spark",
-        help="Where the data is read: duckdb (in this process, the default) or spark (Parquet data only).",
+        help="Where the data is read: duckdb (in this process, the default) or spark (CSV and Parquet data).",
     ),
 ]
 MasterOption = Annotated[

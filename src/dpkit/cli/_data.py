@@ -93,7 +93,7 @@ def check(
     try:
         source: object = data
         if csv_options:  # read as `dpkit query` reads it with the same options
-            from dpkit.analytics.engines.duckdb import CsvFile, CsvOptions
+            from dpkit.analytics.engines.csv_source import CsvFile, CsvOptions
 
             source = CsvFile(data, CsvOptions(**csv_options))  # CsvOptions checks and freezes them
         report = check_data(source, metadata, table=table)

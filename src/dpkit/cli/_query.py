@@ -46,7 +46,7 @@ def query(
     data: Annotated[
         str,
         typer.Argument(
-            help="A CSV or Parquet file, a directory of Parquet files (Hive-partitioned too) or a quoted glob such as 'data/**/*.parquet' (a directory or glob needs --dataset). With --engine spark: Parquet only, or a URI Spark reads (hdfs://..., s3a://...).",
+            help="A CSV or Parquet file, a directory of Parquet files (Hive-partitioned too) or a quoted glob such as 'data/**/*.parquet' (a directory or glob needs --dataset). With --engine spark: a local CSV or Parquet file, a Parquet directory or glob, or a URI of Parquet data Spark reads (hdfs://..., s3a://...).",
             show_default=False,
         ),
     ],
@@ -150,8 +150,8 @@ def query(
                 f"{data!r} is a directory, glob or URI of Parquet files: name its budget's dataset with --dataset NAME "
                 "(dpkit budget create NAME ANALYST ...), as its content has no single identity"
             )
-    if engine == "spark" and not many and path.suffix.lower() not in (".parquet", ".pq"):
-        _fail(f"--engine spark reads Parquet data: {data!r} is not a .parquet file, directory or glob")
+    if engine == "spark" and not many and path.suffix.lower() not in (".parquet", ".pq", ".csv", ".tsv", ".txt"):
+        _fail(f"--engine spark reads CSV and Parquet data: {data!r} is not a .csv, .parquet file, directory or glob")
     if not metadata.is_file():
         _fail(
             f"no such metadata file: {str(metadata)!r} (write one by hand, or dpkit generate census ... --metadata FILE for the example)"
@@ -181,9 +181,8 @@ def query(
         with err.status(f"scanning {path.name} …", spinner="dots") if not json_output else contextlib.nullcontext():
             make: Callable[..., Any]
             if engine == "spark":
-                make = functools.partial(
-                    Session.from_parquet, engine="spark", spark=_spark_session(master, settings, "dpkit query")
-                )
+                reader = Session.from_parquet if many or path.suffix.lower() in (".parquet", ".pq") else Session.from_csv
+                make = functools.partial(reader, engine="spark", spark=_spark_session(master, settings, "dpkit query"))
             elif many:
                 make = Session.from_parquet
             else:

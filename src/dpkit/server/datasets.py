@@ -43,8 +43,9 @@ from pathlib import Path, PurePath
 from typing import Any, TypeVar
 
 from dpkit._validate import short_repr
-from dpkit.analytics.engines.base import is_uri, quote_identifier
-from dpkit.analytics.engines.duckdb import ParquetFiles, csv_source_sql, sql_string
+from dpkit.analytics.engines.base import is_uri, quote_identifier, sql_string
+from dpkit.analytics.engines.csv_source import csv_source_sql
+from dpkit.analytics.engines.duckdb import ParquetFiles
 from dpkit.analytics.metadata import Metadata
 from dpkit.errors import InvalidParameterError
 

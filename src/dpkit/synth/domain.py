@@ -24,8 +24,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from dpkit._validate import short_repr
-from dpkit.analytics.engines.base import quote_identifier
-from dpkit.analytics.engines.duckdb import sql_string
+from dpkit.analytics.engines.base import quote_identifier, sql_string
 from dpkit.analytics.metadata import Categorical, Metadata, Numeric
 from dpkit.errors import InvalidParameterError
 

@@ -22,6 +22,7 @@ __all__ = [
     "ColumnKind",
     "ReadType",
     "quote_identifier",
+    "sql_string",
     "ROW_SALT_MASK",
     "SUM_LIMIT",
     "GAUSSIAN_SUM_LIMIT",
@@ -71,6 +72,11 @@ def is_spark_frame(data: object) -> bool:
 def quote_identifier(name: str) -> str:
     """A column name as a double-quoted SQL identifier (embedded quotes doubled)."""
     return '"' + name.replace('"', '""') + '"'
+
+
+def sql_string(text: str) -> str:
+    """``text`` as a single-quoted SQL string literal (embedded quotes doubled)."""
+    return "'" + text.replace("'", "''") + "'"
 
 
 @runtime_checkable

@@ -11,7 +11,6 @@ BENCHMARKS.md).
 
 from __future__ import annotations
 
-import csv
 import glob as globmod
 import itertools
 import os
@@ -24,8 +23,10 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from dpkit.analytics.engines.base import EXACT_INTEGER_LIMIT, ROW_SALT_MASK, SUM_LIMIT, ColumnKind, ReadType
+from dpkit.analytics.engines.base import EXACT_INTEGER_LIMIT, ROW_SALT_MASK, SUM_LIMIT, ColumnKind, ReadType, sql_string
 from dpkit.analytics.engines.base import quote_identifier as q
+from dpkit.analytics.engines.csv_source import CsvFile, csv_source_sql
+from dpkit.analytics.engines.pandas_source import pandas_kind, text_column
 from dpkit.analytics.plan import (
     AggregationPlan,
     And,
@@ -42,7 +43,7 @@ from dpkit.analytics.plan import (
 )
 from dpkit.errors import InvalidParameterError
 
-__all__ = ["CsvFile", "CsvOptions", "DuckDBEngine", "ParquetFiles", "csv_source_sql", "parquet_files", "sql_string"]
+__all__ = ["DuckDBEngine", "ParquetFiles", "parquet_files"]
 
 _counter = itertools.count()
 _INTEGER_TYPES = (
@@ -58,11 +59,6 @@ _INTEGER_TYPES = (
     "UHUGEINT",
 )
 _FLOAT_TYPES = ("FLOAT", "DOUBLE", "REAL")
-
-
-def sql_string(text: str) -> str:
-    """``text`` as a single-quoted SQL string literal (embedded quotes doubled)."""
-    return "'" + text.replace("'", "''") + "'"
 
 
 class _Params:
@@ -89,155 +85,39 @@ def _kind(type_name: str) -> ColumnKind:
     return "other"
 
 
-def _pandas_kind(dtype: Any) -> ColumnKind:
-    if pd.api.types.is_bool_dtype(dtype):
-        return "boolean"
-    if pd.api.types.is_numeric_dtype(dtype):
-        return "numeric"
-    if isinstance(dtype, pd.ArrowDtype) and not (pd.api.types.is_string_dtype(dtype)):
-        return "nested" if "list" in str(dtype) or "struct" in str(dtype) or "map" in str(dtype) else "other"
-    if pd.api.types.is_datetime64_any_dtype(dtype) or pd.api.types.is_timedelta64_dtype(dtype):
-        return "other"
-    # object, string and category columns: read as text (an object column's values are turned
-    # into their text form before DuckDB sees them, so no per-row type inference happens)
-    return "string"
-
-
-_LINE_BREAKS = ("\n", "\r")
-
-
-def _is_name_list(value: object) -> bool:
-    return isinstance(value, Sequence) and not isinstance(value, (str, bytes))
-
-
-@dataclass(frozen=True)
-class CsvOptions:
-    """How a CSV file is read (the options of :meth:`Session.from_csv
-    <dpkit.analytics.Session.from_csv>`), checked when made; the defaults are the fixed dialect.
-
-    ``header``: the first line names the columns (True) or is already data (False).
-    ``columns``: the columns' names, in order: required with ``header=False``; with a header line
-    they replace its names (the line is skipped). ``delimiter``: the one character between
-    fields (``","``, ``";"``, ``"\t"``, ``"|"``). ``null``: texts read as NULL besides the empty
-    field (``"NA"``, ``["NA", "?"]``). A bad value raises
-    :class:`~dpkit.errors.InvalidParameterError` naming the option."""
-
-    header: bool = True
-    columns: tuple[str, ...] | None = None
-    delimiter: str = ","
-    null: tuple[str, ...] = ()
-
-    def __post_init__(self) -> None:
-        if not isinstance(self.header, bool):
-            raise InvalidParameterError("header", self.header, "True (the first line names the columns) or False")
-        d = self.delimiter
-        if not isinstance(d, str) or len(d) != 1 or d in (*_LINE_BREAKS, '"', "\0"):
-            raise InvalidParameterError(
-                "delimiter", d, "one character other than a double quote, NUL or a line break (',', ';', '\\t', '|')"
-            )
-        columns = self.columns
-        if columns is not None:
-            if not _is_name_list(columns) or not columns:
-                raise InvalidParameterError("columns", columns, "a non-empty list of column names, in the file's order")
-            names = tuple(columns)
-            for name in names:
-                if not isinstance(name, str) or not name.strip() or "\0" in name:
-                    raise InvalidParameterError(
-                        "columns", name, "a list of non-empty column names (text without NUL characters)"
-                    )
-            if len({n.strip() for n in names}) != len(names):
-                raise InvalidParameterError("columns", list(names), "a list of column names without repeats")
-            object.__setattr__(self, "columns", tuple(n.strip() for n in names))
-        elif not self.header:
-            raise InvalidParameterError(
-                "columns",
-                None,
-                "a list of the columns' names when header=False",
-                "a file without a header line does not name its columns",
-            )
-        null = self.null
-        texts = (null,) if isinstance(null, str) else null
-        if not _is_name_list(texts) or not all(isinstance(t, str) for t in texts):
-            raise InvalidParameterError(
-                "null", null, "a text or a list of texts read as NULL (e.g. 'NA' or ['NA', '?'])"
-            )
-        for t in texts:
-            if d in t or any(c in t for c in (*_LINE_BREAKS, '"', "\0")):
-                raise InvalidParameterError(
-                    "null", t, f"a text without the delimiter {d!r}, a double quote, NUL or a line break"
-                )
-        object.__setattr__(self, "null", tuple(dict.fromkeys(texts)))
-
-
-@dataclass(frozen=True)
-class CsvFile:
-    """A CSV file and how to read it: a :class:`DuckDBEngine` source."""
-
-    path: Path
-    options: CsvOptions
-
-
-def _csv_header(path: Path, delimiter: str = ",") -> list[str]:
-    """The column names on a CSV file's first line (the curator's schema; no data row is read)."""
-    with path.open("r", encoding="utf-8", errors="replace", newline="") as f:
-        first = f.readline()
-    try:
-        names = next(csv.reader([first], delimiter=delimiter))
-    except (StopIteration, csv.Error):
-        names = []
-    return [n.strip() for n in names]
-
-
-def csv_source_sql(path: str | os.PathLike[str], options: CsvOptions | None = None) -> str:
-    """The SQL table expression (``read_csv(...)``) reading a CSV file by the fixed rules of
-    :class:`DuckDBEngine`: comma-separated, double quotes, the header line's names (read here, in
-    Python), every column as VARCHAR, nothing sniffed from the rows; short rows are padded with
-    NULLs, extra fields dropped and unparsable lines skipped. Whoever copies a CSV (the curator
-    service) reads it with exactly this expression, so that no row can fail the read or change a
-    column's type. ``options`` (:class:`CsvOptions`) change the delimiter, the texts read as
-    NULL, and where the names come from (``columns``, for a file without a header line).
-
-    Raises :class:`~dpkit.errors.InvalidParameterError` (naming only the file) when the first
-    line does not name every column once.
-    """
-    p = Path(path)
-    opts = CsvOptions() if options is None else options
-    if opts.columns is not None:
-        names = list(opts.columns)
-    else:
-        names = _csv_header(p, opts.delimiter)
-        if not names or any(not n for n in names) or len(set(names)) != len(names):
-            accepted = "a CSV file whose first line names every column once"
-            if opts.delimiter != ",":
-                accepted += f", separated by {opts.delimiter!r}"
-            raise InvalidParameterError("data", p.name, accepted)
-    columns = "{" + ", ".join(f"{sql_string(n)}: 'VARCHAR'" for n in names) + "}"
-    # DuckDB's nullstr replaces its default (the empty field), which stays NULL
-    null = "".join(f", {sql_string(t)}" for t in opts.null)
+def _number_text(x: str, sql_type: str) -> str:
+    """A number's canonical text, whatever its physical type: an integral value within ±2**53 as
+    an integer (``1``, and ``0`` for −0.0, whether the column is BIGINT, DOUBLE or DECIMAL), any
+    other finite value as the engine writes it; NaN and ±inf are NULL. So a pandas column that turns
+    float64 when one row holds NaN still reads ``"1"``, not ``"1.0"``."""
+    if sql_type in _INTEGER_TYPES:
+        return f"CAST({x} AS VARCHAR)"
+    finite = f"isfinite({x})" if sql_type in _FLOAT_TYPES else "TRUE"
     return (
-        f"read_csv({sql_string(str(p))}, header = {'true' if opts.header else 'false'}, auto_detect = false, "
-        f"columns = {columns}, delim = {sql_string(opts.delimiter)}, quote = '\"', escape = '\"', "
-        + (f"nullstr = [''{null}], " if null else "")
-        + "null_padding = true, ignore_errors = true, strict_mode = false)"
+        f"CASE WHEN {finite} AND abs({x}) <= {EXACT_INTEGER_LIMIT} AND {x} = round({x}) "
+        f"THEN CAST(CAST({x} AS BIGINT) AS VARCHAR) WHEN {finite} THEN CAST({x} AS VARCHAR) END"
     )
 
 
 def _read(x: str, read: ReadType, kind: ColumnKind, strip: bool, sql_type: str = "") -> str:
     """The total SQL expression reading the physical column ``x`` as its declared type.
 
-    ``sql_type`` (the physical type's name, when known) only selects a cheaper expression with
-    the same values: integers and floats need no text parsing."""
+    ``sql_type`` (the physical type's name, when known) selects a cheaper expression with the same
+    values (integers and floats need no text parsing) and the canonical forms of floats: −0.0 is
+    0.0 and NaN is NULL, so that hashing and grouping see one value each."""
     if read == "unit" and kind in ("numeric", "boolean"):
+        if sql_type in _FLOAT_TYPES:
+            return f"CASE WHEN {x} = 0 THEN CAST(0 AS {sql_type}) WHEN NOT isnan({x}) THEN {x} END"
         return x  # compared and hashed only: kept native (sorting 10^7 integers, not their text)
     if read == "double" and sql_type in _INTEGER_TYPES:
         return f"CAST({x} AS DOUBLE)"
     if read == "double" and sql_type in _FLOAT_TYPES:
-        return f"CASE WHEN isfinite({x}) THEN CAST({x} AS DOUBLE) END"
+        return f"CASE WHEN {x} = 0 THEN 0.0 WHEN isfinite({x}) THEN CAST({x} AS DOUBLE) END"
     if read == "integer" and sql_type in _INTEGER_TYPES:
         return f"CASE WHEN {x} BETWEEN {-EXACT_INTEGER_LIMIT} AND {EXACT_INTEGER_LIMIT} THEN CAST({x} AS BIGINT) END"
     if kind != "string":
         if read in ("string", "unit"):
-            return f"CAST({x} AS VARCHAR)"
+            return _number_text(x, sql_type) if kind == "numeric" else f"CAST({x} AS VARCHAR)"
         cast_from = x  # numbers and booleans cast directly, not through their text
     else:
         text = f"trim({x})" if strip else x
@@ -254,7 +134,7 @@ def _read(x: str, read: ReadType, kind: ColumnKind, strip: bool, sql_type: str =
     else:
         d = f"TRY_CAST({cast_from} AS DOUBLE)"
     if read == "double":
-        return f"CASE WHEN isfinite({d}) THEN {d} END"
+        return f"CASE WHEN {d} = 0 THEN 0.0 WHEN isfinite({d}) THEN {d} END"
     # integer: an exact double with an integral value (3.5 and 1e300 are not integers)
     return f"CASE WHEN isfinite({d}) AND abs({d}) <= {EXACT_INTEGER_LIMIT} AND {d} = round({d}) THEN CAST({d} AS BIGINT) END"
 
@@ -466,7 +346,7 @@ class DuckDBEngine:
                 "data", type(source).__name__, "a pandas DataFrame, a CSV or Parquet path, or a DuckDB relation"
             )
         if self._frame is not None:  # a pandas frame is registered at bind, from its dtypes until then
-            self._kinds = {str(c): _pandas_kind(t) for c, t in self._frame.dtypes.items()}
+            self._kinds = {str(c): pandas_kind(t) for c, t in self._frame.dtypes.items()}
         else:
             self._read_sql_types()
             self._kinds = {name: _kind(t) for name, t in self._sql_types.items()}
@@ -517,8 +397,8 @@ class DuckDBEngine:
             # (a new frame of the same column objects: pandas copies nothing it does not convert)
             columns = {c: self._frame[c] for c in types} or {"__dpkit_one": pd.Series(1, index=self._frame.index)}
             for c, col in columns.items():
-                if self._kinds.get(c) == "string" and not isinstance(col.dtype, pd.StringDtype):
-                    columns[c] = col.astype("string")
+                if self._kinds.get(c) == "string":
+                    columns[c] = text_column(col)
             self._con.register(self._view, pd.DataFrame(columns, copy=False))
             self._frame = None
             self._read_sql_types()

@@ -139,22 +139,40 @@ def _native(data_type: Any) -> str:
     return ""
 
 
+def _number_text(x: Any, native: str) -> Any:
+    """A number's canonical text (DuckDB's ``_number_text``): an integral value within ±2**53 as an
+    integer, whatever the physical type (``0`` for −0.0); another finite value as Spark writes it;
+    NaN and ±inf NULL."""
+    from pyspark.sql import functions as F
+
+    if native == "integer":
+        return x.cast("string")
+    finite = _finite(x) if native == "float" else F.lit(True)
+    whole = finite & (F.abs(x) <= F.lit(EXACT_INTEGER_LIMIT)) & (x == F.round(x))
+    return F.when(whole, x.try_cast("long").cast("string")).when(finite, x.try_cast("string"))
+
+
 def _read(x: Any, read: ReadType, kind: ColumnKind, strip: bool, native: str = "") -> Any:
     """The total expression reading the physical column ``x`` as its declared type (DuckDB's
     ``_read``, rule for rule; see the module docstring). ``native`` (:func:`_native` of the
-    physical type) only selects a cheaper expression with the same values: integers and floats
-    need no round trip through a double and no integrality test."""
+    physical type) selects a cheaper expression with the same values (integers and floats need no
+    round trip through a double and no integrality test) and the canonical forms of floats: −0.0
+    is 0.0 and NaN is NULL."""
     from pyspark.sql import functions as F
 
     if read == "unit" and kind in ("numeric", "boolean"):
+        if native == "float":
+            return F.when(x == F.lit(0), F.lit(0).cast("double")).when(~F.isnan(x), x.cast("double"))
         return x  # compared and hashed only: kept native, as in DuckDB
     if read == "double" and native == "integer":
         return x.cast("double")
     if read == "double" and native == "float":
-        return F.when(_finite(x), x.cast("double"))
+        return F.when(x == F.lit(0), F.lit(0.0)).when(_finite(x), x.cast("double"))
     if read == "integer" and native == "integer":
         limit = F.lit(int(EXACT_INTEGER_LIMIT)).cast("long")
         return F.when(x.between(-limit, limit), x.cast("long"))
+    if kind == "numeric" and read in ("string", "unit"):
+        return _number_text(x, native)
     if kind != "string":
         text = x.try_cast("string")
     elif strip:
@@ -180,7 +198,7 @@ def _read(x: Any, read: ReadType, kind: ColumnKind, strip: bool, native: str = "
     else:
         d = x.try_cast("double")
     if read == "double":
-        return F.when(_finite(d), d)
+        return F.when(d == F.lit(0), F.lit(0.0)).when(_finite(d), d)
     # integer: an exact double with an integral value (3.5 and 1e300 are not integers)
     return F.when(_finite(d) & (F.abs(d) <= F.lit(float(EXACT_INTEGER_LIMIT))) & (d == F.round(d)), d.try_cast("long"))
 

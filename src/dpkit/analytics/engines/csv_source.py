@@ -1,0 +1,341 @@
+"""The CSV reader: one line is one record, on every engine.
+
+A CSV file is read by rules fixed before any row is seen, so that what a line contributes is a
+function of that line's bytes and the declared reading options only (DESIGN.md, "Reading is
+row-local"). The rules, the same on DuckDB, on Spark, in the curator service's copy, in the
+synthesizer and in ``dpkit check``:
+
+* **A line is a record.** Lines end at ``\\n``, ``\\r\\n`` or a lone ``\\r``. A line break inside
+  quotes does not continue the record: RFC 4180 allows it, but honouring it lets one stray quote
+  swallow every following line (one person's record would change the count by thousands). A
+  quoted field broken over lines leaves pieces: the first and the last hold an odd number of
+  quotes, so they are malformed and dropped; only a piece wholly inside the field (a record with
+  two or more line breaks in one field) can read as a line of its own. The privacy unit of a CSV
+  file is therefore a line: a record spanning k ≥ 2 lines adds at most k − 2 rows (none for one
+  quoted line break), a line at most one.
+* **Fields** are separated by the delimiter. A field that starts with ``"`` is quoted: it runs to
+  the next lone ``"``, ``""`` inside it is one ``"``, and only the delimiter may follow it. Any
+  other field is taken as it is, up to the next delimiter, and holds no ``"``.
+* **Malformed lines are dropped**, each alone: a quoted field that does not close on its line or is
+  followed by text, a ``"`` inside an unquoted field, a line that is not valid UTF-8 (or holds U+FFFD, the character invalid bytes
+  decode to), a line of :data:`MAX_LINE_BYTES` bytes or more. Blank lines are skipped. With a header,
+  every line equal to the header line is the header (not data). ``dpkit check`` counts what was
+  dropped, for the curator only.
+* **Values**: a short line's missing fields are NULL, extra fields are ignored; an unquoted empty
+  field, or one equal to a ``null`` text, is NULL; a quoted field is text, never NULL
+  (``""`` is the empty text). Every column is text here; the declared types are applied by the
+  engines' total casts.
+
+Lines are split by the engine's own line reader (DuckDB's ``read_csv`` with the line break as the
+only delimiter and no quoting; Spark's text source); a line without a ``"`` — nearly every line of
+most files — is split with a plain string split, and only lines holding quotes are parsed with a
+regular expression (RE2 on DuckDB; on Spark, Java's, written with possessive quantifiers so that a
+long quoted field cannot exhaust the stack).
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from dpkit.analytics.engines.base import quote_identifier as q
+from dpkit.analytics.engines.base import sql_string
+from dpkit.errors import InvalidParameterError
+
+__all__ = [
+    "MAX_LINE_BYTES",
+    "CsvFile",
+    "CsvOptions",
+    "csv_names",
+    "csv_skipped_sql",
+    "csv_source_sql",
+    "csv_unreadable_lines",
+    "read_csv_spark",
+]
+
+#: Lines of this many bytes or more (without the line break) are dropped, on both engines alike
+#: (DuckDB's scanner is given a little more room and the exact rule is a filter).
+MAX_LINE_BYTES = 2**21
+
+_LINE_BREAKS = ("\n", "\r")
+_REPLACEMENT = "\ufffd"
+_BOM = "\ufeff"
+
+
+def _is_name_list(value: object) -> bool:
+    return isinstance(value, Sequence) and not isinstance(value, (str, bytes))
+
+
+@dataclass(frozen=True)
+class CsvOptions:
+    """How a CSV file is read (the options of :meth:`Session.from_csv
+    <dpkit.analytics.Session.from_csv>`), checked when made; the defaults are the fixed dialect.
+
+    ``header``: the first line names the columns (True) or is already data (False).
+    ``columns``: the columns' names, in order: required with ``header=False``; with a header line
+    they replace its names (the line is skipped). ``delimiter``: the one character between
+    fields (``","``, ``";"``, ``"\t"``, ``"|"``). ``null``: texts read as NULL besides the empty
+    field (``"NA"``, ``["NA", "?"]``). A bad value raises
+    :class:`~dpkit.errors.InvalidParameterError` naming the option."""
+
+    header: bool = True
+    columns: tuple[str, ...] | None = None
+    delimiter: str = ","
+    null: tuple[str, ...] = ()
+
+    def __post_init__(self) -> None:
+        if not isinstance(self.header, bool):
+            raise InvalidParameterError("header", self.header, "True (the first line names the columns) or False")
+        d = self.delimiter
+        if not isinstance(d, str) or len(d) != 1 or d in (*_LINE_BREAKS, '"', "\0", _REPLACEMENT):
+            raise InvalidParameterError(
+                "delimiter", d, "one character other than a double quote, NUL or a line break (',', ';', '\\t', '|')"
+            )
+        columns = self.columns
+        if columns is not None:
+            if not _is_name_list(columns) or not columns:
+                raise InvalidParameterError("columns", columns, "a non-empty list of column names, in the file's order")
+            names = tuple(columns)
+            for name in names:
+                if not isinstance(name, str) or not name.strip() or "\0" in name:
+                    raise InvalidParameterError(
+                        "columns", name, "a list of non-empty column names (text without NUL characters)"
+                    )
+            if len({n.strip() for n in names}) != len(names):
+                raise InvalidParameterError("columns", list(names), "a list of column names without repeats")
+            object.__setattr__(self, "columns", tuple(n.strip() for n in names))
+        elif not self.header:
+            raise InvalidParameterError(
+                "columns",
+                None,
+                "a list of the columns' names when header=False",
+                "a file without a header line does not name its columns",
+            )
+        null = self.null
+        texts = (null,) if isinstance(null, str) else null
+        if not _is_name_list(texts) or not all(isinstance(t, str) for t in texts):
+            raise InvalidParameterError(
+                "null", null, "a text or a list of texts read as NULL (e.g. 'NA' or ['NA', '?'])"
+            )
+        for t in texts:
+            if d in t or any(c in t for c in (*_LINE_BREAKS, '"', "\0")):
+                raise InvalidParameterError(
+                    "null", t, f"a text without the delimiter {d!r}, a double quote, NUL or a line break"
+                )
+        object.__setattr__(self, "null", tuple(dict.fromkeys(texts)))
+
+
+@dataclass(frozen=True)
+class CsvFile:
+    """A CSV file and how to read it: a source of either engine."""
+
+    path: Path
+    options: CsvOptions
+
+
+def _first_line(path: Path) -> str:
+    """The file's first line as text (the curator's header; no data row is read), without its
+    line break or a leading byte-order mark."""
+    with path.open("rb") as f:
+        raw = f.readline(MAX_LINE_BYTES + 2)
+    text = raw.decode("utf-8", errors="replace").removeprefix(_BOM)
+    for brk in ("\n", "\r"):
+        text = text.split(brk, 1)[0]
+    return text
+
+
+def _split_header(line: str, delimiter: str) -> list[str]:
+    """The names on a header line, by the same field rules as the data (done in Python: one line)."""
+    names: list[str] = []
+    i, n = 0, len(line)
+    while True:
+        if i < n and line[i] == '"':
+            j, text = i + 1, []
+            while True:
+                k = line.find('"', j)
+                if k < 0:
+                    return []  # an unclosed quote: no names
+                text.append(line[j:k])
+                if line.startswith('""', k):
+                    text.append('"')
+                    j = k + 2
+                    continue
+                i = k + 1
+                break
+            if i < n and line[i] != delimiter:
+                return []
+            names.append("".join(text))
+        else:
+            k = line.find(delimiter, i)
+            k = n if k < 0 else k
+            names.append(line[i:k])
+            i = k
+        if i >= n:
+            return [name.strip() for name in names]
+        i += 1  # past the delimiter
+        if i == n:
+            return [*(name.strip() for name in names), ""]
+
+
+def csv_names(path: str | os.PathLike[str], options: CsvOptions | None = None) -> list[str]:
+    """The columns' names: ``options.columns``, else the header line's.
+
+    Raises :class:`~dpkit.errors.InvalidParameterError` (naming only the file) when the header line
+    does not name every column once."""
+    p = Path(path)
+    opts = CsvOptions() if options is None else options
+    if opts.columns is not None:
+        return list(opts.columns)
+    names = _split_header(_first_line(p), opts.delimiter)
+    if not names or any(not n for n in names) or len(set(names)) != len(names):
+        accepted = "a CSV file whose first line names every column once"
+        if opts.delimiter != ",":
+            accepted += f", separated by {opts.delimiter!r}"
+        raise InvalidParameterError("data", p.name, accepted)
+    return names
+
+
+def _regex_char(c: str) -> str:
+    """``c`` as a literal in a regular expression, the same in RE2 and Java."""
+    return c if c.isalnum() or ord(c) > 127 or c in " \t" else "\\" + c
+
+
+def _patterns(delimiter: str, *, java: bool) -> tuple[str, str]:
+    """(a well-formed line, one field preceded by the delimiter) as regular expressions."""
+    d = _regex_char(delimiter)
+    plus, star = ("++", "*+") if java else ("+", "*")  # Java: possessive, so no backtracking stack
+    quoted = f'"(?:[^"]{plus}|""){star}"'
+    bare = f'[^"{d}]{star}'
+    field = f"(?:{quoted}|{bare})"
+    return f"{field}(?:{d}{field}){star}", f"{d}({quoted}|{bare})"
+
+
+def _lines_sql(path: Path) -> str:
+    """Every line of the file as ``l`` (DuckDB): the line break is the only delimiter and nothing
+    is quoted, so the scanner never joins lines; lines that are not UTF-8 or are too long are
+    skipped by the scanner itself (``ignore_errors``)."""
+    return (
+        f"read_csv({sql_string(str(path))}, columns = {{'l': 'VARCHAR'}}, delim = '\n', quote = '', "
+        f"escape = '', header = false, auto_detect = false, null_padding = true, ignore_errors = true, "
+        f"strict_mode = false, new_line = '\\n', max_line_size = {MAX_LINE_BYTES + 16})"
+    )
+
+
+def _kept_lines_where(header: str | None) -> str:
+    where = ["l IS NOT NULL", "l <> ''", f"NOT contains(l, {sql_string(_REPLACEMENT)})"]
+    where.append(f"strlen(l) < {MAX_LINE_BYTES}")
+    if header is not None:
+        where.append(f"l NOT IN ({sql_string(header)}, {sql_string(_BOM + header)})")
+    return " AND ".join(where)
+
+
+def _fields_sql(delimiter: str) -> str:
+    line, field = _patterns(delimiter, java=False)
+    d = sql_string(delimiter)
+    return (
+        f"CASE WHEN NOT contains(l, '\"') THEN string_split(l, {d}) "
+        f"WHEN regexp_full_match(l, {sql_string(line)}) "
+        f"THEN regexp_extract_all({d} || l, {sql_string(field)}, 1) END"
+    )
+
+
+def _value_sql(f: str, null: Sequence[str]) -> str:
+    nulls = ", ".join(sql_string(t) for t in ("", *null))
+    return (
+        f"CASE WHEN starts_with({f}, '\"') THEN replace(substr({f}, 2, length({f}) - 2), '\"\"', '\"') "
+        f"WHEN {f} IN ({nulls}) THEN NULL ELSE {f} END"
+    )
+
+
+def csv_source_sql(path: str | os.PathLike[str], options: CsvOptions | None = None) -> str:
+    """The SQL table expression (a subquery) reading a CSV file by the module's rules on DuckDB:
+    one line a record, every column as VARCHAR, malformed lines dropped alone. Whoever reads or
+    copies a CSV (the session, the curator service, the synthesizer, the check) uses exactly this
+    expression. ``options`` (:class:`CsvOptions`) change the delimiter, the texts read as NULL,
+    and where the names come from (``columns``, for a file without a header line).
+
+    Raises :class:`~dpkit.errors.InvalidParameterError` (naming only the file) when the header line
+    does not name every column once."""
+    p = Path(path)
+    opts = CsvOptions() if options is None else options
+    names = csv_names(p, opts)
+    header = _first_line(p) if opts.header else None
+    cols = ", ".join(f"{_value_sql(f'__f[{i + 1}]', opts.null)} AS {q(n)}" for i, n in enumerate(names))
+    return (
+        f"(SELECT {cols} FROM (SELECT {_fields_sql(opts.delimiter)} AS __f FROM {_lines_sql(p)} "
+        f"WHERE {_kept_lines_where(header)}) WHERE __f IS NOT NULL)"
+    )
+
+
+def csv_skipped_sql(source: CsvFile) -> str:
+    """A query (DuckDB) counting, for the curator's check, the lines the reader kept and those it
+    dropped: ``lines`` (non-blank lines read), ``malformed`` (quotes that do not close on the line,
+    text after a closing quote), ``invalid_text`` (U+FFFD), ``headers`` (lines equal to the header).
+    Lines that are not UTF-8 or too long never reach SQL; :func:`csv_unreadable_lines` counts them."""
+    p, opts = source.path, source.options
+    header = _first_line(p) if opts.header else None
+    line, _ = _patterns(opts.delimiter, java=False)
+    is_header = f"l IN ({sql_string(header)}, {sql_string(_BOM + header)})" if header is not None else "FALSE"
+    return (
+        f"SELECT count(*) AS lines, "
+        f"count(*) FILTER (WHERE NOT ({is_header}) AND NOT contains(l, {sql_string(_REPLACEMENT)}) "
+        f"AND contains(l, '\"') AND NOT regexp_full_match(l, {sql_string(line)})) AS malformed, "
+        f"count(*) FILTER (WHERE contains(l, {sql_string(_REPLACEMENT)})) AS invalid_text, "
+        f"count(*) FILTER (WHERE {is_header}) AS headers "
+        f"FROM {_lines_sql(p)} WHERE l IS NOT NULL AND l <> ''"
+    )
+
+
+def csv_unreadable_lines(source: CsvFile) -> int:
+    """The lines DuckDB's line scanner skipped as not UTF-8 or longer than :data:`MAX_LINE_BYTES`
+    (curator's check only): its rejects table, read on a connection of its own."""
+    import duckdb
+
+    con = duckdb.connect()
+    try:
+        lines = _lines_sql(source.path).removesuffix(")") + ", store_rejects = true)"
+        con.execute(f"SELECT count(*) FROM {lines}").fetchall()
+        row = con.execute("SELECT count(DISTINCT line) FROM reject_errors").fetchone()
+        return int(row[0]) if row is not None else 0
+    finally:
+        con.close()
+
+
+def read_csv_spark(spark: Any, source: CsvFile) -> Any:
+    """The CSV file as a Spark DataFrame of text columns, by the same rules as
+    :func:`csv_source_sql` (Spark's text source splits lines at ``\\n``, ``\\r\\n`` and ``\\r``, as
+    DuckDB's scanner does; the checks DuckDB's scanner makes — UTF-8, the line length — are made
+    here as filters)."""
+    from pyspark.sql import functions as F
+
+    p, opts = source.path, source.options
+    names = csv_names(p, opts)
+    header = _first_line(p) if opts.header else None
+    d = opts.delimiter
+    line_re, field_re = _patterns(d, java=True)
+    lines = spark.read.text(str(p))
+    l = lines["value"]  # noqa: E741
+    # Spark keeps a line's bytes as they are: invalid UTF-8 shows as a re-encoding that differs
+    keep = (
+        l.isNotNull()
+        & (l != F.lit(""))
+        & ~l.contains(_REPLACEMENT)
+        & (F.octet_length(l) < F.lit(MAX_LINE_BYTES))
+        & (F.encode(l, "UTF-8") == l.cast("binary"))
+    )
+    if header is not None:
+        keep = keep & ~l.isin(header, _BOM + header)
+    fields = F.when(~l.contains('"'), F.split(l, _regex_char(d), -1)).when(
+        l.rlike(f"^{line_re}$"), F.regexp_extract_all(F.concat(F.lit(d), l), F.lit(field_re), 1)
+    )
+    split = lines.where(keep).select(fields.alias("__f")).where(F.col("__f").isNotNull())
+    nulls = ["", *opts.null]
+    cols = []
+    for i, name in enumerate(names):
+        f = F.try_element_at(F.col("__f"), F.lit(i + 1))
+        quoted = F.regexp_replace(f.substr(F.lit(2), F.length(f) - F.lit(2)), '""', '"')
+        cols.append(F.when(f.startswith('"'), quoted).when(f.isin(*nulls), F.lit(None)).otherwise(f).alias(name))
+    return split.select(*cols)
