@@ -15,10 +15,18 @@ from __future__ import annotations
 
 import importlib
 import importlib.util
+import logging
 import types
 from typing import TYPE_CHECKING
 
 __version__ = "0.1.0"
+
+# The library convention: dpkit's loggers (``dpkit.curator`` above all, whose records can quote a
+# value of the data in an engine's error text) print nothing unless the program asked for them.
+# Without a handler in the hierarchy, Python's last-resort handler would print their warnings on
+# the stderr of whoever runs a query — an analyst's script, ``dpkit query``. The curator's own
+# commands (``dpkit serve``, ``dpkit admin``) add a handler: dpkit.server.curator_log.
+logging.getLogger("dpkit").addHandler(logging.NullHandler())
 
 # Public name -> the module that defines it. Subpackages are listed as themselves; ``sensitivity`` is
 # the ``dpkit.mechanisms.sensitivity`` module, re-exported here under its short name.

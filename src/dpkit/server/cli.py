@@ -17,6 +17,7 @@ from rich.table import Table
 
 from dpkit.analytics.limits import QueryLimits
 from dpkit.errors import DPError
+from dpkit.server import curator_log
 from dpkit.server.service import DEFAULT_MAX_GRANT_EPSILON, Service, budget_dict
 from dpkit.server.store import masked_url
 
@@ -68,6 +69,7 @@ def _fail_error(exc: BaseException) -> NoReturn:
 
 
 def _open(ledger: str, *, max_grant_epsilon: float | None = None, **spark: Any) -> Service:
+    curator_log.log_to_stderr(os.environ.get("DPKIT_LOG_LEVEL", "warning"))  # the curator runs this
     try:
         return Service(
             ledger,
@@ -456,6 +458,8 @@ def serve(
     ] = _LIMITS.max_query_depth,
 ) -> None:
     """Run the curator service: the /v1 API and the dashboard at http://HOST:PORT/."""
+    # The service's log: the curator's details beside uvicorn's, from the app's creation on.
+    curator_log.log_to_stderr(os.environ.get("DPKIT_LOG_LEVEL", "warning"))
     spark = _spark_options(spark_master, spark_conf)
     try:
         from dpkit.server.app import ServerConfig, create_app
@@ -532,4 +536,5 @@ def app_from_environment() -> Any:
     """The app of one worker of ``dpkit serve --workers N`` (configuration in the environment)."""
     from dpkit.server.app import ServerConfig, create_app
 
+    curator_log.log_to_stderr(os.environ.get("DPKIT_LOG_LEVEL", "warning"))  # each worker's own log
     return create_app(ServerConfig(**json.loads(os.environ[_CONFIG_ENV])))

@@ -67,7 +67,6 @@ from dpkit import _validate as v
 from dpkit._progress import ProgressBar, check_progress, shows_bar
 from dpkit._validate import short_repr
 from dpkit.accounting.events import ComposedEvent, DPEvent, ExponentialEvent, GaussianEvent, SelfComposedEvent
-from dpkit.accounting.zcdp import rho_for_approx_dp
 from dpkit.analytics.engines.base import is_spark_frame
 from dpkit.analytics.metadata import Metadata
 from dpkit.budget import Budget
@@ -78,6 +77,8 @@ from dpkit.synth.domain import Domain
 from dpkit.synth.graphical import GraphicalModel, JunctionTree, tree_size
 from dpkit.synth.measure import TableCounts, noisy
 from dpkit.synth.spark_counts import SparkTableCounts
+from dpkit.synth.split import MAX_SIGMA as MAX_SIGMA  # (re-exported: it was defined here)
+from dpkit.synth.split import split
 
 __all__ = ["Synthesizer", "SynthReport", "Measurement"]
 
@@ -96,10 +97,6 @@ MAX_MODEL_CELLS = 250_000
 #: Mirror-descent iterations: after each round, and at the end.
 _ROUND_ITERATIONS = 30
 _FINAL_ITERATIONS = 400
-
-#: The most noise per count a release may carry: beyond it no table of fewer than about 10⁷
-#: rows would show anything but noise; refused as "ε too small" before anything is paid.
-MAX_SIGMA = 1e5
 
 
 @dataclass(frozen=True)
@@ -245,6 +242,7 @@ class Synthesizer:
         self.epsilon = float(epsilon)
         self.delta = float(delta)
         self.progress = check_progress(progress)
+        resolve_rng(rng)  # refused here, not after fit has paid
         self._rng = rng
         self._budget = budget
         self._plan = self._make_plan(Domain.from_metadata(self.metadata, bins=bins, columns=columns))
@@ -284,34 +282,18 @@ class Synthesizer:
                 f"at most {MAX_TOTAL_PAIR_CELLS:,} cells over all two-way marginals (held in memory during the fit)",
                 "synthesise fewer columns, or use fewer bins or categories",
             )  # fmt: skip
-        rho = max(rho_for_approx_dp(self.epsilon, self.delta), 1e-300)  # (0 only for an ε that the σ check refuses)
-        if self.method == "mst":
-            third = rho / 3
-            sigma_one = math.sqrt(d / (2 * third))
-            sigma_two = math.sqrt((d - 1) / (2 * third))
-            selection_epsilon = math.sqrt(8 * third / (d - 1))
-            rounds = d - 1
-        else:
-            # AIM's split with a fixed schedule: 90 % of ρ to d + T measurements of one σ, 10 % to
-            # T selections of one ε (the event is then known in advance, for any accountant).
-            rounds = self.rounds if self.rounds is not None else 2 * d
-            sigma_one = sigma_two = math.sqrt((d + rounds) / (2 * 0.9 * rho))
-            selection_epsilon = math.sqrt(8 * 0.1 * rho / rounds)
-        if max(sigma_one, sigma_two) > MAX_SIGMA:
-            raise InvalidParameterError(
-                "epsilon", self.epsilon,
-                f"an ε large enough at δ={self.delta:g} for noise of σ <= {MAX_SIGMA:g} per count "
-                f"(here σ would be {max(sigma_one, sigma_two):.3g})",
-                "with so little budget every count would be buried in noise",
-            )  # fmt: skip
+        # MST: d − 1 selections; AIM: a fixed schedule of T (the event is then known in advance,
+        # for any accountant). σ and the selection ε inside the samplers' range, or refused here.
+        rounds = d - 1 if self.method == "mst" else self.rounds if self.rounds is not None else 2 * d
+        s = split(self.method, d, rounds, self.epsilon, self.delta)
         event = ComposedEvent(
             (
-                SelfComposedEvent(GaussianEvent(sigma_one), d),
-                SelfComposedEvent(ExponentialEvent(selection_epsilon), rounds),
-                SelfComposedEvent(GaussianEvent(sigma_two), rounds),
+                SelfComposedEvent(GaussianEvent(s.sigma_one), d),
+                SelfComposedEvent(ExponentialEvent(s.selection_epsilon), rounds),
+                SelfComposedEvent(GaussianEvent(s.sigma_two), rounds),
             )
         )
-        return _Plan(self.method, domain, rho, sigma_one, sigma_two, selection_epsilon, rounds, event)
+        return _Plan(self.method, domain, s.rho, s.sigma_one, s.sigma_two, s.selection_epsilon, rounds, event)
 
     @property
     def domain(self) -> Domain:
