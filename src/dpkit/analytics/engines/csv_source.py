@@ -28,9 +28,10 @@ synthesizer and in ``dpkit check``:
 
 Lines are split by the engine's own line reader (DuckDB's ``read_csv`` with the line break as the
 only delimiter and no quoting; Spark's text source); a line without a ``"`` — nearly every line of
-most files — is split with a plain string split, and only lines holding quotes are parsed with a
-regular expression (RE2 on DuckDB; on Spark, Java's, written with possessive quantifiers so that a
-long quoted field cannot exhaust the stack).
+most files — is split with a plain string split, and only lines holding quotes are checked against
+the grammar and parsed with a regular expression (RE2 on DuckDB, one match capturing every field;
+on Spark, Java's, written with possessive quantifiers so that a long quoted field cannot exhaust
+the stack).
 """
 
 from __future__ import annotations
@@ -232,22 +233,26 @@ def _kept_lines_where(header: str | None) -> str:
     return " AND ".join(where)
 
 
-def _fields_sql(delimiter: str) -> str:
-    line, field = _patterns(delimiter, java=False)
-    d = sql_string(delimiter)
-    return (
-        f"CASE WHEN NOT contains(l, '\"') THEN string_split(l, {d}) "
-        f"WHEN regexp_full_match(l, {sql_string(line)}) "
-        f"THEN regexp_extract_all({d} || l, {sql_string(field)}, 1) END"
-    )
+def _captures(delimiter: str, count: int) -> str:
+    """A regular expression (RE2) capturing the first ``count`` fields of a well-formed line, each
+    in its own group (a field the line lacks captures the empty text): one match per line, where
+    extracting every field as a list costs twice as much."""
+    d = _regex_char(delimiter)
+    field = f'("(?:[^"]|"")*"|[^"{d}]*)'
+    return "^" + field + "".join(f"(?:{d}{field}" for _ in range(count - 1)) + ")?" * (count - 1)
 
 
-def _value_sql(f: str, null: Sequence[str]) -> str:
-    nulls = ", ".join(sql_string(t) for t in ("", *null))
-    return (
-        f"CASE WHEN starts_with({f}, '\"') THEN replace(substr({f}, 2, length({f}) - 2), '\"\"', '\"') "
-        f"WHEN {f} IN ({nulls}) THEN NULL ELSE {f} END"
-    )
+def _null_or(f: str, null: Sequence[str]) -> str:
+    if not null:
+        return f"nullif({f}, '')"
+    return f"CASE WHEN {f} IN ({', '.join(sql_string(t) for t in ('', *null))}) THEN NULL ELSE {f} END"
+
+
+def _value_sql(i: int, null: Sequence[str]) -> str:
+    """Column ``i``: from the split list of a line without quotes, else from the captured fields."""
+    g = f"__s.g{i}"
+    quoted = f"CASE WHEN starts_with({g}, '\"') THEN replace(substr({g}, 2, length({g}) - 2), '\"\"', '\"') ELSE {_null_or(g, null)} END"
+    return f"CASE WHEN __q THEN {quoted} ELSE {_null_or(f'__f[{i + 1}]', null)} END"
 
 
 def csv_source_sql(path: str | os.PathLike[str], options: CsvOptions | None = None) -> str:
@@ -263,11 +268,19 @@ def csv_source_sql(path: str | os.PathLike[str], options: CsvOptions | None = No
     opts = CsvOptions() if options is None else options
     names = csv_names(p, opts)
     header = _first_line(p) if opts.header else None
-    cols = ", ".join(f"{_value_sql(f'__f[{i + 1}]', opts.null)} AS {q(n)}" for i, n in enumerate(names))
-    return (
-        f"(SELECT {cols} FROM (SELECT {_fields_sql(opts.delimiter)} AS __f FROM {_lines_sql(p)} "
-        f"WHERE {_kept_lines_where(header)}) WHERE __f IS NOT NULL)"
+    line, _ = _patterns(opts.delimiter, java=False)
+    groups = "[" + ", ".join(f"'g{i}'" for i in range(len(names))) + "]"
+    # A line without a quote (nearly all of most files) is split as it is; only a line holding a
+    # quote is checked against the grammar and its fields captured, once.
+    inner = (
+        "SELECT contains(l, '\"') AS __q, "
+        f"CASE WHEN NOT contains(l, '\"') THEN string_split(l, {sql_string(opts.delimiter)}) END AS __f, "
+        f"CASE WHEN contains(l, '\"') AND regexp_full_match(l, {sql_string(line)}) "
+        f"THEN regexp_extract(l, {sql_string(_captures(opts.delimiter, len(names)))}, {groups}) END AS __s "
+        f"FROM {_lines_sql(p)} WHERE {_kept_lines_where(header)}"
     )
+    cols = ", ".join(f"{_value_sql(i, opts.null)} AS {q(n)}" for i, n in enumerate(names))
+    return f"(SELECT {cols} FROM ({inner}) WHERE NOT __q OR __s IS NOT NULL)"
 
 
 def csv_skipped_sql(source: CsvFile) -> str:
