@@ -6,9 +6,10 @@ float64, one odd object makes a column ``object``. What a row contributes must n
 the engines' total casts read every value by the declared type: an integral number reads the same
 as an integer or as a string category (``1`` and ``1.0`` both read ``"1"``), NaN is NULL.
 
-Text columns (object, string, category) are handed to DuckDB as text. Python strings may hold lone
-surrogates (``"\\ud800"``), which are not Unicode text and cannot be encoded; such a value is
-decoded totally instead of failing the whole column: each surrogate becomes U+FFFD characters.
+Text columns (object, string, category) are handed to DuckDB as text, each value as its ``str``.
+Python strings may hold lone surrogates (``"\\ud800"``) and object columns may hold bytes that are
+not UTF-8: neither is Unicode text, and such a value is decoded totally instead of failing the whole
+column (each surrogate or invalid byte becomes U+FFFD; bytes that are UTF-8 read as their text).
 """
 
 from __future__ import annotations
@@ -46,7 +47,14 @@ def text_column(col: pd.Series) -> pd.Series:
         return col
     try:
         return col.astype(_ARROW_TEXT)
-    except UnicodeEncodeError:
-        # only a column holding a lone surrogate comes here; the round trip keeps every other value
-        text = col.astype(pd.StringDtype("python"))
-        return text.str.encode("utf-8", "surrogatepass").str.decode("utf-8", "replace").astype(_ARROW_TEXT)
+    except (UnicodeEncodeError, UnicodeDecodeError):
+        # Only a column holding a value that is not Unicode text comes here (a lone surrogate, or
+        # bytes that are not UTF-8): each value is converted alone, the others as above.
+        return col.map(_total_text, na_action="ignore").astype(_ARROW_TEXT)
+
+
+def _total_text(value: object) -> str:
+    if isinstance(value, (bytes, bytearray)):
+        return bytes(value).decode("utf-8", "replace")
+    text = str(value)
+    return text.encode("utf-8", "surrogatepass").decode("utf-8", "replace")
