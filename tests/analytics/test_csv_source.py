@@ -187,3 +187,20 @@ def spark():  # type: ignore[no-untyped-def]
     from dpkit.analytics.engines.spark import spark_session
 
     return spark_session()  # the process-wide session, left running for later modules
+
+
+def test_dpkit_check_reports_the_dropped_lines(tmp_path: Path) -> None:
+    from dpkit.analytics import Categorical, Metadata, Numeric
+    from dpkit.analytics.check import check_data
+
+    path = write(tmp_path, "d_plus", HOSTILE["stray_quote"] + HOSTILE["invalid_utf8"] + HOSTILE["replacement_char"])
+    meta = Metadata(columns={"age": Numeric(0, 100), "city": Categorical(("A", "B"))}, row_level=True)
+    reading = check_data(path, meta).reading
+    assert reading is not None and reading.skipped_records == 3 and reading.csv_lines == len(BASE) + 3
+    assert dict(reading.skipped_detail) == {
+        "a quote that does not close on its line, or a misplaced quote": 1,
+        "not UTF-8, or 2 MiB or longer": 1,
+        "holding U+FFFD (the character invalid bytes decode to)": 1,
+    }
+    clean = check_data(write(tmp_path, "d"), meta).reading
+    assert clean is not None and clean.skipped_records == 0 and not clean.repaired

@@ -16,7 +16,8 @@ import pytest
 
 import dpkit as dp
 from dpkit.analytics import Categorical, Metadata, Numeric
-from dpkit.analytics.engines.duckdb import MIN_MEMORY_PER_THREAD, DuckDBEngine, parquet_files
+from dpkit.analytics.engines.duckdb import MIN_MEMORY_PER_THREAD, DuckDBEngine
+from dpkit.analytics.engines.parquet_source import parquet_files
 from dpkit.errors import InvalidParameterError, QueryFailedError
 
 META = Metadata(columns={"age": Numeric(0, 100), "year": Categorical((2020, 2021))}, privacy_unit="pid")

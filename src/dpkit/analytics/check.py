@@ -32,6 +32,12 @@ every query). For the privacy unit the check also shows how many rows each unit 
 Declared columns missing from the source and nested (LIST, STRUCT, …) columns are reported as
 problems rather than raised: the check is meant to find them.
 
+What the reader repaired to read the rows by the declaration — nothing a query shows — is in
+:attr:`DataCheck.reading` (:mod:`dpkit.analytics.check_reading`): for Parquet data, the files that
+hold a declared column in another physical type (their values cast one by one), the partition
+directories that do not conform or are not UTF-8, the text values that are not UTF-8 (read with
+``'?'``); for CSV, the records the reader dropped.
+
 All counting runs in DuckDB SQL (one scan for the counts, one for the top non-conforming values,
 one for the units); only the matching of at most :data:`TOP_VALUES` distinct values per column
 against the declared categories runs in Python.
@@ -59,14 +65,18 @@ from pathlib import Path
 from typing import Any
 
 from dpkit._validate import short_repr as _short
+from dpkit.analytics.check_reading import reading_check
 from dpkit.analytics.check_report import (  # the report's types, re-exported where they were defined
     MISSING_MARKERS,
     NEAR_MISS_CUTOFF,
     TOP_VALUES,
     ColumnCheck,
     DataCheck,
+    FileTypeCheck,
     GroupSpread,
     NonconformingValue,
+    PartitionCheck,
+    ReadingCheck,
     Reason,
     UnitCheck,
     _num,
@@ -84,6 +94,9 @@ __all__ = [
     "UnitCheck",
     "GroupSpread",
     "NonconformingValue",
+    "ReadingCheck",
+    "FileTypeCheck",
+    "PartitionCheck",
     "TOP_VALUES",
 ]
 
@@ -172,7 +185,7 @@ def _engine(source: object, table: str | None) -> tuple[Any, str, Any]:
             raise InvalidParameterError("data", str(source.path), "an existing CSV file", "no such file")
         return DuckDBEngine(source), table or source.path.stem, None
     if isinstance(source, (str, os.PathLike)):
-        from dpkit.analytics.engines.duckdb import parquet_files
+        from dpkit.analytics.engines.parquet_source import parquet_files
 
         path = Path(source)
         if not path.is_file() and parquet_files(path) is not None:  # a Parquet directory or glob
@@ -292,10 +305,15 @@ def _scan(meta: Metadata, engine: Any, name: str) -> DataCheck:
     con, raw = engine._con, engine._raw
     rel = con.sql(f"SELECT * FROM {raw} LIMIT 0")
     sql_types = {c: str(t) for c, t in zip(rel.columns, rel.types, strict=True)}
+    # a Parquet column whose files disagree on its type: one struct field per type (parquet_source)
+    mixed = engine._mixed
+    sql_types.update({c: " | ".join(t for _, t, _ in fields) for c, fields in mixed.items()})
 
-    from dpkit.analytics.engines.duckdb import _Params, _read
+    from dpkit.analytics.engines.duckdb import _Params
+    from dpkit.analytics.engines.parquet_source import duckdb_mixed_text
 
-    typed = {c: _read(q(c), t, physical[c], meta.strip_strings) for c, t in types.items()}
+    typed = {c: engine._read_column(c, t, meta.strip_strings) for c, t in types.items()}
+    stored = {c: duckdb_mixed_text(q(c), mixed[c]) if c in mixed else q(c) for c in types}  # as in the source
     params = _Params()
 
     def listed(col: str) -> str | None:
@@ -309,7 +327,7 @@ def _scan(meta: Metadata, engine: Any, name: str) -> DataCheck:
     items = ["count(*)"]
     layout: list[tuple[str, str]] = []
     for col in types:
-        x, t, spec = q(col), typed[col], specs[col]
+        x, t, spec = stored[col], typed[col], specs[col]
         items += [f"count(*) FILTER (WHERE {x} IS NULL)", f"count(*) FILTER (WHERE {x} IS NOT NULL AND {t} IS NULL)"]
         layout += [(col, "null"), (col, "unreadable")]
         if isinstance(spec, Numeric):
@@ -338,7 +356,7 @@ def _scan(meta: Metadata, engine: Any, name: str) -> DataCheck:
     params = _Params()
     parts = []
     for i, col in enumerate(types):
-        x, t = q(col), typed[col]
+        x, t = stored[col], typed[col]
         inlist = listed(col)
         bad = f"({x} IS NOT NULL AND {t} IS NULL)" + (
             "" if inlist is None else f" OR ({t} IS NOT NULL AND NOT {inlist})"
@@ -465,4 +483,5 @@ def _scan(meta: Metadata, engine: Any, name: str) -> DataCheck:
         unit=unit_check,
         problems=tuple(problems),
         notes=tuple(notes),
+        reading=reading_check(engine, specs, types, meta.strip_strings),
     )

@@ -221,6 +221,114 @@ class UnitCheck:
         }
 
 
+@dataclass(frozen=True)
+class FileTypeCheck:
+    """Files that hold a declared column in a physical type other than the declared one (or not
+    at all: ``source_type`` ``"missing"``). Their values are cast one by one to the declared
+    type; those that are not values of it read as NULL (counted as ``unreadable``)."""
+
+    column: str
+    source_type: str
+    files: int
+    #: One of those files, relative to the data's directory.
+    example: str
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"column": self.column, "source_type": self.source_type, "files": self.files, "example": self.example}
+
+
+@dataclass(frozen=True)
+class PartitionCheck:
+    """A partition directory (``key=value``) of a declared column whose value does not conform
+    (``issue``) or whose name was not UTF-8 text (``repaired``: read with ``'?'`` for each byte
+    of a malformed sequence). ``value`` is the text it reads as (None: ``__HIVE_DEFAULT_PARTITION__``)."""
+
+    column: str
+    directory: str
+    value: str | None
+    files: int
+    issue: Issue | None = None
+    repaired: bool = False
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "column": self.column,
+            "directory": self.directory,
+            "value": self.value,
+            "files": self.files,
+            "issue": self.issue,
+            "repaired": self.repaired,
+        }
+
+
+@dataclass(frozen=True)
+class ReadingCheck:
+    """What the reader repaired or skipped to read the source by the declared schema, row by row
+    (docs/guide/reading.md). Curator only, like the rest of the check.
+
+    ``files``: the Parquet files read. ``file_types``: files whose physical type of a declared
+    column differs from the declaration. ``partitions``: partition directories that do not
+    conform or were not UTF-8. ``invalid_text``: per declared column, the text values that were
+    not valid UTF-8 (each read with ``'?'`` for every byte of a malformed sequence).
+    ``skipped_records``: CSV lines the reader dropped (None: not counted for this source), with
+    ``skipped_detail`` the count per reason, out of ``csv_lines`` non-blank lines."""
+
+    files: int = 0
+    file_types: tuple[FileTypeCheck, ...] = ()
+    partitions: tuple[PartitionCheck, ...] = ()
+    invalid_text: tuple[tuple[str, int], ...] = ()
+    skipped_records: int | None = None
+    skipped_detail: tuple[tuple[str, int], ...] = ()
+    csv_lines: int | None = None
+
+    @property
+    def repaired(self) -> bool:
+        """Whether the reader cast, repaired or skipped anything."""
+        return bool(self.file_types or self.partitions or any(n for _, n in self.invalid_text) or self.skipped_records)
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "files": self.files,
+            "file_types": [f.to_dict() for f in self.file_types],
+            "partitions": [p.to_dict() for p in self.partitions],
+            "invalid_text": {c: n for c, n in self.invalid_text},
+            "skipped_records": self.skipped_records,
+            "skipped_detail": {why: n for why, n in self.skipped_detail},
+            "csv_lines": self.csv_lines,
+        }
+
+    def lines(self) -> list[str]:
+        """The report in words, one line per finding."""
+        out = []
+        for f in self.file_types:
+            if f.source_type == "missing":
+                held = f"is missing from {f.files:,} of {self.files:,} files (NULL in their rows"
+            else:
+                held = (
+                    f"is {f.source_type} in {f.files:,} of {self.files:,} files (each value cast to the declared type"
+                )
+            out.append(f"reading: {f.column!r} {held}; e.g. {f.example})")
+        for p in self.partitions:
+            what = []
+            if p.issue is not None:
+                what.append("not a value of the declared type" if p.issue == "unreadable" else "outside the categories")
+            if p.repaired:
+                what.append("not UTF-8 text, read with '?'")
+            out.append(
+                f"reading: partition directory {p.directory!r} ({p.files:,} files) reads as {p.value!r}: {'; '.join(what)}"
+            )
+        for column, n in self.invalid_text:
+            if n:
+                out.append(
+                    f"reading: {column!r} has {n:,} text values that are not UTF-8, read with '?' for each bad byte"
+                )
+        if self.skipped_records:
+            why = "; ".join(f"{n:,} {reason}" for reason, n in self.skipped_detail)
+            of = f" of {self.csv_lines:,}" if self.csv_lines is not None else ""
+            out.append(f"reading: {self.skipped_records:,}{of} lines dropped ({why})")
+        return out
+
+
 _HEADER = ["column", "declared", "source", "conforming", "share", "NULL", "unreadable", "out of bounds", "not listed"]
 
 
@@ -240,6 +348,8 @@ class DataCheck:
     unit: UnitCheck | None
     problems: tuple[str, ...]
     notes: tuple[str, ...] = ()
+    #: What the reader repaired or skipped (None: nothing to report for this kind of source).
+    reading: ReadingCheck | None = None
 
     @property
     def ok(self) -> bool:
@@ -266,6 +376,7 @@ class DataCheck:
             "unit": None if self.unit is None else self.unit.to_dict(),
             "problems": list(self.problems),
             "notes": list(self.notes),
+            "reading": None if self.reading is None else self.reading.to_dict(),
         }
 
     # -- text ----------------------------------------------------------------------------------
@@ -348,6 +459,7 @@ class DataCheck:
                     f"    max_groups={u.max_groups}: grouping by {g.column!r}, units appear in up to {g.max_per_unit} groups; "
                     f"{g.units_over_max_groups:,} units in more than {u.max_groups}"
                 )
+        lines += [] if self.reading is None else self.reading.lines()
         lines += [f"note: {n}" for n in self.notes]
         lines += [f"problem: {p}" for p in self.problems]
         bad = [c.name for c in self.columns if c.checked and not c.ok]

@@ -136,7 +136,7 @@ def query(
     path = Path(data)
     many = uri or not path.is_file()  # a Parquet directory, glob or URI
     if many:
-        from dpkit.analytics.engines.duckdb import parquet_files
+        from dpkit.analytics.engines.parquet_source import parquet_files
 
         if not uri:
             try:

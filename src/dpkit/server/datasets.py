@@ -45,7 +45,7 @@ from typing import Any, TypeVar
 from dpkit._validate import short_repr
 from dpkit.analytics.engines.base import is_uri, quote_identifier, sql_string
 from dpkit.analytics.engines.csv_source import csv_source_sql
-from dpkit.analytics.engines.duckdb import ParquetFiles
+from dpkit.analytics.engines.parquet_source import ParquetFiles, duckdb_parquet, parquet_layout
 from dpkit.analytics.metadata import Metadata
 from dpkit.errors import InvalidParameterError
 
@@ -182,7 +182,7 @@ _PARQUET_UNDER_ROOT = (
 def resolve_parquet_source(source: object, data_root: Path | None) -> SourcePath:
     """Check the source of a dataset Spark reads in place: a Parquet file, a directory of Parquet
     files (Hive-partitioned too) or a glob, listed by
-    :func:`~dpkit.analytics.engines.duckdb.parquet_files` (the files Spark and DuckDB read alike).
+    :func:`~dpkit.analytics.engines.parquet_source.parquet_files` (the files Spark and DuckDB read alike).
 
     With ``data_root``: the path is relative to the root or absolute inside it, has no ``..``
     segment, and the real path of the directory (or glob's fixed part) and of every file it names
@@ -190,7 +190,7 @@ def resolve_parquet_source(source: object, data_root: Path | None) -> SourcePath
     ``source`` and never say where a path led (as :func:`resolve_source`). Without a data root
     (the administrator's own in-process use) a URI Spark reads (``hdfs://…``, ``s3a://…``) is
     also taken, as given; a local path is stored absolute. ``path`` is what Spark is given."""
-    from dpkit.analytics.engines.duckdb import parquet_files
+    from dpkit.analytics.engines.parquet_source import parquet_files
 
     if not isinstance(source, (str, os.PathLike)) or not os.fspath(source) or "\x00" in os.fspath(source):
         raise InvalidParameterError("source", short_repr(source), _PARQUET_UNDER_ROOT)
@@ -262,8 +262,8 @@ def copy_name(name: str, created_at: str) -> str:
 def copy_table(conn: Any, target: str, source: Path, table: str | None) -> None:
     """Create table ``target`` in ``conn`` from ``source`` as every query will read it: a CSV by
     the fixed, non-sniffing rules of :func:`csv_source_sql` (every column as text, so no row can
-    fail the copy or change a type), a Parquet file or a ``table`` of a DuckDB file with its own
-    schema. Raises whatever the reader raises (the caller words it for the curator)."""
+    fail the copy or change a type), a Parquet file with its own schema (as
+    :mod:`~dpkit.analytics.engines.parquet_source` reads it) or a ``table`` of a DuckDB file. Raises whatever the reader raises (the caller words it for the curator)."""
     quoted = quote_identifier(target)
     kind = source_kind(source)
     if kind == "duckdb":
@@ -276,8 +276,9 @@ def copy_table(conn: Any, target: str, source: Path, table: str | None) -> None:
             conn.execute(f"CREATE TABLE {quoted} AS SELECT * FROM {qualified}")
         finally:
             conn.execute("DETACH dpkit_source")
-    elif kind == "parquet":
-        conn.execute(f"CREATE TABLE {quoted} AS SELECT * FROM read_parquet({sql_string(str(source))})")
+    elif kind == "parquet":  # read as a session reads it: text that is not UTF-8 repaired, no partition
+        layout = parquet_layout(ParquetFiles((str(source),), source.parent, False), source.name)
+        conn.execute(f"CREATE TABLE {quoted} AS {duckdb_parquet(conn, layout).sql}")
     else:
         conn.execute(f"CREATE TABLE {quoted} AS SELECT * FROM {csv_source_sql(source)}")
 

@@ -11,22 +11,29 @@ BENCHMARKS.md).
 
 from __future__ import annotations
 
-import glob as globmod
 import itertools
 import os
 import re
-from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 import pandas as pd
 
+from dpkit.analytics.engines import bins
 from dpkit.analytics.engines.base import EXACT_INTEGER_LIMIT, ROW_SALT_MASK, SUM_LIMIT, ColumnKind, ReadType, sql_string
 from dpkit.analytics.engines.base import quote_identifier as q
-from dpkit.analytics.engines.csv_source import CsvFile, csv_source_sql
+from dpkit.analytics.engines.csv_source import CsvFile, CsvOptions, csv_source_sql
 from dpkit.analytics.engines.pandas_source import pandas_kind, text_column
+from dpkit.analytics.engines.parquet_source import (
+    MIXED_FIELD,
+    duckdb_parquet,
+    duckdb_read_mixed,
+    mixed_kind,
+    parquet_files,
+    parquet_layout,
+)
 from dpkit.analytics.plan import (
     AggregationPlan,
     And,
@@ -43,7 +50,7 @@ from dpkit.analytics.plan import (
 )
 from dpkit.errors import InvalidParameterError
 
-__all__ = ["DuckDBEngine", "ParquetFiles", "parquet_files"]
+__all__ = ["DuckDBEngine"]
 
 _counter = itertools.count()
 _INTEGER_TYPES = (
@@ -139,7 +146,6 @@ def _read(x: str, read: ReadType, kind: ColumnKind, strip: bool, sql_type: str =
     return f"CASE WHEN isfinite({d}) AND abs({d}) <= {EXACT_INTEGER_LIMIT} AND {d} = round({d}) THEN CAST({d} AS BIGINT) END"
 
 
-_GLOB = set("*?[")
 _MEMORY = re.compile(r"(\d+(?:\.\d*)?|\.\d+)\s*(B|KB|MB|GB|TB|KiB|MiB|GiB|TiB)", re.IGNORECASE)
 _UNITS = {
     "b": 1,
@@ -156,74 +162,6 @@ _UNITS = {
 #: run out of memory even while spilling (16 MiB per thread failed on 200,000 rows), and a query
 #: that runs out fails after it is paid for.
 MIN_MEMORY_PER_THREAD = 32 * 2**20
-
-
-@dataclass(frozen=True)
-class ParquetFiles:
-    """The Parquet files a path names (see :func:`parquet_files`).
-
-    ``files``: every file, sorted; ``base``: the directory below which ``key=value`` directories
-    are partition columns (Spark's ``basePath``); ``hive``: whether there are any."""
-
-    files: tuple[str, ...]
-    base: Path
-    hive: bool
-
-
-def _hidden(parts: Sequence[str]) -> bool:
-    """Spark's rule for paths that hold no data: a name starting with ``.``, or with ``_`` unless it
-    is a ``key=value`` directory (``_SUCCESS``, ``_temporary/``, ``.part-0.parquet.crc``)."""
-    return any(p.startswith(".") or (p.startswith("_") and "=" not in p) for p in parts)
-
-
-def _partition_base(directory: Path) -> Path:
-    """The directory above ``directory``'s trailing ``key=value`` directories (itself when its name
-    is not one): ``people/year=2020`` → ``people``, so ``year`` is a column on both engines."""
-    while "=" in directory.name and directory.parent != directory:
-        directory = directory.parent
-    return directory
-
-
-def _hive(files: Sequence[Path], base: Path) -> bool:
-    start = len(base.parts)
-    return any("=" in part for f in files for part in f.parts[start:-1])
-
-
-def parquet_files(path: str | os.PathLike[str]) -> ParquetFiles | None:
-    """The Parquet files ``path`` names: a ``.parquet``/``.pq`` file; a directory (every Parquet
-    file under it, at any depth); a glob (``data/*.parquet``, ``data/**/*.parquet``, ``**`` matching
-    any number of directories). Names starting with ``.`` or ``_`` (``_SUCCESS``, ``_temporary/``)
-    are skipped, as Spark skips them. The ``key=value`` directories the files sit in — below the
-    directory named, or the glob's fixed part, and the ``key=value`` directories that end it — are
-    Hive partition columns. None when ``path`` is none of these; a directory or a glob that
-    matches no file is refused (:class:`~dpkit.errors.InvalidParameterError`). Only names are
-    listed here: no file is opened, and the schema comes from the files' metadata."""
-    text = os.fspath(path)
-    p = Path(text)
-    if _GLOB & set(text):
-        parts = p.parts
-        fixed = next(i for i, part in enumerate(parts) if _GLOB & set(part))
-        root = Path(*parts[:fixed]) if fixed else Path()
-        matches = sorted(Path(m) for m in globmod.glob(text, recursive=True))
-        files = [m for m in matches if not _hidden(m.parts[fixed:]) and m.is_file()]
-        if not files:
-            shown = str(Path(*parts[max(fixed - 1, 0) :]))  # the pattern and the directory it starts in
-            raise InvalidParameterError("data", shown, "a glob that matches at least one Parquet file")
-        base = _partition_base(root)
-        return ParquetFiles(tuple(str(f) for f in files), base, _hive(files, base))
-    if p.is_dir():
-        files = sorted(
-            f
-            for f in p.rglob("*")
-            if f.suffix.lower() in (".parquet", ".pq") and not _hidden(f.relative_to(p).parts) and f.is_file()
-        )
-        if not files:
-            raise InvalidParameterError("data", p.name, "a directory holding at least one .parquet file")
-        base = _partition_base(p)
-        return ParquetFiles(tuple(str(f) for f in files), base, _hive(files, base))
-    if p.is_file() and p.suffix.lower() in (".parquet", ".pq"):
-        return ParquetFiles((str(p),), p.parent, False)
-    return None
 
 
 def _memory_limit(value: object) -> str | None:
@@ -305,6 +243,13 @@ class DuckDBEngine:
         self._view = f"__dpkit_t{os.getpid()}_{next(_counter)}"
         self._frame: pd.DataFrame | None = None
         self._sql_types: dict[str, str] = {}
+        #: Mixed columns (a Parquet column whose files disagree on its type): each file type's
+        #: field, its type and kind (parquet_source).
+        self._mixed: dict[str, tuple[tuple[str, str, ColumnKind], ...]] = {}
+        #: A Parquet source as read (its files' layout and the query), else None.
+        self.parquet: Any = None
+        #: A CSV source as read (its path and options), else None.
+        self.csv: CsvFile | None = None
         self._bound: tuple[Any, bool] | None = None
         if table is not None:  # an existing table or view of ``connection``
             self._raw = q(table)
@@ -320,14 +265,19 @@ class DuckDBEngine:
                     "data", path.name, "an existing CSV or Parquet file, a directory of Parquet files or a glob"
                 )
             if parquet is not None:
+                # every footer is read (no row is): files are grouped by physical schema, each
+                # read by its own types, partition directories as text (parquet_source)
+                layout = parquet_layout(parquet, path.name)
                 try:
-                    # the schema comes from the files' footers (and the partition directories' names)
-                    self._con.read_parquet(list(parquet.files), hive_partitioning=parquet.hive).create_view(self._view)
+                    self.parquet = duckdb_parquet(self._con, layout)
+                    self._con.execute(f"CREATE VIEW {q(self._view)} AS {self.parquet.sql}")
                 except duckdb.Error:
-                    raise InvalidParameterError("data", path.name, "readable Parquet files of one schema") from None
+                    raise InvalidParameterError("data", path.name, "readable Parquet files") from None
             else:
-                options = None if csv_file is None else csv_file.options
-                self._con.execute(f"CREATE VIEW {q(self._view)} AS SELECT * FROM {csv_source_sql(path, options)}")
+                self.csv = csv_file if csv_file is not None else CsvFile(path, CsvOptions())
+                self._con.execute(
+                    f"CREATE VIEW {q(self._view)} AS SELECT * FROM {csv_source_sql(path, self.csv.options)}"
+                )
             self._raw = q(self._view)
         elif isinstance(source, duckdb.DuckDBPyRelation):
             self._con = duckdb.default_connection() if connection is None else connection
@@ -350,6 +300,7 @@ class DuckDBEngine:
         else:
             self._read_sql_types()
             self._kinds = {name: _kind(t) for name, t in self._sql_types.items()}
+            self._kinds.update({c: mixed_kind([k for _, _, k in f]) for c, f in self._mixed.items()})
         self._from = self._raw
 
     def _set_out_of_core(self, limit: str | None, spill: Path | None) -> None:
@@ -383,6 +334,17 @@ class DuckDBEngine:
         """The physical SQL type of every column of ``_raw`` (from the schema; no row is read)."""
         rel = self._con.sql(f"SELECT * FROM {self._raw} LIMIT 0")
         self._sql_types = {name: str(t).upper() for name, t in zip(rel.columns, rel.types, strict=True)}
+        self._mixed = {}
+        for name, t in zip(rel.columns, rel.types, strict=True):
+            fields = t.children if t.id == "struct" else []
+            if fields and all(f.startswith(MIXED_FIELD) for f, _ in fields):
+                self._mixed[name] = tuple((f, str(ft).upper(), _kind(str(ft))) for f, ft in fields)
+
+    def _read_column(self, c: str, t: ReadType, strip: bool) -> str:
+        """The total expression reading column ``c`` as ``t`` (a mixed column field by field)."""
+        if c in self._mixed:
+            return duckdb_read_mixed(_read, q(c), t, self._mixed[c], strip)
+        return _read(q(c), t, self._kinds[c], strip, self._sql_types.get(c, ""))
 
     # -- schema -----------------------------------------------------------------------------------
 
@@ -405,10 +367,7 @@ class DuckDBEngine:
         signature = (tuple(types.items()), strip_strings)
         if signature == self._bound:
             return  # the typed view of these exact declarations exists (an engine reused by the service)
-        items = [
-            f"{_read(q(c), t, self._kinds[c], strip_strings, self._sql_types.get(c, ''))} AS {q(c)}"
-            for c, t in types.items()
-        ]
+        items = [f"{self._read_column(c, t, strip_strings)} AS {q(c)}" for c, t in types.items()]
         typed = f"{self._view}_typed"
         self._con.execute(
             f"CREATE OR REPLACE TEMP VIEW {q(typed)} AS SELECT {', '.join(items) or '1 AS __one'} FROM {self._raw}"
@@ -452,15 +411,9 @@ class DuckDBEngine:
         return v
 
     def _group(self, g: GroupKey, params: _Params) -> str:
-        if g.edges is None:
-            return q(g.column)
-        x = self._clean(g.column)
-        e = g.edges
-        cases = [
-            f"WHEN {x} >= {params.add(e[i])} AND {x} {'<=' if i == len(e) - 2 else '<'} {params.add(e[i + 1])} THEN {i}"
-            for i in range(len(e) - 1)
-        ]
-        return f"(CASE {' '.join(cases)} END)"
+        """The group column; for bins, the cleaned value, which the searches of :meth:`_base`
+        (engines.bins) turn into its bin."""
+        return q(g.column) if g.edges is None else self._clean(g.column)
 
     @staticmethod
     def _cell(x: ValueSpec, xc: str, params: _Params) -> str:
@@ -483,7 +436,10 @@ class DuckDBEngine:
         numeric = list(dict.fromkeys([s.column for s in plan.hash_specs()] + [x.column for x in plan.values]))
         clean = {c: f"__c{i}" for i, c in enumerate(numeric)}
         inner = [f"{q(plan.unit)} AS __u"] if plan.unit is not None else []
-        inner += [f"{self._group(g, params)} AS {c}" for g, c in zip(plan.groups, gcols, strict=True)]
+        inner += [
+            f"{self._group(g, params)} AS {c if g.edges is None else '__bx' + c}"
+            for g, c in zip(plan.groups, gcols, strict=True)
+        ]
         inner += [f"{self._clean(c)} AS {alias}" for c, alias in clean.items()]
         select = (["__u"] if plan.unit is not None else []) + gcols
         select += [f"{self._summand(s, clean[s.column], params)} AS {s.name}" for s in plan.sums]
@@ -498,13 +454,25 @@ class DuckDBEngine:
             where.append(self._predicate(plan.where, params))
         if plan.unit is not None:
             where.append(f"{q(plan.unit)} IS NOT NULL")
-        for g, allowed in zip(plan.groups, plan.key_filter, strict=True):
+        # bins: searched after src; a key filter short of every bin, after that
+        binned: list[bins.Search] = []
+        kept: list[str] = []
+        for g, allowed, c in zip(plan.groups, plan.key_filter, gcols, strict=True):
             gexpr = self._group(g, params)
+            if g.edges is not None:
+                where.append(bins.duckdb_in_bins(gexpr, g.edges, params.add))
+                binned.append(bins.Search.of_edges(f"__bx{c}", c, g.edges))
+                if not bins.full_range(allowed, g.edges):
+                    kept.append(f"{c} IN ({', '.join(params.add(a) for a in allowed or ())})")
+                continue
             where.append(f"{gexpr} IS NOT NULL")
             if allowed is not None:
                 where.append(f"{gexpr} IN ({', '.join(params.add(a) for a in allowed)})")
         src = f"src AS (SELECT {', '.join(inner) or '1 AS __one'} FROM {self._from} WHERE {' AND '.join(where)})"
-        base = f"{src}, base AS (SELECT {', '.join(select) or '1 AS __one'} FROM src)"
+        stages, last = bins.duckdb_stages("src", binned, params.add) if binned else ([], "src")
+        src = ", ".join([src, *stages])
+        kept_where = f" WHERE {' AND '.join(kept)}" if kept else ""
+        base = f"{src}, base AS (SELECT {', '.join(select) or '1 AS __one'} FROM {last}{kept_where})"
         r_as = "r AS MATERIALIZED" if materialize else "r AS"
         if plan.unit is None:
             return f"WITH {base}, {r_as} (SELECT * FROM base)", gcols, scols, xcols

@@ -58,7 +58,10 @@ from typing import Any
 
 import pandas as pd
 
-from dpkit.analytics.engines.base import EXACT_INTEGER_LIMIT, ROW_SALT_MASK, SUM_LIMIT, ColumnKind, ReadType, is_uri
+from dpkit.analytics.engines import bins
+from dpkit.analytics.engines.base import EXACT_INTEGER_LIMIT, ROW_SALT_MASK, SUM_LIMIT, ColumnKind, ReadType
+from dpkit.analytics.engines.parquet_source import mixed_kind
+from dpkit.analytics.engines.spark_parquet import mixed_fields, parquet_listing, read_parquet, spark_read_mixed
 from dpkit.analytics.plan import (
     AggregationPlan,
     And,
@@ -75,7 +78,7 @@ from dpkit.analytics.plan import (
 )
 from dpkit.errors import InvalidParameterError
 
-__all__ = ["SparkEngine", "spark_session"]
+__all__ = ["SparkEngine", "spark_session", "read_parquet", "parquet_listing"]  # the last two: spark_parquet
 
 #: What DuckDB's ``trim`` removes: the Unicode space separators (category Zs).
 _SPACES = " \u00a0\u1680\u2000\u2001\u2002\u2003\u2004\u2005\u2006\u2007\u2008\u2009\u200a\u202f\u205f\u3000"
@@ -224,6 +227,8 @@ class SparkEngine:
         internal = [f"__dpkit_c{i}" for i in range(len(fields))]
         self._kinds: dict[str, ColumnKind] = {}
         self._native: dict[str, str] = {}
+        #: Mixed columns (Parquet files that disagree on the column's type: spark_parquet)
+        self._mixed: dict[str, tuple[tuple[str, ColumnKind, str], ...]] = {}
         self._reads: dict[str, ReadType] = {}
         #: source column name → the positional name it has in ``self._df`` (the first of duplicates)
         self._names: dict[str, str] = {}
@@ -232,6 +237,10 @@ class SparkEngine:
                 self._names[f.name] = c
                 self._kinds[f.name] = _kind(f.dataType)
                 self._native[f.name] = _native(f.dataType)
+                mixed = mixed_fields(f.dataType, _kind, _native)
+                if mixed is not None:
+                    self._mixed[f.name] = mixed
+                    self._kinds[f.name] = mixed_kind([k for _, k, _ in mixed])
         self.frame = source
         self._df = source.toDF(*internal)
         # The unbound frame and its names: every bind starts from them, so binding an engine again
@@ -261,7 +270,9 @@ class SparkEngine:
         try:
             names = {c: f"__dpkit_c{i}" for i, c in enumerate(types)}
             exprs = {
-                c: _read(self._c(c), t, self._kinds.get(c, "other"), strip_strings, self._native.get(c, ""))
+                c: spark_read_mixed(_read, self._c(c), t, self._mixed[c], strip_strings)
+                if c in self._mixed
+                else _read(self._c(c), t, self._kinds.get(c, "other"), strip_strings, self._native.get(c, ""))
                 for c, t in types.items()
             }
             try:
@@ -351,18 +362,9 @@ class SparkEngine:
         return F.when(clean.isNotNull(), F.least(cell, F.lit(2 * x.cells).cast("long")))
 
     def _group(self, g: GroupKey) -> Any:
-        from pyspark.sql import functions as F
-
-        if g.edges is None:
-            return self._c(g.column)
-        x = self._clean(g.column)
-        e = g.edges
-        out = None
-        for i in range(len(e) - 1):
-            hi = x <= F.lit(float(e[i + 1])) if i == len(e) - 2 else x < F.lit(float(e[i + 1]))
-            cond = (x >= F.lit(float(e[i]))) & hi
-            out = F.when(cond, F.lit(i)) if out is None else out.when(cond, F.lit(i))
-        return out if out is not None else F.lit(None).cast("int")
+        """The group column; for bins, the cleaned value, which the searches of :meth:`_base`
+        (engines.bins) turn into its bin."""
+        return self._c(g.column) if g.edges is None else self._clean(g.column)
 
     def _base(self, plan: AggregationPlan) -> tuple[Any, list[str], list[str], list[str]]:
         """The bounded rows (with ``__ri``); returns (frame, group cols, sum cols, value cols)."""
@@ -380,8 +382,17 @@ class SparkEngine:
             cond = cond & self._predicate(plan.where)
         if plan.unit is not None:
             cond = cond & self._c(plan.unit).isNotNull()
-        for g, allowed in zip(plan.groups, plan.key_filter, strict=True):
+        # bins: searched after the first projection; a key filter short of every bin, after that
+        binned: list[bins.Search] = []
+        kept: list[Any] = []
+        for g, allowed, c in zip(plan.groups, plan.key_filter, gcols, strict=True):
             gexpr = self._group(g)
+            if g.edges is not None:
+                cond = cond & bins.spark_in_bins(gexpr, g.edges)
+                binned.append(bins.Search.of_edges(f"__bx{c}", c, g.edges))
+                if not bins.full_range(allowed, g.edges):
+                    kept.append(F.col(c).isin(*[F.lit(a) for a in allowed or ()]))
+                continue
             cond = cond & gexpr.isNotNull()
             if allowed is not None:
                 cond = cond & gexpr.isin(*[F.lit(a) for a in allowed])
@@ -392,7 +403,9 @@ class SparkEngine:
         numeric = list(dict.fromkeys([s.column for s in plan.hash_specs()] + [x.column for x in plan.values]))
         clean = {c: f"__c{i}" for i, c in enumerate(numeric)}
         first = [self._c(plan.unit).alias("__u")] if plan.unit is not None else []
-        first += [self._group(g).alias(c) for g, c in zip(plan.groups, gcols, strict=True)]
+        first += [
+            self._group(g).alias(c if g.edges is None else "__bx" + c) for g, c in zip(plan.groups, gcols, strict=True)
+        ]
         first += [self._clean(c).alias(alias) for c, alias in clean.items()]
         select: list[Any] = ["__u"] if plan.unit is not None else []
         select += gcols
@@ -401,7 +414,11 @@ class SparkEngine:
         select += [self._summand(s, F.col(clean[s.column])).alias(c) for s, c in zip(extra, hcols, strict=True)]
         if not select:
             select = [F.lit(1).alias("__one")]
-        base = self._df.where(cond).select(*(first or [F.lit(1).alias("__one")])).select(*select)
+        staged = self._df.where(cond).select(*(first or [F.lit(1).alias("__one")]))
+        staged = bins.spark_stages(staged, binned) if binned else staged
+        for k in kept:
+            staged = staged.where(k)
+        base = staged.select(*select)
         if plan.unit is None:
             return base.withColumn("__ri", F.lit(1)), gcols, scols, xcols
 
@@ -530,56 +547,6 @@ def _ensure_java() -> None:
         tmp.chmod(0o755)
         tmp.replace(java)
     os.environ["JAVA_HOME"] = str(home)
-
-
-def parquet_listing(path: str | os.PathLike[str]) -> Any:
-    """The Parquet files ``path`` names (:func:`~dpkit.analytics.engines.duckdb.parquet_files`),
-    or None for a URI, which Spark lists itself. Refused with InvalidParameterError naming
-    ``data`` when there is nothing to read — before any Spark session is needed."""
-    from dpkit.analytics.engines.duckdb import parquet_files
-
-    text = os.fspath(path)
-    if is_uri(text):
-        return None
-    found = parquet_files(Path(text))
-    if found is None:
-        raise InvalidParameterError(
-            "data", Path(text).name, "an existing Parquet file, a directory of Parquet files or a glob"
-        )
-    return found
-
-
-def read_parquet(spark: Any, path: str | os.PathLike[str], listing: Any = None) -> Any:
-    """A DataFrame over Parquet data on ``spark``: a file, a directory or a glob (exactly the
-    files :func:`~dpkit.analytics.engines.duckdb.parquet_files` lists, with the partition columns
-    found below the same base, so both engines read the same rows), or a URI Spark lists itself.
-    ``listing``: the :func:`parquet_listing` of ``path`` when the caller already made it. The
-    schema comes from the files' footers (Spark Connect resolves it here). Refused with
-    InvalidParameterError naming ``data`` when there is nothing to read or Spark cannot read it."""
-    text = os.fspath(path)
-    p = Path(text)
-    uri = is_uri(text)
-    found = listing if listing is not None else parquet_listing(text)
-    from pyspark.errors import AnalysisException
-
-    reader = spark.read
-    try:
-        if found is None:  # a URI: Spark lists it, globs it and finds its partitions itself
-            frame = reader.parquet(text)
-        elif len(found.files) == 1 and not found.hive:
-            frame = reader.parquet(os.path.abspath(found.files[0]))
-        else:  # exactly the files DuckDB reads, with the partitions found below the same base
-            files = [os.path.abspath(f) for f in found.files]
-            frame = reader.option("basePath", os.path.abspath(found.base)).parquet(*files)
-        frame.schema  # noqa: B018  (Spark Connect reads the footers only when asked)
-    except Exception as exc:  # AnalysisException, or the JVM's own error for a file that is not Parquet
-        lines = [line.strip() for line in str(exc).splitlines() if line.strip()]
-        cause = next((line for line in lines if line.startswith("Caused by:")), None)
-        what = lines[0] if isinstance(exc, AnalysisException) and lines else (cause or type(exc).__name__)
-        raise InvalidParameterError(
-            "data", text if uri else p.name, "Parquet data Spark can read", f"Spark says: {what}"
-        ) from None
-    return frame
 
 
 #: The Spark masters dpkit accepts: Spark's own forms, and sc://HOST:PORT for a Spark Connect server.
