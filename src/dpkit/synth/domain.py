@@ -25,6 +25,7 @@ from typing import Any
 
 from dpkit._validate import short_repr
 from dpkit.analytics.engines.base import quote_identifier, sql_string
+from dpkit.analytics.engines.bins import Search
 from dpkit.analytics.metadata import Categorical, Metadata, Numeric
 from dpkit.errors import InvalidParameterError
 
@@ -63,16 +64,25 @@ class Column:
             names = [f"[{e[i]:g}, {e[i + 1]:g}{']' if i == len(e) - 2 else ')'}" for i in range(len(e) - 1)]
         return [*names, "(missing)"]
 
-    def code_sql(self) -> str:
-        """A total SQL expression giving the cell of the bound column (never NULL, never fails)."""
-        x = quote_identifier(self.name)
+    def search(self, value: str, out: str) -> Search:
+        """A numeric column's bin search (:mod:`dpkit.analytics.engines.bins`): writes into
+        column ``out`` the bin of the value in column ``value`` — the number of inner edges
+        ``<= x``, so values below the first edge are in the first bin and values above the last
+        in the last (clipped; the last bin is closed on the right). ⌈log2 bins⌉ comparisons
+        against the exact edges, not one per bin."""
+        return Search.of_edges(value, out, self.edges or ())
+
+    def code_sql(self, value: str | None = None, searched: str | None = None) -> str:
+        """A total SQL expression giving the cell of the bound column (never NULL, never fails).
+        Categorical: the category compared for equality. Numeric: NULL's cell for NULL in
+        column ``value``, else the bin its :meth:`search` wrote into column ``searched``."""
         if self.categories is not None:
+            x = quote_identifier(self.name)
             whens = " ".join(f"WHEN {x} = {_literal(c)} THEN {i}" for i, c in enumerate(self.categories))
             return f"(CASE {whens} ELSE {self.missing} END)"
-        e = self.edges or ()
-        # Clipped into the first and last bins; the last bin is closed on the right.
-        whens = " ".join(f"WHEN {x} < {float(e[i + 1])!r} THEN {i}" for i in range(len(e) - 2))
-        return f"(CASE WHEN {x} IS NULL THEN {self.missing} {whens} ELSE {len(e) - 2} END)"
+        if value is None or searched is None:
+            raise ValueError("a numeric column's cell is read from its search: pass value and searched")
+        return f"(CASE WHEN {value} IS NULL THEN {self.missing} ELSE {searched} END)"
 
 
 def _literal(value: Any) -> str:

@@ -22,6 +22,7 @@ import numpy as np
 from numpy.typing import NDArray
 
 from dpkit.analytics.engines.base import ReadType, quote_identifier
+from dpkit.analytics.engines.bins import Search, duckdb_stages
 from dpkit.analytics.metadata import Metadata
 from dpkit.errors import InvalidParameterError
 from dpkit.noise.discrete import discrete_gaussian
@@ -56,20 +57,45 @@ class TableCounts:
 
     def prepare(self, salt: int) -> None:
         """Encode every row (one per privacy unit) into the temporary table of cells."""
-        cells = ", ".join(f"{c.code_sql()}::SMALLINT AS c{i}" for i, c in enumerate(self.domain.columns))
+        # A numeric column's bin comes from a binary search over its edges (engines.bins): the
+        # value is read once (__x<i>), the searches run as successive projections, then NULL goes
+        # to the missing cell.
+        columns = self.domain.columns
+        read: list[str] = []
+        searches: list[Search] = []
+        params: list[Any] = []
+        for i, c in enumerate(columns):
+            if c.categories is not None:
+                read.append(f"{c.code_sql()} AS c{i}")
+            else:
+                read.append(f"{quote_identifier(c.name)} AS __x{i}")
+                searches.append(c.search(f"__x{i}", f"c{i}"))
+
+        def add(value: Any) -> str:
+            params.append(value)
+            return f"${len(params)}"
+
+        stages, last = duckdb_stages("__read", searches, add) if searches else ([], "__read")
+        cells = ", ".join(
+            f"{c.code_sql(f'__x{i}', f'c{i}') if c.categories is None else f'c{i}'}::SMALLINT AS c{i}"
+            for i, c in enumerate(columns)
+        )
+        names = ", ".join(f"c{i}" for i in range(len(columns)))
         source = self._engine._from
         if self._unit is None:
-            body = f"SELECT {cells} FROM {source}"
+            read_sql = f"SELECT {', '.join(read)} FROM {source}"
+            tail = f"SELECT {cells} FROM {last}"
         else:
             u = quote_identifier(self._unit)
-            columns = ", ".join(f"c{i}" for i in range(len(self.domain.columns)))
+            read_sql = f"SELECT {u} AS __u, {', '.join(read)} FROM {source} WHERE {u} IS NOT NULL"
             # One row per unit, chosen by a keyed hash of its cells (ties among identical rows are
             # harmless: they have the same cells).
-            body = (
-                f"SELECT {columns} FROM (SELECT {u} AS __u, {cells} FROM {source} WHERE {u} IS NOT NULL) "
-                f"QUALIFY row_number() OVER (PARTITION BY __u ORDER BY hash(__u, {columns}, {int(salt)}::UBIGINT)) = 1"
+            tail = (
+                f"SELECT {names} FROM (SELECT __u, {cells} FROM {last}) "
+                f"QUALIFY row_number() OVER (PARTITION BY __u ORDER BY hash(__u, {names}, {int(salt)}::UBIGINT)) = 1"
             )
-        self._con.execute(f"CREATE OR REPLACE TEMP TABLE {self._codes} AS {body}")
+        body = f"WITH {', '.join([f'__read AS ({read_sql})', *stages])} {tail}"
+        self._con.execute(f"CREATE OR REPLACE TEMP TABLE {self._codes} AS {body}", params)
         self._prepared = True
 
     def counts(self, clique: Sequence[int]) -> NDArray[np.int64]:

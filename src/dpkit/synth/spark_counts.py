@@ -9,7 +9,8 @@ summed from those tuples. What reaches the driver is the marginals' counts: at m
 their cells, a bound the metadata sets (the synthesizer's cell cap), whatever the row count.
 
 The cells are the same as DuckDB's (:meth:`~dpkit.synth.domain.Column.code_sql`): a category
-compared for equality, a number placed by ``x < edge`` tests, NULL in the missing cell. Which row
+compared for equality, a number placed by a binary search over its bin edges
+(:mod:`dpkit.analytics.engines.bins`), NULL in the missing cell. Which row
 a multi-row unit keeps differs between the engines (each uses its own keyed hash); both keep one
 uniformly chosen by a salt drawn after payment.
 """
@@ -24,6 +25,7 @@ import numpy as np
 from numpy.typing import NDArray
 
 from dpkit.analytics.engines.base import is_spark_frame
+from dpkit.analytics.engines.bins import Search, spark_edges, spark_stages
 from dpkit.analytics.metadata import Metadata
 from dpkit.synth.domain import Column, Domain
 from dpkit.synth.measure import bind_declared
@@ -51,12 +53,23 @@ class SparkTableCounts:
         self._counts: dict[tuple[int, ...], NDArray[np.int64]] = {}
         # Every expression is built here, before payment: a mistake in one fails now, not after
         # the debit. Each expression built in Python is a round trip to the JVM (thousands for a
-        # wide domain), so the cells are SQL text, one expression per column.
+        # wide domain), so a category's cell is SQL text, one expression per column; a number's
+        # bin comes from a binary search over its edges (engines.bins, ⌈log2 bins⌉ steps), whose
+        # edges frame is built here too.
         columns = domain.columns
         self._names = [f"c{i}" for i in range(len(columns))]
-        self._cells = [
-            F.expr(_code_sql(c, engine._names[c.name])).alias(n) for c, n in zip(columns, self._names, strict=True)
-        ]
+        self._read: list[Any] = []
+        self._searches: list[Search] = []
+        self._cells: list[Any] = []
+        for i, (c, n) in enumerate(zip(columns, self._names, strict=True)):
+            if c.categories is not None:
+                self._read.append(F.expr(_code_sql(c, engine._names[c.name])).alias(n))
+                self._cells.append(F.col(n))
+            else:
+                self._read.append(F.col(engine._names[c.name]).alias(f"__x{i}"))
+                self._searches.append(c.search(f"__x{i}", n))
+                self._cells.append(F.when(F.col(f"__x{i}").isNull(), F.lit(c.missing)).otherwise(F.col(n)).alias(n))
+        self._edges = spark_edges(engine._df.sparkSession, self._searches)
         # Every marginal's cells numbered in one flat index: the marginal's offset plus its
         # mixed-radix cell, so each distinct cell tuple explodes into plain longs.
         self._cliques = [(i,) for i in range(len(columns))] + [
@@ -80,10 +93,10 @@ class SparkTableCounts:
 
         engine, names = self._engine, self._names
         if self._unit is None:
-            rows = engine._df.select(*self._cells)
+            rows = self._coded(engine._df.select(*self._read))
         else:
             u = engine._c(self._unit)
-            keyed = engine._df.where(u.isNotNull()).select(u.alias("__u"), *self._cells)
+            keyed = self._coded(engine._df.where(u.isNotNull()).select(u.alias("__u"), *self._read), "__u")
             order = F.xxhash64(F.col("__u"), *[F.col(n) for n in names], F.lit(int(salt)).cast("long"))
             rows = (
                 keyed.select("*", F.row_number().over(Window.partitionBy("__u").orderBy(order)).alias("__r"))
@@ -103,6 +116,12 @@ class SparkTableCounts:
         ):
             self._counts[clique] = flat[lo:hi].reshape(shape)
 
+    def _coded(self, frame: Any, *keep: str) -> Any:
+        """The rows of ``frame`` (as read) as cells: the bins searched, NULL numbers in their cell."""
+        if self._searches:
+            frame = spark_stages(frame, self._searches, self._edges)
+        return frame.select(*keep, *self._cells)
+
     def counts(self, clique: Sequence[int]) -> NDArray[np.int64]:
         """The exact counts of the marginal over ``clique`` (one or two domain indices)."""
         return self._counts[tuple(clique)]
@@ -112,15 +131,12 @@ class SparkTableCounts:
 
 
 def _code_sql(column: Column, name: str) -> str:
-    """:meth:`Column.code_sql` in Spark SQL over the bound column ``name`` (the engine's internal
-    name, ``__dpkit_c<i>``): the cell of the value, never NULL."""
+    """A categorical column's :meth:`Column.code_sql` in Spark SQL over the bound column ``name``
+    (the engine's internal name, ``__dpkit_c<i>``): the cell of the value, never NULL. (A
+    numeric column's cell comes from its bin search.)"""
     x = f"`{name}`"
-    if column.categories is not None:
-        whens = " ".join(f"WHEN {x} = {_sql_literal(c)} THEN {i}" for i, c in enumerate(column.categories))
-        return f"CASE {whens} ELSE {column.missing} END" if whens else str(column.missing)
-    e = column.edges or ()
-    whens = " ".join(f"WHEN {x} < {_sql_literal(float(e[i + 1]))} THEN {i}" for i in range(len(e) - 2))
-    return f"CASE WHEN {x} IS NULL THEN {column.missing} {whens} ELSE {len(e) - 2} END"
+    whens = " ".join(f"WHEN {x} = {_sql_literal(c)} THEN {i}" for i, c in enumerate(column.categories or ()))
+    return f"CASE {whens} ELSE {column.missing} END" if whens else str(column.missing)
 
 
 def _sql_literal(value: Any) -> str:
