@@ -343,9 +343,12 @@ class Session:
         glob such as ``data/*.parquet`` or ``data/**/*.parquet`` (``**``: any depth). In a
         Hive-partitioned directory (``data/year=2021/part-0.parquet``) the ``key=value``
         directories are columns too. Names starting with ``.`` or ``_`` (``_SUCCESS``) are skipped.
-        The columns and their types come from the files' metadata, never from their rows. A path
-        that matches no file is refused (:class:`~dpkit.errors.InvalidParameterError`) before
-        anything is spent. The table is named after a file's stem, else ``data`` (``table=``).
+        The columns and their types come from the files' metadata, never from their rows, and
+        every row is read by its own file's types: files that disagree on a column's type are cast
+        value by value, partition values are text, and text that is not UTF-8 is repaired
+        (the guide's "How dpkit reads your data"). A path that matches no file is refused
+        (:class:`~dpkit.errors.InvalidParameterError`) before anything is spent. The table is
+        named after a file's stem, else ``data`` (``table=``).
 
         ``engine="duckdb"`` (default) reads the files with DuckDB's ``read_parquet``;
         ``memory_limit`` (``"4GB"``) and ``temp_directory`` make it spill the bounding's sort and
