@@ -181,7 +181,9 @@ def query(
         with err.status(f"scanning {path.name} …", spinner="dots") if not json_output else contextlib.nullcontext():
             make: Callable[..., Any]
             if engine == "spark":
-                reader = Session.from_parquet if many or path.suffix.lower() in (".parquet", ".pq") else Session.from_csv
+                reader = (
+                    Session.from_parquet if many or path.suffix.lower() in (".parquet", ".pq") else Session.from_csv
+                )
                 make = functools.partial(reader, engine="spark", spark=_spark_session(master, settings, "dpkit query"))
             elif many:
                 make = Session.from_parquet
