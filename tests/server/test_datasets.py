@@ -391,3 +391,14 @@ def test_older_service_tables_are_upgraded_in_place(env: Root, version: int) -> 
     assert raw.execute("SELECT version FROM dpkit_service").fetchone() == (4,)
     assert {"engine", "files"} <= {row[1] for row in raw.execute("PRAGMA table_info(datasets)")}
     raw.close()
+
+
+def test_the_registration_check_counts_the_csv_lines_the_reader_dropped(env: Root) -> None:
+    """The copy holds only the rows read; the curator's check still says which lines were dropped
+    (an unclosed quote, bytes that are not UTF-8), counted from the source file."""
+    with (env.root / "people.csv").open("ab") as f:
+        f.write(b'1001,33,"oops\n1002,\xff\xfe,x\n')
+    info = env.service.register_dataset("people", "people.csv", PEOPLE_METADATA)
+    assert info.check is not None and info.check.reading is not None
+    assert info.check.reading.skipped_records == 2 and len(info.check.reading.skipped_detail) == 2
+    assert "2 of " in "\n".join(info.check.reading.lines())

@@ -23,7 +23,7 @@ from dpkit.analytics.engines.base import quote_identifier as q
 from dpkit.analytics.engines.parquet_source import DuckDBParquet, ParquetGroup, partition_value, partitions_of
 from dpkit.analytics.metadata import Categorical, Numeric
 
-__all__ = ["reading_check"]
+__all__ = ["csv_reading_check", "reading_check"]
 
 _INTEGER = ("TINYINT", "SMALLINT", "INTEGER", "BIGINT", "HUGEINT", "UTINYINT", "USMALLINT", "UINTEGER", "UBIGINT")
 
@@ -47,7 +47,7 @@ def reading_check(
     columns ``types`` (their specs in ``specs``); None for a source that is not Parquet files."""
     csv = getattr(engine, "csv", None)
     if csv is not None:
-        return _csv_check(csv)
+        return csv_reading_check(csv)
     parquet: DuckDBParquet | None = getattr(engine, "parquet", None)
     if parquet is None:
         return None
@@ -156,8 +156,10 @@ def _invalid_text(
     return list(counts.items())
 
 
-def _csv_check(source: Any) -> ReadingCheck:
-    """The lines of a CSV file the reader dropped, by reason (engines.csv_source)."""
+def csv_reading_check(source: Any) -> ReadingCheck:
+    """The lines of a CSV file (a :class:`~dpkit.analytics.engines.csv_source.CsvFile`) the reader
+    dropped, by reason (engines.csv_source): for the check of a CSV source, and of the service's
+    copy of one (whose table no longer shows what was dropped)."""
     import duckdb
 
     from dpkit.analytics.engines.csv_source import csv_skipped_sql, csv_unreadable_lines

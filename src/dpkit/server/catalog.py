@@ -223,7 +223,7 @@ class Catalog:
             # paid. Missing declared columns are named; the source's other columns only counted.
             check_declared_columns(conn, name, meta)
             Session.from_duckdb(conn.cursor(), name, metadata=meta, neighbours=neighbours, budget=Budget(epsilon=1.0))
-            return _check(info, conn)
+            return _check(info, conn, located.path)
 
         report = self._copy(info, lambda: self._copies.build(name, info.created_at, located.path, table, inspect))
         try:
@@ -425,13 +425,19 @@ class Catalog:
             raise DatasetUnavailableError() from None
 
 
-def _check(info: DatasetInfo, conn: Any) -> DataCheck | None:
+def _check(info: DatasetInfo, conn: Any, source: Path) -> DataCheck | None:
     """The curator's data check of the loaded copy (exactly what queries will read), or None
     when the check itself fails: it is a report, and the metadata has already been checked
     against the table, so its failure is logged for the curator and does not block the
-    registration."""
+    registration. For a CSV source, the lines its reader dropped are counted from the file."""
     try:
-        return check_data((conn.cursor(), info.name), info.metadata)
+        check = check_data((conn.cursor(), info.name), info.metadata)
+        if source_kind(source) == "csv":
+            from dpkit.analytics.check_reading import csv_reading_check
+            from dpkit.analytics.engines.csv_source import CsvFile, CsvOptions
+
+            check = replace(check, reading=csv_reading_check(CsvFile(source, CsvOptions())))
+        return check
     except Exception:
         _curator_log.exception("the data check of dataset %r (%s) could not be made", info.name, info.source)
         return None
