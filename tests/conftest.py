@@ -106,6 +106,7 @@ TEST_MARKERS: dict[str, tuple[str, ...]] = {
     "test_cli.py::test_query_errors_are_clear": ("slow",),
     # A local Spark session started by `dpkit query --engine spark --master local[2]`.
     "test_cli_engine.py::test_engine_spark_with_master_and_conf": ("spark", "slow"),
+    "test_cli_engine.py::test_engine_spark_reads_a_csv_by_dpkits_rules": ("spark", "slow"),
     # Training runs: a per-example oracle over many models, and learning to a target.
     "torch/test_dpsgd_clipping.py::test_clipped_sum_matches_one_example_at_a_time": ("slow",),
     "torch/test_dpsgd_training.py::test_learns_at_large_epsilon_with_the_users_loop": ("slow",),

@@ -94,10 +94,17 @@ def test_the_help_shows_the_engine_options() -> None:
         assert said in r.output, said
 
 
-def test_engine_spark_refuses_a_csv(parts: dict[str, Path], tmp_path: Path) -> None:
-    csv = tmp_path / "census.csv"
-    r = query(parts, str(csv), "--engine", "spark", "--dataset", "census-parquet")
-    assert r.exit_code != 0 and "Parquet" in r.output
+def test_engine_spark_refuses_a_file_that_is_neither_csv_nor_parquet(parts: dict[str, Path]) -> None:
+    r = query(parts, str(parts["meta"]), "--engine", "spark", "--dataset", "census-parquet")
+    assert r.exit_code != 0 and "reads CSV and Parquet data" in r.output
+
+
+def test_engine_spark_reads_a_csv_by_dpkits_rules(parts: dict[str, Path], tmp_path: Path) -> None:
+    """The CSV the fixture generated, read on Spark by dpkit's one-line-a-record reader."""
+    pytest.importorskip("pyspark")
+    r = query(parts, str(tmp_path / "census.csv"), "--engine", "spark", "--dataset", "census-parquet")
+    assert r.exit_code == 0, r.output
+    assert abs(json.loads(r.stdout)["rows"][0]["count"] - int(str(parts["rows"]))) < 60  # as above: P < 1e-12
 
 
 def test_engine_spark_with_master_and_conf(parts: dict[str, Path]) -> None:

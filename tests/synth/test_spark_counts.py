@@ -164,4 +164,4 @@ def test_dpkit_synth_on_spark_reads_a_parquet_directory(spark, tmp_path) -> None
     (tmp_path / "junk").mkdir()
     (tmp_path / "junk" / "a.parquet").write_text("not parquet")
     bad = CliRunner().invoke(app, [*args[:1], str(tmp_path / "junk"), *args[2:]])
-    assert bad.exit_code == 1 and "Parquet data Spark can read" in bad.output, bad.output
+    assert bad.exit_code == 1 and "Parquet files whose footers can be read" in bad.output, bad.output
