@@ -9,15 +9,21 @@ from typing import Any
 
 import numpy as np
 import pandas as pd
-import pyarrow as pa
 import pytest
 
+import _bins
 import dpkit as dp
 from dpkit.analytics import Metadata, Numeric, QueryLimits
 from dpkit.analytics.engines import bins
 from dpkit.analytics.engines.duckdb import DuckDBEngine
 from dpkit.analytics.plan import AggregationPlan, GroupKey
 from dpkit.errors import InvalidParameterError, LimitExceededError
+
+# pyspark's own warnings under pandas 3 (as in test_spark_engine.py)
+pytestmark = [
+    pytest.mark.filterwarnings("ignore:PySpark does not yet fully support pandas:FutureWarning"),
+    pytest.mark.filterwarnings("ignore:The copy keyword is deprecated"),
+]
 
 
 def _session(limits: QueryLimits | None = None) -> dp.Session:
@@ -70,44 +76,12 @@ def test_too_many_bins_is_over_the_key_limit_before_any_edge_is_built() -> None:
 # Bins are [e_i, e_{i+1}), the last one closed; values outside every bin, NaN and NULL are dropped.
 # The reference is numpy's searchsorted on the same doubles. Deterministic (fixed seeds).
 
-#: Edges that make the comparisons hard: zero (−0.0 must fall in the bin starting at 0.0), the
-#: smallest subnormal, values with no exact decimal form, and a large one.
-HARD_EDGES = (0.0, 5e-324, 0.1, 1 / 3, -2.5, 1e15)
-
-
-def _edges(n: int) -> np.ndarray:
-    """n + 1 increasing finite edges, 0.0 among them, the others drawn from the hard ones and a
-    wide uniform range."""
-    rng = np.random.default_rng(n)
-    pool = np.setdiff1d(np.concatenate([HARD_EDGES, rng.uniform(-1e6, 1e6, 2 * n + 10)]), [0.0])
-    return np.unique(np.r_[0.0, rng.choice(pool, n, replace=False)])
-
-
-def _values(edges: np.ndarray) -> np.ndarray:
-    """Every edge, the doubles just below and just above each, values outside every bin, both
-    zeros, infinities and NaN, and values inside; NULL is added by the tables below."""
-    rng = np.random.default_rng(len(edges))
-    return np.concatenate(
-        [
-            edges,
-            np.nextafter(edges, -np.inf),
-            np.nextafter(edges, np.inf),
-            [-0.0, 0.0, edges[0] - 1.0, edges[-1] + 1.0, -1e308, 1e308, -np.inf, np.inf, np.nan],
-            rng.uniform(edges[0], edges[-1], 1000),
-        ]
-    )
-
 
 def _reference(edges: np.ndarray, x: np.ndarray) -> np.ndarray:
     """Rows per bin by numpy: x in [e_0, e_n] (NaN never is), the last bin closed."""
     inside = x[(x >= edges[0]) & (x <= edges[-1])]
     index = np.minimum(np.searchsorted(edges, inside, side="right") - 1, len(edges) - 2)
     return np.bincount(index, minlength=len(edges) - 1)
-
-
-def _arrow(x: np.ndarray, nulls: int = 3) -> pa.Table:
-    """The values as a DOUBLE column, NaN kept as NaN (not NULL), and ``nulls`` NULLs."""
-    return pa.table({"x": pa.array([*x.tolist(), *[None] * nulls], pa.float64())})
 
 
 def _bin_plan(edges: np.ndarray, allowed: tuple[int, ...] | None = None, unit: str | None = None) -> AggregationPlan:
@@ -133,7 +107,7 @@ def _per_bin(frame: pd.DataFrame, n: int) -> np.ndarray:
     return out
 
 
-def _duckdb(table: pa.Table, bind: bool) -> DuckDBEngine:
+def _duckdb(table: Any, bind: bool) -> DuckDBEngine:
     import duckdb
 
     con = duckdb.connect()
@@ -151,18 +125,18 @@ BIN_COUNTS = [1, 2, 7, 1000, 100_000]
 @pytest.mark.parametrize("n", BIN_COUNTS)
 @pytest.mark.parametrize("bind", [True, False])
 def test_duckdb_bins_are_numpys_at_every_edge(n: int, bind: bool) -> None:
-    edges = _edges(n)
-    x = _values(edges)
-    engine = _duckdb(_arrow(x), bind)
+    edges = _bins.edges(n)
+    x = _bins.values(edges)
+    engine = _duckdb(_bins.table(x), bind)
     assert engine._con.execute("SELECT count(*) FROM t WHERE isnan(x)").fetchone()[0] == 1  # a real NaN
     got = _per_bin(engine.aggregate(_bin_plan(edges)), n)
     np.testing.assert_array_equal(got, _reference(edges, x))
 
 
 def test_a_key_filter_short_of_every_bin_keeps_only_its_bins() -> None:
-    edges = _edges(7)
-    x = _values(edges)
-    frame = _duckdb(_arrow(x), True).aggregate(_bin_plan(edges, allowed=(0, 2, 6)))
+    edges = _bins.edges(7)
+    x = _bins.values(edges)
+    frame = _duckdb(_bins.table(x), True).aggregate(_bin_plan(edges, allowed=(0, 2, 6)))
     want = _reference(edges, x)
     assert sorted(frame["g0"]) == [0, 2, 6]
     assert dict(zip(frame["g0"], frame["rows"], strict=True)) == {k: want[k] for k in (0, 2, 6)}
@@ -172,10 +146,10 @@ def test_two_binned_columns_and_a_privacy_unit() -> None:
     import duckdb
 
     rng = np.random.default_rng(5)
-    e1, e2 = _edges(7), _edges(1000)
-    x1, x2 = rng.choice(_values(e1), 5000), rng.choice(_values(e2), 5000)
+    e1, e2 = _bins.edges(7), _bins.edges(1000)
+    x1, x2 = rng.choice(_bins.values(e1), 5000), rng.choice(_bins.values(e2), 5000)
     con = duckdb.connect()
-    con.register("src", pa.table({"u": np.arange(5000), "x": x1, "y": x2}))
+    con.register("src", pd.DataFrame({"u": np.arange(5000), "x": x1, "y": x2}))
     con.execute("CREATE TABLE t AS SELECT * FROM src")
     engine = DuckDBEngine(None, connection=con, table="t")
     groups = (GroupKey("x", tuple(e1)), GroupKey("y", tuple(e2)))
@@ -195,10 +169,10 @@ def test_two_binned_columns_and_a_privacy_unit() -> None:
 def test_the_duckdb_statement_does_not_grow_with_the_bins() -> None:
     """One search step per doubling of the bins, the edges one parameter: the statement for
     100,000 bins is the one for 10 plus 13 steps (a CASE with one WHEN per bin, and the key
-    filter IN (0, …, n − 1), made it 100,000 times longer, with 300,000 parameters)."""
-    engine = _duckdb(_arrow(np.array([1.0])), True)
+    filter IN (0, …, n − 1), made it megabytes long, with 500,004 parameters)."""
+    engine = _duckdb(_bins.table(np.array([1.0])), True)
     small, big = (engine.aggregate_sql(_bin_plan(np.linspace(0.0, 100.0, n + 1), unit="x")) for n in (10, 100_000))
-    steps = bins.Search.of_edges("x", "g", range(100_001)).depth - bins.Search.of_edges("x", "g", range(11)).depth
+    steps = bins.Search.of_edges("x", range(100_001)).depth - bins.Search.of_edges("x", range(11)).depth
     assert steps == 13
     assert len(big[1]) == len(small[1])
     assert len(big[0]) - len(small[0]) <= 150 * steps
@@ -223,7 +197,7 @@ def spark():  # type: ignore[no-untyped-def]
 def _spark_engine(spark, x: np.ndarray, bind: bool) -> Any:  # type: ignore[no-untyped-def]
     from dpkit.analytics.engines.spark import SparkEngine
 
-    frame = spark.createDataFrame(_arrow(x))
+    frame = spark.createDataFrame(_bins.table(x))
     assert frame.where("isnan(x)").count() == int(np.isnan(x).sum()) and frame.where("x IS NULL").count() == 3
     engine = SparkEngine(frame)
     if bind:
@@ -233,16 +207,16 @@ def _spark_engine(spark, x: np.ndarray, bind: bool) -> Any:  # type: ignore[no-u
 
 @pytest.mark.parametrize("n", BIN_COUNTS)
 def test_spark_bins_are_numpys_at_every_edge(spark, n: int) -> None:  # type: ignore[no-untyped-def]
-    edges = _edges(n)
-    x = _values(edges)
+    edges = _bins.edges(n)
+    x = _bins.values(edges)
     for bind in (True, False):
         got = _per_bin(_spark_engine(spark, x, bind).aggregate(_bin_plan(edges)), n)
         np.testing.assert_array_equal(got, _reference(edges, x), err_msg=f"bind={bind}")
 
 
 def test_spark_keeps_a_key_filter_short_of_every_bin(spark) -> None:  # type: ignore[no-untyped-def]
-    edges = _edges(7)
-    frame = _spark_engine(spark, _values(edges), True).aggregate(_bin_plan(edges, allowed=(0, 2, 6)))
+    edges = _bins.edges(7)
+    frame = _spark_engine(spark, _bins.values(edges), True).aggregate(_bin_plan(edges, allowed=(0, 2, 6)))
     assert sorted(frame["g0"]) == [0, 2, 6]
 
 

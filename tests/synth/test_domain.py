@@ -10,45 +10,23 @@ from typing import Any
 
 import duckdb
 import numpy as np
-import pyarrow as pa
 import pytest
 
+import _bins
 from dpkit.analytics import Categorical, Metadata, Numeric
 from dpkit.synth import Domain
 from dpkit.synth.domain import MAX_CELLS
 from dpkit.synth.measure import TableCounts
 
+# pyspark's own warnings under pandas 3 (as in test_spark_engine.py)
+pytestmark = [
+    pytest.mark.filterwarnings("ignore:PySpark does not yet fully support pandas:FutureWarning"),
+    pytest.mark.filterwarnings("ignore:The copy keyword is deprecated"),
+]
+
 META = Metadata(columns={"x": Numeric(), "c": Categorical(("a", "b"))}, row_level=True)
 
-#: Edges that make the comparisons hard: zero (−0.0 must fall in the bin starting at 0.0), the
-#: smallest subnormal, values with no exact decimal form, and a large one.
-HARD_EDGES = (0.0, 5e-324, 0.1, 1 / 3, -2.5, 1e15)
 N_BINS = [1, 2, 7, 1000, MAX_CELLS - 1]
-
-
-def _edges(n: int) -> np.ndarray:
-    rng = np.random.default_rng(n)
-    pool = np.setdiff1d(np.concatenate([HARD_EDGES, rng.uniform(-1e6, 1e6, 2 * n + 10)]), [0.0])
-    return np.unique(np.r_[0.0, rng.choice(pool, n, replace=False)])
-
-
-def _values(edges: np.ndarray) -> np.ndarray:
-    rng = np.random.default_rng(len(edges))
-    return np.concatenate(
-        [
-            edges,
-            np.nextafter(edges, -np.inf),
-            np.nextafter(edges, np.inf),
-            [-0.0, 0.0, edges[0] - 1.0, edges[-1] + 1.0, -1e308, 1e308, -np.inf, np.inf, np.nan],
-            rng.uniform(edges[0], edges[-1], 1000),
-        ]
-    )
-
-
-def _table(x: np.ndarray, nulls: int = 3) -> pa.Table:
-    """The values (NaN kept as NaN, not NULL) and ``nulls`` NULLs, beside a categorical column."""
-    values = [*x.tolist(), *[None] * nulls]
-    return pa.table({"x": pa.array(values, pa.float64()), "c": pa.array(["a"] * len(values))})
 
 
 def _reference(edges: np.ndarray, x: np.ndarray, nulls: int = 3) -> np.ndarray:
@@ -61,7 +39,7 @@ def _reference(edges: np.ndarray, x: np.ndarray, nulls: int = 3) -> np.ndarray:
     return out
 
 
-def _duckdb_counts(table: pa.Table, domain: Domain) -> tuple[TableCounts, list[str]]:
+def _duckdb_counts(table: Any, domain: Domain) -> tuple[TableCounts, list[str]]:
     """The DuckDB counts of ``table``, prepared, and the statements they ran."""
     con = duckdb.connect()
     con.register("src", table)
@@ -86,10 +64,10 @@ class _Recording:
 
 @pytest.mark.parametrize("n", N_BINS)
 def test_duckdb_cells_are_numpys_at_every_edge(n: int) -> None:
-    edges = _edges(n)
-    x = _values(edges)
+    edges = _bins.edges(n)
+    x = _bins.values(edges)
     domain = Domain.from_metadata(META, bins={"x": edges.tolist()})
-    counts, _ = _duckdb_counts(_table(x), domain)
+    counts, _ = _duckdb_counts(_bins.table(x, c=["a"] * (len(x) + 3)), domain)
     np.testing.assert_array_equal(counts.counts((0,)), _reference(edges, x))
 
 
@@ -99,7 +77,7 @@ def test_the_counting_statement_does_not_grow_with_the_bins() -> None:
     sizes = {}
     for n in (10, MAX_CELLS - 1):
         domain = Domain.from_metadata(META, bins={"x": np.linspace(0.0, 100.0, n + 1).tolist()})
-        _, statements = _duckdb_counts(_table(np.array([1.0])), domain)
+        _, statements = _duckdb_counts(_bins.table(np.array([1.0]), c=["a"] * 4), domain)
         sizes[n] = len(next(s for s in statements if s.startswith("CREATE OR REPLACE TEMP TABLE")))
     assert sizes[MAX_CELLS - 1] - sizes[10] <= 150 * 10
 
@@ -115,10 +93,10 @@ def spark():  # type: ignore[no-untyped-def]
 def test_spark_cells_are_numpys_at_every_edge(spark, n: int) -> None:  # type: ignore[no-untyped-def]
     from dpkit.synth.spark_counts import SparkTableCounts
 
-    edges = _edges(n)
-    x = _values(edges)
+    edges = _bins.edges(n)
+    x = _bins.values(edges)
     domain = Domain.from_metadata(META, bins={"x": edges.tolist()})
-    frame = spark.createDataFrame(_table(x))
+    frame = spark.createDataFrame(_bins.table(x, c=["a"] * (len(x) + 3)))
     assert frame.where("isnan(x)").count() == 1  # a real NaN, not NULL
     counts = SparkTableCounts(frame, META, domain)
     counts.prepare(salt=1)

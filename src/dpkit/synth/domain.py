@@ -64,25 +64,25 @@ class Column:
             names = [f"[{e[i]:g}, {e[i + 1]:g}{']' if i == len(e) - 2 else ')'}" for i in range(len(e) - 1)]
         return [*names, "(missing)"]
 
-    def search(self, value: str, out: str) -> Search:
-        """A numeric column's bin search (:mod:`dpkit.analytics.engines.bins`): writes into
-        column ``out`` the bin of the value in column ``value`` — the number of inner edges
-        ``<= x``, so values below the first edge are in the first bin and values above the last
-        in the last (clipped; the last bin is closed on the right). ⌈log2 bins⌉ comparisons
-        against the exact edges, not one per bin."""
-        return Search.of_edges(value, out, self.edges or ())
+    def search(self, column: str) -> Search:
+        """A numeric column's bin search (:mod:`dpkit.analytics.engines.bins`): replaces the value
+        in ``column`` by its bin — the number of inner edges ``<= x``, so values below the first
+        edge are in the first bin and values above the last in the last (clipped; the last bin
+        is closed on the right); NULL stays NULL. ⌈log2 bins⌉ comparisons against the exact
+        edges, not one per bin."""
+        return Search.of_edges(column, self.edges or ())
 
-    def code_sql(self, value: str | None = None, searched: str | None = None) -> str:
+    def code_sql(self, searched: str | None = None) -> str:
         """A total SQL expression giving the cell of the bound column (never NULL, never fails).
-        Categorical: the category compared for equality. Numeric: NULL's cell for NULL in
-        column ``value``, else the bin its :meth:`search` wrote into column ``searched``."""
+        Categorical: the category compared for equality. Numeric: the bin its :meth:`search`
+        left in column ``searched``, NULL in the missing cell."""
         if self.categories is not None:
             x = quote_identifier(self.name)
             whens = " ".join(f"WHEN {x} = {_literal(c)} THEN {i}" for i, c in enumerate(self.categories))
             return f"(CASE {whens} ELSE {self.missing} END)"
-        if value is None or searched is None:
-            raise ValueError("a numeric column's cell is read from its search: pass value and searched")
-        return f"(CASE WHEN {value} IS NULL THEN {self.missing} ELSE {searched} END)"
+        if searched is None:
+            raise ValueError("a numeric column's cell is read from its search: pass the searched column")
+        return f"coalesce({searched}, {self.missing})"
 
 
 def _literal(value: Any) -> str:

@@ -57,9 +57,8 @@ class TableCounts:
 
     def prepare(self, salt: int) -> None:
         """Encode every row (one per privacy unit) into the temporary table of cells."""
-        # A numeric column's bin comes from a binary search over its edges (engines.bins): the
-        # value is read once (__x<i>), the searches run as successive projections, then NULL goes
-        # to the missing cell.
+        # A numeric column's bin comes from a binary search over its edges (engines.bins, run as
+        # successive projections over the values read), then NULL goes to the missing cell.
         columns = self.domain.columns
         read: list[str] = []
         searches: list[Search] = []
@@ -68,8 +67,8 @@ class TableCounts:
             if c.categories is not None:
                 read.append(f"{c.code_sql()} AS c{i}")
             else:
-                read.append(f"{quote_identifier(c.name)} AS __x{i}")
-                searches.append(c.search(f"__x{i}", f"c{i}"))
+                read.append(f"{quote_identifier(c.name)} AS c{i}")
+                searches.append(c.search(f"c{i}"))
 
         def add(value: Any) -> str:
             params.append(value)
@@ -77,7 +76,7 @@ class TableCounts:
 
         stages, last = duckdb_stages("__read", searches, add) if searches else ([], "__read")
         cells = ", ".join(
-            f"{c.code_sql(f'__x{i}', f'c{i}') if c.categories is None else f'c{i}'}::SMALLINT AS c{i}"
+            f"{c.code_sql(f'c{i}') if c.categories is None else f'c{i}'}::SMALLINT AS c{i}"
             for i, c in enumerate(columns)
         )
         names = ", ".join(f"c{i}" for i in range(len(columns)))

@@ -61,14 +61,14 @@ class SparkTableCounts:
         self._read: list[Any] = []
         self._searches: list[Search] = []
         self._cells: list[Any] = []
-        for i, (c, n) in enumerate(zip(columns, self._names, strict=True)):
+        for c, n in zip(columns, self._names, strict=True):
             if c.categories is not None:
                 self._read.append(F.expr(_code_sql(c, engine._names[c.name])).alias(n))
                 self._cells.append(F.col(n))
             else:
-                self._read.append(F.col(engine._names[c.name]).alias(f"__x{i}"))
-                self._searches.append(c.search(f"__x{i}", n))
-                self._cells.append(F.when(F.col(f"__x{i}").isNull(), F.lit(c.missing)).otherwise(F.col(n)).alias(n))
+                self._read.append(F.col(engine._names[c.name]).alias(n))
+                self._searches.append(c.search(n))
+                self._cells.append(F.coalesce(F.col(n), F.lit(c.missing)).alias(n))
         self._edges = spark_edges(engine._df.sparkSession, self._searches)
         # Every marginal's cells numbered in one flat index: the marginal's offset plus its
         # mixed-radix cell, so each distinct cell tuple explodes into plain longs.

@@ -12,11 +12,11 @@ size at every step). Neither the statement nor the plan grows with the bins beyo
 Each step compares the double x with an exact edge by the engine's own ``<=`` (the operator the
 CASE used): no arithmetic touches x, so a value at an edge is never moved to a neighbouring bin,
 and −0.0 and 0.0 compare equal as before. The edges are padded with +∞ to 2**d − 1 entries, so
-every position a search reads exists, and the count is capped at n − 1: the search is total on
-any double (−∞ → 0; +∞ and NaN, which both engines order above every number → n − 1; NULL → 0,
-which callers filter or map to their own cell). A step's edge is read from the joined (DuckDB: the
-cross-joined) list, never from a constant: DuckDB copies a constant list into every vector it
-indexes, and Spark serialises a folded array literal element by element into every task.
+every position a search reads exists, and a position past the real edges never counts: the search
+is total on any double (−∞ → 0; +∞ and NaN, which both engines order above every number → n − 1;
+NULL → NULL, which callers filter out or map to their own cell). A step's edge is read from the
+joined list, never from a constant: DuckDB copies a constant list into every vector it indexes,
+and Spark serialises a folded array literal element by element into every task.
 """
 
 from __future__ import annotations
@@ -31,16 +31,16 @@ __all__ = ["Search", "duckdb_in_bins", "duckdb_stages", "full_range", "spark_edg
 
 @dataclass(frozen=True)
 class Search:
-    """Count the ``probes`` (increasing) that are ``<= x``, x read from column ``value``, into an
-    INTEGER column ``out``. For bins with edges e, the probes are the inner edges ``e[1:-1]``."""
+    """Replace the double x in column ``column`` by the number of ``probes`` (increasing) that
+    are ``<= x``: an INTEGER in [0, len(probes)], NULL for NULL. For bins with edges e, the probes
+    are the inner edges ``e[1:-1]`` and the count is the bin."""
 
-    value: str
-    out: str
+    column: str
     probes: tuple[float, ...]
 
     @classmethod
-    def of_edges(cls, value: str, out: str, edges: Sequence[float]) -> Search:
-        return cls(value, out, tuple(float(e) for e in edges[1:-1]))
+    def of_edges(cls, column: str, edges: Sequence[float]) -> Search:
+        return cls(column, tuple(float(e) for e in edges[1:-1]))
 
     @property
     def depth(self) -> int:
@@ -75,54 +75,58 @@ def spark_in_bins(x: Any, edges: Sequence[float]) -> Any:
     return x.between(F.lit(float(edges[0])), F.lit(float(edges[-1])))
 
 
-def _step(e: str, g: str, x: str, b: int, cap: int | None) -> str:
-    v = f"CASE WHEN {e}[{g} + {b}] <= {x} THEN {g} + {b} ELSE {g} END"
-    return v if cap is None else f"least({v}, {cap})"
+def _step(i: int, s: Search, b: int) -> str:
+    # position g + b counts when it is a probe (not padding) and its edge is <= x; NULL stays NULL
+    g, m = s.column, len(s.probes)
+    return f"CASE WHEN {g} + {b} <= {m} AND __be{i}[{g} + {b}] <= __bx{i} THEN {g} + {b} ELSE {g} END"
 
 
 def duckdb_stages(
     source: str, searches: Sequence[Search], add: Callable[[Any], str], *, prefix: str = "__bin"
 ) -> tuple[list[str], str]:
-    """The CTEs (``name AS (SELECT …)``) that add each search's ``out`` to every row of the
-    relation ``source`` (its columns kept), and the name of the last one. ``add`` binds a
-    parameter and returns its placeholder (the padded probes: one ``DOUBLE[]`` per search).
-    Helper columns ``__be<i>`` (the probes) are added; ``source`` must not have them."""
-    lists = [f"CAST({add(s.padded())} AS DOUBLE[]) AS __be{i}" for i, s in enumerate(searches) if s.depth]
-    joined = f"{source}, (SELECT {', '.join(lists)})" if lists else source
-    start = ", ".join(f"0 AS {s.out}" for s in searches)
-    ctes = [f"{prefix}0 AS (SELECT *{', ' + start if start else ''} FROM {joined})"]
-    for k in range(1, max((s.depth for s in searches), default=0) + 1):
-        items = []
-        for i, s in enumerate(searches):
-            if k <= s.depth:
-                last = len(s.probes) if k == s.depth else None
-                items.append(f"{_step(f'__be{i}', s.out, s.value, s.steps()[k - 1], last)} AS {s.out}")
-        ctes.append(f"{prefix}{k} AS (SELECT * REPLACE ({', '.join(items)}) FROM {prefix}{k - 1})")
-    return ctes, f"{prefix}{len(ctes) - 1}"
+    """The CTEs (``name AS (SELECT …)``) that replace each search's column by its count in every
+    row of the relation ``source`` (its other columns kept), and the name of the last one.
+    ``add`` binds a parameter and returns its placeholder (the padded probes: one ``DOUBLE[]``
+    per search). The helper columns ``__bx<i>`` (the value) and ``__be<i>`` (the probes) live
+    between the first and the last CTE; ``source`` must not have them."""
+    stepped = [(i, s) for i, s in enumerate(searches) if s.depth]
+    start = ", ".join(f"CASE WHEN {s.column} IS NOT NULL THEN 0 END AS {s.column}" for s in searches)
+    kept = "".join(f", {s.column} AS __bx{i}" for i, s in stepped)
+    lists = ", ".join(f"CAST({add(s.padded())} AS DOUBLE[]) AS __be{i}" for i, s in stepped)
+    joined = f"{source}, (SELECT {lists})" if stepped else source
+    ctes = [f"{prefix}0 AS (SELECT * REPLACE ({start}){kept} FROM {joined})"]
+    depth = max((s.depth for s in searches), default=0)
+    helpers = ", ".join(f"__bx{i}, __be{i}" for i, _ in stepped)
+    for k in range(1, depth + 1):
+        items = ", ".join(f"{_step(i, s, s.steps()[k - 1])} AS {s.column}" for i, s in stepped if k <= s.depth)
+        drop = f" EXCLUDE ({helpers})" if k == depth else ""
+        ctes.append(f"{prefix}{k} AS (SELECT *{drop} REPLACE ({items}) FROM {prefix}{k - 1})")
+    return ctes, f"{prefix}{depth}"
 
 
 def spark_stages(frame: Any, searches: Sequence[Search], edges: Any | None = None) -> Any:
-    """``frame`` with each search's ``out`` added (an int column), its other columns kept.
-    ``edges``: :func:`spark_edges` of the same searches when the caller built it beforehand."""
+    """:func:`duckdb_stages` on Spark: ``frame`` with each search's column replaced by its count
+    (an int column), its other columns kept. ``edges``: :func:`spark_edges` of the same searches
+    when the caller built it beforehand (else it is built here)."""
     from pyspark.sql import functions as F
 
-    if edges is None:
-        edges = spark_edges(frame.sparkSession, searches)
-    if edges is not None:
-        frame = frame.crossJoin(F.broadcast(edges))
-    frame = frame.withColumns({s.out: F.lit(0) for s in searches})
+    stepped = [(i, s) for i, s in enumerate(searches) if s.depth]
+    if stepped:
+        frame = frame.crossJoin(F.broadcast(edges if edges is not None else spark_edges(frame.sparkSession, searches)))
+    start = {s.column: F.when(F.col(s.column).isNotNull(), F.lit(0)) for s in searches}
+    frame = frame.withColumns({**{f"__bx{i}": F.col(s.column) for i, s in stepped}, **start})
     for k in range(1, max((s.depth for s in searches), default=0) + 1):
-        step: dict[str, Any] = {}
-        for i, s in enumerate(searches):
+        step = {}
+        for i, s in stepped:
             if k <= s.depth:
-                g, b = F.col(s.out), s.steps()[k - 1]
-                v = F.when(F.element_at(F.col(f"__be{i}"), g + F.lit(b)) <= F.col(s.value), g + F.lit(b)).otherwise(g)
-                step[s.out] = F.least(v, F.lit(len(s.probes))) if k == s.depth else v
+                g, b = F.col(s.column), F.lit(s.steps()[k - 1])
+                counts = (g + b <= F.lit(len(s.probes))) & (F.element_at(F.col(f"__be{i}"), g + b) <= F.col(f"__bx{i}"))
+                step[s.column] = F.when(counts, g + b).otherwise(g)
         frame = frame.withColumns(step)
-    return frame.drop(*[f"__be{i}" for i, s in enumerate(searches) if s.depth])
+    return frame.drop(*[c for i, _ in stepped for c in (f"__bx{i}", f"__be{i}")])
 
 
-def spark_edges(spark: Any, searches: Sequence[Search]) -> Any | None:
+def spark_edges(spark: Any, searches: Sequence[Search]) -> Any:
     """The one-row frame of the searches' padded probes (``__be<i>``, array<double>), or None
     when no search has a step. Built from Arrow where pyspark can (a local relation: the doubles
     travel as their bytes)."""

@@ -436,10 +436,7 @@ class DuckDBEngine:
         numeric = list(dict.fromkeys([s.column for s in plan.hash_specs()] + [x.column for x in plan.values]))
         clean = {c: f"__c{i}" for i, c in enumerate(numeric)}
         inner = [f"{q(plan.unit)} AS __u"] if plan.unit is not None else []
-        inner += [
-            f"{self._group(g, params)} AS {c if g.edges is None else '__bx' + c}"
-            for g, c in zip(plan.groups, gcols, strict=True)
-        ]
+        inner += [f"{self._group(g, params)} AS {c}" for g, c in zip(plan.groups, gcols, strict=True)]
         inner += [f"{self._clean(c)} AS {alias}" for c, alias in clean.items()]
         select = (["__u"] if plan.unit is not None else []) + gcols
         select += [f"{self._summand(s, clean[s.column], params)} AS {s.name}" for s in plan.sums]
@@ -461,7 +458,7 @@ class DuckDBEngine:
             gexpr = self._group(g, params)
             if g.edges is not None:
                 where.append(bins.duckdb_in_bins(gexpr, g.edges, params.add))
-                binned.append(bins.Search.of_edges(f"__bx{c}", c, g.edges))
+                binned.append(bins.Search.of_edges(c, g.edges))
                 if not bins.full_range(allowed, g.edges):
                     kept.append(f"{c} IN ({', '.join(params.add(a) for a in allowed or ())})")
                 continue

@@ -389,7 +389,7 @@ class SparkEngine:
             gexpr = self._group(g)
             if g.edges is not None:
                 cond = cond & bins.spark_in_bins(gexpr, g.edges)
-                binned.append(bins.Search.of_edges(f"__bx{c}", c, g.edges))
+                binned.append(bins.Search.of_edges(c, g.edges))
                 if not bins.full_range(allowed, g.edges):
                     kept.append(F.col(c).isin(*[F.lit(a) for a in allowed or ()]))
                 continue
@@ -403,9 +403,7 @@ class SparkEngine:
         numeric = list(dict.fromkeys([s.column for s in plan.hash_specs()] + [x.column for x in plan.values]))
         clean = {c: f"__c{i}" for i, c in enumerate(numeric)}
         first = [self._c(plan.unit).alias("__u")] if plan.unit is not None else []
-        first += [
-            self._group(g).alias(c if g.edges is None else "__bx" + c) for g, c in zip(plan.groups, gcols, strict=True)
-        ]
+        first += [self._group(g).alias(c) for g, c in zip(plan.groups, gcols, strict=True)]
         first += [self._clean(c).alias(alias) for c, alias in clean.items()]
         select: list[Any] = ["__u"] if plan.unit is not None else []
         select += gcols
