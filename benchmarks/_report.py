@@ -3,11 +3,26 @@
 from __future__ import annotations
 
 import importlib.metadata as _md
-from collections.abc import Iterable, Sequence
+import time
+from collections.abc import Callable, Iterable, Sequence
+from typing import Any
 
 
 class NotAvailable(Exception):
     """The library does not provide the call (yet)."""
+
+
+def best_seconds(fn: Callable[[], Any], repeats: int, *, warm_up: bool = False) -> float:
+    """The least wall-clock time of ``repeats`` calls of ``fn`` (after one untimed call with
+    ``warm_up``)."""
+    if warm_up:
+        fn()
+    times = []
+    for _ in range(repeats):
+        t0 = time.perf_counter()
+        fn()
+        times.append(time.perf_counter() - t0)
+    return min(times)
 
 
 def version(dist: str) -> str | None:

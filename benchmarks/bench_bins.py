@@ -45,15 +45,6 @@ META = Metadata(columns={"age": Numeric(0, 100)}, row_level=True)
 QUERY = "SELECT BIN(age, {n}) AS b, COUNT(*) FROM t GROUP BY b"
 
 
-def best_seconds(fn: Any, repeats: int) -> float:
-    times = []
-    for _ in range(repeats):
-        t0 = time.perf_counter()
-        fn()
-        times.append(time.perf_counter() - t0)
-    return min(times)
-
-
 def ages(rows: int) -> pd.DataFrame:
     return pd.DataFrame({"age": np.random.default_rng(0).uniform(0.0, 100.0, rows)})
 
@@ -71,7 +62,7 @@ def measure(data: Any, counts: list[int], repeats: int) -> dict[int, float]:
         sql = QUERY.format(n=n)
         result = s.sql(sql, epsilon=1.0)  # a first run, checked: every bin is a row
         assert len(result.table) == n, (n, len(result.table))
-        out[n] = best_seconds(lambda sql=sql: s.sql(sql, epsilon=1.0), repeats)
+        out[n] = _report.best_seconds(lambda sql=sql: s.sql(sql, epsilon=1.0), repeats)
         print(f"  {n:>7,} bins: {out[n]:.3f} s", file=sys.stderr, flush=True)
     return out
 

@@ -27,8 +27,6 @@ from __future__ import annotations
 import argparse
 import json
 import sys
-import time
-from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -65,16 +63,6 @@ def write(rows: int, directory: Path, quoted: bool) -> Path:
     return path
 
 
-def best(fn: Callable[[], Any], repeats: int) -> float:
-    fn()  # warm-up
-    times = []
-    for _ in range(repeats):
-        t0 = time.perf_counter()
-        fn()
-        times.append(time.perf_counter() - t0)
-    return min(times)
-
-
 def _connection(sql: str) -> Any:
     import duckdb  # noqa: PLC0415
 
@@ -102,7 +90,7 @@ def duckdb_times(path: Path, repeats: int) -> dict[str, float]:
     }
     for label in ("previous", "dpkit"):
         engines[label].bind(TYPES, strip_strings=True)
-    return {label: best(lambda e=e: e.aggregate(PLAN), repeats) for label, e in engines.items()}
+    return {label: _report.best_seconds(lambda e=e: e.aggregate(PLAN), repeats, warm_up=True) for label, e in engines.items()}
 
 
 def spark_times(path: Path, repeats: int) -> dict[str, float]:
@@ -115,7 +103,7 @@ def spark_times(path: Path, repeats: int) -> dict[str, float]:
     ours = read_csv_spark(spark, CsvFile(path, CsvOptions()))
     theirs = spark.read.csv(str(path), header=True)
     return {
-        label: best(lambda f=frame: f.groupBy("sex").agg(F.count("*"), F.avg(F.col("age").try_cast("double"))).collect(), repeats)
+        label: _report.best_seconds(lambda f=frame: f.groupBy("sex").agg(F.count("*"), F.avg(F.col("age").try_cast("double"))).collect(), repeats, warm_up=True)
         for label, frame in (("spark_csv", theirs), ("dpkit", ours))
     }
 
