@@ -275,12 +275,13 @@ def csv_source_sql(path: str | os.PathLike[str], options: CsvOptions | None = No
     inner = (
         "SELECT contains(l, '\"') AS __q, "
         f"CASE WHEN NOT contains(l, '\"') THEN string_split(l, {sql_string(opts.delimiter)}) END AS __f, "
-        f"CASE WHEN contains(l, '\"') AND regexp_full_match(l, {sql_string(line)}) "
+        f"CASE WHEN contains(l, '\"') "
         f"THEN regexp_extract(l, {sql_string(_captures(opts.delimiter, len(names)))}, {groups}) END AS __s "
-        f"FROM {_lines_sql(p)} WHERE {_kept_lines_where(header)}"
+        f"FROM {_lines_sql(p)} WHERE {_kept_lines_where(header)} "
+        f"AND (NOT contains(l, '\"') OR regexp_full_match(l, {sql_string(line)}))"
     )
     cols = ", ".join(f"{_value_sql(i, opts.null)} AS {q(n)}" for i, n in enumerate(names))
-    return f"(SELECT {cols} FROM ({inner}) WHERE NOT __q OR __s IS NOT NULL)"
+    return f"(SELECT {cols} FROM ({inner}))"
 
 
 def csv_skipped_sql(source: CsvFile) -> str:
