@@ -204,14 +204,23 @@ def _regex_char(c: str) -> str:
     return c if c.isalnum() or ord(c) > 127 or c in " \t" else "\\" + c
 
 
-def _patterns(delimiter: str, *, java: bool) -> tuple[str, str]:
-    """(a well-formed line, one field preceded by the delimiter) as regular expressions."""
+def _field(delimiter: str, *, java: bool) -> str:
+    """One field, quoted or bare, as a capturing group of a regular expression."""
     d = _regex_char(delimiter)
     plus, star = ("++", "*+") if java else ("+", "*")  # Java: possessive, so no backtracking stack
-    quoted = f'"(?:[^"]{plus}|""){star}"'
-    bare = f'[^"{d}]{star}'
-    field = f"(?:{quoted}|{bare})"
-    return f"{field}(?:{d}{field}){star}", f"{d}({quoted}|{bare})"
+    return f'("(?:[^"]{plus}|""){star}"|[^"{d}]{star})'
+
+
+def _patterns(delimiter: str, *, java: bool) -> tuple[str, str]:
+    """(a well-formed line, one field preceded by the delimiter) as regular expressions."""
+    d, field = _regex_char(delimiter), _field(delimiter, java=java)
+    star = "*+" if java else "*"
+    return f"{field}(?:{d}{field}){star}", f"{d}{field}"
+
+
+def _is_header(header: str) -> str:
+    """Whether line ``l`` is the header line (with or without a byte-order mark)."""
+    return f"l IN ({sql_string(header)}, {sql_string(_BOM + header)})"
 
 
 def _lines_sql(path: Path) -> str:
@@ -229,7 +238,7 @@ def _kept_lines_where(header: str | None) -> str:
     where = ["l IS NOT NULL", "l <> ''", f"NOT contains(l, {sql_string(_REPLACEMENT)})"]
     where.append(f"strlen(l) < {MAX_LINE_BYTES}")
     if header is not None:
-        where.append(f"l NOT IN ({sql_string(header)}, {sql_string(_BOM + header)})")
+        where.append(f"NOT {_is_header(header)}")
     return " AND ".join(where)
 
 
@@ -237,8 +246,7 @@ def _captures(delimiter: str, count: int) -> str:
     """A regular expression (RE2) capturing the first ``count`` fields of a well-formed line, each
     in its own group (a field the line lacks captures the empty text): one match per line, where
     extracting every field as a list costs twice as much."""
-    d = _regex_char(delimiter)
-    field = f'("(?:[^"]|"")*"|[^"{d}]*)'
+    d, field = _regex_char(delimiter), _field(delimiter, java=False)
     return "^" + field + "".join(f"(?:{d}{field}" for _ in range(count - 1)) + ")?" * (count - 1)
 
 
@@ -292,7 +300,7 @@ def csv_skipped_sql(source: CsvFile) -> str:
     p, opts = source.path, source.options
     header = _first_line(p) if opts.header else None
     line, _ = _patterns(opts.delimiter, java=False)
-    is_header = f"l IN ({sql_string(header)}, {sql_string(_BOM + header)})" if header is not None else "FALSE"
+    is_header = _is_header(header) if header is not None else "FALSE"
     return (
         f"SELECT count(*) AS lines, "
         f"count(*) FILTER (WHERE NOT ({is_header}) AND NOT contains(l, {sql_string(_REPLACEMENT)}) "
