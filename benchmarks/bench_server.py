@@ -1,44 +1,58 @@
-"""The curator service over HTTP: throughput and latency of paid, audited queries on 1,000,000 rows.
+"""The curator service over HTTP: throughput and latency of paid, audited queries on 1,000,000
+rows, answered at a fixed time; and the memory of 1,000 slow readers of a large release.
 
 What is measured, for the SQLite ledger and (when a server is reachable and
 ``dpkit.ledger.postgres`` exists) the PostgreSQL ledger:
 
 1. **HTTP load.** A 1,000,000-row Parquet file (numpy, seeded: ``age`` int 18–90, ``income``
    float, ``region`` one of 5 public categories; ``row_level``) is registered with a
-   :class:`Service`; 16 analysts get a budget of ε = 10⁶ each. The service runs as
-   ``dpkit serve --ledger URL --port P --workers N`` in a subprocess (127.0.0.1, rate limit
-   effectively off: ``--rate 1e9 --burst 10**9``; ``--data-root`` and ``--audit-key`` are passed
-   when the command has them, and the in-process :class:`Service` gets the same). The load
-   generator is light on purpose — the clients share the server's CPUs: raw HTTP/1.1 over asyncio
-   streams, hand-written request bytes, one keep-alive connection per analyst, each sending its
-   queries back to back (after a warm-up): ``SELECT COUNT(*)``, ``SELECT AVG(age)`` and
-   ``SELECT region, COUNT(*) ... GROUP BY region`` at ε = 0.001, with 1 client and with 16, under
-   the first ``--workers`` value; the COUNT / 16-client row again under each other value
-   (``--all-rows``: every row). Throughput = answered queries / wall time; latency = client-side
-   time of one request; errors = anything but a 200 with a JSON answer. Server CPU per query is
-   the CPU time of the server's whole process tree (every uvicorn worker, all threads) from
-   /proc; client CPU per query is this process's. Afterwards: every 200 has exactly one spend in
-   the ledger and exactly one audit entry naming its ``spend_id``, the ledger has no spend that
-   was not answered, the audit chain verifies and no spend is unlogged. Goal (issue 14):
-   ≥ 400 COUNT queries/s with 16 clients on SQLite with p99 ≤ 100 ms, ≥ 150 on PostgreSQL.
+   :class:`Service` (size class ``medium``); ``--analysts`` analysts (64) get ε = 10⁶ each. The
+   service runs as ``dpkit serve --workers N`` in a subprocess (127.0.0.1, request rates off,
+   ``--answer-seconds``, ``--heavy-threads`` and ``--max-connections-per-address`` as given;
+   ``--max-concurrent`` and ``--cpu-seconds-per-hour`` at their defaults, 8 and 3,600 s). Every
+   paid answer leaves at a fixed time after its debit (:mod:`dpkit.server.pacing`): a COUNT's
+   budget is ``answer_seconds`` (0.5 s by default), a GROUP BY's twice that, so one connection
+   sends at most 2 COUNTs a second and the throughput needs hundreds of requests in flight. The
+   load generator (:mod:`_server_load`) is light on purpose — the clients share the server's
+   CPUs: raw HTTP/1.1 over asyncio streams, keep-alive connections spread round-robin over the
+   analysts (at most 8 per analyst: its ``--max-concurrent``), each sending its query back to
+   back for ``--seconds`` after a warm-up query. Queries: ``SELECT COUNT(*)``, ``SELECT
+   AVG(age)`` and ``SELECT region, COUNT(*) ... GROUP BY region`` at ε = 0.001, each with 1
+   client, then COUNT with each of ``--clients`` and the other two with ``--clients-other``,
+   under the first ``--workers`` value; the COUNT row with the largest client count again under
+   each other value. Throughput = answers that arrived within the window / its length;
+   latency = client-side time of one request; errors = anything but a 200 with a JSON answer.
+   Each query's budget is read from the service's own cost preview (``answer_seconds`` of
+   ``/query/cost``), and every answer's latency is checked to be at least its budget (the fixed
+   time holds under load). Server CPU per query is the CPU time of the server's whole process
+   tree (every worker, all threads) from /proc, over every answer of the run (warm-up included);
+   client CPU per query is this process's. Afterwards: every 200 has exactly one spend in the
+   ledger and exactly one audit entry naming its ``spend_id``, the ledger has no spend that was
+   not answered, the audit chain verifies and no spend is unlogged. Goals (issue 27): ≥ 400
+   COUNT q/s on SQLite with 2 workers, server CPU ≤ 4 ms per COUNT, no answer before its budget.
 2. **In-process costs**, on the same database (server stopped): ``Service.query`` without HTTP
-   (engine + ledger reads + debit + noise), ``ledger.debit`` alone, ``Service.audit`` (one
-   hash-chained audit append) alone, and debit followed by audit (the ledger writes of one
-   request), each sequentially and from 16 threads (one budget per thread); and, as the floor
-   under every commit, a raw 4 KiB write + fdatasync in the same directory. Goal: p99 of a
-   debit ≤ 10 ms on SQLite.
+   (engine + ledger reads + debit + noise, no fixed time), ``ledger.debit`` alone,
+   ``Service.audit`` (one hash-chained audit append) alone, and debit followed by audit, each
+   sequentially and from 16 threads (one budget per thread); and, as the floor under every
+   commit, a raw 4 KiB write + fdatasync in the same directory. Goal: p99 of a debit ≤ 10 ms on
+   SQLite.
+3. **Slow readers** (``--slow-readers N``, 1,000 by default; 0 skips it): a publisher's
+   synthetic table of ``--release-rows`` rows is published, then N connections request its CSV
+   download and read nothing; the server's memory (the RSS of its process tree, /proc) is taken
+   before, at its peak while they hang and after they were closed by ``--write-timeout``
+   (:mod:`_slow_readers`). Goal (issue 27): they add ≤ 200 MB.
 
-    .venv-bench/bin/python benchmarks/bench_server.py                 # about 2 min on an idle 2-core machine
-    .venv-bench/bin/python benchmarks/bench_server.py --backends sqlite --scale 0.25   # quick check
-    .venv-bench/bin/python benchmarks/bench_server.py --workers 2 --all-rows --label after
-    .venv-bench/bin/python benchmarks/bench_server.py --render OLD.json benchmarks/results/server.json   # side by side
+    .venv/bin/python benchmarks/bench_server.py --backends sqlite --workers 2,1      # about 6 min on an idle 2-core machine
+    .venv/bin/python benchmarks/bench_server.py --backends sqlite --no-inprocess --workers 2 --clients 256 --slow-readers 0   # the goal row
+    .venv/bin/python benchmarks/bench_server.py --render OLD.json benchmarks/results/server.json   # side by side
 
 The ledger files live in a temporary directory (``--workdir`` to choose its file system: on
 tmpfs an fsync costs nothing). PostgreSQL: the server of ``scripts/postgres.sh`` (started if it
 is not running, and stopped again at the end if this script started it); the benchmark works in
 a schema of its own, dropped afterwards. Results: ``benchmarks/results/server.json``, a rich
 table on stderr, Markdown on stdout; every row carries the run's label (``--label``, default the
-commit) and its worker count. Exit status 1 when any request failed or a check did not hold.
+commit) and its worker count. Exit status 1 when any request failed, an answer left before its
+budget or a check did not hold.
 """
 
 from __future__ import annotations
@@ -54,7 +68,6 @@ import platform
 import secrets
 import shutil
 import signal
-import socket
 import subprocess
 import sys
 import tempfile
@@ -67,8 +80,20 @@ import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 import _report  # noqa: E402
+import _slow_readers  # noqa: E402
+from _server_load import (  # noqa: E402
+    REPO,
+    Connection,
+    Server,
+    cpu_by_process,
+    cpu_seconds,
+    rss_bytes,
+    serve_options,
+    summary,
+    threads_of,
+    timed_load,
+)
 
-REPO = Path(__file__).resolve().parent.parent
 DEFAULT_OUT = REPO / "benchmarks" / "results" / "server.json"
 SEED = 20261127
 DATASET = "people"
@@ -81,220 +106,16 @@ METADATA = {
         "region": {"type": "categorical", "categories": REGIONS},
     }
 }
+SIZE_CLASS = "medium"  # 1,000,000 rows: at most 10⁶ (the answers' budgets scale with the class)
 EPSILON = 0.001  # per query
 BUDGET = 1e6  # per analyst: never the limit here
-# kind -> (SQL, queries per client with 16 clients, queries with 1 client) at --scale 1
 QUERIES = {
-    "COUNT": (f"SELECT COUNT(*) FROM {DATASET}", 30, 200),
-    "AVG(age)": (f"SELECT AVG(age) FROM {DATASET}", 15, 100),
-    "GROUP BY region, COUNT": (f"SELECT region, COUNT(*) FROM {DATASET} GROUP BY region", 8, 60),
+    "COUNT": f"SELECT COUNT(*) FROM {DATASET}",
+    "AVG(age)": f"SELECT AVG(age) FROM {DATASET}",
+    "GROUP BY region, COUNT": f"SELECT region, COUNT(*) FROM {DATASET} GROUP BY region",
 }
-WARMUP = 2  # queries per client before the clock starts
-
-
-# ------------------------------------------------------------------------------------------------
-# the server subprocess: ``dpkit serve``
-# ------------------------------------------------------------------------------------------------
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
-
-
-def _proc_stat(pid: int) -> list[str] | None:
-    try:
-        return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
-    except (OSError, IndexError):
-        return None
-
-
-def descendants(pid: int) -> list[int]:
-    """``pid`` and every live process below it (Linux /proc), parents first."""
-    children: dict[int, list[int]] = {}
-    for entry in Path("/proc").iterdir():
-        if entry.name.isdigit():
-            fields = _proc_stat(int(entry.name))
-            if fields is not None:
-                children.setdefault(int(fields[1]), []).append(int(entry.name))
-    out, todo = [], [pid]
-    while todo:
-        p = todo.pop()
-        out.append(p)
-        todo += children.get(p, [])
-    return out
-
-
-def cpu_seconds(pid: int) -> float | None:
-    """User + system CPU seconds of a process tree — the process, all its threads and every live
-    descendant (uvicorn's worker processes) — from /proc (Linux), else None."""
-    if _proc_stat(pid) is None:
-        return None
-    total = 0
-    for p in descendants(pid):
-        fields = _proc_stat(p)
-        if fields is not None:
-            total += int(fields[11]) + int(fields[12])
-    return total / os.sysconf("SC_CLK_TCK")
-
-
-def cpu_by_process(pid: int) -> dict[int, float]:
-    """CPU seconds of each process of the tree (to see how the workers shared the load)."""
-    out = {}
-    for p in descendants(pid):
-        fields = _proc_stat(p)
-        if fields is not None:
-            out[p] = (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
-    return out
-
-
-def _serve_options() -> dict[str, list[str]]:
-    """The option names ``dpkit serve`` accepts, by parameter name (read from the command)."""
-    import typer
-
-    from dpkit.server.cli import serve
-
-    cli = typer.Typer()
-    cli.command()(serve)
-    return {p.name: list(p.opts) for p in typer.main.get_command(cli).params if p.name}
-
-
-class Server:
-    """``dpkit serve --ledger URL --port P --workers N`` in a subprocess (rate limits effectively
-    off; ``--data-root`` / ``--audit-key`` / ``--address-rate`` passed when the command has them);
-    stopped with SIGINT."""
-
-    def __init__(self, url: str, log: Path, workers: int, extra: dict[str, str]) -> None:
-        self.url, self.log, self.workers = url, log, workers
-        self.port = free_port()
-        self.base = f"http://127.0.0.1:{self.port}"
-        self.proc: subprocess.Popen[bytes] | None = None
-        options = _serve_options()
-        # Every client connects from 127.0.0.1: per-address limits (before authentication) are
-        # lifted like the per-principal ones.
-        off = {"rate": "1e9", "burst": str(10**9), "address_rate": "1e9", "address_burst": str(10**9)}
-        args = {"ledger": url, "host": "127.0.0.1", "port": str(self.port), "workers": str(workers), **off, **extra}
-        missing = [k for k in ("ledger", "port", "rate", "burst") if k not in options]
-        if missing or (workers > 1 and "workers" not in options):
-            raise RuntimeError(f"dpkit serve has no option for {missing or ['workers']}")
-        self.argv = [sys.executable, "-c", "import sys; from dpkit.cli import app; sys.argv[0] = 'dpkit'; app()", "serve"]
-        for name, value in args.items():
-            if name in options:
-                self.argv += [options[name][0], value]
-        self.command = "dpkit serve " + " ".join(a for a in self.argv[4:])
-
-    def __enter__(self) -> Server:
-        env = {**os.environ, "PYTHONUNBUFFERED": "1"}
-        with open(self.log, "wb") as out:
-            self.proc = subprocess.Popen(self.argv, stdout=out, stderr=subprocess.STDOUT, env=env, cwd=REPO)
-        deadline = time.monotonic() + 60
-        while True:
-            if self.proc.poll() is not None:
-                raise RuntimeError(f"the server exited with status {self.proc.returncode}:\n{self.tail()}")
-            if _status(self.port, "/") == 200:
-                return self
-            if time.monotonic() > deadline:
-                self.stop()
-                raise RuntimeError(f"the server did not answer within 60 s:\n{self.tail()}")
-            time.sleep(0.1)
-
-    def tail(self) -> str:
-        try:
-            return self.log.read_text(errors="replace")[-3000:]
-        except OSError:
-            return ""
-
-    def stop(self) -> None:
-        if self.proc is None or self.proc.poll() is not None:
-            return
-        self.proc.send_signal(signal.SIGINT)
-        try:
-            self.proc.wait(timeout=30)
-        except subprocess.TimeoutExpired:
-            for p in reversed(descendants(self.proc.pid)):
-                with contextlib.suppress(OSError):
-                    os.kill(p, signal.SIGKILL)
-            self.proc.wait()
-
-    def __exit__(self, *exc: object) -> None:
-        self.stop()
-
-
-def _status(port: int, path: str) -> int | None:
-    """The status of one GET (None when nothing answers)."""
-    try:
-        with socket.create_connection(("127.0.0.1", port), timeout=2) as s:
-            s.sendall(f"GET {path} HTTP/1.1\r\nHost: 127.0.0.1\r\nConnection: close\r\n\r\n".encode())
-            head = s.recv(64)
-        return int(head[9:12])
-    except (OSError, ValueError):
-        return None
-
-
-# ------------------------------------------------------------------------------------------------
-# the load generator: raw HTTP/1.1 over asyncio streams (httpx costs ~2 ms CPU per request, which
-# on a 2-core machine is taken from the server being measured)
-# ------------------------------------------------------------------------------------------------
-
-
-class Connection:
-    """One keep-alive HTTP/1.1 connection sending hand-written requests; reads the status line,
-    the headers and a Content-Length (or chunked) body. Reconnects after a broken connection."""
-
-    def __init__(self, port: int, key: str) -> None:
-        self.port, self.key = port, key
-        self.reader: asyncio.StreamReader | None = None
-        self.writer: asyncio.StreamWriter | None = None
-
-    def request_bytes(self, path: str, body: bytes) -> bytes:
-        return (
-            f"POST {path} HTTP/1.1\r\nHost: 127.0.0.1\r\nAuthorization: Bearer {self.key}\r\n"
-            f"Content-Type: application/json\r\nContent-Length: {len(body)}\r\n\r\n"
-        ).encode("ascii") + body
-
-    async def send(self, request: bytes) -> tuple[int, bytes]:
-        if self.writer is None:
-            self.reader, self.writer = await asyncio.open_connection("127.0.0.1", self.port)
-        assert self.reader is not None
-        try:
-            self.writer.write(request)
-            head = await self.reader.readuntil(b"\r\n\r\n")
-            status = int(head[9:12])
-            length, chunked, close = None, False, False
-            for line in head.split(b"\r\n")[1:]:
-                name, _, value = line.partition(b":")
-                name = name.strip().lower()
-                if name == b"content-length":
-                    length = int(value)
-                elif name == b"transfer-encoding" and b"chunked" in value.lower():
-                    chunked = True
-                elif name == b"connection" and b"close" in value.lower():
-                    close = True
-            if chunked:
-                parts = []
-                while True:
-                    size = int((await self.reader.readuntil(b"\r\n")).split(b";")[0], 16)
-                    parts.append(await self.reader.readexactly(size + 2))
-                    if size == 0:
-                        break
-                body = b"".join(p[:-2] for p in parts)
-            else:
-                body = await self.reader.readexactly(length or 0)
-        except BaseException:
-            await self.close()
-            raise
-        if close:
-            await self.close()
-        return status, body
-
-    async def close(self) -> None:
-        if self.writer is not None:
-            self.writer.close()
-            with contextlib.suppress(Exception):
-                await self.writer.wait_closed()
-        self.reader = self.writer = None
-
+WARMUP = 1  # queries per connection before the clock starts
+PER_ANALYST = 8  # connections per analyst at most: ``--max-concurrent``'s default (per worker)
 
 # ------------------------------------------------------------------------------------------------
 # data, service setup, PostgreSQL
@@ -335,7 +156,7 @@ def service_options(workdir: Path) -> tuple[dict[str, Any], dict[str, str]]:
     maximum is raised to the benchmark's budget."""
     from dpkit.server.service import Service
 
-    params, options = _parameters(Service.__init__), _serve_options()
+    params, options = _parameters(Service.__init__), serve_options()
     kwargs: dict[str, Any] = {}
     cli: dict[str, str] = {}
     if "data_root" in params:
@@ -359,14 +180,16 @@ def service_options(workdir: Path) -> tuple[dict[str, Any], dict[str, str]]:
     return kwargs, cli
 
 
-def setup_service(url: str, parquet: Path, clients: int, kwargs: dict[str, Any]) -> list[str]:
-    """Register the dataset, create ``clients`` analysts with budgets; their API keys."""
+def setup_service(url: str, parquet: Path, analysts: int, kwargs: dict[str, Any]) -> list[str]:
+    """Register the dataset (size class ``medium`` where the service has size classes), create
+    ``analysts`` analysts with budgets; their API keys."""
     from dpkit.server.service import Service
 
     with Service(url, **kwargs) as svc:
-        svc.register_dataset(DATASET, parquet, METADATA)
+        sized = {"size_class": SIZE_CLASS} if "size_class" in _parameters(svc.register_dataset) else {}
+        svc.register_dataset(DATASET, parquet, METADATA, **sized)
         keys = []
-        for i in range(clients):
+        for i in range(analysts):
             _, key = svc.create_principal(f"analyst{i:02d}", "analyst")
             svc.grant(f"analyst{i:02d}", DATASET, epsilon=BUDGET)
             keys.append(key)
@@ -419,75 +242,39 @@ def postgres_schema(start: bool) -> Any:
 
 # ------------------------------------------------------------------------------------------------
 # measurements
-# ------------------------------------------------------------------------------------------------
+
+def query_body(kind: str) -> bytes:
+    return json.dumps({"epsilon": EPSILON, "sql": QUERIES[kind]}).encode()
 
 
-def summary(lat_s: list[float]) -> dict[str, float]:
-    a = np.asarray(lat_s) * 1e3
-    return {
-        "p50_ms": float(np.percentile(a, 50)),
-        "p90_ms": float(np.percentile(a, 90)),
-        "p99_ms": float(np.percentile(a, 99)),
-        "max_ms": float(a.max()),
-        "mean_ms": float(a.mean()),
-    }
+def one_request(port: int, key: str, path: str, body: bytes) -> tuple[int, bytes]:
+    async def one() -> tuple[int, bytes]:
+        conn = Connection(port, key)
+        try:
+            return await conn.send(conn.request_bytes(path, body))
+        finally:
+            await conn.close()
+
+    return asyncio.run(one())
 
 
-async def _load(port: int, keys: list[str], sql: str, per_client: int) -> dict[str, Any]:
-    """``per_client`` queries back to back on each analyst's connection (after ``WARMUP``); the
-    latencies of the timed ones, the wall time, the spend ids of every 200 and the errors."""
-    body = json.dumps({"epsilon": EPSILON, "sql": sql}).encode()
-    path = f"/v1/datasets/{DATASET}/query"
-    errors: list[str] = []
-    spend_ids: list[Any] = []
-
-    async def run(conn: Connection, n: int, lat: list[float] | None) -> None:
-        request = conn.request_bytes(path, body)
-        for _ in range(n):
-            t = time.perf_counter()
-            try:
-                status, data = await conn.send(request)
-            except (OSError, asyncio.IncompleteReadError, asyncio.LimitOverrunError, ValueError) as exc:
-                errors.append(f"{type(exc).__name__}: {exc}"[:300])
-                continue
-            dt = time.perf_counter() - t
-            answer = None
-            if status == 200:
-                with contextlib.suppress(ValueError):
-                    answer = json.loads(data)
-            if not isinstance(answer, dict) or "epsilon" not in answer:
-                errors.append(f"HTTP {status}: {data[:300]!r}")
-                continue
-            spend_ids.append(answer.get("spend_id"))
-            if lat is not None:
-                lat.append(dt)
-
-    conns = [Connection(port, k) for k in keys]
-    try:
-        await asyncio.gather(*(run(c, WARMUP, None) for c in conns))
-        warm_ok = len(spend_ids)
-        lats: list[list[float]] = [[] for _ in conns]
-        t0 = time.perf_counter()
-        await asyncio.gather(*(run(c, per_client, lat) for c, lat in zip(conns, lats)))
-        wall = time.perf_counter() - t0
-    finally:
-        await asyncio.gather(*(c.close() for c in conns))
-    measured = [x for lat in lats for x in lat]
-    return {"answered": len(spend_ids), "warmup_answered": warm_ok, "measured": len(measured), "wall_s": wall, "latencies": measured,
-            "errors": errors, "spend_ids": spend_ids}
+def budgets(server: Server, key: str) -> dict[str, float | None]:
+    """Each query's time budget in seconds, as the service's cost preview states it (None when
+    the preview has no ``answer_seconds``: a service without fixed times)."""
+    out: dict[str, float | None] = {}
+    for kind in QUERIES:
+        status, data = one_request(server.port, key, f"/v1/datasets/{DATASET}/query/cost", query_body(kind))
+        if status != 200:
+            raise RuntimeError(f"the cost preview of {kind} failed: HTTP {status} {data[:300]!r}")
+        out[kind] = json.loads(data).get("answer_seconds")
+    print(f"[bench] budgets from the cost preview: {out}", file=sys.stderr)
+    return out
 
 
 def first_query(server: Server, key: str) -> tuple[float, Any]:
     """Milliseconds of the first query after start (it opens the dataset), and its spend id."""
-    async def one() -> tuple[int, bytes]:
-        conn = Connection(server.port, key)
-        try:
-            return await conn.send(conn.request_bytes(f"/v1/datasets/{DATASET}/query", json.dumps({"epsilon": EPSILON, "sql": QUERIES["COUNT"][0]}).encode()))
-        finally:
-            await conn.close()
-
     t = time.perf_counter()
-    status, data = asyncio.run(one())
+    status, data = one_request(server.port, key, f"/v1/datasets/{DATASET}/query", query_body("COUNT"))
     ms = 1e3 * (time.perf_counter() - t)
     if status != 200:
         raise RuntimeError(f"the first query failed: HTTP {status} {data[:300]!r}")
@@ -495,35 +282,60 @@ def first_query(server: Server, key: str) -> tuple[float, Any]:
     return ms, json.loads(data).get("spend_id")
 
 
-def http_load(server: Server, keys: list[str], scale: float, backend: str, label: str, runs: list[tuple[str, int]]) -> tuple[list[dict[str, Any]], list[Any]]:
-    """The rows of ``runs`` ((query kind, clients)) against one server, and every 200's spend id."""
+def http_load(server: Server, keys: list[str], seconds: float, backend: str, label: str, runs: list[tuple[str, int]],
+              budget: dict[str, float | None]) -> tuple[list[dict[str, Any]], list[Any]]:
+    """The rows of ``runs`` ((query kind, clients)) against one server, and every 200's spend id.
+
+    The server's CPU at rest (its timers and watchers, a few ms a second) is measured first and
+    taken off each run's CPU per query (``server_cpu_ms_per_query``; the raw figure is kept):
+    with one client, at 2 answers a second, it would otherwise count as part of each query."""
     rows, spend_ids = [], []
+    path = f"/v1/datasets/{DATASET}/query"
+    assert server.proc is not None
+    c0, t0 = cpu_seconds(server.proc.pid) or 0.0, time.perf_counter()
+    time.sleep(3.0)
+    idle_per_s = ((cpu_seconds(server.proc.pid) or 0.0) - c0) / (time.perf_counter() - t0)
+    print(f"[bench] the server at rest: {1e3 * idle_per_s:.1f} ms of CPU a second", file=sys.stderr)
     for kind, clients in runs:
-        sql, per16, n1 = QUERIES[kind]
-        per_client = max(1, round((n1 if clients == 1 else per16) * scale))
+        analysts = keys[: max(1, min(len(keys), -(-clients // PER_ANALYST)))]
+        if clients > len(analysts) * PER_ANALYST:
+            raise SystemExit(f"{clients} clients need {-(-clients // PER_ANALYST)} analysts (8 connections each): pass --analysts")
+        run_s = seconds if clients > 1 else min(seconds, 8.0)
         assert server.proc is not None
         cpu0, me0, split0 = cpu_seconds(server.proc.pid), time.process_time(), cpu_by_process(server.proc.pid)
-        res = asyncio.run(_load(server.port, keys[:clients], sql, per_client))
+        started = time.perf_counter()
+        res = asyncio.run(timed_load(server.port, analysts, path, query_body(kind), clients, run_s, WARMUP))
         cpu1, me1, split1 = cpu_seconds(server.proc.pid), time.process_time(), cpu_by_process(server.proc.pid)
+        at_rest = idle_per_s * (time.perf_counter() - started)
+        threads, rss = threads_of(server.proc.pid), rss_bytes(server.proc.pid)
         # How the load fell on the processes (the kernel spreads connections over the workers'
-        # sockets by a hash: 16 keep-alive connections rarely split evenly).
+        # sockets by a hash of each connection).
         split = sorted((round(split1[p] - split0.get(p, 0.0), 2) for p in split1 if split1[p] - split0.get(p, 0.0) > 0.02), reverse=True)
         lat = res.pop("latencies")
+        every = lat + res.pop("late_latencies")
         spend_ids += res["spend_ids"]
+        b = budget.get(kind)
+        early = sum(1 for x in every if b is not None and x < b)
         row = {
-            "label": label, "backend": backend, "workers": server.workers, "query": kind, "sql": sql, "clients": clients, "queries_per_client": per_client,
-            "queries": res["measured"], "wall_s": res["wall_s"], "qps": res["measured"] / res["wall_s"] if res["wall_s"] else 0.0,
+            "label": label, "backend": backend, "workers": server.workers, "query": kind, "sql": QUERIES[kind], "clients": clients,
+            "analysts": len(analysts), "seconds": run_s, "queries": res["measured"], "wall_s": res["wall_s"],
+            "qps": res["measured"] / res["wall_s"] if res["wall_s"] else 0.0,
+            "budget_ms": None if b is None else 1e3 * b,
             **(summary(lat) if lat else {}),
+            "below_budget": early, "checked_against_budget": len(every) if b is not None else 0,
             "errors": len(res["errors"]), "first_errors": res["errors"][:3],
-            "answered_total": res["answered"],
-            "server_cpu_ms_per_query": None if cpu0 is None or cpu1 is None else 1e3 * (cpu1 - cpu0) / max(1, res["answered"]),
+            "answered_total": res["answered"], "drain_s": res["drain_s"],
+            "server_cpu_ms_per_query": None if cpu0 is None or cpu1 is None else 1e3 * max(0.0, cpu1 - cpu0 - at_rest) / max(1, res["answered"]),
+            "server_cpu_ms_per_query_raw": None if cpu0 is None or cpu1 is None else 1e3 * (cpu1 - cpu0) / max(1, res["answered"]),
+            "server_cpu_at_rest_ms_per_s": 1e3 * idle_per_s,
             "client_cpu_ms_per_query": 1e3 * (me1 - me0) / max(1, res["answered"]),
-            "cpu_s_by_process": split,
+            "cpu_s_by_process": split, "server_threads": threads, "server_rss_mb": rss / 1e6,
         }
         rows.append(row)
-        print(f"[bench] {backend:8s} workers={server.workers} {kind:24s} clients={clients:2d} {row['qps']:7.1f} q/s  p50 {row.get('p50_ms', float('nan')):7.1f} ms"
-              f"  p99 {row.get('p99_ms', float('nan')):7.1f} ms  server CPU {row['server_cpu_ms_per_query'] or float('nan'):5.2f} ms/q"
-              f"  client CPU {row['client_cpu_ms_per_query']:5.2f} ms/q  errors {row['errors']}  CPU s by process {split}", file=sys.stderr)
+        print(f"[bench] {backend:8s} workers={server.workers} {kind:24s} clients={clients:3d} {row['qps']:7.1f} q/s  p50 {row.get('p50_ms', float('nan')):7.1f} ms"
+              f"  p99 {row.get('p99_ms', float('nan')):7.1f} ms  min {row.get('min_ms', float('nan')):7.1f} ms (budget {row['budget_ms']} ms, {early} below)"
+              f"  server CPU {row['server_cpu_ms_per_query'] or float('nan'):5.2f} ms/q  client CPU {row['client_cpu_ms_per_query']:5.2f} ms/q"
+              f"  errors {row['errors']} {res['errors'][:1]}  CPU s by process {split}", file=sys.stderr)
     return rows, spend_ids
 
 
@@ -561,7 +373,7 @@ def _timed_threads(fn: Any, threads: int, per_thread: int, warmup: int) -> tuple
     return [x for lat in lats for x in lat], time.perf_counter() - t0, errors
 
 
-def in_process(url: str, backend: str, keys: list[str], scale: float, debits: int, kwargs: dict[str, Any], label: str) -> list[dict[str, Any]]:
+def in_process(url: str, backend: str, keys: list[str], debits: int, kwargs: dict[str, Any], label: str) -> list[dict[str, Any]]:
     from dpkit.accounting import LaplaceEvent
     from dpkit.server.service import QueryRequest, Service
 
@@ -581,10 +393,10 @@ def in_process(url: str, backend: str, keys: list[str], scale: float, debits: in
     with Service(url, **kwargs) as svc:
         who = [svc.authenticate(k) for k in keys]
         # Service.query without HTTP: what the engine, the ledger reads and the debit cost.
-        for kind, (sql, _, n1) in QUERIES.items():
-            n = max(5, round(n1 * scale / 4))
+        for kind, sql in QUERIES.items():
+            n = {"COUNT": 50, "AVG(age)": 25}.get(kind, 15)
             req = QueryRequest(epsilon=EPSILON, sql=sql)
-            lat, wall, errs = _timed_threads(lambda i: svc.query(who[i], DATASET, req), 1, n, 3)
+            lat, wall, errs = _timed_threads(lambda i, req=req: svc.query(who[i], DATASET, req), 1, n, 3)
             record(f"Service.query {kind}", 1, lat, wall, errs)
         # The ledger writes of one request, alone. One budget per thread.
         ledger = svc.ledger
@@ -694,10 +506,14 @@ def checks_ok(c: dict[str, Any]) -> bool:
 # tables
 # ------------------------------------------------------------------------------------------------
 
-HTTP_HEADERS = ["run", "ledger", "workers", "query", "clients", "queries", "queries/s", "p50 ms", "p99 ms", "max ms", "server CPU ms/q", "client CPU ms/q", "errors"]
+HTTP_HEADERS = ["run", "ledger", "workers", "query", "clients", "queries", "queries/s", "budget ms", "min ms", "p50 ms", "p99 ms", "max ms",
+                "server CPU ms/q", "client CPU ms/q", "errors"]
 HTTP_LEFT = ["run", "ledger", "query"]
 PROC_HEADERS = ["run", "ledger", "operation", "threads", "n", "ops/s", "p50 ms", "p99 ms", "max ms", "errors"]
 PROC_LEFT = ["run", "ledger", "operation"]
+SLOW_HEADERS = ["run", "ledger", "workers", "readers", "release MB", "held", "RSS before MB", "peak MB", "added at peak MB", "after MB",
+                "closed after s", "write timeout s", "normal download s", "errors"]
+SLOW_LEFT = ["run", "ledger"]
 
 
 def _f(x: Any, digits: int = 1) -> str:
@@ -707,13 +523,14 @@ def _f(x: Any, digits: int = 1) -> str:
 
 
 def render(data: dict[str, Any]) -> None:
-    """The tables of a results file (also of one written before the ``run`` and ``workers``
-    columns existed: those rows are one worker, named by their date)."""
+    """The tables of a results file (also of one written before the ``run``, ``workers`` and
+    budget columns existed: those rows are one worker, named by their date)."""
     meta = data["meta"]
     label = _label(meta)
     http_cells = [
-        [r.get("label", label), r["backend"], str(r.get("workers", 1)), r["query"], str(r["clients"]), f"{r['queries']:,}", _f(r["qps"]), _f(r.get("p50_ms")),
-         _f(r.get("p99_ms")), _f(r.get("max_ms")), _f(r.get("server_cpu_ms_per_query"), 2), _f(r.get("client_cpu_ms_per_query"), 2), str(r["errors"])]
+        [r.get("label", label), r["backend"], str(r.get("workers", 1)), r["query"], str(r["clients"]), f"{r['queries']:,}", _f(r["qps"]),
+         _f(r.get("budget_ms"), 0), _f(r.get("min_ms")), _f(r.get("p50_ms")), _f(r.get("p99_ms")), _f(r.get("max_ms")),
+         _f(r.get("server_cpu_ms_per_query"), 2), _f(r.get("client_cpu_ms_per_query"), 2), str(r["errors"])]
         for r in data["http"]
     ]
     proc_cells = [
@@ -721,16 +538,24 @@ def render(data: dict[str, Any]) -> None:
          _f(r.get("max_ms"), 2), str(r["errors"])]
         for r in data["inprocess"]
     ]
+    slow_cells = [
+        [r.get("label", label), r["backend"], str(r["workers"]), f"{r['readers']:,}", _f(r["release_mb"]), f"{r['held']:,}", _f(r["rss_before_mb"], 0),
+         _f(r["rss_peak_mb"], 0), _f(r["added_peak_mb"], 0), _f(r["rss_after_mb"], 0), _f(r.get("closed_after_s"), 1), _f(r["write_timeout_s"], 0),
+         _f(r.get("normal_download_s"), 2), str(r["errors"])]
+        for r in data.get("slow_readers", [])
+    ]
     workers = sorted({r.get("workers", 1) for r in data["http"]})
     notes = [
-        f"{meta['rows']:,} rows (Parquet); ε = {EPSILON} per query; {meta['clients']} analysts, one keep-alive connection each; "
-        f"{meta.get('server', 'uvicorn')}; workers {', '.join(map(str, workers))}; loopback; server and clients share {meta['cpu_count']} CPUs",
+        f"{meta['rows']:,} rows (Parquet, size class {meta.get('size_class', 'medium')}); ε = {EPSILON} per query; {meta.get('analysts', meta['clients'])} analysts, "
+        f"keep-alive connections round-robin over them (at most {PER_ANALYST} each); {meta.get('server', 'uvicorn')}; workers {', '.join(map(str, workers))}; "
+        f"loopback; server and clients share {meta['cpu_count']} CPUs",
         f"client: {meta.get('client', 'httpx.AsyncClient')}",
-        "latency = client-side time of one request (with 16 clients it includes queueing in the server)",
-        "server CPU ms/q = CPU time of the server's process tree (every worker, all threads) during the run / answered queries; "
-        "client CPU ms/q = the load generator's",
-        f"load average before / after: {meta.get('loadavg_before')} / {meta.get('loadavg_after')} (the run itself adds about 2; "
-        "other work on the machine inflates every number, the contended tails most)",
+        "budget = the query's answer time from the service's cost preview (the answer leaves that long after its debit); min ms >= budget ms "
+        "on every row is the fixed time holding; latency = client-side time of one request (over the budget: queueing before the debit, and the trip)",
+        "server CPU ms/q = CPU time of the server's process tree (every worker, all threads) during the run, less its CPU at rest "
+        f"({_f(next((r.get('server_cpu_at_rest_ms_per_s') for r in data['http'] if r.get('server_cpu_at_rest_ms_per_s') is not None), None))} ms a second), "
+        "/ answered queries (warm-up included); client CPU ms/q = the load generator's",
+        f"load average before / after: {meta.get('loadavg_before')} / {meta.get('loadavg_after')} (other work on the machine inflates every number)",
     ]
     for b, c in data["checks"].items():
         extra = ""
@@ -744,16 +569,23 @@ def render(data: dict[str, Any]) -> None:
     goal = data.get("goal", {})
     if goal:
         notes.append(f"goal: SQLite debit p99 <= 10 ms: {'met' if goal.get('met') else 'NOT met'} one at a time, "
-                     f"{'met' if goal.get('met_under_contention') else 'not met'} with {meta['clients']} threads debiting at once ({goal.get('detail')})")
+                     f"{'met' if goal.get('met_under_contention') else 'not met'} with {goal.get('threads', 16)} threads debiting at once ({goal.get('detail')})")
     for g in data.get("throughput_goal", []):
         notes.append(f"goal {g['what']}: {'met' if g['met'] else 'NOT met'} ({g['detail']})")
     title = f"Curator service over HTTP, {meta['date']}, {meta['cpu_count']} CPUs"
-    _report.print_table(title, HTTP_HEADERS, HTTP_LEFT, ((c, c[0] + c[1] + c[2], False) for c in http_cells), [], to_stderr=True, width=190)
     title2 = "Ledger and audit writes alone (in-process, same database)"
-    _report.print_table(title2, PROC_HEADERS, PROC_LEFT, ((c, c[0] + c[1], c[2] == "ledger.debit") for c in proc_cells), notes, to_stderr=True, width=190)
-    print(_report.markdown("### " + title, HTTP_HEADERS, HTTP_LEFT, http_cells, []))
-    print()
-    print(_report.markdown("### " + title2, PROC_HEADERS, PROC_LEFT, proc_cells, notes))
+    title3 = "Slow readers of a release: the server's memory"
+    notes += [r["note"] for r in data.get("slow_readers", []) if r.get("note")]
+    tables = [(title, HTTP_HEADERS, HTTP_LEFT, http_cells, lambda c: (c[0] + c[1] + c[2], False)),
+              (title2, PROC_HEADERS, PROC_LEFT, proc_cells, lambda c: (c[0] + c[1], c[2] == "ledger.debit"))]
+    if slow_cells:
+        tables.append((title3, SLOW_HEADERS, SLOW_LEFT, slow_cells, lambda c: (c[0] + c[1], False)))
+    for i, (t, headers, left, cells, group) in enumerate(tables):
+        last = i == len(tables) - 1
+        _report.print_table(t, headers, left, ((c, *group(c)) for c in cells), notes if last else [], to_stderr=True, width=200)
+        print(_report.markdown("### " + t, headers, left, cells, notes if last else []))
+        if not last:
+            print()
 
 
 # ------------------------------------------------------------------------------------------------
@@ -789,46 +621,78 @@ def merge(results: list[dict[str, Any]]) -> dict[str, Any]:
     """Several results files as one (rows labelled by their run), for side-by-side tables."""
     if len(results) == 1:
         return results[0]
-    out = {**results[-1], "http": [], "inprocess": [], "checks": {}, "throughput_goal": []}
+    out = {**results[-1], "http": [], "inprocess": [], "slow_readers": [], "checks": {}, "throughput_goal": []}
     for data in results:
         label = _label(data["meta"])
         out["http"] += [{"label": label, **r} for r in data["http"]]
         out["inprocess"] += [{"label": label, **r} for r in data["inprocess"]]
+        out["slow_readers"] += [{"label": label, **r} for r in data.get("slow_readers", [])]
         out["checks"].update({f"{label} {b}": c for b, c in data["checks"].items()})
         out["throughput_goal"] += [{**g, "what": f"{label}: {g['what']}"} for g in data.get("throughput_goal", [])]
     return out
 
 
-def throughput_goal(rows: list[dict[str, Any]], clients: int) -> list[dict[str, Any]]:
-    """The service goal on the COUNT / ``clients`` rows: >= 400 q/s with p99 <= 100 ms on SQLite,
-    and >= 2x the earlier 75 q/s (150 q/s) on PostgreSQL; the best worker count of each ledger."""
+def service_goals(rows: list[dict[str, Any]], slow: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """Issue 27's goals: on SQLite with 2 workers, >= 400 COUNT q/s and <= 4 ms of server CPU per
+    COUNT (the row of the most clients); no answer before its budget (every row); slow readers
+    adding <= 200 MB; PostgreSQL's row reported beside."""
     out = []
-    for backend, what, ok in (("sqlite", ">= 400 COUNT q/s, p99 <= 100 ms, SQLite", lambda r: r["qps"] >= 400 and r.get("p99_ms", 1e9) <= 100),
-                              ("postgres", ">= 150 COUNT q/s (2x 75), PostgreSQL", lambda r: r["qps"] >= 150)):
-        cand = [r for r in rows if r["backend"] == backend and r["query"] == "COUNT" and r["clients"] == clients]
-        if cand:
-            out.append({"what": f"{what}, {clients} clients", "met": any(ok(r) for r in cand),
-                        "detail": ", ".join(f"{r['workers']} worker(s): {r['qps']:.0f} q/s, p99 {r.get('p99_ms', float('nan')):.0f} ms" for r in cand)})
+    for backend in ("sqlite", "postgres"):
+        cand = [r for r in rows if r["backend"] == backend and r["query"] == "COUNT" and r.get("workers") == 2]
+        if not cand:
+            continue
+        top = max(cand, key=lambda r: (r["clients"], r["qps"]))
+        detail = f"{top['clients']} clients: {top['qps']:.0f} q/s, server CPU {top.get('server_cpu_ms_per_query') or float('nan'):.2f} ms/q, p99 {top.get('p99_ms', float('nan')):.0f} ms"
+        if backend == "sqlite":
+            out.append({"what": ">= 400 COUNT q/s, SQLite, 2 workers", "met": top["qps"] >= 400, "detail": detail})
+            cpu = top.get("server_cpu_ms_per_query")
+            out.append({"what": "server CPU <= 4 ms per COUNT, SQLite, 2 workers", "met": cpu is not None and cpu <= 4.0, "detail": detail})
+        else:
+            out.append({"what": "COUNT on PostgreSQL, 2 workers (no goal)", "met": True, "detail": detail})
+    checked = sum(r.get("checked_against_budget", 0) for r in rows)
+    early = sum(r.get("below_budget", 0) for r in rows)
+    if checked:
+        out.append({"what": "every answer at or after its budget", "met": early == 0, "detail": f"{checked:,} answers checked, {early} early"})
+    for r in slow:
+        out.append({"what": f"{r['readers']:,} slow readers add <= 200 MB ({r['backend']})", "met": r["added_peak_mb"] <= 200,
+                    "detail": f"+{r['added_peak_mb']:.0f} MB at peak, {r['rss_after_mb'] - r['rss_before_mb']:+.0f} MB after"})
+    return out
+
+
+def _clients(text: str) -> list[int]:
+    out = [int(c) for c in text.split(",") if c.strip()]
+    if any(c < 1 for c in out):
+        raise SystemExit(f"{text!r}: client counts >= 1, comma-separated")
     return out
 
 
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--rows", type=int, default=1_000_000)
-    ap.add_argument("--clients", type=int, default=16)
-    ap.add_argument("--scale", type=float, default=1.0, help="multiplies the number of queries of every run (default 1)")
+    ap.add_argument("--analysts", type=int, default=64, help="analysts with a budget (default 64; a client count needs clients/8 of them)")
+    ap.add_argument("--clients", default="64,128,256", help="connections sending COUNTs at once, comma-separated (default 64,128,256; each run also with 1)")
+    ap.add_argument("--clients-other", default="64", help="connections sending AVG / GROUP BY at once (default 64; each also with 1; empty: only 1)")
+    ap.add_argument("--seconds", type=float, default=15.0, help="length of each run's window (default 15; 8 at most with 1 client)")
+    ap.add_argument("--answer-seconds", default="0.5", help="dpkit serve --answer-seconds (default 0.5, the service's default)")
+    ap.add_argument("--heavy-threads", default="128", help="dpkit serve --heavy-threads, per worker (default 128: 256 answers held at once by 2 workers)")
+    ap.add_argument("--max-connections-per-address", default="2000", help="dpkit serve option, per worker: every client is 127.0.0.1 (default 2000)")
+    ap.add_argument("--serve-option", action="append", default=[], metavar="NAME=VALUE",
+                    help="any other dpkit serve option by its parameter name, e.g. max_concurrent=16 (repeatable)")
     ap.add_argument("--debits", type=int, default=2000, help="debits / audit appends per in-process run (default 2000)")
     ap.add_argument("--backends", default="sqlite,postgres")
     ap.add_argument("--no-start-postgres", action="store_true", help="use a running scripts/postgres.sh server only")
     ap.add_argument("--workdir", type=Path, default=None, help="where the temporary directory goes (default: the system's)")
     ap.add_argument("--out", type=Path, default=DEFAULT_OUT)
     ap.add_argument("--render", type=Path, nargs="+", metavar="JSON", help="print the tables of earlier results files (one table, side by side); run nothing")
-    ap.add_argument("--workers", default="1,2",
-                    help="dpkit serve --workers values, comma-separated (default 1,2): every query runs with the first, "
-                         "the COUNT / 16-client row with each of the others (all rows with --all-rows)")
+    ap.add_argument("--workers", default="2,1",
+                    help="dpkit serve --workers values, comma-separated (default 2,1): every query runs with the first, "
+                         "the COUNT row of the most clients with each of the others (all rows with --all-rows)")
     ap.add_argument("--all-rows", action="store_true", help="run every query and client count with every --workers value")
     ap.add_argument("--label", default=None, help="names this run in the tables (default: the commit, '+' when the tree has changes)")
     ap.add_argument("--no-inprocess", action="store_true", help="skip the in-process measurements")
+    ap.add_argument("--slow-readers", type=int, default=1000, help="slow readers of the release (default 1000; 0: skip that part)")
+    ap.add_argument("--release-rows", type=int, default=300_000, help="rows of the published release (default 300,000: several MB as CSV)")
+    ap.add_argument("--write-timeout", type=float, default=30.0, help="dpkit serve --write-timeout in the slow-reader part (default 30, the service's)")
     args = ap.parse_args()
     if args.render:
         render(merge([json.loads(path.read_text()) for path in args.render]))
@@ -836,7 +700,17 @@ def main() -> int:
     workers = [int(w) for w in args.workers.split(",") if w.strip()]
     if not workers or min(workers) < 1:
         raise SystemExit(f"--workers {args.workers!r}: worker counts >= 1, comma-separated")
+    count_clients, other_clients = _clients(args.clients), _clients(args.clients_other)
+    if max(count_clients + other_clients + [1]) > args.analysts * PER_ANALYST:
+        raise SystemExit(f"--analysts {args.analysts}: at most {args.analysts * PER_ANALYST} clients ({PER_ANALYST} connections per analyst)")
     label = args.label or run_label()
+    serve_extra = {"answer_seconds": args.answer_seconds, "heavy_threads": args.heavy_threads,
+                   "max_connections_per_address": args.max_connections_per_address}
+    for item in args.serve_option:
+        name, sep, value = item.partition("=")
+        if not sep:
+            raise SystemExit(f"--serve-option {item!r}: NAME=VALUE")
+        serve_extra[name.strip().replace("-", "_")] = value.strip()
 
     started = time.perf_counter()
     load_before = [round(x, 2) for x in os.getloadavg()] if hasattr(os, "getloadavg") else None
@@ -844,8 +718,11 @@ def main() -> int:
     tmp = Path(tempfile.mkdtemp(prefix="dpkit-bench-server-", dir=args.workdir))
     http_rows: list[dict[str, Any]] = []
     proc_rows: list[dict[str, Any]] = []
+    slow_rows: list[dict[str, Any]] = []
     checks: dict[str, Any] = {}
     skipped: dict[str, str] = {}
+    commands: list[str] = []
+    budget: dict[str, float | None] = {}
     pg_info: dict[str, Any] | None = None
     try:
         parquet = tmp / f"{DATASET}.parquet"
@@ -867,19 +744,22 @@ def main() -> int:
                 else:
                     raise SystemExit(f"unknown backend {backend!r} (sqlite, postgres)")
                 kwargs, cli = service_options(tmp)
-                keys = setup_service(url, parquet, args.clients, kwargs)
+                keys = setup_service(url, parquet, args.analysts, kwargs)
                 spend_ids: list[Any] = []
                 cold_ms = None
-                all_runs = [(kind, c) for kind in QUERIES for c in (1, args.clients)]
+                all_runs = [(kind, 1) for kind in QUERIES] + [("COUNT", c) for c in count_clients if c > 1]
+                all_runs += [(kind, c) for kind in QUERIES if kind != "COUNT" for c in other_clients if c > 1]
                 for n in workers:
-                    runs = all_runs if (n == workers[0] or args.all_rows) else [("COUNT", args.clients)]
-                    server = Server(url, tmp / f"server-{backend}-{n}.log", n, cli)
-                    print(f"[bench] {server.command}", file=sys.stderr)
+                    runs = all_runs if (n == workers[0] or args.all_rows) else [("COUNT", max(count_clients))]
+                    server = Server(url, tmp / f"server-{backend}-{n}.log", n, {**cli, **serve_extra})
+                    print(f"[bench] {server.command}" + (f" (not options of this dpkit serve: {server.ignored})" if server.ignored else ""), file=sys.stderr)
+                    commands.append(server.command.replace(str(tmp), "TMP"))
                     with server:
                         ms, sid = first_query(server, keys[0])
                         cold_ms = ms if cold_ms is None else cold_ms
                         spend_ids.append(sid)
-                        rows, ids = http_load(server, keys, args.scale, backend, label, runs)
+                        budget = budgets(server, keys[0])
+                        rows, ids = http_load(server, keys, args.seconds, backend, label, runs, budget)
                     http_rows += rows
                     spend_ids += ids
                     if server.proc is not None and server.proc.returncode not in (0, 130, -signal.SIGINT):  # 130: stopped by Ctrl-C
@@ -888,7 +768,11 @@ def main() -> int:
                 checks[backend]["first_query_ms"] = cold_ms
                 print(f"[bench] {backend} checks: {checks[backend]}", file=sys.stderr)
                 if not args.no_inprocess:
-                    proc_rows += in_process(url, backend, keys, args.scale, args.debits, kwargs, label)
+                    proc_rows += in_process(url, backend, keys[:16], args.debits, kwargs, label)
+                if args.slow_readers > 0 and backend == backends[0]:
+                    extra = {**cli, **serve_extra, "write_timeout": str(args.write_timeout)}
+                    slow_rows += _slow_readers.measure(url, tmp, workers[0], extra, kwargs, args.slow_readers, args.release_rows, backend, label,
+                                                       dataset=DATASET, analyst_keys=keys)
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
 
@@ -900,33 +784,38 @@ def main() -> int:
         goal = {"what": "p99 of ledger.debit on SQLite <= 10 ms (one debit at a time)",
                 "met": one is not None and one.get("p99_ms", float("inf")) <= 10.0,
                 "met_under_contention": many is not None and many.get("p99_ms", float("inf")) <= 10.0,
+                "threads": None if many is None else many["threads"],
                 "detail": ", ".join(f"{r['threads']} thread{'s' if r['threads'] > 1 else ''}: p99 {r.get('p99_ms', float('nan')):.2f} ms" for r in goal_rows)}
     import duckdb
 
     meta = {
-        "date": _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"),
-        "rows": args.rows, "clients": args.clients, "scale": args.scale, "epsilon_per_query": EPSILON, "budget_per_analyst": BUDGET,
-        "warmup_per_client": WARMUP, "seed": SEED, "metadata": METADATA,
-        "label": label, "workers": workers,
-        "server": "dpkit serve --workers N --rate 1e9 --burst 10**9 (uvicorn, 127.0.0.1)",
-        "client": "raw HTTP/1.1 over asyncio streams, one keep-alive connection per analyst, same machine",
+        "date": _dt.datetime.now(_dt.UTC).isoformat(timespec="seconds"),
+        "rows": args.rows, "size_class": SIZE_CLASS, "analysts": args.analysts, "clients": max(count_clients), "clients_count": count_clients,
+        "clients_other": other_clients, "seconds": args.seconds, "epsilon_per_query": EPSILON, "budget_per_analyst": BUDGET,
+        "warmup_per_client": WARMUP, "seed": SEED, "metadata": METADATA, "budgets_s": budget,
+        "label": label, "workers": workers, "commands": commands,
+        "server": f"dpkit serve --workers N --rate 1e9 --burst 10**9 --answer-seconds {args.answer_seconds} --heavy-threads {args.heavy_threads} "
+                  f"--max-connections-per-address {args.max_connections_per_address}" + "".join(f" --{o.split('=')[0].replace('_', '-')} {o.split('=', 1)[1]}" for o in args.serve_option)
+                  + " (uvicorn, 127.0.0.1)",
+        "client": "raw HTTP/1.1 over asyncio streams, keep-alive connections, same machine",
         "ledger_fs": fs_type(Path(args.workdir or tempfile.gettempdir())), "postgres": pg_info, "skipped": skipped,
         "duckdb_threads": duckdb.connect().execute("SELECT current_setting('threads')").fetchone()[0],  # type: ignore[index]
         "python": platform.python_version(), "platform": platform.platform(), "cpu_count": os.cpu_count(),
-        "versions": {d: _report.version(d) for d in ("dpkit", "fastapi", "starlette", "pydantic", "uvicorn", "httpx", "duckdb", "psycopg", "numpy")},
+        "versions": {d: _report.version(d) for d in ("dpkit", "fastapi", "starlette", "pydantic", "uvicorn", "duckdb", "psycopg", "numpy")},
         "loadavg_before": load_before, "loadavg_after": [round(x, 2) for x in os.getloadavg()] if hasattr(os, "getloadavg") else None,
         "runtime_s": round(time.perf_counter() - started, 1),
     }
-    data = {"benchmark": "server", "meta": meta, "http": http_rows, "inprocess": proc_rows, "checks": checks, "goal": goal,
-            "throughput_goal": throughput_goal(http_rows, args.clients)}
+    data = {"benchmark": "server", "meta": meta, "http": http_rows, "inprocess": proc_rows, "slow_readers": slow_rows, "checks": checks, "goal": goal,
+            "throughput_goal": service_goals(http_rows, slow_rows)}
     args.out.parent.mkdir(parents=True, exist_ok=True)
     args.out.write_text(json.dumps(data, indent=2, ensure_ascii=False) + "\n")
     print(f"[bench] wrote {args.out.resolve().relative_to(REPO) if args.out.resolve().is_relative_to(REPO) else args.out} in {meta['runtime_s']} s", file=sys.stderr)
     render(data)
-    failed = sum(r["errors"] for r in http_rows + proc_rows)
+    failed = sum(r["errors"] for r in http_rows + proc_rows + slow_rows)
+    early = sum(r.get("below_budget", 0) for r in http_rows)
     bad_checks = [b for b, c in checks.items() if not checks_ok(c)]
-    if failed or bad_checks:
-        print(f"[bench] FAILED: {failed} errors; checks failed for {bad_checks or 'none'}", file=sys.stderr)
+    if failed or early or bad_checks:
+        print(f"[bench] FAILED: {failed} errors, {early} answers before their budget; checks failed for {bad_checks or 'none'}", file=sys.stderr)
         return 1
     return 0
 

@@ -25,7 +25,8 @@ def listening_socket(backlog: int = 4096) -> socket.socket:
 @contextlib.contextmanager
 def live_server(app: Any, **limits: Any) -> Iterator[str]:
     """Serve ``app`` until the block ends; yields the base URL. ``limits`` (``header_timeout``,
-    ``body_timeout``, ``max_connections``) serve it as ``dpkit serve`` does, with
+    ``body_timeout``, ``write_timeout``, ``max_connections``, ``max_connections_per_address``,
+    and ``http`` to pick the protocol class) serve it as ``dpkit serve`` does, with
     :class:`dpkit.server.serving.ServingConfig`."""
     sock = listening_socket()
     port = sock.getsockname()[1]
@@ -68,10 +69,11 @@ def dpkit_serve(ledger: str, *args: str) -> Iterator[str]:
 
     port = free_port()
     cmd = [sys.executable, "-m", "dpkit.cli", "serve", "--ledger", ledger, "--port", str(port), *args]
-    proc = subprocess.Popen(
-        cmd, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, env={**os.environ, "PYTHONUNBUFFERED": "1"}
-    )
-    with until_stopped(proc, f"http://127.0.0.1:{port}", "dpkit serve") as base:
+    env = {**os.environ, "PYTHONUNBUFFERED": "1"}
+    with (
+        subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, env=env) as proc,  # (closes the pipe)
+        until_stopped(proc, f"http://127.0.0.1:{port}", "dpkit serve") as base,
+    ):
         yield base
 
 

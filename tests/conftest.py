@@ -93,7 +93,13 @@ TEST_MARKERS: dict[str, tuple[str, ...]] = {
     "server/test_side_channels.py::test_a_poisoned_row_cannot_fail_a_query_or_reach_an_analyst": ("slow",),
     "server/test_side_channels.py::test_a_refused_query_does_not_run_and_does_not_depend_on_the_data": ("slow",),
     "server/test_side_channels.py::test_a_source_that_can_no_longer_be_read_is_a_fixed_answer": ("slow",),
+    "server/test_pacing.py::test_the_time_of_a_paid_answer_does_not_depend_on_one_person": ("statistical", "slow"),
+    "server/test_pacing.py::test_me_does_not_wait_behind_held_answers": ("slow",),
+    "server/test_registration_race.py": ("slow",),
+    "test_docs_synthetic.py": ("slow",),
     # `dpkit serve` and `dpkit demo` in a subprocess.
+    "server/test_processes.py::test_workers_stop_when_the_supervisor_is_killed": ("slow",),
+    "server/test_processes.py::test_a_second_server_on_a_served_port_refuses_to_start": ("slow",),
     "server/test_slow_clients.py::test_dpkit_serve_applies_the_limits": ("slow",),
     "test_cli.py::test_demo_writes_files_and_prints_the_estimate": ("slow",),
     "test_cli.py::test_demo_seed_is_reproducible": ("slow",),

@@ -45,6 +45,17 @@ SECRET_METADATA: dict[str, Any] = {
 
 COUNT_SQL = "SELECT COUNT(*) FROM people"
 
+#: ``create_app`` settings of the functional tests: answers leave as soon as they are ready,
+#: within times a loaded test machine cannot overrun, and no per-principal caps on paid requests.
+#: The fixed answer times and the caps are tested in ``test_pacing.py`` with the real settings.
+UNPACED: dict[str, Any] = {
+    "_hold_answers": False,
+    "answer_seconds": 60.0,
+    "synth_seconds": 600.0,
+    "cpu_seconds_per_hour": 1e9,
+    "max_concurrent": 1_000_000,
+}
+
 
 def write_people(path: Path, n: int = 300, seed: int = 0) -> Path:
     rng = np.random.default_rng(seed)
@@ -93,6 +104,8 @@ class World:
         kwargs.setdefault("burst", 1_000_000)
         kwargs.setdefault("address_rate", 1e6)
         kwargs.setdefault("address_burst", 1_000_000)
+        for name, value in UNPACED.items():
+            kwargs.setdefault(name, value)
         return create_app(self.service, **kwargs)
 
     def client(self, **kwargs: Any) -> Any:

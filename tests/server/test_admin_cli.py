@@ -82,6 +82,7 @@ def test_list_shows_the_published_releases(tmp_path: Path) -> None:
         svc.register_dataset("people", csv, meta)
         _, key = svc.create_principal("publisher", "analyst")
         svc.grant("publisher", "people", epsilon=1.0, delta=1e-6)
+        svc.allow_publish("publisher")
         answer, _ = svc.synthesize(svc.authenticate(key), "people", SynthRequest(epsilon=1.0, delta=1e-6, rows=20, publish="people_2026"))
     out = CliRunner().invoke(admin_app, ["list", "--json", "--ledger", ledger])
     assert out.exit_code == 0, out.output

@@ -57,6 +57,9 @@ ROLES: dict[tuple[str, str], str] = {
     ("POST", "/v1/datasets/{name}/synthetic"): "analyst",
     ("GET", "/v1/releases"): "any",
     ("GET", "/v1/releases/{name}"): "any",
+    ("GET", "/v1/publishers"): "curator",
+    ("POST", "/v1/publishers"): "curator",
+    ("POST", "/v1/publishers/{name}/revoke"): "curator",
     ("POST", "/v1/datasets"): "curator",
     ("GET", "/v1/analysts"): "curator",
     ("POST", "/v1/analysts"): "curator",
@@ -73,6 +76,7 @@ ROLES: dict[tuple[str, str], str] = {
 _ID = [f"{m} {p}" for m, p in ROUTES]
 _FILL = {
     "datasets": "people", "analysts": "bob", "principals": "bob", "keys": "0123456789abcdef", "releases": "people_2026",
+    "publishers": "bob",
 }  # fmt: skip
 
 
@@ -104,6 +108,8 @@ def body_for(method: str, path: str, world: World) -> dict[str, Any] | None:
         return {"name": "mallory"}
     if path == "/v1/grants":
         return {"analyst": "bob", "dataset": "secret", "epsilon": 1.0}
+    if path == "/v1/publishers":
+        return {"name": "bob"}
     return None
 
 
@@ -162,6 +168,7 @@ def test_right_key_is_accepted(method: str, path: str, world: World) -> None:
     client = world.client()
     whom = ["alice", "curator"] if role == "any" else ["alice"] if role == "analyst" else ["curator"]
     if path == "/v1/releases/{name}":  # a release to download: published by alice first
+        world.service.allow_publish("alice")
         body = {"epsilon": 0.5, "delta": 1e-6, "columns": ["age", "sex"], "rows": 10, "publish": "people_2026"}
         assert client.post("/v1/datasets/people/synthetic", json=body, headers=world.h("alice")).status_code == 200
     for who in whom:

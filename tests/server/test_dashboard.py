@@ -27,6 +27,7 @@ import httpx  # noqa: E402
 
 from dpkit.server.app import create_app  # noqa: E402
 from dpkit.server.service import Service  # noqa: E402
+from server._api import UNPACED  # noqa: E402
 
 REPO = Path(__file__).resolve().parents[2]
 XSS = "<img src=x onerror=alert(1)>"
@@ -114,7 +115,7 @@ def env(tmp_path_factory: pytest.TempPathFactory):
     for name in ("alice", "bob", "eve"):
         _, keys[name] = service.create_principal(name, "analyst")
         service.grant(name, "people", epsilon=1.0)
-    server = _Server(create_app(service, rate=1000, burst=1000))
+    server = _Server(create_app(service, rate=1000, burst=1000, **UNPACED))
     server.start()
     try:
         yield Env(server.url, service, keys)

@@ -379,6 +379,7 @@ def test_older_service_tables_are_upgraded_in_place(env: Root, version: int) -> 
     env.service.close()
     raw = sqlite3.connect(env.ledger, isolation_level=None)
     raw.execute("ALTER TABLE datasets DROP COLUMN files")
+    raw.execute("ALTER TABLE datasets DROP COLUMN size_class")  # (added by version 5)
     if version == 2:
         raw.execute("ALTER TABLE datasets DROP COLUMN engine")
     raw.execute("UPDATE dpkit_service SET version = ?", (version,))
@@ -388,7 +389,7 @@ def test_older_service_tables_are_upgraded_in_place(env: Root, version: int) -> 
         svc.grant("alice", "people", epsilon=1.0)
         out = svc.query(svc.authenticate(key), "people", QueryRequest(epsilon=0.5, sql="SELECT COUNT(*) FROM people"))
         assert out["budget"]["spent_epsilon"] == 0.5
-    assert raw.execute("SELECT version FROM dpkit_service").fetchone() == (4,)
+    assert raw.execute("SELECT version FROM dpkit_service").fetchone() == (5,)
     assert {"engine", "files"} <= {row[1] for row in raw.execute("PRAGMA table_info(datasets)")}
     raw.close()
 

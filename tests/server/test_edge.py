@@ -18,7 +18,7 @@ import pytest
 from dpkit.errors import LimitExceededError
 from dpkit.server import Service
 from dpkit.server.edge import check_json_body, json_depth, printable
-from server._api import COUNT_SQL, World, error_of, make_world
+from server._api import COUNT_SQL, UNPACED, World, error_of, make_world
 
 GRANTS = (("alice", "people", 10.0, 1e-5), ("bob", "people", 10.0, 1e-5), ("alice", "secret", 5.0, 0.0))
 
@@ -219,6 +219,7 @@ def test_a_refusal_in_validation_is_400_limit_exceeded_and_unpaid(world: World, 
         raise raised
 
     monkeypatch.setattr(Service, "cost", refuse)
+    monkeypatch.setattr(Service, "cost_and_time", refuse)  # (what the paced cost route calls)
     monkeypatch.setattr(Service, "query_encoded", refuse)
     client = world.client()
     for endpoint in ("query", "query/cost"):
@@ -295,7 +296,7 @@ def test_an_exhausted_budget_names_no_url_postgres(tmp_path: Path, pg_url: str) 
 
         from dpkit.server import create_app
 
-        with TestClient(create_app(service, rate=1e6, burst=10**6), raise_server_exceptions=False) as client:
+        with TestClient(create_app(service, rate=1e6, burst=10**6, **UNPACED), raise_server_exceptions=False) as client:
             _exhaust(client, w, service, tmp_path)
     finally:
         service.close()

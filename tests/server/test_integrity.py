@@ -23,12 +23,13 @@ import sqlite3
 import stat
 import threading
 from collections.abc import Callable, Iterator
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
 import pytest
 
-from dpkit.errors import LedgerError, LimitExceededError
+from dpkit.errors import InvalidParameterError, LedgerError, LimitExceededError
 from dpkit.server import QueryRequest, Service
 from dpkit.server.audit import GENESIS, AuditEntry, canonical, load_key, verify_chain
 from server._api import COUNT_SQL, PEOPLE_METADATA, write_people
@@ -253,17 +254,17 @@ def test_a_failing_audit_write_undoes_the_debit(service: Service, monkeypatch: p
     assert service.verify_log().entries == 1  # the grant only
 
 
-def test_a_release_is_stored_and_a_name_taken_after_the_check_fails_after_the_debit(
+def test_a_release_is_stored_and_a_name_taken_after_the_first_check_is_refused_before_the_debit(
     service: Service, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """Both databases keep a published table; a name taken between the check before paying and
-    the store after it (a race) fails as query_failed, and the debit stands."""
-    from dpkit.server.errors import PaidQueryFailedError
+    """Both databases keep a published table; a name taken between the first check and the
+    reservation (a race) is refused by the reservation, before the debit: nothing is spent."""
     from dpkit.server.releases import Releases
     from dpkit.server.synthetic import SynthRequest
 
     _, key = service.create_principal("alice", "analyst")
     service.grant("alice", "people", epsilon=5.0, delta=1e-5)
+    service.allow_publish("alice")
     who = service.authenticate(key)
     request = SynthRequest(epsilon=1.0, delta=1e-6, columns=["age", "sex"], bins={"age": 5}, rows=50, publish="p1")
     answer, _ = service.synthesize(who, "people", request)
@@ -271,13 +272,14 @@ def test_a_release_is_stored_and_a_name_taken_after_the_check_fails_after_the_de
     assert (info.dataset, info.analyst, info.rows, info.spend_id) == ("people", "alice", 50, answer["spend_id"])
     assert rows == answer["rows"] and report == answer["report"]
     assert [r.name for r in service.releases()] == ["p1"]
-    monkeypatch.setattr(Releases, "taken", lambda self, name: False)
-    with pytest.raises(PaidQueryFailedError):
+    plan = Releases.plan
+    monkeypatch.setattr(Releases, "plan", lambda self, *a: replace(plan(self, a[0], "p2", *a[2:]), name="p1", folded="p1"))
+    with pytest.raises(InvalidParameterError, match="taken"):
         service.synthesize(who, "people", request)
     monkeypatch.undo()
-    assert service.ledger.get_budget("people", "alice").spent_epsilon == pytest.approx(2.0)
+    assert service.ledger.get_budget("people", "alice").spent_epsilon == pytest.approx(1.0)
     assert service.release("p1")[1] == answer["rows"]  # the first release is untouched
-    assert service.verify_log().entries == 3  # the grant and two debits
+    assert service.verify_log().entries == 4  # the grant, the publisher named, one debit, its publication
 
 
 def test_a_failing_grant_entry_undoes_the_budget(service: Service, monkeypatch: pytest.MonkeyPatch) -> None:

@@ -30,6 +30,7 @@ pytest.importorskip("fastapi")
 from _live_server import live_server  # noqa: E402
 from dpkit.attacks import Curator, NaiveCurator, dinur_nissim_attack, split_epsilon  # noqa: E402
 from dpkit.server import Service, create_app  # noqa: E402
+from server._api import UNPACED  # noqa: E402
 
 N = 200
 QUERIES = 4 * N
@@ -71,7 +72,7 @@ def _attack_service(tmp_path, x: np.ndarray, budget: float, seed: int) -> tuple[
     service.register_dataset("people", tmp_path / "people.csv", METADATA)
     _, key = service.create_principal("eve", "analyst")
     service.grant("eve", "people", epsilon=budget)
-    with live_server(create_app(service, rate=1e9, burst=10**9)) as base, httpx.Client(base_url=base, timeout=60) as client:
+    with live_server(create_app(service, rate=1e9, burst=10**9, **UNPACED)) as base, httpx.Client(base_url=base, timeout=60) as client:
         curator = HTTPCurator(x, client, key, split_epsilon(budget, QUERIES))
         result = dinur_nissim_attack(curator, N, rng=np.random.default_rng(seed + 1))
     return result.recovered_fraction, curator.statuses, service

@@ -38,6 +38,7 @@ from dpkit.analytics.results import QueryResult  # noqa: E402
 from dpkit.errors import InvalidParameterError, QueryFailedError  # noqa: E402
 from dpkit.server import Service, create_app  # noqa: E402
 from dpkit.server.service import DatasetUnavailableError  # noqa: E402
+from server._api import UNPACED  # noqa: E402
 
 POISON = "SECRET-ZIP-9"
 ROWS = 30_000  # the poisoned row is row 30,001: past DuckDB's sniffing sample (20,480 rows)
@@ -51,7 +52,7 @@ class Env:
         self.service = Service(f"sqlite:///{directory / 'ledger.sqlite'}")
         _, self.curator_key = self.service.create_principal("carol", "curator")
         _, self.alice_key = self.service.create_principal("alice", "analyst")
-        self.client = TestClient(create_app(self.service, rate=1e9, burst=10**9), raise_server_exceptions=False)
+        self.client = TestClient(create_app(self.service, rate=1e9, burst=10**9, **UNPACED), raise_server_exceptions=False)
         r = self.client.post("/v1/datasets", headers=self.h("carol"), json={"name": "people", "source": str(csv), "metadata": metadata})
         assert r.status_code == 201, r.text
         self.registration = r.json()

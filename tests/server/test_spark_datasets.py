@@ -20,7 +20,7 @@ from typer.testing import CliRunner
 from dpkit.errors import InvalidDataError, InvalidParameterError
 from dpkit.server import DatasetUnavailableError, QueryRequest, Service
 from dpkit.server.cli import admin_app
-from server._api import PEOPLE_METADATA, write_people
+from server._api import PEOPLE_METADATA, UNPACED, write_people
 
 pytest.importorskip("pyspark")
 
@@ -138,9 +138,11 @@ def test_files_gone_after_registration_make_the_dataset_unavailable_with_nothing
 def test_files_are_pinned_at_registration(
     service: Service, root: Path, tmp_path: Path, caplog: pytest.LogCaptureFixture
 ) -> None:
-    """Every process reads exactly the files registered: one added later is not read by a process
-    already reading the dataset, and makes it unavailable to a new process (nothing spent) until
-    it is taken away again; a file rewritten in place does the same."""
+    """Every query reads exactly the files registered: one added later makes the dataset
+    unavailable — in the process already reading it too, and in a new one — with nothing spent,
+    until it is taken away again; a file rewritten in place (a new modification time) does the
+    same. (Before, a process checked the pins at its first query only: the added file was then
+    silently not counted.)"""
     import logging
     import os
 
@@ -152,24 +154,165 @@ def test_files_are_pinned_at_registration(
     extra = root / "people" / "part=3" / "rows.parquet"
     extra.parent.mkdir()
     pd.read_parquet(root / "people" / "part=0" / "rows.parquet").to_parquet(extra, index=False)
-    again = service.query(who, "people", QueryRequest(epsilon=2e5, sql=count))["rows"][0]["n"]
-    assert again == pytest.approx(before, abs=0.05)  # this process still reads the 3 registered files
+    spent = service.ledger.get_budget("people", "alice").spent_epsilon
+    with caplog.at_level(logging.WARNING, logger="dpkit.curator"), pytest.raises(DatasetUnavailableError):
+        service.query(who, "people", QueryRequest(epsilon=2e5, sql=count))  # the process already reading it
+    assert "changed since registration (1 file(s) added, 0 removed, 0 rewritten (first: part=3/rows.parquet))" in caplog.text
+    assert service.ledger.get_budget("people", "alice").spent_epsilon == spent
 
     def fresh_query() -> Any:
         with Service(service.url, data_root=root, max_grant_epsilon=1e9) as other:
             return other.query(other.authenticate(service._test_key), "people", QueryRequest(epsilon=2e5, sql=count))  # type: ignore[attr-defined]
 
-    spent = service.ledger.get_budget("people", "alice").spent_epsilon
-    with caplog.at_level(logging.WARNING, logger="dpkit.curator"), pytest.raises(DatasetUnavailableError):
+    with pytest.raises(DatasetUnavailableError):
         fresh_query()
-    assert "changed since registration (1 file(s) added, 0 removed, 0 rewritten (first: part=3/rows.parquet))" in caplog.text
     assert service.ledger.get_budget("people", "alice").spent_epsilon == spent
     extra.unlink()
     assert fresh_query()["rows"][0]["n"] == pytest.approx(before, abs=0.05)
+    assert service.query(who, "people", QueryRequest(epsilon=2e5, sql=count))["rows"][0]["n"] == pytest.approx(before, abs=0.05)
     one = root / "people" / "part=1" / "rows.parquet"
     os.utime(one, ns=(one.stat().st_atime_ns, one.stat().st_mtime_ns + 1_000_000_000))  # rewritten: a new mtime
-    with pytest.raises(DatasetUnavailableError):
-        fresh_query()
+    spent = service.ledger.get_budget("people", "alice").spent_epsilon
+    for query in (lambda: service.query(who, "people", QueryRequest(epsilon=2e5, sql=count)), fresh_query):
+        with pytest.raises(DatasetUnavailableError):
+            query()
+    assert service.ledger.get_budget("people", "alice").spent_epsilon == spent
+
+
+# -- the pins, checked at every query (before paying) and after Spark has read the files ------------
+
+MEAN = "SELECT AVG(x) AS m FROM xs"
+XS_META = {"row_level": True, "columns": {"x": {"type": "numeric", "lower": 0, "upper": 100}}}
+
+
+def _write_xs(path: Path, values: np.ndarray) -> None:
+    """Plain Parquet (no compression, no dictionary, no statistics): the same number of rows
+    gives the same bytes count whatever the values, so a file can be rewritten to the same size."""
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    pq.write_table(
+        pa.table({"x": values.astype(np.float64)}), path, compression="none", use_dictionary=False, write_statistics=False
+    )
+
+
+@pytest.fixture
+def xs(root: Path) -> Path:
+    """``xs/part-K.parquet``, three files of 1,000 values uniform on [0, 100)."""
+    rng = np.random.default_rng(7)
+    (root / "xs").mkdir()
+    for k in range(3):
+        _write_xs(root / "xs" / f"part-{k}.parquet", rng.uniform(0, 100, 1000))
+    return root / "xs"
+
+
+def test_a_file_rewritten_to_the_same_size_and_time_is_caught_by_its_fingerprint(
+    service: Service, xs: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """A file rewritten with other values, the same size and its modification time put back:
+    the default pins (size and time) cannot see it — the mean moves, as the curator was warned
+    — while the dataset registered with ``fingerprint="sha256"`` becomes unavailable, nothing
+    spent, and answers again once the file is put back. The mean of 3,000 values released at
+    ε = 10⁶ has noise of scale about 10⁻⁴: the ±1 bounds below fail with probability < 1e-100."""
+    import logging
+    import os
+
+    cheap = service.register_dataset("xs", "xs", XS_META, engine="spark")
+    hashed = service.register_dataset("xs_hashed", "xs", XS_META, engine="spark", fingerprint="sha256")
+    assert len(json.loads(hashed.files)[0]) == 4 and len(json.loads(cheap.files)[0]) == 3  # type: ignore[arg-type]
+    who = _analyst(service, "xs", 1e8)
+    _analyst(service, "xs_hashed", 1e8)
+    mean = {d: service.query(who, d, QueryRequest(epsilon=1e6, sql=MEAN.replace("xs", d)))["rows"][0]["m"] for d in ("xs", "xs_hashed")}
+    assert abs(mean["xs"] - 50) < 5 and abs(mean["xs"] - mean["xs_hashed"]) < 1
+    f = xs / "part-0.parquet"
+    original, st = f.read_bytes(), f.stat()
+    _write_xs(f, np.full(1000, 99.0))
+    os.utime(f, ns=(st.st_atime_ns, st.st_mtime_ns))
+    assert f.stat().st_size == st.st_size and f.read_bytes() != original
+    moved = service.query(who, "xs", QueryRequest(epsilon=1e6, sql=MEAN))["rows"][0]["m"]
+    assert moved > mean["xs"] + 10  # the default pins do not see it (documented)
+    spent = service.ledger.get_budget("xs_hashed", "alice").spent_epsilon
+    with caplog.at_level(logging.WARNING, logger="dpkit.curator"), pytest.raises(DatasetUnavailableError):
+        service.query(who, "xs_hashed", QueryRequest(epsilon=1e6, sql=MEAN.replace("xs", "xs_hashed")))
+    assert "0 file(s) added, 0 removed, 1 rewritten (first: part-0.parquet)" in caplog.text
+    assert service.ledger.get_budget("xs_hashed", "alice").spent_epsilon == spent
+    f.write_bytes(original)
+    os.utime(f, ns=(st.st_atime_ns, st.st_mtime_ns))
+    back = service.query(who, "xs_hashed", QueryRequest(epsilon=1e6, sql=MEAN.replace("xs", "xs_hashed")))
+    assert abs(back["rows"][0]["m"] - mean["xs_hashed"]) < 1
+
+
+def test_a_file_removed_or_resized_is_refused_before_paying_over_http(service: Service, xs: Path) -> None:
+    """Over HTTP: a file of a dataset already queried removed, or grown, is the fixed 503
+    ``dataset_unavailable`` with nothing spent (before, the removed file was a 500
+    ``query_failed`` with ε charged, the grown one a 200 that did not count the new rows)."""
+    from fastapi.testclient import TestClient
+
+    from dpkit.server import create_app
+
+    service.register_dataset("xs", "xs", XS_META, engine="spark")
+    _analyst(service, "xs", 1e8)
+    body = {"epsilon": 1.0, "sql": MEAN}
+    h = {"Authorization": f"Bearer {service._test_key}"}  # type: ignore[attr-defined]
+    with TestClient(create_app(service, _hold_answers=False), raise_server_exceptions=False) as client:
+        assert client.post("/v1/datasets/xs/query", json=body, headers=h).status_code == 200
+        spent = service.ledger.get_budget("xs", "alice").spent_epsilon
+        gone = xs / "part-2.parquet"
+        kept = gone.read_bytes()
+        gone.unlink()
+        r = client.post("/v1/datasets/xs/query", json=body, headers=h)
+        assert (r.status_code, r.json()["error"]["code"]) == (503, "dataset_unavailable"), r.text
+        gone.write_bytes(kept)  # back, but with a new modification time: still not the pinned file
+        r = client.post("/v1/datasets/xs/query", json=body, headers=h)
+        assert (r.status_code, r.json()["error"]["code"]) == (503, "dataset_unavailable"), r.text
+        assert service.ledger.get_budget("xs", "alice").spent_epsilon == spent
+
+
+@pytest.mark.parametrize("how", ["removed", "rewritten"])
+@pytest.mark.filterwarnings("ignore:toPandas attempted Arrow optimization:UserWarning")  # (the removed file)
+def test_a_file_changing_while_spark_reads_it_fails_the_paid_query_and_is_logged(
+    service: Service, xs: Path, how: str, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    """After the debit, while the job runs (simulated: the change is made just before Spark's
+    job): the fixed QueryFailedError naming the spend, which stands, and the curator's log says
+    what changed, as for a changed pin."""
+    import logging
+    import os
+
+    from dpkit.analytics.engines.spark import SparkEngine
+    from dpkit.errors import QueryFailedError
+
+    service.register_dataset("xs", "xs", XS_META, engine="spark")
+    who = _analyst(service, "xs", 1e8)
+    service.query(who, "xs", QueryRequest(epsilon=1.0, sql=MEAN))
+    f = xs / "part-1.parquet"
+    compute = SparkEngine.compute
+
+    def changing(self: Any, plan: Any) -> Any:
+        if how == "removed":
+            f.unlink()
+        else:
+            os.utime(f, ns=(f.stat().st_atime_ns, f.stat().st_mtime_ns + 1_000_000_000))
+        return compute(self, plan)
+
+    monkeypatch.setattr(SparkEngine, "compute", changing)
+    with caplog.at_level(logging.WARNING, logger="dpkit.curator"), pytest.raises(QueryFailedError) as err:
+        service.query(who, "xs", QueryRequest(epsilon=1.0, sql=MEAN))
+    assert err.value.spend_id is not None and str(err.value) == QueryFailedError.MESSAGE
+    assert service.ledger.get_budget("xs", "alice").spent_epsilon == 2.0
+    removed, rewritten = (1, 0) if how == "removed" else (0, 1)
+    assert (
+        f"changed since registration (0 file(s) added, {removed} removed, {rewritten} rewritten "
+        "(first: part-1.parquet)) while a paid query read them"
+    ) in caplog.text
+
+
+def test_a_fingerprint_is_for_pinned_spark_files_only(service: Service, xs: Path) -> None:
+    for kwargs in ({"fingerprint": "md5", "engine": "spark"}, {"fingerprint": "sha256"}, {"fingerprint": True, "engine": "spark"}):
+        with pytest.raises(InvalidParameterError) as err:
+            service.register_dataset("xs", "xs" if kwargs.get("engine") else "people.csv", XS_META, **kwargs)  # type: ignore[arg-type]
+        assert err.value.name == "fingerprint"
+    assert service.datasets() == []
 
 
 def test_unreadable_parquet_is_refused_for_the_curator_without_paths(service: Service, root: Path) -> None:
@@ -187,7 +330,7 @@ def test_http_registration_names_the_engine(service: Service) -> None:
     from dpkit.server import create_app
 
     _, key = service.create_principal("carol", "curator")
-    with TestClient(create_app(service), raise_server_exceptions=False) as client:
+    with TestClient(create_app(service, **UNPACED), raise_server_exceptions=False) as client:
         h = {"Authorization": f"Bearer {key}"}
         body = {"name": "people", "source": "people", "metadata": PEOPLE_METADATA, "engine": "spark"}
         r = client.post("/v1/datasets", json=body, headers=h)

@@ -14,6 +14,7 @@ import pytest
 
 import _bins
 from dpkit.analytics import Categorical, Metadata, Numeric
+from dpkit.errors import InvalidParameterError
 from dpkit.synth import Domain
 from dpkit.synth.domain import MAX_CELLS
 from dpkit.synth.measure import TableCounts
@@ -101,3 +102,30 @@ def test_spark_cells_are_numpys_at_every_edge(spark, n: int) -> None:  # type: i
     counts = SparkTableCounts(frame, META, domain)
     counts.prepare(salt=1)
     np.testing.assert_array_equal(counts.counts((0,)), _reference(edges, x))
+
+
+@pytest.mark.parametrize(
+    ("bins", "columns"),
+    [
+        ({"x": [-1e308, 1e308]}, None),  # finite edges, an infinite width: sampling would draw ±inf
+        ({"x": [-1.7e308, 5e307]}, None),
+        ({"x": [0.0, 1.0]}, ["x", "c", "x"]),  # a column twice
+    ],
+)
+def test_bins_whose_widths_overflow_and_repeated_columns_are_refused(bins: Any, columns: Any) -> None:
+    """Refused from the request alone (the synthesiser's constructor, before anything is paid),
+    naming what to change."""
+    with pytest.raises(InvalidParameterError) as err:
+        Domain.from_metadata(META, bins=bins, columns=columns)
+    assert err.value.name == ("columns" if columns else "bins.x")
+    assert Domain.from_metadata(META, bins={"x": [-1e308, 0.0, 1e308]}).columns[0].size == 3  # widths of 1e308 are fine
+
+
+def test_integer_bins_beyond_exact_doubles_are_refused() -> None:
+    from dpkit.synth import Synthesizer
+
+    meta = Metadata(columns={"x": Numeric(), "c": Categorical(("a", "b"))}, row_level=True)
+    with pytest.raises(InvalidParameterError) as err:
+        Synthesizer(epsilon=1.0, delta=1e-6, metadata=meta, bins={"x": [-1e300, 0.0, 1e300]}, integers=["x"])
+    assert err.value.name == "bins.x" and "2**53" in str(err.value)
+    Synthesizer(epsilon=1.0, delta=1e-6, metadata=meta, bins={"x": [-(2.0**53), 0.0, 2.0**53]}, integers=["x"])

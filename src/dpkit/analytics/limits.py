@@ -19,7 +19,11 @@ raises :class:`~dpkit.errors.LimitExceededError` naming the limit and its settin
   longest declared category, explicit key or bin label; plus the aggregates'
   descriptions and the priced event. With public keys a larger answer is refused. With keys
   selected privately the rows are cut, like above, to those that fit — for text keys whose
-  length is not declared, from the released keys' own lengths.
+  length is not declared, from the released keys' own lengths. The curator service bounds a
+  synthetic table's answer the same way, from its declared domain and rounds
+  (:mod:`dpkit.server.synth_size`): too many ``rows`` are refused before paying, and a table of
+  the measured number of rows is cut to the rows that fit. Every refusal names
+  ``max_response_bytes`` and its value.
 * ``max_query_depth`` — the nesting of SQL text and predicates: parentheses (and brackets)
   count one level each, and so does each AND, OR and NOT chained at one level (``a AND b AND c``
   is a tree three deep). It is measured by one linear pass over the text before the parser

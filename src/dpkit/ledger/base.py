@@ -126,7 +126,8 @@ class SQLRunner(Protocol):
 @dataclass(frozen=True)
 class DebitFacts:
     """What a debit is writing, exactly: the spend's id, its cost and the budget's new totals
-    (fractions, as stored), and its time (ISO 8601)."""
+    (fractions, as stored), its time (ISO 8601), and its ``event`` as the very text stored in
+    the spend's row (so that a hook can vouch for what was written, not for a re-encoding)."""
 
     spend_id: int
     dataset: str
@@ -137,6 +138,7 @@ class DebitFacts:
     spent_epsilon: Fraction
     spent_delta: Fraction
     created_at: str
+    event: str = ""
 
 
 @dataclass(frozen=True)

@@ -271,7 +271,10 @@ class SQLLedger:
             )
             if on_debit is not None:
                 on_debit(
-                    tx, DebitFacts(spend_id, dataset, analyst, query_text, eps, dlt, new_eps, new_dlt, iso(created))
+                    tx,
+                    DebitFacts(
+                        spend_id, dataset, analyst, query_text, eps, dlt, new_eps, new_dlt, iso(created), event_json
+                    ),
                 )
         return SpendRecord(
             id=spend_id,

@@ -72,6 +72,7 @@ try:
     from fastapi.routing import APIRoute
 
     from dpkit.server.middleware import AuditMiddleware, BodyLimitMiddleware, EdgeMiddleware, ThrottleMiddleware
+    from dpkit.server.pacing import AnswerTimes, Pacer, SynthLimits
     from dpkit.server.problems import install_handlers
     from dpkit.server.routes import ROUTERS
     from dpkit.server.routes.datasets import DatasetBody as DatasetBody
@@ -138,11 +139,45 @@ class ServerConfig:
     max_result_rows: int = _LIMITS.max_result_rows
     max_response_bytes: int = _LIMITS.max_response_bytes
     max_query_depth: int = _LIMITS.max_query_depth
+    # Fixed-time answers and the heavy pool (dpkit.server.pacing).
+    answer_seconds: float = 0.5
+    synth_seconds: float = 60.0
+    heavy_threads: int = 64
+    # Per principal, refused before payment.
+    max_concurrent: int = 8
+    cpu_seconds_per_hour: float = 3600.0
+    max_release_bytes: int = 64 * 1024 * 1024
+    downloads_per_hour: int = 600
+    # Synthesis limits.
+    max_synth_rounds: int = 100
+    max_synth_cells: int = 1_000_000
+    # Connections (dpkit.server.serving).
+    write_timeout: float = 30.0
+    max_connections_per_address: int = 64
 
     def __post_init__(self) -> None:
-        for name in ("rate", "address_rate", "max_grant_epsilon"):
+        for name in (
+            "rate",
+            "address_rate",
+            "max_grant_epsilon",
+            "answer_seconds",
+            "synth_seconds",
+            "cpu_seconds_per_hour",
+            "write_timeout",
+        ):
             v.positive(getattr(self, name), name)
-        for name in ("burst", "address_burst", "max_addresses"):
+        for name in (
+            "burst",
+            "address_burst",
+            "max_addresses",
+            "heavy_threads",
+            "max_concurrent",
+            "max_release_bytes",
+            "downloads_per_hour",
+            "max_synth_rounds",
+            "max_synth_cells",
+            "max_connections_per_address",
+        ):
             v.positive_int(getattr(self, name), name)
         v.positive_int(self.max_body_bytes, "max_body_bytes", minimum=1024)
         check_limits(self.header_timeout, self.body_timeout, self.max_connections)
@@ -166,6 +201,17 @@ class ServerConfig:
             max_query_depth=self.max_query_depth,
         )
 
+    def pacer(self, *, hold: bool = True) -> Pacer:
+        """The heavy pool, the per-principal limits and the answers' clock these settings name."""
+        return Pacer(
+            AnswerTimes(self.answer_seconds, self.synth_seconds),
+            threads=self.heavy_threads,
+            max_concurrent=self.max_concurrent,
+            cpu_seconds_per_hour=self.cpu_seconds_per_hour,
+            synth_limits=SynthLimits(self.max_synth_rounds, self.max_synth_cells),
+            hold=hold,
+        )
+
     def service(self, *, rng: RNG = None) -> Service:
         """Open the service these settings describe."""
         return Service(
@@ -182,7 +228,9 @@ class ServerConfig:
         )
 
 
-def create_app(config: ServerConfig | Service | str | None = None, *, rng: RNG = None, **settings: Any) -> FastAPI:
+def create_app(
+    config: ServerConfig | Service | str | None = None, *, rng: RNG = None, _hold_answers: bool = True, **settings: Any
+) -> FastAPI:
     """The FastAPI application: the ``/v1`` API and the dashboard at ``/``.
 
     ``config`` is a :class:`ServerConfig`, a ledger URL, or an open :class:`Service` (which the
@@ -217,7 +265,9 @@ def create_app(config: ServerConfig | Service | str | None = None, *, rng: RNG =
     app.state.config = cfg
     app.state.refusals = refusals
     app.state.secrets = _server_secrets(service.url)
+    app.state.pacer = cfg.pacer(hold=_hold_answers)
     app.router.add_event_handler("shutdown", refusals.flush)
+    app.router.add_event_handler("shutdown", app.state.pacer.close)
     if owned:
         app.router.add_event_handler("shutdown", service.close)
     install_handlers(app)
@@ -228,7 +278,7 @@ def create_app(config: ServerConfig | Service | str | None = None, *, rng: RNG =
     # chained) → the audit entry (one chained entry per authenticated request) → the principal's
     # rate → the body (size, deadline, UTF-8/JSON checks) → the application.
     app.add_middleware(BodyLimitMiddleware, limit=cfg.max_body_bytes, timeout=cfg.body_timeout)
-    app.add_middleware(ThrottleMiddleware, limiter=limiter)
+    app.add_middleware(ThrottleMiddleware, limiter=limiter, refusals=refusals)
     app.add_middleware(AuditMiddleware, service=service)
     app.add_middleware(EdgeMiddleware, service=service, addresses=addresses, refusals=refusals)
     return app

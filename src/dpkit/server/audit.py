@@ -40,6 +40,7 @@ __all__ = [
     "ChainReport",
     "verify_chain",
     "cross_check",
+    "text_digest",
     "load_key",
     "default_key_path",
     "KEY_BYTES",
@@ -58,6 +59,13 @@ def canonical(body: list[Any]) -> str:
 
 def _digest(key: bytes, prev: str, body: list[Any]) -> str:
     return hmac.new(key, (prev + canonical(body)).encode("ascii"), hashlib.sha256).hexdigest()
+
+
+def text_digest(text: str) -> str:
+    """SHA-256 (hex) of a stored text's UTF-8 bytes: what a paying entry records of its spend's
+    ``event`` and ``query_text``, exactly as the ledger wrote them (a text the database stored is
+    valid UTF-8; ``surrogatepass`` only keeps a check from ever raising on one that is not)."""
+    return hashlib.sha256(str(text).encode("utf-8", "surrogatepass")).hexdigest()
 
 
 def load_key(path: Path, *, create: bool) -> bytes:
@@ -213,6 +221,17 @@ def _amount(text: object) -> Fraction | None:
         return None
 
 
+def _texts_differ(entry: AuditEntry, event: object, query_text: object) -> list[str] | None:
+    """Which of the spend's stored texts differ from the digests its paying entry chained
+    (``[]``: none); None when the entry chained no digests to compare with."""
+    chained = (entry.detail.get("event_sha256"), entry.detail.get("query_sha256"))
+    if not all(isinstance(h, str) for h in chained):
+        return None
+    stored = (text_digest(str(event)), text_digest(str(query_text)))
+    names = ("event", "query text")
+    return [n for n, c, s in zip(names, chained, stored, strict=True) if not hmac.compare_digest(str(c), s)]
+
+
 def _show(value: Fraction | None) -> str:
     return "?" if value is None else f"{float(value):.6g}"
 
@@ -223,11 +242,16 @@ def cross_check(
     """What the chain and the ledger disagree on, in words (empty when they agree).
 
     ``budgets``: rows (dataset, analyst, ε, δ, spent ε, spent δ); ``spends``: rows (id,
-    dataset, analyst, ε, δ), amounts as exact fractions ``"n/d"``. A *paying* entry is one that
-    records an amount (``epsilon``/``delta``): the debit's entry, written in the debit's own
-    transaction, naming its ``spend_id``. A *grant* entry records a budget's (ε, δ).
+    dataset, analyst, ε, δ, event, query text), amounts as exact fractions ``"n/d"`` and the
+    texts as stored. A *paying* entry is one that records an amount (``epsilon``/``delta``): the
+    debit's entry, written in the debit's own transaction, naming its ``spend_id`` and the
+    :func:`text_digest` of the spend's stored event (``event_sha256``) and query text
+    (``query_sha256``). A *grant* entry records a budget's (ε, δ).
 
-    * every spend has exactly one paying entry, with its analyst, dataset and exact cost;
+    * every spend has exactly one paying entry, with its analyst, dataset and exact cost, and
+      the digests of its stored event and query text (a rewritten text is found; a paying entry
+      without the digests — a log chained before they were recorded — cannot vouch for the texts
+      and is reported as such, once for all of them);
     * every paying entry names a spend that exists;
     * every budget has exactly one grant entry, with its exact (ε, δ), and every grant entry
       a budget;
@@ -253,13 +277,24 @@ def cross_check(
             total[1] += dlt
         elif e.action == "grant" and e.status < 400:
             grants.setdefault((e.dataset, e.detail.get("analyst")), []).append(e)
-    for sid, dataset, analyst, eps, dlt in spends:
+    unhashed: list[int] = []
+    for sid, dataset, analyst, eps, dlt, event, query_text in spends:
         entry = paying.pop(int(sid), None)
         if entry is None:
             problems.append(
                 f"spend {sid} (analyst {analyst!r} on dataset {dataset!r}, ε={_show(_amount(eps))}) has no audit entry"
             )
-        elif (entry.dataset, entry.actor, _amount(entry.epsilon), _amount(entry.delta)) != (
+            continue
+        texts = _texts_differ(entry, event, query_text)
+        if texts is None:
+            unhashed.append(int(sid))
+        elif texts:
+            verb = "differs" if len(texts) == 1 else "differ"
+            problems.append(
+                f"spend {sid} (analyst {analyst!r} on dataset {dataset!r}): its stored {' and '.join(texts)} {verb} from "
+                f"what its audit entry {entry.seq} vouches for (rewritten in the ledger after the debit)"
+            )
+        if (entry.dataset, entry.actor, _amount(entry.epsilon), _amount(entry.delta)) != (
             dataset,
             analyst,
             _amount(eps),
@@ -270,6 +305,13 @@ def cross_check(
                 f"its audit entry {entry.seq} (analyst {entry.actor!r} on dataset {entry.dataset!r}, ε={_show(_amount(entry.epsilon))}, "
                 f"δ={_show(_amount(entry.delta))})"
             )
+    if unhashed:
+        shown = ", ".join(str(sid) for sid in unhashed[:10]) + (", …" if len(unhashed) > 10 else "")
+        problems.append(
+            f"{len(unhashed)} spend(s) ({shown}) have paying audit entries without the SHA-256 of the spend's event and "
+            "query text (entries chained before spends' texts were recorded, or forged without them): whether those "
+            "texts were rewritten in the ledger cannot be checked"
+        )
     for sid, entry in sorted(paying.items()):
         problems.append(
             f"audit entry {entry.seq} records spend {sid} (analyst {entry.actor!r} on dataset {entry.dataset!r}, "

@@ -34,6 +34,7 @@ from dpkit.server.audit import (
     load_key,
     verify_chain,
 )
+from dpkit.server.release_audit import read_releases, release_problems
 from dpkit.server.store import AUDIT_LOCK, ServiceStore, now
 
 __all__ = ["AUDIT_KEY_ENV", "AuditLog", "Chain", "entry_fields", "load_audit_key"]
@@ -185,22 +186,26 @@ class AuditLog:
             rows = tx.run(sql, tuple(params))
         return [_entry(r) for r in rows]
 
-    def _snapshot(self) -> tuple[list[AuditEntry], list[tuple[Any, ...]], list[tuple[Any, ...]]]:
-        """The whole chain, the budgets and the spends, read together under the chain's lock
-        (a debit writes its spend and its entry in one transaction, so they are seen together)."""
+    def _snapshot(self) -> tuple[list[AuditEntry], list[tuple[Any, ...]], list[tuple[Any, ...]], list[tuple[Any, ...]]]:
+        """The whole chain, the budgets, the spends and the releases' rows, read together under
+        the chain's lock (a debit writes its spend and its entry in one transaction, a publication
+        its release and its entry, so they are seen together)."""
         with self._store.transaction(audit=True) as tx:  # (the store takes the chain's lock)
             rows = tx.run(f"SELECT {_COLUMNS} FROM audit_log ORDER BY seq")
             budgets = tx.run("SELECT dataset, analyst, epsilon, delta, spent_epsilon, spent_delta FROM budgets")
-            spends = tx.run("SELECT id, dataset, analyst, epsilon_cost, delta_cost FROM spends ORDER BY id")
-        return [_entry(r) for r in rows], budgets, spends
+            spends = tx.run(
+                "SELECT id, dataset, analyst, epsilon_cost, delta_cost, event, query_text FROM spends ORDER BY id"
+            )
+            releases = read_releases(tx)
+        return [_entry(r) for r in rows], budgets, spends, releases
 
     def verify(self, *, head: str | None = None) -> ChainReport:
         """Verify the ledger, the keyed chain, and each against the other (see
         :meth:`dpkit.server.service.Service.verify_log`); LedgerError saying what was found."""
         self._ledger.verify()
-        entries, budgets, spends = self._snapshot()
+        entries, budgets, spends, releases = self._snapshot()
         report = verify_chain(entries, key=self._key, head=head)
-        problems = cross_check(entries, budgets, spends)
+        problems = cross_check(entries, budgets, spends) + release_problems(entries, releases, spends, self._store)
         if problems:
             more = f" (and {len(problems) - 5} more)" if len(problems) > 5 else ""
             raise LedgerError("the audit log and the ledger disagree: " + "; ".join(problems[:5]) + more)
@@ -208,7 +213,7 @@ class AuditLog:
 
     def unlogged_spends(self) -> list[int]:
         """Ledger spends with no paying entry (see :meth:`dpkit.server.service.Service.unlogged_spends`)."""
-        entries, _, spends = self._snapshot()
+        entries, _, spends, _ = self._snapshot()
         logged = {e.detail.get("spend_id") for e in entries if e.epsilon is not None}
         return [int(r[0]) for r in spends if int(r[0]) not in logged]
 

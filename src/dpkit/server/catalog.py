@@ -11,11 +11,12 @@ replaced: its budgets refer to it. At registration the curator (only) gets the d
 
 from __future__ import annotations
 
+import contextlib
 import json
 import logging
 import os
 import threading
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field, replace
 from pathlib import Path, PurePath
 from typing import Any
@@ -42,6 +43,9 @@ from dpkit.server.datasets import (
 )
 from dpkit.server.errors import DatasetUnavailableError, NotFoundError
 from dpkit.server.names import DATASET_NAME, TABLE_NAME, check_dataset_name
+from dpkit.server.opened_source import open_source, snapshot
+from dpkit.server.size_class import DEFAULT_SIZE_CLASS, SIZE_CLASSES, check_size_class
+from dpkit.server.spark_pins import PinnedSparkEngine, check_fingerprint
 from dpkit.server.store import ServiceStore, now
 
 __all__ = ["DatasetInfo", "Catalog"]
@@ -49,7 +53,7 @@ __all__ = ["DatasetInfo", "Catalog"]
 #: Where details that must not reach an analyst go (load failures, the data check's failures).
 _curator_log = logging.getLogger("dpkit.curator")
 
-_DATASET_COLUMNS = "name, source, metadata, neighbours, created_at, source_table, engine, files"
+_DATASET_COLUMNS = "name, source, metadata, neighbours, created_at, source_table, engine, files, size_class"
 ENGINES = ("duckdb", "spark")
 _IDLE_ENGINES = 32  # bound engines kept per dataset and process (about one per concurrent query)
 
@@ -82,10 +86,18 @@ class DatasetInfo:
     #: every process reads exactly these, unchanged, or the dataset is unavailable. None for a
     #: DuckDB dataset, a URI, and a Spark dataset registered before files were pinned.
     files: str | None = field(default=None, repr=False)
+    #: The declared size class (:data:`dpkit.server.pacing.SIZE_CLASSES`): public, it scales the
+    #: time budget of every paid answer on the dataset.
+    size_class: str = "medium"
 
     def public(self) -> dict[str, Any]:
         """What an analyst may see: the schema the curator declared, never the source or rows."""
-        return {"name": self.name, "neighbours": self.neighbours, **self.metadata.to_dict()}
+        return {
+            "name": self.name,
+            "neighbours": self.neighbours,
+            "size_class": self.size_class,
+            **self.metadata.to_dict(),
+        }
 
 
 @dataclass
@@ -104,6 +116,8 @@ class _Loaded:
     lock: threading.Lock = field(default_factory=threading.Lock)
     idle: list[Any] = field(default_factory=list)
     frame: Any = None
+    #: A pinned Spark dataset's check after each job (:class:`~dpkit.server.spark_pins.PinnedSparkEngine`).
+    after: Callable[[], str | None] | None = None
 
     def take(self, table: str) -> Any:
         with self.lock:
@@ -112,7 +126,7 @@ class _Loaded:
             if self.frame is not None:
                 from dpkit.analytics.engines.spark import SparkEngine
 
-                return SparkEngine(self.frame)
+                return SparkEngine(self.frame) if self.after is None else PinnedSparkEngine(self.frame, self.after)
             cursor = self.connection.cursor()  # cursors are created one at a time
         from dpkit.analytics.engines.duckdb import DuckDBEngine
 
@@ -176,17 +190,23 @@ class Catalog:
         neighbours: Neighbours = "add_remove",
         table: str | None = None,
         engine: str = "duckdb",
+        size_class: str = DEFAULT_SIZE_CLASS,
+        fingerprint: str | None = None,
     ) -> DatasetInfo:
         """See :meth:`dpkit.server.service.Service.register_dataset`."""
         check_dataset_name(name)
+        check_size_class(size_class)
         if not isinstance(engine, str) or engine not in ENGINES:
             raise InvalidParameterError(
                 "engine", engine, "'duckdb' (a shared copy, the default) or 'spark' (Parquet read in place)"
             )
+        check_fingerprint(fingerprint, engine)
         if engine == "spark":
             if table is not None:
                 raise InvalidParameterError("table", table, "None with engine='spark' (the source is Parquet data)")
             located = resolve_parquet_source(source, self._data_root)
+            if fingerprint is not None and located.listing is None:
+                raise InvalidParameterError("fingerprint", fingerprint, "None with a URI source (Spark alone lists it)")
         else:
             located = resolve_source(source, self._data_root)
         if engine == "duckdb" and (source_kind(located.path) == "duckdb") != (table is not None):
@@ -204,11 +224,11 @@ class Catalog:
         v.neighbours(neighbours)
         if self._registered(name):  # before copying the data; the insert below re-checks under its lock
             raise _already_registered(name)
-        info = DatasetInfo(name, located.stored, meta, neighbours, now(), table, engine)
+        info = DatasetInfo(name, located.stored, meta, neighbours, now(), table, engine, size_class=size_class)
         if engine == "spark":
             if located.listing is not None:  # local files (a URI is listed by Spark alone)
                 try:
-                    info = replace(info, files=pin_files(located.listing))
+                    info = replace(info, files=pin_files(located.listing, fingerprint))
                 except OSError:
                     raise InvalidParameterError(
                         "source",
@@ -216,18 +236,26 @@ class Catalog:
                         "Parquet files that stay in place",
                         "a file vanished while it was listed",
                     ) from None
-            return self._insert(replace(info, check=self._inspect_spark(info, located)))
+            return self._insert(replace(info, check=_fits_size_class(self._inspect_spark(info, located), size_class)))
 
-        def inspect(conn: Any) -> DataCheck | None:
-            # Validates the metadata against the copy's schema: nothing is released, nothing is
-            # paid. Missing declared columns are named; the source's other columns only counted.
-            check_declared_columns(conn, name, meta)
-            Session.from_duckdb(conn.cursor(), name, metadata=meta, neighbours=neighbours, budget=Budget(epsilon=1.0))
-            return _check(info, conn, located.path)
+        def make() -> DataCheck | None:
+            # The source is opened once and read from the open file (dpkit.server.opened_source).
+            with self._private_source(located) as private:
 
-        report = self._copy(info, lambda: self._copies.build(name, info.created_at, located.path, table, inspect))
+                def inspect(conn: Any) -> DataCheck | None:
+                    # Validates the metadata against the copy's schema: nothing is released, nothing
+                    # is paid. Missing declared columns are named; the source's other columns counted.
+                    check_declared_columns(conn, name, meta)
+                    Session.from_duckdb(
+                        conn.cursor(), name, metadata=meta, neighbours=neighbours, budget=Budget(epsilon=1.0)
+                    )
+                    return _check(info, conn, private)
+
+                return self._copies.build(name, info.created_at, private, table, inspect)
+
+        report = self._copy(info, make)
         try:
-            return self._insert(replace(info, check=report))
+            return self._insert(replace(info, check=_fits_size_class(report, size_class)))
         except BaseException:
             self._copies.discard(name, info.created_at)  # a copy nobody will ever read
             raise
@@ -238,8 +266,11 @@ class Catalog:
                 raise _already_registered(info.name)
             meta = json.dumps(info.metadata.to_dict(), sort_keys=True)
             tx.run(
-                f"INSERT INTO datasets ({_DATASET_COLUMNS}) VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
-                (info.name, info.source, meta, info.neighbours, info.created_at, info.table, info.engine, info.files),
+                f"INSERT INTO datasets ({_DATASET_COLUMNS}) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)",
+                (
+                    info.name, info.source, meta, info.neighbours, info.created_at, info.table, info.engine,
+                    info.files, info.size_class,
+                ),  # fmt: skip
             )
         return info
 
@@ -369,21 +400,37 @@ class Catalog:
         see either: see :meth:`opened`."""
         return self._copy(
             info,
-            lambda: self._copies.ensure(info.name, info.created_at, lambda: self._source_path(info).path, info.table),
+            lambda: self._copies.ensure(
+                info.name, info.created_at, lambda: self._private_source(self._source_path(info)), info.table
+            ),
         )
+
+    @contextlib.contextmanager
+    def _private_source(self, located: SourcePath) -> Iterator[Path]:
+        """A private copy of the checked source, made from the file opened once
+        (:mod:`dpkit.server.opened_source`), for the block: what DuckDB reads instead of the
+        curator's path."""
+        with open_source(located, self._data_root) as opened, snapshot(opened, self._copies.directory) as private:
+            yield private
 
     def opened(self, info: DatasetInfo) -> _Loaded:
         """The dataset's shared copy, opened read-only once per process (any number
         of worker processes read the same file; none holds the rows in its own memory). For
         analysts: a copy that cannot be opened or re-created is one fixed
-        DatasetUnavailableError, before any spend (the reason is in the curator's log)."""
+        DatasetUnavailableError, before any spend (the reason is in the curator's log).
+
+        A Spark dataset's files are listed and checked against their pins here, at every call —
+        every query and synthetic table, before it pays (:mod:`dpkit.server.spark_pins`) — and its
+        engines check them again once Spark has read them."""
+        located = self._checked_spark(info) if info.engine == "spark" else None
         with self._data_lock:
             if self._data_pid != os.getpid():
                 # A forked child: the parent's connections are not safe to use (or close) here.
                 self.data, self._data_pid = {}, os.getpid()
             loaded = self.data.get(info.name)
             if loaded is None and info.engine == "spark":
-                loaded = self.data[info.name] = _Loaded(None, frame=self._opened_spark(info))
+                after = None if info.files is None else lambda: self._spark_change(info, after_debit=True)[1]
+                loaded = self.data[info.name] = _Loaded(None, frame=self._opened_spark(info, located), after=after)
             if loaded is None:
                 try:
                     connection = self._copies.open(self.load(info), self._engine_threads)
@@ -398,25 +445,48 @@ class Catalog:
                 loaded = self.data[info.name] = _Loaded(connection)
         return loaded
 
-    def _opened_spark(self, info: DatasetInfo) -> Any:
-        """A Spark dataset's DataFrame for this process (its files listed and checked against the
-        data root again, as at registration); for analysts, any failure is the one fixed
-        DatasetUnavailableError, before any spend (the reason is in the curator's log)."""
+    def _checked_spark(self, info: DatasetInfo) -> SourcePath | None:
+        """A Spark dataset's files, listed and checked against the data root and their pins (None
+        for a URI, which Spark alone lists); DatasetUnavailableError, before any spend, when they
+        changed or cannot be listed (the reason is in the curator's log)."""
+        if is_uri(info.source):
+            return None
         try:
-            if is_uri(info.source):
-                return self._spark_frame(info, info.source)
+            located, change = self._spark_change(info, after_debit=False)
+        except Exception:
+            _curator_log.exception("dataset %r: its Parquet data could not be listed", info.name)
+            raise DatasetUnavailableError() from None
+        if located is None or change is not None:
+            raise DatasetUnavailableError()
+        return located
+
+    def _spark_change(self, info: DatasetInfo, *, after_debit: bool) -> tuple[SourcePath | None, str | None]:
+        """A Spark dataset's files listed now, and what changed since registration (None:
+        nothing, or a dataset registered before files were pinned), logged for the curator."""
+        located: SourcePath | None = None
+        change: str | None = None
+        try:
             located = self._source_path(info)
-            change = None if info.files is None else pinned_change(info.files, located.listing)
-            if change is not None:
-                _curator_log.warning(
-                    "dataset %r: its Parquet files changed since registration (%s); it is unavailable "
-                    "until they are put back (register new data as a new dataset)",
-                    info.name, change,
-                )  # fmt: skip
-                raise DatasetUnavailableError()
+        except DPError as exc:  # no longer Parquet data under the data root
+            change = f"they cannot be listed under the data root ({exc.__class__.__name__})"
+        if located is not None and info.files is not None:
+            change = pinned_change(info.files, located.listing)
+        if change is not None:
+            _curator_log.warning(
+                "dataset %r: its Parquet files changed since registration (%s)%s; it is unavailable until "
+                "they are put back (register new data as a new dataset)",
+                info.name, change, " while a paid query read them: that query failed, its spend stands" if after_debit else "",
+            )  # fmt: skip
+        return located, change
+
+    def _opened_spark(self, info: DatasetInfo, located: SourcePath | None) -> Any:
+        """A Spark dataset's DataFrame for this process, over the files ``located`` lists
+        (checked by :meth:`_checked_spark`; None: a URI); for analysts, any failure is the one
+        fixed DatasetUnavailableError, before any spend (the reason is in the curator's log)."""
+        try:
+            if located is None:
+                return self._spark_frame(info, info.source)
             return self._spark_frame(info, located.path, located.listing)
-        except DatasetUnavailableError:
-            raise
         except DPError as exc:
             _curator_log.warning("dataset %r: its Parquet data cannot be read: %s", info.name, exc)
             raise DatasetUnavailableError() from None
@@ -443,6 +513,21 @@ def _check(info: DatasetInfo, conn: Any, source: Path) -> DataCheck | None:
         return None
 
 
+def _fits_size_class(check: DataCheck | None, size_class: str) -> DataCheck | None:
+    """The curator's data check, with a problem added when the rows exceed the declared size
+    class (whose answer times would then be too short: overruns answer query_failed)."""
+    most = SIZE_CLASSES[size_class][0]
+    if check is None or check.rows <= most:
+        return check
+    larger = [k for k, (rows, _) in SIZE_CLASSES.items() if rows >= check.rows]
+    advice = f"register it as {larger[0]!r}" if larger else "raise --answer-seconds"
+    problem = (
+        f"{check.rows:,} rows exceed the size class {size_class!r} (at most {most:,}): paid answers may run past "
+        f"their time and fail; {advice}"
+    )
+    return replace(check, problems=(*check.problems, problem))
+
+
 def _already_registered(name: str) -> InvalidParameterError:
     return InvalidParameterError(
         "dataset",
@@ -467,5 +552,5 @@ def _describe_source(info: DatasetInfo) -> str:
 
 
 def _dataset(row: tuple[Any, ...]) -> DatasetInfo:
-    n, s, m, nb, c, t, e, f = row
-    return DatasetInfo(n, s, Metadata.from_dict(json.loads(m)), nb, c, t, e, files=f)
+    n, s, m, nb, c, t, e, f, z = row
+    return DatasetInfo(n, s, Metadata.from_dict(json.loads(m)), nb, c, t, e, files=f, size_class=z or DEFAULT_SIZE_CLASS)

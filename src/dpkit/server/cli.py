@@ -193,6 +193,21 @@ def register_dataset(
             "(Parquet data read in place by the service's Spark; serve with --spark-master).",
         ),
     ] = "duckdb",
+    size_class: Annotated[
+        str,
+        typer.Option(
+            "--size-class",
+            help="small, medium, large or huge (at most 1e5 ... 1e8 rows): public; scales every paid answer's time.",
+        ),
+    ] = "medium",
+    fingerprint: Annotated[
+        str | None,
+        typer.Option(
+            "--fingerprint",
+            help="With --engine spark: sha256 pins each file's content too, hashed at every query "
+            "(about a second per GB); default: size and modification time.",
+        ),
+    ] = None,
     spark_master: SparkMasterOption = None,
     spark_conf: SparkConfOption = None,
     ledger: LedgerOption = _DEFAULT,
@@ -206,7 +221,10 @@ def register_dataset(
     info = _run(
         ledger,
         "register_dataset",
-        lambda s: s.register_dataset(name, source, metadata, neighbours=neighbours, table=table, engine=engine),
+        lambda s: s.register_dataset(
+            name, source, metadata, neighbours=neighbours, table=table, engine=engine, size_class=size_class,
+            fingerprint=fingerprint,
+        ),  # fmt: skip
         spark=_spark_options(spark_master, spark_conf),
         dataset=name,
         source=str(source),
@@ -266,6 +284,22 @@ def grant(
         delta=delta,
     )
     typer.echo(f"granted {analyst!r} ε={b.epsilon:g}, δ={b.delta:g} on {dataset!r}")
+
+
+@admin_app.command("allow-publish")
+def allow_publish(
+    name: str,
+    revoke: Annotated[bool, typer.Option("--revoke", help="Take the right back (their releases stay).")] = False,
+    ledger: LedgerOption = _DEFAULT,
+) -> None:
+    """Name an analyst a publisher, who may store synthetic tables as releases (``--revoke``: no
+    longer). The change and its audit entry are written in one transaction."""
+    action = "revoke_publish" if revoke else "allow_publish"
+    changed = _run(
+        ledger, action, lambda s: s.allow_publish(name, actor=_ACTOR, revoke=revoke), recorded=True, publisher=name
+    )
+    state = "is no longer" if revoke else "is now"
+    typer.echo(f"{name!r} {state} a publisher" + ("" if changed else " (unchanged)"))
 
 
 @admin_app.command("list")
@@ -411,6 +445,21 @@ def serve(
             "--max-connections", min=1, help="Open connections accepted per worker (more are closed at once)."
         ),
     ] = 1000,
+    max_connections_per_address: Annotated[
+        int,
+        typer.Option(
+            "--max-connections-per-address",
+            min=1,
+            help="Open connections accepted per client address, per worker (more are closed at once).",
+        ),
+    ] = 64,
+    write_timeout: Annotated[
+        float,
+        typer.Option(
+            "--write-timeout",
+            help="Seconds a client has to take the answer waiting for it (else the connection is closed).",
+        ),
+    ] = 30.0,
     data_root: Annotated[
         Path | None,
         typer.Option(
@@ -456,6 +505,52 @@ def serve(
             "--max-query-depth", min=1, help="Deepest nesting of parentheses and boolean operators in a query."
         ),
     ] = _LIMITS.max_query_depth,
+    answer_seconds: Annotated[
+        float,
+        typer.Option(
+            "--answer-seconds",
+            help="Time budget of one simple aggregate on a 'medium' dataset: every paid answer leaves at its budget.",
+        ),
+    ] = 0.5,
+    synth_seconds: Annotated[
+        float,
+        typer.Option(
+            "--synth-seconds", help="Time budget of a synthetic table on a 'medium' dataset (up to 10 rounds)."
+        ),
+    ] = 60.0,
+    heavy_threads: Annotated[
+        int,
+        typer.Option(
+            "--heavy-threads",
+            min=1,
+            help="Threads computing paid answers (each holds its answer until its time), per worker.",
+        ),
+    ] = 64,
+    max_concurrent: Annotated[
+        int,
+        typer.Option("--max-concurrent", min=1, help="Paid requests one principal may have in progress, per worker."),
+    ] = 8,
+    cpu_seconds_per_hour: Annotated[
+        float,
+        typer.Option(
+            "--cpu-seconds-per-hour", help="Seconds of answer time (budgets) per principal and hour, per worker."
+        ),
+    ] = 3600.0,
+    max_release_bytes: Annotated[
+        int, typer.Option("--max-release-bytes", min=1, help="Bytes of releases one publisher may store in all.")
+    ] = 64 * 1024 * 1024,
+    downloads_per_hour: Annotated[
+        int, typer.Option("--downloads-per-hour", min=1, help="Release downloads per principal and hour, per worker.")
+    ] = 600,
+    max_synth_rounds: Annotated[
+        int, typer.Option("--max-synth-rounds", min=1, help="Most measurement rounds of one synthetic table.")
+    ] = 100,
+    max_synth_cells: Annotated[
+        int,
+        typer.Option(
+            "--max-synth-cells", min=1, help="Most cells over a synthetic table's one- and two-way marginals."
+        ),
+    ] = 1_000_000,
 ) -> None:
     """Run the curator service: the /v1 API and the dashboard at http://HOST:PORT/."""
     # The service's log: the curator's details beside uvicorn's, from the app's creation on.
@@ -463,7 +558,7 @@ def serve(
     spark = _spark_options(spark_master, spark_conf)
     try:
         from dpkit.server.app import ServerConfig, create_app
-        from dpkit.server.serving import ServingLimits
+        from dpkit.server.serving import PortInUseError, ServingLimits
         from dpkit.server.serving import serve as run_server
     except ImportError:
         _fail("dpkit serve needs the server extra: pip install 'dpkit[server]'")
@@ -478,6 +573,8 @@ def serve(
             header_timeout=header_timeout,
             body_timeout=body_timeout,
             max_connections=max_connections,
+            max_connections_per_address=max_connections_per_address,
+            write_timeout=write_timeout,
             # Resolved now, so that every worker uses the same directories whatever its own.
             data_root=str((data_root or Path.cwd()).expanduser().resolve()),
             max_grant_epsilon=max_grant_epsilon,
@@ -487,6 +584,15 @@ def serve(
             max_result_rows=max_result_rows,
             max_response_bytes=max_response_bytes,
             max_query_depth=max_query_depth,
+            answer_seconds=answer_seconds,
+            synth_seconds=synth_seconds,
+            heavy_threads=heavy_threads,
+            max_concurrent=max_concurrent,
+            cpu_seconds_per_hour=cpu_seconds_per_hour,
+            max_release_bytes=max_release_bytes,
+            downloads_per_hour=downloads_per_hour,
+            max_synth_rounds=max_synth_rounds,
+            max_synth_cells=max_synth_cells,
             **spark,
             # Workers share the cores: more engine threads than a worker's share only contend.
             engine_threads=engine_threads
@@ -510,23 +616,28 @@ def serve(
         "header_timeout": header_timeout,
         "body_timeout": body_timeout,
         "max_connections": max_connections,
+        "write_timeout": write_timeout,
+        "max_connections_per_address": max_connections_per_address,
     }
-    if workers == 1:
-        run_server(app, host=host, port=port, log_level=log_level, **limits)
-        return
-    app.state.service.close()
-    # Several processes: uvicorn imports the app factory in each, which reads the configuration
-    # from the environment. The ledger and the audit chain are safe across processes.
-    os.environ[_CONFIG_ENV] = json.dumps(config.__dict__)
-    run_server(
-        "dpkit.server.cli:app_from_environment",
-        factory=True,
-        workers=workers,
-        host=host,
-        port=port,
-        log_level=log_level,
-        **limits,
-    )
+    try:
+        if workers == 1:
+            run_server(app, host=host, port=port, log_level=log_level, **limits)
+            return
+        app.state.service.close()
+        # Several processes: uvicorn imports the app factory in each, which reads the configuration
+        # from the environment. The ledger and the audit chain are safe across processes.
+        os.environ[_CONFIG_ENV] = json.dumps(config.__dict__)
+        run_server(
+            "dpkit.server.cli:app_from_environment",
+            factory=True,
+            workers=workers,
+            host=host,
+            port=port,
+            log_level=log_level,
+            **limits,
+        )
+    except PortInUseError as exc:  # (another server, or workers of a killed one, hold the port)
+        _fail(str(exc))
 
 
 _CONFIG_ENV = "DPKIT_SERVER_CONFIG"

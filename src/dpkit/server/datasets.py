@@ -14,7 +14,10 @@ Two things are kept here, apart from the rest of the service:
   the common layouts where the root itself, or a data directory in it, is a link to another
   disk. (Whoever can write inside the root is trusted like the administrator: they choose
   what the service reads.) The source is stored relative to the root, so neither the
-  curator's listing nor any error shows an absolute server path.
+  curator's listing nor any error shows an absolute server path. The checked file is opened
+  once, checked again through the open file and copied from it
+  (:mod:`dpkit.server.opened_source`): a name swapped for a link out of the root after the
+  check is never read.
 
 * **Shared read-only copies.** At registration the source is copied once, with the fixed reading
   rules of the service, into a DuckDB database file in the dataset directory
@@ -33,7 +36,6 @@ from __future__ import annotations
 
 import contextlib
 import hashlib
-import json
 import os
 import stat
 import uuid
@@ -48,6 +50,7 @@ from dpkit.analytics.engines.csv_source import csv_source_sql
 from dpkit.analytics.engines.parquet_source import ParquetFiles, duckdb_parquet, parquet_layout
 from dpkit.analytics.metadata import Metadata
 from dpkit.errors import InvalidParameterError
+from dpkit.server.spark_pins import pin_files, pinned_change  # (defined there; named here as before)
 
 try:  # POSIX; elsewhere the atomic rename alone keeps a copy whole (two writers may both build it)
     import fcntl
@@ -91,39 +94,6 @@ class SourcePath:
     #: For Parquet data read in place: the files listed when the source was checked (None for a
     #: single CSV / Parquet / DuckDB file and for a URI).
     listing: ParquetFiles | None = None
-
-
-def pin_files(listing: ParquetFiles) -> str:
-    """The identity of a Parquet source's files, as stored at registration: each file's path
-    (relative to the partition base), size and modification time, as JSON. The same files,
-    unchanged, give the same text; a file added, removed, replaced or rewritten does not.
-    OSError when a file has gone since it was listed."""
-    base = os.fspath(listing.base)
-    entries = []
-    for f in listing.files:
-        st = os.stat(f)
-        entries.append([Path(os.path.relpath(f, base)).as_posix(), st.st_size, st.st_mtime_ns])
-    return json.dumps(entries, separators=(",", ":"))
-
-
-def pinned_change(pinned: str, listing: ParquetFiles | None) -> str | None:
-    """None when ``listing`` names exactly the files :func:`pin_files` pinned, unchanged; else
-    what changed, in words for the curator's log: counts and the first file that differs, by its
-    path below the data (never a value of the data)."""
-    try:
-        now = None if listing is None else pin_files(listing)
-    except OSError:  # a file went between the listing and its stat
-        now = None
-    if now is None:
-        return "the files cannot be listed"
-    if now == pinned:
-        return None
-    then, current = {e[0]: e[1:] for e in json.loads(pinned)}, {e[0]: e[1:] for e in json.loads(now)}
-    added = sorted(set(current) - set(then))
-    removed = sorted(set(then) - set(current))
-    changed = sorted(k for k in set(then) & set(current) if then[k] != current[k])
-    first = (added or removed or changed or ["?"])[0]
-    return f"{len(added)} file(s) added, {len(removed)} removed, {len(changed)} rewritten (first: {first})"
 
 
 def source_kind(path: str | PurePath) -> str:
@@ -365,17 +335,25 @@ class DatasetCopies:
                 with contextlib.suppress(FileNotFoundError):
                     leftover.unlink()
 
-    def ensure(self, name: str, created_at: str, source: Callable[[], Path], table: str | None) -> Path:
-        """The copy's path, re-created from ``source()`` (called only when needed) if it is
-        missing. Several processes may call this at once: the first re-creates it under a file
-        lock, the others wait and find it done."""
+    def ensure(
+        self,
+        name: str,
+        created_at: str,
+        source: Callable[[], contextlib.AbstractContextManager[Path]],
+        table: str | None,
+    ) -> Path:
+        """The copy's path, re-created if it is missing from the file ``source()`` gives for the
+        block (called only when needed: the service gives a private copy of the opened source,
+        :mod:`dpkit.server.opened_source`). Several processes may call this at once: the first
+        re-creates it under a file lock, the others wait and find it done."""
         final = self.path(name, created_at)
         if final.is_file():
             return final
         self.directory.mkdir(parents=True, exist_ok=True)
         with self._lock(final):
             if not final.is_file():
-                self.build(name, created_at, source(), table, lambda conn: None)
+                with source() as path:
+                    self.build(name, created_at, path, table, lambda conn: None)
         return final
 
     def discard(self, name: str, created_at: str) -> None:

@@ -1,11 +1,14 @@
 """The ASGI layers in front of every ``/v1`` route, outermost first:
 
-1. :class:`EdgeMiddleware` — throttle client addresses whose requests keep being refused, then
-   authenticate. Its refusals (429 for the address, 401) are counted per hour and reason, not
-   chained: nobody without a key can grow the permanent log (:mod:`dpkit.server.refusals`).
+1. :class:`EdgeMiddleware` — authenticate a well-formed key first (a valid key is never refused
+   for its address), and throttle client addresses whose keys keep being refused. Its refusals
+   (429 for the address, 401) are counted per hour and reason, not chained: nobody without a key
+   can grow the permanent log (:mod:`dpkit.server.refusals`).
 2. :class:`AuditMiddleware` — one chained audit entry per authenticated request, written when its
-   response starts, before any byte of it is sent.
-3. :class:`ThrottleMiddleware` — the principal's token bucket, before the body is read.
+   response starts, before any byte of it is sent (except a principal's own 429: see 3).
+3. :class:`ThrottleMiddleware` — the principal's token bucket, before the body is read. Its 429s
+   are counted per hour and principal, not chained: a principal cannot grow the permanent log by
+   being refused either.
 4. :class:`BodyLimitMiddleware` — the body's size, deadline and UTF-8/JSON checks
    (:mod:`dpkit.server.edge`).
 
@@ -18,13 +21,14 @@ from __future__ import annotations
 import asyncio
 import logging
 import math
+import time
 from typing import Any
 
 from dpkit.errors import AuthError, InvalidParameterError, LedgerError
 from dpkit.server import edge
-from dpkit.server.keys import looks_like_key
+from dpkit.server.keys import key_hash, looks_like_key
 from dpkit.server.problems import note_scope
-from dpkit.server.refusals import AddressLimiter, RefusalCounter, TokenBuckets
+from dpkit.server.refusals import PRINCIPAL_RATE_LIMITED, AddressLimiter, KnownKeys, RefusalCounter, TokenBuckets
 from dpkit.server.service import Service
 
 try:
@@ -36,6 +40,18 @@ except ImportError as exc:  # pragma: no cover - depends on the installation
 __all__ = ["EdgeMiddleware", "AuditMiddleware", "ThrottleMiddleware", "BodyLimitMiddleware"]
 
 _curator_log = logging.getLogger("dpkit.curator")
+
+#: ``scope["state"]`` key of a response counted in the refusal table instead of chained.
+_UNCHAINED = "unchained"
+
+
+async def _count(refusals: RefusalCounter, reason: str) -> None:
+    """Count one refusal, writing the counts when a flush is due (off the event loop)."""
+    if refusals.add(reason):
+        try:
+            await run_in_threadpool(refusals.flush)
+        except Exception:  # the counts stay pending; the refusal itself must still be answered
+            _curator_log.exception("the refusal counters could not be written")
 
 
 class AuditMiddleware:
@@ -57,7 +73,9 @@ class AuditMiddleware:
             if message["type"] == "http.response.start" and not logged:
                 logged = True
                 status = int(message["status"])
-                if not (state["audit"].get("recorded_in_transaction") and status < 400):
+                if state.get(_UNCHAINED):
+                    pass  # counted in the refusal table instead (ThrottleMiddleware)
+                elif not (state["audit"].get("recorded_in_transaction") and status < 400):
                     await run_in_threadpool(self._log, scope, status)
             await send(message)
 
@@ -174,42 +192,100 @@ def _header_key(scope: dict[str, Any]) -> str | None:
 
 
 class EdgeMiddleware:
-    """The outermost layer of ``/v1``: throttle client addresses whose requests keep being
-    refused, then authenticate. A request refused here (429 for the address, 401) does not reach
-    the application and is not an entry of the audit chain: it is counted per hour and reason
+    """The outermost layer of ``/v1``: authenticate, and throttle client addresses whose keys
+    keep being refused. A request refused here (429 for the address, 401) does not reach the
+    application and is not an entry of the audit chain: it is counted per hour and reason
     (:class:`~dpkit.server.refusals.RefusalCounter`). An authenticated request carries its
     :class:`~dpkit.server.principals.Principal` in ``scope["state"]["principal"]`` and is
-    audited as before."""
+    audited as before.
 
-    def __init__(self, app: Any, service: Service, addresses: AddressLimiter, refusals: RefusalCounter) -> None:
+    The order is what keeps a shared address (a NAT, an office) usable: a request with a
+    missing or malformed key is refused without the database — 429 while its address's bucket
+    is empty, else 401 charging the bucket; a request with a well-formed key is authenticated
+    *first*, so a valid key goes ahead whatever others sent from its address (its principal's
+    own bucket still applies, further in). An unknown or revoked well-formed key charges the
+    bucket like a malformed one. While its address is throttled, a well-formed key is first
+    looked up in :class:`~dpkit.server.refusals.KnownKeys` (the valid keys' hashes, reloaded at
+    most once per ``key_refresh`` seconds), so a flood of random well-formed keys from a
+    throttled address costs no database lookup each; one not among them is 429."""
+
+    def __init__(
+        self,
+        app: Any,
+        service: Service,
+        addresses: AddressLimiter,
+        refusals: RefusalCounter,
+        *,
+        known: KnownKeys | None = None,
+        key_refresh: float = 1.0,
+    ) -> None:
         self.app, self.service, self.addresses, self.refusals = app, service, addresses, refusals
+        self.known = KnownKeys.of(service.store, refresh_every=key_refresh) if known is None else known
+
+    async def _throttled(self, scope: dict[str, Any], receive: Any, send: Any, address: str) -> bool:
+        """Answer 429 (and True) when ``address``'s bucket of refusals is empty."""
+        wait = self.addresses.wait(address)
+        if wait <= 0:
+            return False
+        await self._refuse(
+            scope,
+            receive,
+            send,
+            "address_rate_limited",
+            429,
+            "rate_limited",
+            f"too many refused requests from this address; retry in {wait:.2f} s",
+            {"Retry-After": str(max(1, math.ceil(wait)))},
+        )
+        return True
+
+    async def _may_be_valid(self, key: str) -> bool:
+        """Whether ``key`` (well-formed) is among the valid keys as of a load that began after
+        this call did (see :class:`~dpkit.server.refusals.KnownKeys`); True when they cannot be
+        loaded (the database lookup that follows then says what is wrong)."""
+        digest = key_hash(key)
+        if digest in self.known:
+            return True
+        arrived = time.monotonic()
+        wait = self.known.wait()
+        if wait > 0:
+            await asyncio.sleep(wait)
+        if self.known.settled(arrived):
+            return digest in self.known
+        try:
+            return await run_in_threadpool(self.known.holds, digest, arrived)
+        except Exception:
+            _curator_log.exception("the valid keys could not be read")
+            return True
 
     async def __call__(self, scope: dict[str, Any], receive: Any, send: Any) -> None:
         if scope["type"] != "http" or not scope["path"].startswith("/v1"):
             await self.app(scope, receive, send)
             return
         address = _client_address(scope)
-        wait = self.addresses.wait(address)
-        if wait > 0:
-            await self._refuse(
-                scope,
-                receive,
-                send,
-                "address_rate_limited",
-                429,
-                "rate_limited",
-                f"too many refused requests from this address; retry in {wait:.2f} s",
-                {"Retry-After": str(max(1, math.ceil(wait)))},
-            )
-            return
         key = _header_key(scope)
+        well_formed = key is not None and looks_like_key(key)
+        throttled = self.addresses.wait(address) > 0
+        if throttled and not well_formed and await self._throttled(scope, receive, send, address):
+            return  # (before anything is looked up)
         try:
-            if key is None or not looks_like_key(key):
+            if not well_formed:
                 who = self.service.authenticate(key)  # refuses at once, without the database
             else:
+                assert key is not None
+                # (A key not among the valid ones whose address's bucket refilled meanwhile is
+                # looked up as any other.)
+                if (
+                    throttled
+                    and not await self._may_be_valid(key)
+                    and await self._throttled(scope, receive, send, address)
+                ):
+                    return
                 who = await run_in_threadpool(self.service.authenticate, key)
         except AuthError as exc:
             self.addresses.charge(address)
+            if throttled and await self._throttled(scope, receive, send, address):
+                return
             await self._refuse(
                 scope,
                 receive,
@@ -252,11 +328,7 @@ class EdgeMiddleware:
         message: str,
         headers: dict[str, str] | None,
     ) -> None:
-        if self.refusals.add(reason):
-            try:
-                await run_in_threadpool(self.refusals.flush)
-            except Exception:  # the counts stay pending; the refusal itself must still be answered
-                _curator_log.exception("the refusal counters could not be written")
+        await _count(self.refusals, reason)
         await JSONResponse({"error": {"code": code, "message": message}}, status_code=status, headers=headers)(
             scope, receive, send
         )
@@ -264,16 +336,21 @@ class EdgeMiddleware:
 
 class ThrottleMiddleware:
     """The per-principal token bucket, before the body is read (so that no principal can send
-    bodies faster than its rate either). Its 429 is audited."""
+    bodies faster than its rate either). Its 429 is not chained — one entry per refusal would
+    let a principal grow the permanent log at the speed it can send — but counted per hour and
+    principal in ``refusals`` (reason ``principal_rate_limited:<name>``, read at
+    ``GET /v1/refusals``): a row per principal and hour at most."""
 
-    def __init__(self, app: Any, limiter: TokenBuckets) -> None:
-        self.app, self.limiter = app, limiter
+    def __init__(self, app: Any, limiter: TokenBuckets, refusals: RefusalCounter) -> None:
+        self.app, self.limiter, self.refusals = app, limiter, refusals
 
     async def __call__(self, scope: dict[str, Any], receive: Any, send: Any) -> None:
         who = scope.get("state", {}).get("principal") if scope["type"] == "http" else None
         if who is not None:
             wait = self.limiter.take(who.name)
             if wait > 0:
+                scope["state"][_UNCHAINED] = True
+                await _count(self.refusals, f"{PRINCIPAL_RATE_LIMITED}:{who.name}")
                 response = _json_error(
                     scope,
                     429,

@@ -22,7 +22,7 @@ import json
 import logging
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
-from typing import Any, cast
+from typing import TYPE_CHECKING, Any, cast
 
 from dpkit.analytics import aggregates as A
 from dpkit.analytics.limits import QueryLimits
@@ -39,6 +39,9 @@ from dpkit.server.errors import DatasetUnavailableError, NotFoundError, PaidQuer
 from dpkit.server.grants import Grants, budget_dict
 from dpkit.server.principals import Principal
 from dpkit.server.query_ledger import QueryLedger
+
+if TYPE_CHECKING:
+    from dpkit.server.pacing import AnswerTimes, Ticket
 
 __all__ = ["OPTION_NAMES", "JSONQuery", "QueryRequest", "Queries", "compile_request", "query_options"]
 
@@ -189,27 +192,31 @@ class Queries:
         return self._ledger
 
     def synthesize(
-        self, principal: Principal, dataset: str, request: Any, releases: Any = None
+        self, principal: Principal, dataset: str, request: Any, releases: Any = None, ticket: Ticket | None = None
     ) -> tuple[dict[str, Any], str]:
         """See :meth:`dpkit.server.service.Service.synthesize` (``releases``: where a published
         table is stored)."""
         from dpkit.server.synthetic import answer_synthetic
 
-        return answer_synthetic(self, principal, dataset, request, releases)
+        return answer_synthetic(self, principal, dataset, request, releases, ticket)
 
     @contextlib.contextmanager
-    def session(self, principal: Principal, dataset: str) -> Iterator[tuple[Session, DatasetInfo, QueryLedger]]:
+    def session(
+        self, principal: Principal, dataset: str, ticket: Ticket | None = None
+    ) -> Iterator[tuple[Session, DatasetInfo, QueryLedger]]:
         """A session for the analyst on a dataset they were granted, over a view of the ledger
         for this one query (its budget read once; its debit chained in the audit log in the
         same transaction), on an engine borrowed from the dataset's pool for the block.
-        NotFoundError (404) for a dataset that does not exist or was not granted."""
+        NotFoundError (404) for a dataset that does not exist or was not granted. With a
+        ``ticket`` (:mod:`dpkit.server.pacing`) the debit goes through it and the engine is
+        interrupted when the request's time runs out."""
         if principal.role != "analyst":
             raise AuthError("only analysts run queries")
         info = self._catalog.get(dataset)
         budget = self._grants.find(principal.name, info.name)
         if budget is None:
             raise NotFoundError(f"there is no dataset named {dataset!r} that you may query")
-        view = QueryLedger(self._ledger, self._chain, budget, principal)
+        view = QueryLedger(self._ledger, self._chain, budget, principal, ticket=ticket)
         loaded = self._catalog.opened(info)
         try:
             engine = loaded.take(info.name)
@@ -233,24 +240,46 @@ class Queries:
         except Exception:
             _curator_log.exception("dataset %r: its copy could not be read", info.name)
             raise DatasetUnavailableError() from None
+        if ticket is not None:
+            ticket.interrupt_with(_interrupter(engine))
         try:
             yield session, info, view
         finally:
+            if ticket is not None:
+                ticket.interrupt_with(None)  # (before another request may borrow the engine)
             loaded.give_back(engine)
 
     def cost(self, principal: Principal, dataset: str, request: QueryRequest) -> QueryCost:
         """See :meth:`dpkit.server.service.Service.cost`."""
-        with self.session(principal, dataset) as (session, _, _):
-            q, aggs = self._compile(session, request)
-            return q.cost(aggs, _text=_clip(request.text()), **query_options(request))
+        return self.cost_and_time(principal, dataset, request, None)[0]
 
-    def answer(self, principal: Principal, dataset: str, request: QueryRequest) -> tuple[dict[str, Any], str]:
+    def cost_and_time(
+        self, principal: Principal, dataset: str, request: QueryRequest, times: AnswerTimes | None
+    ) -> tuple[QueryCost, float | None]:
+        """See :meth:`dpkit.server.service.Service.cost_and_time` (no time without ``times``)."""
+        with self.session(principal, dataset) as (session, info, _):
+            q, aggs = self._compile(session, request)
+            cost = q.cost(aggs, _text=_clip(request.text()), **query_options(request))
+            if times is None:
+                return cost, None
+            kinds = [a.kind for a in aggs]
+            return cost, times.query(info.size_class, info.engine, len(q.groups), private_keys(q, info), kinds)
+
+    def answer(
+        self, principal: Principal, dataset: str, request: QueryRequest, ticket: Ticket | None = None
+    ) -> tuple[dict[str, Any], str]:
         """See :meth:`dpkit.server.service.Service.query_encoded`."""
-        with self.session(principal, dataset) as (session, info, view):
-            return self._answer(principal, session, info, view, request)
+        with self.session(principal, dataset, ticket) as (session, info, view):
+            return self._answer(principal, session, info, view, request, ticket)
 
     def _answer(
-        self, principal: Principal, session: Session, info: DatasetInfo, view: QueryLedger, request: QueryRequest
+        self,
+        principal: Principal,
+        session: Session,
+        info: DatasetInfo,
+        view: QueryLedger,
+        request: QueryRequest,
+        ticket: Ticket | None = None,
     ) -> tuple[dict[str, Any], str]:
         before = view.budget
         q, aggs = self._compile(session, request)
@@ -260,6 +289,8 @@ class Queries:
         # (the atomic debit inside Query.aggregate stays the one that decides)
         if cannot_pay(cost, before):
             raise _exceeded(cost, text, before, principal.name, info.name)
+        if ticket is not None:  # priced: the answer's time is fixed now, before paying
+            ticket.arm_query(info.size_class, info.engine, len(q.groups), private_keys(q, info), [a.kind for a in aggs])
         try:
             result = q.aggregate(aggs, _text=text, **options)
         except QueryFailedError as exc:  # paid, then failed: the session logged the details
@@ -290,6 +321,23 @@ class Queries:
             )
             raise PaidQueryFailedError(result.spend_id, cost) from None
         return answer, encoded
+
+
+def private_keys(q: Query, info: DatasetInfo) -> bool:
+    """Whether query ``q`` selects its group keys privately (no keys given, and a group column
+    without bins or declared categories)."""
+    if not q.groups or q.keys is not None:
+        return False
+    columns = info.metadata.columns
+    return any(g.edges is None and not getattr(columns.get(g.column), "categories", None) for g in q.groups)
+
+
+def _interrupter(engine: Any) -> Callable[[], None] | None:
+    """What interrupts ``engine``'s running query: a DuckDB cursor's ``interrupt`` (it stops only
+    that cursor's query); a Spark job group's cancellation is not wired (the answer still leaves
+    at its time; the cluster finishes the job)."""
+    con = getattr(engine, "_con", None)
+    return getattr(con, "interrupt", None)
 
 
 def cannot_pay(cost: QueryCost, budget: BudgetRecord) -> bool:

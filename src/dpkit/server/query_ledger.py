@@ -7,6 +7,7 @@ unlogged, and a logged payment is never lost; see :meth:`dpkit.server.service.Se
 
 from __future__ import annotations
 
+import contextlib
 from dataclasses import replace
 from fractions import Fraction
 from typing import Any
@@ -14,6 +15,7 @@ from typing import Any
 from dpkit.accounting.rounding import up
 from dpkit.errors import LedgerError
 from dpkit.ledger.base import BudgetRecord, DebitFacts, LedgerBackend, OnDebit, SpendRecord, SQLRunner
+from dpkit.server.audit import text_digest
 from dpkit.server.audit_log import Chain, entry_fields
 from dpkit.server.principals import Principal
 
@@ -27,7 +29,12 @@ class QueryLedger:
     Only ``get_budget`` and ``debit`` of this budget are used by a session; the rest forward
     to the ledger (or refuse: a query's view never creates budgets)."""
 
-    def __init__(self, ledger: LedgerBackend, chain: Chain, budget: BudgetRecord, principal: Principal) -> None:
+    def __init__(
+        self, ledger: LedgerBackend, chain: Chain, budget: BudgetRecord, principal: Principal, *, ticket: Any = None
+    ) -> None:
+        # ticket: a paced request's (dpkit.server.pacing.Ticket): the debit goes through it, so
+        # that a request whose time ran out never pays, and one that paid is known to have.
+        self._ticket = ticket
         self._ledger = ledger
         self._chain = chain
         self.budget = budget
@@ -55,7 +62,15 @@ class QueryLedger:
         who = self._principal
 
         def chain_spend(tx: SQLRunner, facts: DebitFacts) -> None:
-            detail = {"spend_id": facts.spend_id, "query": facts.query_text, "key_id": who.key_id}
+            # The digests of the texts exactly as the spend's row holds them: verify_log finds
+            # a spend whose event or query text was rewritten after the debit.
+            detail = {
+                "spend_id": facts.spend_id,
+                "query": facts.query_text,
+                "key_id": who.key_id,
+                "event_sha256": text_digest(facts.event),
+                "query_sha256": text_digest(facts.query_text),
+            }
             self._chain(
                 tx,
                 [
@@ -73,9 +88,19 @@ class QueryLedger:
             )
             self._after = (facts.spent_epsilon, facts.spent_delta)
 
-        spend = self._ledger.debit(
-            dataset, analyst, event, query_text, epsilon_cost=epsilon_cost, delta_cost=delta_cost, on_debit=chain_spend
-        )
+        with contextlib.ExitStack() as paying:
+            record = paying.enter_context(self._ticket.paying()) if self._ticket is not None else None
+            spend = self._ledger.debit(
+                dataset,
+                analyst,
+                event,
+                query_text,
+                epsilon_cost=epsilon_cost,
+                delta_cost=delta_cost,
+                on_debit=chain_spend,
+            )
+            if record is not None:
+                record(spend.id)
         spent_eps, spent_dlt = self._after
         self.budget = replace(self.budget, spent_epsilon=up(spent_eps), spent_delta=up(spent_dlt))
         return spend

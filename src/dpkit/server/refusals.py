@@ -1,19 +1,27 @@
-"""Requests refused before authentication: throttled per client address, counted in bounded form.
+"""Requests refused at the edge: throttled per client address, counted in bounded form.
 
 Anyone who can reach the service can send requests without a key. Those are refused 401 before
 the service does any work for them, and they are *not* entries of the hash-chained audit log
 (one chained row per unauthenticated request would let anyone grow the permanent log without
-bound and slow every authenticated request that waits on the chain's lock). Instead:
+bound and slow every authenticated request that waits on the chain's lock). Nor is a
+principal's own 429 (its rate exceeded): a flood of them would grow the chain just as fast.
+Instead:
 
-* :class:`AddressLimiter` keeps a token bucket per client address, charged by each refused
-  request. An address whose bucket is empty gets 429 for every request (with or without a key)
-  until it refills, before its key is even looked up. It tracks at most ``max_addresses``
-  addresses (least recently seen forgotten first), so its memory is bounded whatever the number
-  of addresses a client uses.
+* :class:`AddressLimiter` keeps a token bucket per client address, charged by each request
+  refused for its key (missing, malformed, unknown or revoked). An address whose bucket is empty
+  gets 429 for such requests until it refills. A *valid* key is never refused for its address's
+  bucket: a request with a well-formed key is authenticated first, so others' failures at a
+  shared address (a NAT, an office) cannot lock its holder out. It tracks at most
+  ``max_addresses`` addresses (least recently seen forgotten first), so its memory is bounded
+  whatever the number of addresses a client uses.
+* :class:`KnownKeys` keeps that bounded for well-formed keys too: once an address is throttled,
+  its well-formed keys are looked up in an in-memory set of the valid keys' hashes, reloaded at
+  most once per ``refresh_every`` seconds, instead of one database lookup each.
 * :class:`RefusalCounter` counts refusals per hour and reason in memory and adds the counts to
   the small table ``edge_refusals`` of the service database at most once per ``flush_every``
   seconds (one upsert per reason and hour, pruned after ``keep_days`` days): a table of at most
-  a few rows per hour, whatever the traffic.
+  a few rows per hour per reason, whatever the traffic. A principal's 429s are counted under
+  ``principal_rate_limited:<name>`` — as many reasons as there are principals, no more.
 
 Behind a reverse proxy every client has the proxy's address: run uvicorn with
 ``--forwarded-allow-ips`` set to the proxy, or give the limiter a larger burst.
@@ -21,9 +29,11 @@ Behind a reverse proxy every client has the proxy's address: run uvicorn with
 
 from __future__ import annotations
 
+import math
 import threading
 import time
 from collections import OrderedDict
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from typing import Any
@@ -31,10 +41,12 @@ from typing import Any
 from dpkit import _validate as v
 from dpkit.server.store import ServiceStore
 
-__all__ = ["TokenBuckets", "AddressLimiter", "RefusalCounter", "REASONS"]
+__all__ = ["TokenBuckets", "AddressLimiter", "KnownKeys", "RefusalCounter", "REASONS", "PRINCIPAL_RATE_LIMITED"]
 
-#: Why a request was refused before authentication.
-REASONS = ("unauthenticated", "address_rate_limited", "ledger_unavailable")
+#: Why a request was refused at the edge (the last per principal: ``principal_rate_limited:<name>``).
+REASONS = ("unauthenticated", "address_rate_limited", "ledger_unavailable", "principal_rate_limited")
+#: The reason of a principal's own 429, followed by ``:`` and its name (names hold no ``:``).
+PRINCIPAL_RATE_LIMITED = "principal_rate_limited"
 
 _TABLE = """CREATE TABLE IF NOT EXISTS edge_refusals (
     period TEXT NOT NULL,
@@ -113,16 +125,80 @@ class AddressLimiter(TokenBuckets):
         super().__init__(rate, burst, max_addresses, names=("address_rate", "address_burst", "max_addresses"))
 
 
+class KnownKeys:
+    """The hashes of the unrevoked keys, as ``load`` reads them, reloaded at most once per
+    ``refresh_every`` seconds: what a well-formed key from a throttled address is checked
+    against before the database is asked.
+
+    Without it, a flood of well-formed random keys costs one indexed lookup each (a thread and
+    a database read), throttled or not. With it, such a flood from a throttled address costs a
+    SHA-256 and a set lookup per request, and at most one ``load`` per ``refresh_every`` seconds
+    in all. A key in the set is still authenticated against the database (so a key revoked
+    since the load is refused as ever); a key not in it is refused only by a load that began
+    *after* its request arrived (:meth:`settled`), so a key issued a moment ago — by another
+    worker — is found by the next load instead of being throttled: its request waits for that
+    load (at most ``refresh_every`` seconds) and goes ahead."""
+
+    def __init__(self, load: Callable[[], Iterable[str]], *, refresh_every: float = 1.0) -> None:
+        self._load = load
+        self.refresh_every = v.positive(refresh_every, "refresh_every")
+        self._hashes: frozenset[str] = frozenset()
+        self._started = -math.inf  # (time.monotonic) when the last load began
+        self._lock = threading.Lock()
+
+    @classmethod
+    def of(cls, store: ServiceStore, *, refresh_every: float = 1.0) -> KnownKeys:
+        """The unrevoked keys of the service database ``store`` (its ``api_keys`` table)."""
+
+        def load() -> list[str]:
+            with store.transaction() as tx:
+                return [str(r[0]) for r in tx.run("SELECT key_hash FROM api_keys WHERE revoked_at IS NULL")]
+
+        return cls(load, refresh_every=refresh_every)
+
+    def __contains__(self, digest: str) -> bool:
+        return digest in self._hashes
+
+    def settled(self, arrived: float) -> bool:
+        """Whether a load began at or after ``arrived`` (monotonic): its set is then the answer."""
+        return self._started >= arrived
+
+    def wait(self) -> float:
+        """Seconds until the next load may begin (0: now)."""
+        return max(0.0, self._started + self.refresh_every - time.monotonic())
+
+    def holds(self, digest: str, arrived: float) -> bool:
+        """Whether ``digest`` is a valid key's hash, by a load that began at or after
+        ``arrived`` (this one, if none has; call it off the event loop and after :meth:`wait`).
+        A failed load leaves the set as it was and raises."""
+        with self._lock:
+            if digest in self._hashes or self.settled(arrived):
+                return digest in self._hashes
+            before, self._started = self._started, time.monotonic()
+            try:
+                self._hashes = frozenset(self._load())
+            except BaseException:
+                self._started = before  # (a failed load settles nothing: the next request tries again)
+                raise
+            return digest in self._hashes
+
+
 @dataclass(frozen=True)
 class RefusalCount:
-    """Refusals of one reason in one hour (``period``: ``YYYY-MM-DDTHH`` UTC)."""
+    """Refusals of one reason in one hour (``period``: ``YYYY-MM-DDTHH`` UTC). A principal's
+    429s have the reason ``principal_rate_limited:<name>``; :meth:`to_dict` shows it as the
+    reason ``principal_rate_limited`` and the ``principal``."""
 
     period: str
     reason: str
     count: int
 
     def to_dict(self) -> dict[str, Any]:
-        return {"period": self.period, "reason": self.reason, "count": self.count}
+        reason, _, principal = self.reason.partition(":")
+        out: dict[str, Any] = {"period": self.period, "reason": reason, "count": self.count}
+        if principal:
+            out["principal"] = principal
+        return out
 
 
 def _period(at: datetime | None = None) -> str:
@@ -189,5 +265,8 @@ class RefusalCounter:
         return [RefusalCount(p, r, n) for (p, r), n in sorted(merged.items())]
 
     def total(self, reason: str | None = None) -> int:
-        """All refusals counted (of ``reason`` only, when given)."""
-        return sum(c.count for c in self.counts() if reason is None or c.reason == reason)
+        """All refusals counted (of ``reason`` only, when given: ``principal_rate_limited`` counts
+        every principal's, ``principal_rate_limited:<name>`` one principal's)."""
+        return sum(
+            c.count for c in self.counts() if reason is None or c.reason == reason or c.reason.startswith(reason + ":")
+        )

@@ -62,7 +62,7 @@ from __future__ import annotations
 import os
 from collections.abc import Mapping, Sequence
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from dpkit import _validate as v
 from dpkit._validate import Neighbours
@@ -80,11 +80,15 @@ from dpkit.server.datasets import DatasetCopies, default_dataset_dir
 from dpkit.server.errors import DatasetUnavailableError, NotFoundError, PaidQueryFailedError
 from dpkit.server.grants import DEFAULT_MAX_GRANT_EPSILON, Grants
 from dpkit.server.principals import Principal, Principals, Role
+from dpkit.server.publishers import Publishers
 from dpkit.server.queries import JSONQuery, Queries, QueryRequest, compile_request
 from dpkit.server.queries import QuerySpec as QuerySpec  # the earlier name of JSONQuery
-from dpkit.server.releases import Release, Releases, check_release_name
+from dpkit.server.releases import Download, Release, Releases, check_release_name
 from dpkit.server.store import ServiceStore, normalise_url, open_store, sqlite_path
 from dpkit.server.synthetic import SynthRequest
+
+if TYPE_CHECKING:
+    from dpkit.server.pacing import AnswerTimes, Ticket
 
 __all__ = [
     "Service",
@@ -186,7 +190,10 @@ class Service:
         # up at each call: one seam where a failing audit write can be simulated.
         self._audit_log = AuditLog(self._store, self._ledger, key, chain=self._chain_late)
         self._principals = Principals(self._store)
-        self._releases = Releases(self._store)
+        self._releases = Releases(
+            self._store, chain=self._chain_late, metadata=lambda dataset: self._live_catalog().get(dataset).metadata
+        )
+        self._publishers = Publishers(self._store, self._principals, chain=self._chain_late)
         self._catalog: Catalog | None = None
         try:
             copies = DatasetCopies(default_dataset_dir(url) if dataset_dir is None else dataset_dir)
@@ -275,6 +282,8 @@ class Service:
         neighbours: Neighbours = "add_remove",
         table: str | None = None,
         engine: str = "duckdb",
+        size_class: str = "medium",
+        fingerprint: str | None = None,
     ) -> DatasetInfo:
         """Register a CSV or Parquet file, or a ``table`` of a DuckDB database file (.duckdb),
         under ``name`` with the curator's metadata: every usable column declared, and the privacy
@@ -287,6 +296,9 @@ class Service:
         with InvalidParameterError naming ``source`` (see
         :func:`dpkit.server.datasets.resolve_source`), and the source is stored and shown
         relative to the root. Without one, any such file is taken (the administrator's own use).
+        The checked file is opened once and read from the open file
+        (:mod:`dpkit.server.opened_source`): a name swapped for a link out of the root while the
+        registration runs is refused, never read.
 
         The source is copied, as queries will read it (a CSV with the fixed, non-sniffing rules
         of :func:`~dpkit.analytics.engines.duckdb.csv_source_sql`; Parquet and DuckDB tables
@@ -307,10 +319,20 @@ class Service:
         the aggregates run on the cluster (only per-group sums and counts reach the server). The
         metadata is checked against the files' schema, and the data check is made by DuckDB on
         this machine (none for a URI). The files are pinned at registration (each one's path,
-        size and modification time): every server process reads exactly those, and a dataset
-        whose files changed since is unavailable to analysts until they are put back — publish
-        new data by registering a new dataset. A URI is listed by Spark alone and not pinned."""
-        return self._live_catalog().register(name, source, metadata, neighbours=neighbours, table=table, engine=engine)
+        size and modification time; with ``fingerprint="sha256"`` also its content's SHA-256,
+        hashed again at every query — about a second per GB) and checked before every query
+        pays and after Spark has read them (:mod:`dpkit.server.spark_pins`): a dataset whose
+        files changed is unavailable to analysts (nothing spent) until they are put back, and a
+        query during which they changed fails after its debit — publish new data by
+        registering a new dataset. A URI is listed by Spark alone and not pinned.
+
+        ``size_class`` (``small``, ``medium``, ``large``, ``huge``: at most 10⁵ … 10⁸ rows) is a
+        public declaration that scales the time budget of every paid answer on the dataset
+        (:mod:`dpkit.server.pacing`); the curator's data check says whether the rows fit it."""
+        return self._live_catalog().register(
+            name, source, metadata, neighbours=neighbours, table=table, engine=engine, size_class=size_class,
+            fingerprint=fingerprint,
+        )  # fmt: skip
 
     def datasets(self) -> list[DatasetInfo]:
         return self._live_catalog().listing()
@@ -369,6 +391,15 @@ class Service:
         the data or spending."""
         return self._queries.cost(principal, dataset, request)
 
+    def cost_and_time(
+        self, principal: Principal, dataset: str, request: QueryRequest, times: AnswerTimes
+    ) -> tuple[QueryCost, float]:
+        """:meth:`cost`, and the time budget of the answer under ``times`` (seconds after the
+        debit; :mod:`dpkit.server.pacing`)."""
+        cost, seconds = self._queries.cost_and_time(principal, dataset, request, times)
+        assert seconds is not None
+        return cost, seconds
+
     def query(self, principal: Principal, dataset: str, request: QueryRequest) -> dict[str, Any]:
         """Answer ``request`` for an analyst: validate and price against the declared metadata,
         refuse early if the budget cannot pay, debit atomically, then aggregate and noise; the
@@ -380,30 +411,70 @@ class Service:
         the details go to the ``dpkit.curator`` log)."""
         return self.query_encoded(principal, dataset, request)[0]
 
-    def synthesize(self, principal: Principal, dataset: str, request: SynthRequest) -> tuple[dict[str, Any], str]:
+    def synthesize(
+        self,
+        principal: Principal,
+        dataset: str,
+        request: SynthRequest,
+        *,
+        ticket: Ticket | None = None,
+        max_release_bytes: int | None = None,
+    ) -> tuple[dict[str, Any], str]:
         """A differentially private synthetic table of ``dataset`` for an analyst, paid from their
         budget on it like a query (:mod:`dpkit.server.synthetic`): the answer (columns, rows, the
         measurement report, cost and budget) and its JSON. Refusals before the debit: bad
         settings or a domain too large (InvalidParameterError), more rows than the limits
         (LimitExceededError), a budget that cannot pay (BudgetExceededError); after it,
         PaidQueryFailedError. A Spark dataset is counted by the cluster. With
-        ``request.publish`` the table is also stored as a release under that name (a name
-        already taken is refused before the debit)."""
-        return self._queries.synthesize(principal, dataset, request, self._releases)
+        ``request.publish`` the table is also stored as a release under that name, by a publisher
+        (:meth:`allow_publish`), within ``max_release_bytes`` stored per publisher (None: 64 MiB);
+        the name is reserved before the debit (:mod:`dpkit.server.releases`). ``ticket``: the
+        request's clock when the HTTP service paces it (:mod:`dpkit.server.pacing`)."""
+        releases = self._releases.with_quota(max_release_bytes)
+        return self._queries.synthesize(principal, dataset, request, releases, ticket)
 
-    def releases(self) -> list[Release]:
-        """The published synthetic tables, oldest first (any principal may list them)."""
-        return self._releases.listing()
+    def allow_publish(self, name: str, *, actor: str | None = None, revoke: bool = False) -> bool:
+        """Name the analyst ``name`` a publisher (``revoke``: no longer one); the change and its
+        chained entry by ``actor`` commit together. Whether anything changed."""
+        return self._publishers.allow(name, actor=actor, revoke=revoke)
 
-    def release(self, name: str) -> tuple[Release, list[list[Any]], dict[str, Any]]:
-        """A published table: its record, its rows and its measurement report; NotFoundError for
-        a name never published. Downloading spends nothing: the table was paid for once."""
-        return self._releases.get(check_release_name(name))
+    def publishers(self) -> list[dict[str, Any]]:
+        """The analysts who may publish releases."""
+        return self._publishers.listing()
 
-    def query_encoded(self, principal: Principal, dataset: str, request: QueryRequest) -> tuple[dict[str, Any], str]:
+    def releases(self, principal: Principal | None = None) -> list[Release]:
+        """The published synthetic tables, oldest first: all of them for the curator (or the
+        command line), for an analyst those of the datasets they were granted."""
+        found = self._releases.listing()
+        if principal is None or principal.role != "analyst":
+            return found
+        granted = {b.dataset for b in self._grants.budgets(principal)}
+        return [r for r in found if r.dataset in granted]
+
+    def release_download(self, name: object, principal: Principal | None = None) -> Download:
+        """A published table to stream (:class:`~dpkit.server.releases.Download`); NotFoundError
+        for a name never published and, for an analyst, for a release of a dataset they were not
+        granted (the same answer). Downloading spends nothing: the table was paid for once."""
+        name = check_release_name(name)
+        download = self._releases.download(name)
+        analyst = None if principal is None or principal.role != "analyst" else principal.name
+        if analyst is not None and self._grants.find(analyst, download.info.dataset) is None:
+            raise NotFoundError(f"there is no release named {name!r}")
+        return download
+
+    def release(self, name: str, principal: Principal | None = None) -> tuple[Release, list[list[Any]], dict[str, Any]]:
+        """A published table read whole: its record, its rows and its measurement report (see
+        :meth:`release_download`, which the HTTP service streams)."""
+        download = self.release_download(name, principal)
+        return (download.info, *download.whole())
+
+    def query_encoded(
+        self, principal: Principal, dataset: str, request: QueryRequest, *, ticket: Ticket | None = None
+    ) -> tuple[dict[str, Any], str]:
         """:meth:`query`, with the answer also as the JSON text the HTTP layer sends (encoded
-        once, here, where its failure is still a failure after the debit)."""
-        return self._queries.answer(principal, dataset, request)
+        once, here, where its failure is still a failure after the debit). ``ticket``: the
+        request's clock when the HTTP service paces it (:mod:`dpkit.server.pacing`)."""
+        return self._queries.answer(principal, dataset, request, ticket)
 
     # -- audit -------------------------------------------------------------------------------------
 

@@ -34,10 +34,24 @@ SQLITE_DEFAULT = "sqlite:///.dpkit/ledger.sqlite"
 # 4: a Spark dataset pins its Parquet files (``datasets.files``: each file's path, size and
 # modification time at registration). Version 2 and 3 databases are upgraded in place; their
 # Spark datasets stay unpinned.
-_SCHEMA_VERSION = 4
+# 5: the multi-tenant service: publishers, reserved release names, release quotas and the
+# statements of _UPGRADE_TO_5 (new tables are created by _TABLES itself).
+_SCHEMA_VERSION = 5
 AUDIT_LOCK = 0x64706B61  # advisory-lock key of the audit chain ("dpka")
 _FAILED = "service database {where}: {detail}"
 _ACTION = "use the service tables"  # (the messages above do not name it)
+
+#: Changes to existing tables that bring a version-4 database to version 5 (new tables need none:
+#: ``CREATE TABLE IF NOT EXISTS`` in _TABLES creates them).
+_UPGRADE_TO_5: tuple[str, ...] = (
+    "ALTER TABLE datasets ADD COLUMN size_class TEXT",
+    # Releases of version 4 keep their names, case-folded (the first of two names differing only
+    # in case keeps the reservation; both stay downloadable), and count towards their
+    # publishers' quotas. (WHERE: SQLite's parser needs it before ON CONFLICT in INSERT … SELECT.)
+    "INSERT INTO release_names (folded, name, publisher, dataset, bytes, state, created_at) "
+    "SELECT lower(name), name, analyst, dataset, length(rows_json) + length(report), 'published', created_at "
+    "FROM releases WHERE 1 = 1 ORDER BY created_at, name ON CONFLICT (folded) DO NOTHING",
+)
 
 _TABLES = (
     """CREATE TABLE IF NOT EXISTS dpkit_service (
@@ -65,7 +79,8 @@ _TABLES = (
         created_at TEXT NOT NULL,
         source_table TEXT,
         engine TEXT NOT NULL DEFAULT 'duckdb',
-        files TEXT
+        files TEXT,
+        size_class TEXT
     )""",
     """CREATE TABLE IF NOT EXISTS audit_log (
         seq BIGINT PRIMARY KEY,
@@ -95,6 +110,31 @@ _TABLES = (
         row_count BIGINT NOT NULL,
         rows_json TEXT NOT NULL,
         report TEXT NOT NULL
+    )""",
+    # Publishing (dpkit.server.publishers, dpkit.server.releases): the analysts the curator named
+    # publishers; every release name reserved or taken, keyed case-insensitively, with the bytes
+    # it counts against its publisher's quota; the stored parts of each release.
+    """CREATE TABLE IF NOT EXISTS publishers (
+        name TEXT PRIMARY KEY,
+        allowed_by TEXT,
+        created_at TEXT NOT NULL
+    )""",
+    """CREATE TABLE IF NOT EXISTS release_names (
+        folded TEXT PRIMARY KEY,
+        name TEXT NOT NULL,
+        publisher TEXT NOT NULL,
+        dataset TEXT NOT NULL,
+        bytes BIGINT NOT NULL,
+        state TEXT NOT NULL CHECK (state IN ('reserved', 'published', 'failed')),
+        created_at TEXT NOT NULL
+    )""",
+    "CREATE INDEX IF NOT EXISTS release_names_by_publisher ON release_names (publisher, state)",
+    """CREATE TABLE IF NOT EXISTS release_parts (
+        name TEXT NOT NULL,
+        part INTEGER NOT NULL,
+        csv TEXT NOT NULL,
+        json TEXT NOT NULL,
+        PRIMARY KEY (name, part)
     )""",
 )
 
@@ -164,6 +204,10 @@ def _claim(tx: Runner) -> None:
         tx.run(
             "INSERT INTO dpkit_service (id, application, version) VALUES (1, ?, ?)", ("dpkit-server", _SCHEMA_VERSION)
         )
+    elif tuple(rows[0]) == ("dpkit-server", 4):
+        for statement in _UPGRADE_TO_5:
+            tx.run(statement)
+        tx.run("UPDATE dpkit_service SET version = ? WHERE id = 1", (_SCHEMA_VERSION,))
     elif tuple(rows[0]) in (("dpkit-server", 2), ("dpkit-server", 3)):
         # Every dataset of a version-2 database was read through a DuckDB copy; no Spark dataset
         # of a version-3 one pinned its files. The upgrade runs in the caller's write transaction,
@@ -172,6 +216,8 @@ def _claim(tx: Runner) -> None:
         if rows[0][1] == 2:
             tx.run("ALTER TABLE datasets ADD COLUMN engine TEXT NOT NULL DEFAULT 'duckdb'")
         tx.run("ALTER TABLE datasets ADD COLUMN files TEXT")
+        for statement in _UPGRADE_TO_5:
+            tx.run(statement)
         tx.run("UPDATE dpkit_service SET version = ? WHERE id = 1", (_SCHEMA_VERSION,))
     elif tuple(rows[0]) != ("dpkit-server", _SCHEMA_VERSION):
         older = rows[0][0] == "dpkit-server" and isinstance(rows[0][1], int) and rows[0][1] < _SCHEMA_VERSION

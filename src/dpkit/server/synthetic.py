@@ -10,12 +10,12 @@ copy, or a Spark dataset's Parquet data by the cluster: only the marginals' coun
 after the debit keeps the debit and is the one fixed ``query_failed``. Everything the analyst
 does with the rows afterwards is post-processing.
 
-A curator who wants to publish a table for everyone grants a budget to an analyst principal of
-their own (say ``publisher``) and requests it with that principal's key and ``publish`` set: the
-spend is in the ledger and the audit log like any other, and the table is stored as a release
-(:mod:`dpkit.server.releases`) that every principal may download without spending. The name is
-checked before paying; one taken between that check and the store fails after the debit, as
-``query_failed``.
+An analyst the curator named a publisher may request it with ``publish`` set: the spend is in
+the ledger and the audit log like any other, and the table is stored as a release
+(:mod:`dpkit.server.releases`) that those granted the dataset may download without spending.
+The publisher, the name and the publisher's quota are checked before paying, and the name is
+reserved in a transaction of its own before the debit, so no publish pays and then finds its
+name taken.
 """
 
 from __future__ import annotations
@@ -32,9 +32,11 @@ from dpkit.errors import BudgetExceededError, InvalidParameterError, LimitExceed
 from dpkit.server.errors import PaidQueryFailedError
 from dpkit.server.grants import budget_dict
 from dpkit.server.principals import Principal
-from dpkit.server.releases import Releases, check_release_name
+from dpkit.server.releases import Releases, Reservation, check_release_name
+from dpkit.server.synth_size import SynthSize
 
 if TYPE_CHECKING:
+    from dpkit.server.pacing import Ticket
     from dpkit.server.queries import Queries
 
 
@@ -80,14 +82,19 @@ class SynthRequest:
 
 
 def answer_synthetic(
-    queries: Queries, principal: Principal, dataset: str, request: SynthRequest, releases: Releases | None = None
+    queries: Queries,
+    principal: Principal,
+    dataset: str,
+    request: SynthRequest,
+    releases: Releases | None = None,
+    ticket: Ticket | None = None,
 ) -> tuple[dict[str, Any], str]:
     """See :meth:`dpkit.server.service.Service.synthesize`."""
     from dpkit.server.queries import cannot_pay
     from dpkit.synth import Synthesizer
 
     limits = queries.limits
-    with queries.session(principal, dataset) as (session, info, view):
+    with queries.session(principal, dataset, ticket) as (session, info, view):
         # Everything decided on the request and the metadata, before paying.
         synth = Synthesizer(
             epsilon=request.epsilon, delta=request.delta, metadata=info.metadata, bins=request.bins,
@@ -99,25 +106,23 @@ def answer_synthetic(
                 raise InvalidParameterError("rows", request.rows, "a whole number of rows >= 0, or None")
             if request.rows > limits.max_result_rows:
                 raise LimitExceededError("rows", request.rows, limits.max_result_rows, "max_result_rows")
-        # Bytes per row, from the declared domain: the longest label of every column.
-        per_row = sum(
-            max(len(json.dumps(x)) for x in (*(c.categories or ()), 1e308, None)) + 2 for c in synth.domain.columns
-        )
-        most_rows = max(0, min(limits.max_result_rows, (limits.max_response_bytes - 65_536) // max(per_row, 1)))
-        if request.rows is not None and request.rows > most_rows:
-            raise LimitExceededError("rows", request.rows, most_rows, "max_response_bytes")
-        if request.publish is not None:
+        # The answer's bytes, bounded from the domain and the rounds (dpkit.server.synth_size).
+        most_rows = SynthSize.of(synth.domain, rounds=synth.planned_rounds).check(request.rows, limits)
+        plan: Reservation | None = None
+        if request.publish is not None:  # the publisher, the name, the quota (reserved below)
             check_release_name(request.publish)
             if releases is None:
                 raise InvalidParameterError("publish", request.publish, "None: this service stores no releases")
-            if releases.taken(request.publish):
-                raise InvalidParameterError(
-                    "publish", request.publish, "a release name not yet taken", "a published release is never replaced"
-                )
+            bound_rows = request.rows if request.rows is not None else most_rows
+            plan = releases.plan(principal.name, request.publish, info.name, synth.domain, bound_rows)
         cost = QueryCost(epsilon=synth.epsilon, delta=synth.delta, event=synth.event, text=request.text()[:4096])
         before = view.budget
         if cannot_pay(cost, before):
             raise _exceeded(cost, before, principal.name, info.name)
+        if ticket is not None:  # the service's synthesis limits, then the answer's time: before paying
+            rounds = synth.planned_rounds
+            ticket.limits.check_synthesis(rounds, synth.domain)
+            ticket.arm_synthesis(info.size_class, info.engine, rounds)
         spend: list[int] = []
 
         def pay(event: Any) -> None:
@@ -135,7 +140,11 @@ def answer_synthetic(
         # A Spark dataset is counted by its cluster (only the marginals reach this process); a
         # DuckDB dataset in this process's read-only copy.
         data = engine.frame if info.engine == "spark" else (engine._con, info.name)
+        reservation: Reservation | None = None
         try:
+            if plan is not None:  # its own transaction, before the debit: a loser pays nothing
+                assert releases is not None
+                reservation = releases.reserve(plan)
             synth.fit(data, _pay=pay)
             assert synth.report is not None
             measured = max(0, int(round(synth.report.rows)))
@@ -165,13 +174,16 @@ def answer_synthetic(
                 "release": request.publish,
             }
             encoded = json.dumps(answer, allow_nan=False, default=_plain)
-            if request.publish is not None:
-                assert releases is not None  # checked before paying
-                releases.add(
-                    request.publish, info.name, principal.name, answer["spend_id"], cost.epsilon, cost.delta,
-                    answer["columns"], json.dumps(rows, allow_nan=False, default=_plain), len(rows), answer["report"],
+            if reservation is not None:
+                assert releases is not None
+                releases.publish(
+                    reservation, spend_id=answer["spend_id"], epsilon=cost.epsilon, delta=cost.delta,
+                    columns=answer["columns"], rows=rows, report=answer["report"],
                 )  # fmt: skip
         except Exception:
+            if reservation is not None:  # unpaid: the name is free again; paid: taken for good
+                assert releases is not None
+                releases.settle(reservation, paid=bool(spend))
             if not spend:  # refused before the debit (the schema, the budget): the refusal stands
                 raise
             _curator_log.exception(

@@ -121,7 +121,8 @@ class Domain:
         """The domain of ``columns`` (default: every declared column). Refused with
         InvalidParameterError: a categorical column without declared categories (its keys are
         private: a synthetic table cannot list them), a numeric column without bounds and without
-        edges, bins for an undeclared or categorical column, bad edges, a column of more than
+        edges, bins for an undeclared or categorical column, bad edges (not finite, not
+        increasing, or a width that is not finite), a column named twice, a column of more than
         :data:`MAX_CELLS` cells, and fewer than two columns."""
         bins = dict(bins or {})
         if not isinstance(bins, dict):
@@ -129,10 +130,14 @@ class Domain:
                 "bins", short_repr(bins), "a mapping of numeric column to bin edges or a number of bins"
             )
         names = list(metadata.columns) if columns is None else list(columns)
-        for name in names:
+        for i, name in enumerate(names):
             if name not in metadata.columns:
                 raise InvalidParameterError(
                     "columns", name, f"a declared column: {', '.join(map(repr, metadata.columns))}"
+                )
+            if name in names[:i]:  # (a column twice would be measured against itself)
+                raise InvalidParameterError(
+                    "columns", short_repr(names), "distinct columns", f"{name!r} is named twice"
                 )
         for name in bins:
             spec = metadata.columns.get(name)
@@ -187,4 +192,10 @@ def _edges(name: str, spec: Numeric, given: Sequence[float] | int | None) -> tup
         or any(b <= a for a, b in zip(edges, edges[1:], strict=False))
     ):
         raise InvalidParameterError(f"bins.{name}", short_repr(given), "at least two increasing finite edges")
+    if not all(math.isfinite(b - a) for a, b in zip(edges, edges[1:], strict=False)):
+        # A value is drawn as a + u·(b − a): an infinite width would draw infinities.
+        raise InvalidParameterError(
+            f"bins.{name}", short_repr(given), "increasing finite edges whose widths are finite numbers too",
+            "a bin wider than the largest double (about 1.8e308) cannot be sampled",
+        )  # fmt: skip
     return edges

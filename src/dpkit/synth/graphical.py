@@ -23,6 +23,7 @@ from dataclasses import dataclass, field
 import numpy as np
 from numpy.typing import NDArray
 
+from dpkit._cancel import checkpoint
 from dpkit.synth.model import _assign, systematic_counts
 
 __all__ = ["JunctionTree", "GraphicalModel", "tree_size"]
@@ -242,6 +243,7 @@ class GraphicalModel:
         loss, grad = loss_grad(mu)
         alpha = 1.0 / max(self.total, 1.0)
         for _ in range(iterations):
+            checkpoint()  # a fit the curator service cancelled stops here (dpkit._cancel)
             omega, nu, current = self.theta, mu, loss
             alpha *= 2
             for _ in range(25):

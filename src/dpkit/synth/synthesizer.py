@@ -64,11 +64,12 @@ import pandas as pd
 from numpy.typing import NDArray
 
 from dpkit import _validate as v
+from dpkit._cancel import checkpoint
 from dpkit._progress import ProgressBar, check_progress, shows_bar
 from dpkit._validate import short_repr
 from dpkit.accounting.events import ComposedEvent, DPEvent, ExponentialEvent, GaussianEvent, SelfComposedEvent
 from dpkit.analytics.engines.base import is_spark_frame
-from dpkit.analytics.metadata import Metadata
+from dpkit.analytics.metadata import MAX_INTEGER, Metadata
 from dpkit.budget import Budget
 from dpkit.errors import BudgetExceededError, DPError, InvalidParameterError
 from dpkit.mechanisms.selection import Exponential
@@ -255,6 +256,11 @@ class Synthesizer:
                     "integers", short_repr(name), "a synthesised numeric column"
                     + (f" ({', '.join(sorted(numeric))})" if numeric else " (there is none)"),
                 )  # fmt: skip
+            edges = self._plan.domain.columns[self._plan.domain.index(name)].edges or ()
+            if max(abs(edges[0]), abs(edges[-1])) > MAX_INTEGER:  # whole numbers drawn as exact int64
+                raise InvalidParameterError(
+                    f"bins.{name}", f"[{edges[0]:g}, …, {edges[-1]:g}]", "edges within ±2**53 for a column of integers",
+                )  # fmt: skip
         self.integers = tuple(integers or ())
         self.report: SynthReport | None = None
         self.event_: DPEvent | None = None
@@ -294,6 +300,12 @@ class Synthesizer:
             )
         )
         return _Plan(self.method, domain, s.rho, s.sigma_one, s.sigma_two, s.selection_epsilon, rounds, event)
+
+    @property
+    def planned_rounds(self) -> int:
+        """The selection rounds :meth:`fit` runs: columns − 1 with MST; with AIM ``rounds``, or
+        twice the columns."""
+        return self._plan.rounds
 
     @property
     def domain(self) -> Domain:
@@ -477,6 +489,7 @@ class Synthesizer:
         chosen: list[tuple[int, int]] = []
         expected = {p: math.sqrt(2 / math.pi) * sigma * true[p].size for p in pairs}
         for t in range(plan.rounds):
+            checkpoint()  # a fit the curator service cancelled stops here (dpkit._cancel)
             limit = MAX_MODEL_CELLS * (t + 1) / plan.rounds
             measured = [c for c, _, _ in found]
             fits = [p for p in pairs if p in measured or tree_size(sizes, [*measured, p]) <= limit]

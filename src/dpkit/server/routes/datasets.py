@@ -29,6 +29,8 @@ class DatasetBody(Body):
     neighbours: Literal["add_remove", "replace"] = "add_remove"
     table: str | None = None
     engine: Literal["duckdb", "spark"] = "duckdb"
+    size_class: Literal["small", "medium", "large", "huge"] = "medium"
+    fingerprint: Literal["sha256"] | None = None  # a Spark dataset's files' content, pinned too
 
 
 @router.get("/v1/datasets")
@@ -62,7 +64,14 @@ def register_dataset(
 ) -> dict[str, Any]:
     note(request, action="register_dataset", dataset=body.name[:100])
     info = service.register_dataset(
-        body.name, body.source, body.metadata, neighbours=body.neighbours, table=body.table, engine=body.engine
+        body.name,
+        body.source,
+        body.metadata,
+        neighbours=body.neighbours,
+        table=body.table,
+        engine=body.engine,
+        size_class=body.size_class,
+        fingerprint=body.fingerprint,
     )
     # The data check goes to the curator who registered the dataset, in this answer only: it
     # holds exact counts and raw values, so it is not stored, not audited, and no analyst

@@ -15,12 +15,15 @@ from typing import Any
 from fastapi import APIRouter, Depends, Request
 from fastapi.responses import Response
 from pydantic import Field
+from starlette.concurrency import run_in_threadpool
 
+from dpkit._cancel import Cancelled
 from dpkit.analytics.spec import QueryOptions
 from dpkit.errors import AuthError, BudgetExceededError, InvalidParameterError, LedgerError, QueryFailedError
 from dpkit.server.errors import DatasetUnavailableError, NotFoundError, PaidQueryFailedError
 from dpkit.server.grants import budget_dict
 from dpkit.server.names import check_dataset_name
+from dpkit.server.pacing import Pacer, Ticket
 from dpkit.server.principals import Principal
 from dpkit.server.problems import Problem, note, query_failed
 from dpkit.server.queries import OPTION_NAMES, JSONQuery, QueryRequest
@@ -93,7 +96,7 @@ def _bins(value: list[float] | int) -> tuple[float, ...] | int:
 
 
 @router.post("/v1/datasets/{name}/query")
-def query(
+async def query(
     name: str,
     body: QueryBody,
     request: Request,
@@ -101,8 +104,11 @@ def query(
     service: Service = Depends(get_service),
 ) -> Any:
     check_dataset_name(name)
-    # A ready Response (encoded by the service) skips FastAPI's generic serialisation.
-    return _guarded(name, who, lambda: _run(service, request, name, body, who, preview=False))
+    req = body.request()
+    note(request, action="query", dataset=name[:100], query=req.text()[:4096])
+    return await _paced(
+        service, request, name, who, lambda ticket: service.query_encoded(who, name, req, ticket=ticket)
+    )
 
 
 @router.post("/v1/datasets/{name}/query/cost")
@@ -114,33 +120,40 @@ def query_cost(
     service: Service = Depends(get_service),
 ) -> Any:
     check_dataset_name(name)
-    return _guarded(name, who, lambda: _run(service, request, name, body, who, preview=True))
+    return _guarded(name, who, lambda: _preview(service, request, name, body, who))
 
 
-def _run(service: Service, request: Request, name: str, body: QueryBody, who: Principal, *, preview: bool) -> Any:
+def _preview(service: Service, request: Request, name: str, body: QueryBody, who: Principal) -> Any:
     req = body.request()
-    note(request, action="cost" if preview else "query", dataset=name[:100], query=req.text()[:4096])
-    if preview:
-        cost = service.cost(who, name, req)
-        note(request, outcome="ok (preview, nothing spent)")
-        return {
-            "dataset": name,
-            "cost": {"epsilon": cost.epsilon, "delta": cost.delta},
-            "query": cost.text,
-            "budget": _own_budget(service, who, name),
-        }
-    return _paid(service, request, name, who, lambda: service.query_encoded(who, name, req))
+    note(request, action="cost", dataset=name[:100], query=req.text()[:4096])
+    pacer: Pacer = request.app.state.pacer
+    cost, seconds = service.cost_and_time(who, name, req, pacer.times)
+    note(request, outcome="ok (preview, nothing spent)")
+    return {
+        "dataset": name,
+        "cost": {"epsilon": cost.epsilon, "delta": cost.delta},
+        "query": cost.text,
+        "budget": _own_budget(service, who, name),
+        "answer_seconds": seconds,  # the paid answer leaves this long after its debit
+    }
 
 
-def _paid(
-    service: Service, request: Request, name: str, who: Principal, answer: Callable[[], tuple[dict[str, Any], str]]
+async def _paced(
+    service: Service,
+    request: Request,
+    name: str,
+    who: Principal,
+    answer: Callable[[Ticket], tuple[dict[str, Any], str]],
 ) -> Response:
-    """The answer of a paid request (a query or a synthetic table), as encoded by the service;
-    a budget that cannot pay is 409 and a failure after the debit the fixed ``query_failed``."""
+    """A paid request (a query or a synthetic table), computed in the heavy pool and answered at
+    its fixed time (:mod:`dpkit.server.pacing`): the answer as encoded by the service; a budget
+    that cannot pay is 409 and a failure after the debit the fixed ``query_failed``."""
+    pacer: Pacer = request.app.state.pacer
     try:
-        result, encoded = answer()
+        result, encoded = await pacer.run(who.name, lambda ticket: _guarded(name, who, lambda: answer(ticket)))
     except BudgetExceededError as exc:
-        raise Problem(409, "budget_exceeded", str(exc), budget=_own_budget(service, who, name)) from None
+        budget = await run_in_threadpool(_own_budget, service, who, name)
+        raise Problem(409, "budget_exceeded", str(exc), budget=budget) from None
     except PaidQueryFailedError as exc:
         # The debit stands, recorded by its own entry (written with it); this request's entry
         # says the answer failed and names the spend, without recording the amount again.
@@ -167,6 +180,7 @@ def _guarded(name: str, who: Principal, run: Callable[[], Any]) -> Any:
         LedgerError,
         DatasetUnavailableError,
         QueryFailedError,
+        Cancelled,  # its time ran out: the request was already answered (dpkit.server.pacing)
     ):
         raise
     except RecursionError:
@@ -201,7 +215,7 @@ class SynthBody(Body):
 
 
 @router.post("/v1/datasets/{name}/synthetic")
-def synthetic(
+async def synthetic(
     name: str,
     body: SynthBody,
     request: Request,
@@ -223,4 +237,11 @@ def synthetic(
         integers=None if body.integers is None else tuple(body.integers),
     )
     note(request, action="synthesize", dataset=name[:100], query=req.text()[:4096])
-    return _guarded(name, who, lambda: _paid(service, request, name, who, lambda: service.synthesize(who, name, req)))
+    quota = request.app.state.config.max_release_bytes  # (a publish: the publisher's bytes of releases)
+    return await _paced(
+        service,
+        request,
+        name,
+        who,
+        lambda ticket: service.synthesize(who, name, req, ticket=ticket, max_release_bytes=quota),
+    )
