@@ -5,7 +5,7 @@ A scripted session against a local ``dpkit serve`` (started here on a free loopb
 
 1. the curator (``dpkit admin``) registers the census example table — its metadata declares every
    column and the privacy unit (``person_id``), and the curator alone sees the data check of how
-   well the rows conform — creates an analyst and grants her ε = 1 on it (and ε = 1, δ = 10⁻⁶ to ``publisher``);
+   well the rows conform — creates an analyst and grants her ε = 1 on it (and ε = 1, δ = 10⁻⁶ to ``publisher``, whom the curator names a publisher);
 2. the analyst previews a query's cost, runs queries over HTTP and watches her budget go down;
 3. a query her budget cannot pay for is refused with 409 — nothing is released or debited;
 4. a ``publisher`` principal of the curator's, with its own (ε, δ) grant, publishes a synthetic
@@ -57,16 +57,20 @@ def main(out: Path) -> None:
     dpkit("generate", "census", str(out / "census.csv"), "--people", "5000", "--metadata", str(out / "census.json"))
     curator_key = json.loads(dpkit("admin", "create-curator", "carol", "--ledger", ledger, "--json"))["key"]
     alice_key = json.loads(dpkit("admin", "create-analyst", "alice", "--ledger", ledger, "--json"))["key"]
-    print(dpkit("admin", "register-dataset", "census", str(out / "census.csv"), "--metadata", str(out / "census.json"), "--ledger", ledger).strip())
+    # 5,000 people: the "small" size class (public; it scales every paid answer's fixed time).
+    print(dpkit("admin", "register-dataset", "census", str(out / "census.csv"), "--metadata", str(out / "census.json"), "--size-class", "small", "--ledger", ledger).strip())
     print(dpkit("admin", "grant", "alice", "census", "--epsilon", "1", "--ledger", ledger).strip())
     # A principal of the curator's own, whose budget pays for one published synthetic table.
     publisher_key = json.loads(dpkit("admin", "create-analyst", "publisher", "--ledger", ledger, "--json"))["key"]
     print(dpkit("admin", "grant", "publisher", "census", "--epsilon", "1", "--delta", "1e-6", "--ledger", ledger).strip())
+    print(dpkit("admin", "allow-publish", "publisher", "--ledger", ledger).strip())  # only named publishers publish
 
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         port = s.getsockname()[1]
-    server = subprocess.Popen([sys.executable, "-m", "dpkit.cli", "serve", "--ledger", ledger, "--port", str(port)], stderr=subprocess.DEVNULL)
+    # Every paid answer leaves at a fixed time after its debit: 0.5 s x 0.5 (small) for a simple
+    # query; a synthetic table 20 s x 0.5 here (the default, 60 s, suits larger tables).
+    server = subprocess.Popen([sys.executable, "-m", "dpkit.cli", "serve", "--ledger", ledger, "--port", str(port), "--synth-seconds", "20"], stderr=subprocess.DEVNULL)
     base = f"http://127.0.0.1:{port}"
     try:
         for _ in range(600):

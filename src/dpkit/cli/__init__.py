@@ -7,8 +7,8 @@ One module per command or command group: ``demo`` (:mod:`dpkit.cli._demo`), ``ac
 (:mod:`dpkit.cli._account`), ``budget`` (:mod:`dpkit.cli._budget`), ``query``
 (:mod:`dpkit.cli._query`), ``generate`` and ``check`` (:mod:`dpkit.cli._data`), ``anonymity``
 (:mod:`dpkit.cli._anonymity`), ``attack`` (:mod:`dpkit.cli._attacks`); the curator service's
-``serve`` and ``admin`` live in :mod:`dpkit.server.cli`. This module creates :data:`app`, mounts
-them in the order ``dpkit --help`` lists them, and holds ``version``.
+``serve`` and ``admin`` live in :mod:`dpkit.server.serve_command` and :mod:`dpkit.server.cli`.
+This module creates :data:`app`, mounts them in the order ``dpkit --help`` lists them, and holds ``version``.
 
 Extending: a new command is a function in its own module, registered here with
 ``app.command()(function)``; a command group (``budget``, ``account``, ...) is its own
@@ -35,7 +35,8 @@ from dpkit.cli._data import check, generate
 from dpkit.cli._demo import demo
 from dpkit.cli._query import query
 from dpkit.cli._synth import synth
-from dpkit.server.cli import admin_app, serve  # kept beside the service's code
+from dpkit.server.cli import admin_app  # kept beside the service's code
+from dpkit.server.serve_command import serve
 
 __all__ = [
     "JsonOption",

@@ -274,9 +274,10 @@ def create_app(
     for router in ROUTERS:
         _include(app, router)
 
-    # Outermost last: the edge (address throttle, authentication; its refusals are counted, not
-    # chained) → the audit entry (one chained entry per authenticated request) → the principal's
-    # rate → the body (size, deadline, UTF-8/JSON checks) → the application.
+    # Outermost last: the edge (authentication of a well-formed key first, then the throttle of
+    # addresses whose requests keep being refused; its refusals are counted, not chained) → the
+    # audit entry (one chained entry per authenticated request) → the principal's rate (its 429s
+    # counted, not chained) → the body (size, deadline, UTF-8/JSON checks) → the application.
     app.add_middleware(BodyLimitMiddleware, limit=cfg.max_body_bytes, timeout=cfg.body_timeout)
     app.add_middleware(ThrottleMiddleware, limiter=limiter, refusals=refusals)
     app.add_middleware(AuditMiddleware, service=service)

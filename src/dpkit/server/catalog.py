@@ -268,8 +268,15 @@ class Catalog:
             tx.run(
                 f"INSERT INTO datasets ({_DATASET_COLUMNS}) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)",
                 (
-                    info.name, info.source, meta, info.neighbours, info.created_at, info.table, info.engine,
-                    info.files, info.size_class,
+                    info.name,
+                    info.source,
+                    meta,
+                    info.neighbours,
+                    info.created_at,
+                    info.table,
+                    info.engine,
+                    info.files,
+                    info.size_class,
                 ),  # fmt: skip
             )
         return info
@@ -553,4 +560,6 @@ def _describe_source(info: DatasetInfo) -> str:
 
 def _dataset(row: tuple[Any, ...]) -> DatasetInfo:
     n, s, m, nb, c, t, e, f, z = row
-    return DatasetInfo(n, s, Metadata.from_dict(json.loads(m)), nb, c, t, e, files=f, size_class=z or DEFAULT_SIZE_CLASS)
+    return DatasetInfo(
+        n, s, Metadata.from_dict(json.loads(m)), nb, c, t, e, files=f, size_class=z or DEFAULT_SIZE_CLASS
+    )

@@ -37,12 +37,12 @@ try:
 except ImportError as exc:  # pragma: no cover - depends on the installation
     raise ImportError("the dpkit server needs FastAPI and uvicorn: pip install 'dpkit[server]'") from exc
 
-__all__ = ["EdgeMiddleware", "AuditMiddleware", "ThrottleMiddleware", "BodyLimitMiddleware"]
+__all__ = ["EdgeMiddleware", "AuditMiddleware", "ThrottleMiddleware", "BodyLimitMiddleware", "UNCHAINED"]
 
 _curator_log = logging.getLogger("dpkit.curator")
 
 #: ``scope["state"]`` key of a response counted in the refusal table instead of chained.
-_UNCHAINED = "unchained"
+UNCHAINED = "unchained"
 
 
 async def _count(refusals: RefusalCounter, reason: str) -> None:
@@ -73,7 +73,7 @@ class AuditMiddleware:
             if message["type"] == "http.response.start" and not logged:
                 logged = True
                 status = int(message["status"])
-                if state.get(_UNCHAINED):
+                if state.get(UNCHAINED):
                     pass  # counted in the refusal table instead (ThrottleMiddleware)
                 elif not (state["audit"].get("recorded_in_transaction") and status < 400):
                     await run_in_threadpool(self._log, scope, status)
@@ -349,7 +349,7 @@ class ThrottleMiddleware:
         if who is not None:
             wait = self.limiter.take(who.name)
             if wait > 0:
-                scope["state"][_UNCHAINED] = True
+                scope["state"][UNCHAINED] = True
                 await _count(self.refusals, f"{PRINCIPAL_RATE_LIMITED}:{who.name}")
                 response = _json_error(
                     scope,

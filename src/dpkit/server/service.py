@@ -532,8 +532,11 @@ class Service:
           order from the first, and with ``head`` that the recorded head is still in it;
         * both ways (:func:`dpkit.server.audit.cross_check`): every spend has exactly one paying
           entry with the same analyst, dataset and exact (ε, δ), and every paying entry a
-          spend; every budget exactly one chained grant with its (ε, δ); every budget's spent
-          totals equal the sum of its chained spends."""
+          spend, vouching for the SHA-256 of the spend's stored event and query text; every
+          budget exactly one chained grant with its (ε, δ); every budget's spent totals equal
+          the sum of its chained spends;
+        * every release (:mod:`dpkit.server.release_audit`): exactly one ``publish`` entry with
+          its publisher, dataset, spend, (ε, δ) and the hashes of its stored parts and report."""
         return self._audit_log.verify(head=head)
 
     def unlogged_spends(self) -> list[int]:

@@ -22,7 +22,7 @@ from fastapi.responses import StreamingResponse
 
 from dpkit.errors import InvalidParameterError
 from dpkit.server.downloads import DownloadAllowance
-from dpkit.server.middleware import _UNCHAINED as UNCHAINED
+from dpkit.server.middleware import UNCHAINED
 from dpkit.server.names import check_principal_name
 from dpkit.server.principals import Principal
 from dpkit.server.problems import Problem, note
