@@ -11,8 +11,8 @@ the benchmark's dataset in process (``--release-rows`` rows of ``age``, ``income
   dataset) have sent ``GET /v1/releases/NAME?format=csv`` and read nothing: each client socket
   has a receive buffer of 4 KiB, so the server's socket buffers fill at once and the rest of the
   answer waits in the server — or, with streamed downloads, is never read from the database;
-* **after**: the RSS once the server closed them (every connection in CLOSE_WAIT: the server
-  sent its FIN or reset, seen without reading through ``TCP_INFO``) and a second passed.
+* **after**: the RSS once the server let go of every one of them (its end of the connection no
+  longer ESTABLISHED in /proc/net/tcp: it reset it, or sent all and closed) and a second passed.
 
 While they hang, one normal download of the whole CSV by another connection is timed (the server
 still serves), and the connections' closing time is compared with ``--write-timeout``.
@@ -79,6 +79,25 @@ def _state(s: socket.socket) -> int:
         return _TCP_CLOSE
 
 
+def _held_by_server(port: int, socks: list[socket.socket]) -> int:
+    """How many of ``socks`` the server still holds open: its end of the connection is
+    ESTABLISHED in /proc/net/tcp. (A server that sent a whole small answer and closed has its end
+    in FIN_WAIT, owned by the kernel, while the client — which reads nothing — still sees its
+    own end open; one that gave up on a reader reset it.) Falls back to the clients' own states."""
+    ports = {s.getsockname()[1] for s in socks if _state(s) != _TCP_CLOSE}
+    try:
+        lines = Path("/proc/net/tcp").read_text().splitlines()[1:]
+    except OSError:
+        return sum(1 for s in socks if _state(s) not in (_TCP_CLOSE_WAIT, _TCP_CLOSE))
+    held = 0
+    for line in lines:
+        fields = line.split()
+        local, remote, state = fields[1], fields[2], fields[3]
+        if state == "01" and int(local.rsplit(":", 1)[1], 16) == port and int(remote.rsplit(":", 1)[1], 16) in ports:
+            held += 1
+    return held
+
+
 def _open_slow(port: int, keys: list[str], n: int) -> tuple[list[socket.socket], int]:
     """``n`` connections that each send the download request and never read; those refused."""
     socks, refused = [], 0
@@ -125,7 +144,7 @@ def measure(url: str, tmp: Path, workers: int, extra: dict[str, str], kwargs: di
         while time.perf_counter() < deadline:
             now = time.perf_counter() - t0
             rss = rss_bytes(pid)
-            closed = sum(1 for s in socks if _state(s) in (_TCP_CLOSE_WAIT, _TCP_CLOSE))
+            closed = len(socks) - _held_by_server(server.port, socks)
             samples.append((round(now, 2), round(rss / 1e6, 1), closed))
             if rss > peak:
                 peak, peak_at = rss, now
@@ -143,7 +162,7 @@ def measure(url: str, tmp: Path, workers: int, extra: dict[str, str], kwargs: di
             time.sleep(0.5)
         time.sleep(1.0)
         after = rss_bytes(pid)
-        still_open = sum(1 for s in socks if _state(s) not in (_TCP_CLOSE_WAIT, _TCP_CLOSE))
+        still_open = _held_by_server(server.port, socks)
         if still_open:
             errors.append(f"{still_open} slow connections still open {deadline - t0:.0f} s after they opened")
         for s in socks:
@@ -154,7 +173,7 @@ def measure(url: str, tmp: Path, workers: int, extra: dict[str, str], kwargs: di
         "normal_download_s": normal_s, "download_during_hang_s": during_s, "rss_before_mb": before / 1e6,
         "rss_peak_mb": peak / 1e6, "added_peak_mb": (peak - before) / 1e6, "peak_at_s": peak_at, "rss_after_mb": after / 1e6,
         "opened_in_s": opened_s, "closed_after_s": closed_at, "write_timeout_s": write_timeout, "errors": len(errors),
-        "first_errors": errors[:3], "samples": samples[:: max(1, len(samples) // 40)], "command": server.command,
+        "first_errors": errors[:3], "samples": samples[:: max(1, len(samples) // 40)], "command": server.command.replace(str(tmp), "TMP"),
         "note": (f"slow readers: a {rows:,}-row release ({size / 1e6:.1f} MB as CSV) published by an analyst named a publisher; {len(socks):,} "
                  f"connections (4 KiB receive buffers) sent GET /v1/releases/{RELEASE}?format=csv and read nothing; RSS of the server's "
                  f"process tree (every worker) from /proc; closed after = seconds from opening them until every one was closed by the "

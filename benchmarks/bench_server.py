@@ -25,8 +25,9 @@ What is measured, for the SQLite ledger and (when a server is reachable and
    Each query's budget is read from the service's own cost preview (``answer_seconds`` of
    ``/query/cost``), and every answer's latency is checked to be at least its budget (the fixed
    time holds under load). Server CPU per query is the CPU time of the server's whole process
-   tree (every worker, all threads) from /proc, over every answer of the run (warm-up included);
-   client CPU per query is this process's. Afterwards: every 200 has exactly one spend in the
+   tree (every worker, all threads) from /proc, less its CPU at rest (measured for 3 s before
+   the runs), over every answer of the run (warm-up included); client CPU per query is this
+   process's. Afterwards: every 200 has exactly one spend in the
    ledger and exactly one audit entry naming its ``spend_id``, the ledger has no spend that was
    not answered, the audit chain verifies and no spend is unlogged. Goals (issue 27): ≥ 400
    COUNT q/s on SQLite with 2 workers, server CPU ≤ 4 ms per COUNT, no answer before its budget.
@@ -42,8 +43,8 @@ What is measured, for the SQLite ledger and (when a server is reachable and
    before, at its peak while they hang and after they were closed by ``--write-timeout``
    (:mod:`_slow_readers`). Goal (issue 27): they add ≤ 200 MB.
 
-    .venv/bin/python benchmarks/bench_server.py --backends sqlite --workers 2,1      # about 6 min on an idle 2-core machine
-    .venv/bin/python benchmarks/bench_server.py --backends sqlite --no-inprocess --workers 2 --clients 256 --slow-readers 0   # the goal row
+    .venv/bin/python benchmarks/bench_server.py --backends sqlite,postgres --no-start-postgres --workers 2,1   # about 4 min on 2 cores
+    .venv/bin/python benchmarks/bench_server.py --backends sqlite --no-inprocess --workers 2 --clients 128,256 --clients-other "" --slow-readers 0
     .venv/bin/python benchmarks/bench_server.py --render OLD.json benchmarks/results/server.json   # side by side
 
 The ledger files live in a temporary directory (``--workdir`` to choose its file system: on
@@ -186,7 +187,7 @@ def setup_service(url: str, parquet: Path, analysts: int, kwargs: dict[str, Any]
     from dpkit.server.service import Service
 
     with Service(url, **kwargs) as svc:
-        sized = {"size_class": SIZE_CLASS} if "size_class" in _parameters(svc.register_dataset) else {}
+        sized: dict[str, Any] = {"size_class": SIZE_CLASS} if "size_class" in _parameters(svc.register_dataset) else {}
         svc.register_dataset(DATASET, parquet, METADATA, **sized)
         keys = []
         for i in range(analysts):
@@ -512,7 +513,7 @@ HTTP_LEFT = ["run", "ledger", "query"]
 PROC_HEADERS = ["run", "ledger", "operation", "threads", "n", "ops/s", "p50 ms", "p99 ms", "max ms", "errors"]
 PROC_LEFT = ["run", "ledger", "operation"]
 SLOW_HEADERS = ["run", "ledger", "workers", "readers", "release MB", "held", "RSS before MB", "peak MB", "added at peak MB", "after MB",
-                "closed after s", "write timeout s", "normal download s", "errors"]
+                "closed after s", "write timeout s", "a download alone s", "during the hang s", "errors"]
 SLOW_LEFT = ["run", "ledger"]
 
 
@@ -541,7 +542,7 @@ def render(data: dict[str, Any]) -> None:
     slow_cells = [
         [r.get("label", label), r["backend"], str(r["workers"]), f"{r['readers']:,}", _f(r["release_mb"]), f"{r['held']:,}", _f(r["rss_before_mb"], 0),
          _f(r["rss_peak_mb"], 0), _f(r["added_peak_mb"], 0), _f(r["rss_after_mb"], 0), _f(r.get("closed_after_s"), 1), _f(r["write_timeout_s"], 0),
-         _f(r.get("normal_download_s"), 2), str(r["errors"])]
+         _f(r.get("normal_download_s"), 2), _f(r.get("download_during_hang_s"), 2), str(r["errors"])]
         for r in data.get("slow_readers", [])
     ]
     workers = sorted({r.get("workers", 1) for r in data["http"]})
@@ -790,7 +791,7 @@ def main() -> int:
 
     meta = {
         "date": _dt.datetime.now(_dt.UTC).isoformat(timespec="seconds"),
-        "rows": args.rows, "size_class": SIZE_CLASS, "analysts": args.analysts, "clients": max(count_clients), "clients_count": count_clients,
+        "rows": args.rows, "size_class": SIZE_CLASS, "analysts": args.analysts, "clients": max(count_clients, default=0), "clients_count": count_clients,
         "clients_other": other_clients, "seconds": args.seconds, "epsilon_per_query": EPSILON, "budget_per_analyst": BUDGET,
         "warmup_per_client": WARMUP, "seed": SEED, "metadata": METADATA, "budgets_s": budget,
         "label": label, "workers": workers, "commands": commands,

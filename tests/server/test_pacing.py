@@ -32,7 +32,7 @@ from _live_server import live_server
 from dpkit._cancel import Cancelled
 from dpkit.server import Service, create_app
 from dpkit.server.pacing import AnswerTimes, Pacer, SynthLimits
-from server._api import UNPACED, World, error_of, make_world
+from server._api import World, error_of, make_world
 
 N = 150_000
 SAMPLES = 200
@@ -190,9 +190,11 @@ def test_a_thousand_rounds_are_refused_before_paying(world: World) -> None:
 
 def _post_all(base: str, key: str, n: int, path: str = "/v1/datasets/people/query") -> list[httpx.Response]:
     body = {"sql": "SELECT COUNT(*) FROM people", "epsilon": 0.01}
-    with httpx.Client(base_url=base, timeout=60, headers={"Authorization": f"Bearer {key}"}) as c:
-        with concurrent.futures.ThreadPoolExecutor(n) as pool:
-            return list(pool.map(lambda _: c.post(path, json=body), range(n)))
+    with (
+        httpx.Client(base_url=base, timeout=60, headers={"Authorization": f"Bearer {key}"}) as c,
+        concurrent.futures.ThreadPoolExecutor(n) as pool,
+    ):
+        return list(pool.map(lambda _: c.post(path, json=body), range(n)))
 
 
 def test_a_principal_has_at_most_max_concurrent_paid_requests(world: World) -> None:
@@ -237,7 +239,11 @@ def test_me_does_not_wait_behind_held_answers(world: World) -> None:
     with live_server(app) as base:
         done: list[float] = []
         pool = concurrent.futures.ThreadPoolExecutor(8)
-        held = [pool.submit(lambda: (_post_all(base, world.keys["alice"], 1), done.append(time.monotonic()))) for _ in range(8)]
+        def held_request() -> None:
+            _post_all(base, world.keys["alice"], 1)
+            done.append(time.monotonic())
+
+        held = [pool.submit(held_request) for _ in range(8)]
         deadline = time.monotonic() + 30
         while app.state.pacer.inflight("alice") < 4 and time.monotonic() < deadline:
             time.sleep(0.02)

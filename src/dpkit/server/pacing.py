@@ -353,13 +353,15 @@ class Pacer:
         except BaseException:
             slot.free()
             raise
-        done.add_done_callback(slot.free)  # refused, overrun or abandoned: when its thread is done
+        done.add_done_callback(slot.free)  # overrun or abandoned: when its thread is done
         try:
             waiting: set[asyncio.Future[Any]] = {outcome, armed}
             await asyncio.wait(waiting, return_when=asyncio.FIRST_COMPLETED)
             deadline = ticket.deadline
-            if deadline is None:
-                return await outcome  # refused (or answered) before it paid
+            if deadline is None:  # refused (or answered) before it paid: nothing holds its thread
+                await asyncio.wait({outcome})
+                slot.free()
+                return outcome.result()
             if not ticket.finished:
                 grace = _GRACE + 0.05 * ticket.budget
                 await asyncio.wait({outcome}, timeout=max(0.0, deadline + grace - time.monotonic()))
@@ -385,8 +387,8 @@ class Pacer:
 
 class _Slot:
     """An admitted request's place among its principal's ``max_concurrent``, freed once: when
-    its answer leaves, or (refused before paying, overrun, abandoned) when its thread is done —
-    work still running counts against its principal."""
+    its answer or refusal leaves, or (overrun, abandoned) when its thread is done — work still
+    running counts against its principal."""
 
     def __init__(self, pacer: Pacer, principal: str) -> None:
         self._pacer, self._principal = pacer, principal

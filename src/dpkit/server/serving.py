@@ -19,7 +19,7 @@ partial headers (or a body that never arrives, or an answer it never reads) ties
   :data:`WRITE_BUFFER_LOW` bytes, or all of them), else the connection is dropped and its
   request marked disconnected, so a streaming application stops producing. A client must
   therefore read at least ``(WRITE_BUFFER_HIGH - WRITE_BUFFER_LOW) / write_timeout`` bytes a
-  second (1.6 kB/s by default) while an answer waits for it (an answer sent in one piece, not
+  second (0.4 kB/s by default) while an answer waits for it (an answer sent in one piece, not
   streamed, must be taken whole within ``write_timeout``);
 * ``max_connections``: connections beyond this many (per server process) are closed as soon as
   they open, and uvicorn answers 503 to requests beyond it (``limit_concurrency``);
@@ -68,11 +68,12 @@ __all__ = [
 PROTOCOL = "dpkit.server.serving:DeadlineProtocol"
 _log = logging.getLogger("uvicorn.error")
 SWITCH_INTERVAL = 0.0005  # seconds; see _short_switches
-#: Bytes a connection's transport buffers before it asks uvicorn to stop writing (the asyncio
-#: and uvloop default, set explicitly: the bound on what one connection holds is this plus one
-#: chunk of a streamed answer), and the level at which it lets uvicorn write again.
-WRITE_BUFFER_HIGH = 64 * 1024
-WRITE_BUFFER_LOW = 16 * 1024
+#: Bytes a connection's transport buffers before it asks uvicorn to stop writing (a quarter of
+#: the asyncio default: the bound on what one connection holds is this plus one chunk of a
+#: streamed answer, and a thousand slow readers add it a thousand times), and the level at
+#: which it lets uvicorn write again.
+WRITE_BUFFER_HIGH = 16 * 1024
+WRITE_BUFFER_LOW = 4 * 1024
 #: The kernel's send buffer of a connection (``SO_SNDBUF``; Linux doubles it for its own
 #: bookkeeping). Left to itself Linux grows it up to ``net.ipv4.tcp_wmem`` (4 MiB by default)
 #: for a client that does not read; fixed, a connection holds at most about
