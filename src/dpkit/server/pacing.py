@@ -54,6 +54,7 @@ from typing import Any, TypeVar
 from dpkit import _validate as v
 from dpkit._cancel import Cancelled, cancellable
 from dpkit.errors import LimitExceededError
+from dpkit.server.allowance import HourlyAllowance
 from dpkit.server.errors import PaidQueryFailedError
 from dpkit.server.problems import Problem
 from dpkit.server.size_class import DEFAULT_SIZE_CLASS, SIZE_CLASSES
@@ -129,39 +130,6 @@ class SynthLimits:
             raise LimitExceededError("columns", f"{total:,} marginal cells", self.max_cells, "max_synth_cells")
 
 
-class _Allowance:
-    """Seconds of answer time per principal: a bucket of ``per_hour`` seconds refilled at
-    ``per_hour`` an hour; at most ``max_keys`` principals remembered (least recent forgotten)."""
-
-    def __init__(self, per_hour: float, max_keys: int = 10_000) -> None:
-        self.per_hour = v.positive(per_hour, "cpu_seconds_per_hour")
-        self._rate = self.per_hour / 3600.0
-        self._levels: dict[str, tuple[float, float]] = {}
-        self._max_keys = max_keys
-        self._lock = threading.Lock()
-
-    def charge(self, key: str, seconds: float) -> None:
-        if seconds > self.per_hour:
-            raise LimitExceededError("answer_seconds", round(seconds, 3), self.per_hour, "cpu_seconds_per_hour")
-        t = time.monotonic()
-        with self._lock:
-            level, last = self._levels.pop(key, (self.per_hour, t))
-            level = min(self.per_hour, level + (t - last) * self._rate)
-            if level < seconds:
-                self._levels[key] = (level, t)
-                wait = (seconds - level) / self._rate
-                raise Problem(
-                    429,
-                    "rate_limited",
-                    f"{key!r} has used its {self.per_hour:g} s of answer time this hour; retry in {wait:.0f} s",
-                    headers={"Retry-After": str(max(1, int(wait + 0.999)))},
-                    setting="cpu_seconds_per_hour",
-                )
-            self._levels[key] = (level - seconds, t)
-            while len(self._levels) > self._max_keys:
-                self._levels.pop(next(iter(self._levels)))
-
-
 class Ticket:
     """One paid request's clock and cancellation, shared by the route (on the event loop) and its
     work (in the heavy pool).
@@ -199,6 +167,10 @@ class Ticket:
     def arm(self, seconds: float) -> None:
         """Set the answer's time budget: it leaves ``seconds`` after its debit commits. Charged
         to the principal's hourly allowance (429 or limit_exceeded before anything is paid)."""
+        if seconds > self._pacer.allowance.per_hour:  # never payable: a limit, not a wait
+            raise LimitExceededError(
+                "answer_seconds", round(seconds, 3), self._pacer.allowance.per_hour, "cpu_seconds_per_hour"
+            )
         self._pacer.allowance.charge(self.principal, seconds)
         with self._cond:
             if self._cancelled:
@@ -291,7 +263,7 @@ class Pacer:
         self.times = times or AnswerTimes()
         self.synth_limits = synth_limits or SynthLimits()
         self.max_concurrent = v.positive_int(max_concurrent, "max_concurrent")
-        self.allowance = _Allowance(cpu_seconds_per_hour)
+        self.allowance = HourlyAllowance(cpu_seconds_per_hour, "cpu_seconds_per_hour", "s of answer time")
         self._pool = ThreadPoolExecutor(v.positive_int(threads, "heavy_threads"), thread_name_prefix="dpkit-heavy")
         self._inflight: dict[str, int] = {}
         self._lock = threading.Lock()

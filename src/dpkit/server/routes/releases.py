@@ -6,7 +6,7 @@ and downloads only releases of datasets they were granted (any other is 404, lik
 dataset), without who published them or what they cost; the curator sees all. A download is
 streamed part by part (:class:`~dpkit.server.releases.Download`: about two stored parts of 64
 KiB in memory per connection) after the principal's download allowance was charged
-(:mod:`dpkit.server.downloads`). Each request is an entry of the audit log, like every
+(:mod:`dpkit.server.allowance`). Each request is an entry of the audit log, like every
 authenticated request, but a download refused for the allowance (429) is counted in the refusal
 table instead; naming and un-naming a publisher is chained with the change itself.
 """
@@ -21,7 +21,7 @@ from fastapi import APIRouter, Depends, Query, Request
 from fastapi.responses import StreamingResponse
 
 from dpkit.errors import InvalidParameterError
-from dpkit.server.downloads import DownloadAllowance
+from dpkit.server.allowance import HourlyAllowance
 from dpkit.server.middleware import UNCHAINED
 from dpkit.server.names import check_principal_name
 from dpkit.server.principals import Principal
@@ -42,13 +42,15 @@ class PublisherBody(Body):
     name: str
 
 
-def _allowance(request: Request) -> DownloadAllowance:
+def _allowance(request: Request) -> HourlyAllowance:
     """This application's download allowances (``downloads_per_hour`` of its configuration)."""
     state = request.app.state
     with _allowances_lock:
         found = getattr(state, "download_allowance", None)
         if found is None:
-            found = state.download_allowance = DownloadAllowance(state.config.downloads_per_hour)
+            found = state.download_allowance = HourlyAllowance(
+                state.config.downloads_per_hour, "downloads_per_hour", "downloads"
+            )
     return found
 
 
@@ -86,7 +88,7 @@ def get_release(
         raise InvalidParameterError("format", format[:20], "json or csv")
     download = service.release_download(name, who)
     try:
-        _allowance(request).take(who.name)
+        _allowance(request).charge(who.name)
     except Problem:
         _count_refusal(request, who.name)
         raise
