@@ -17,7 +17,6 @@ from __future__ import annotations
 
 import json
 import re
-import sqlite3
 from collections.abc import Callable, Iterator
 from dataclasses import replace
 from pathlib import Path
@@ -30,6 +29,7 @@ from dpkit.server import QueryRequest, Service
 from dpkit.server.audit import AuditEntry, cross_check, text_digest
 from dpkit.server.synthetic import SynthRequest
 from server._api import COUNT_SQL, PEOPLE_METADATA, write_people
+from server._tamper import postgres_executor, sqlite_executor
 
 KEY = bytes(range(32))
 COLUMNS = "seq, at, actor, action, dataset, status, outcome, epsilon, delta, detail, prev_hash, hash"
@@ -82,14 +82,7 @@ def world(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Backend]:
         with Service(url, audit_key=KEY) as svc:
             build(svc, people)
 
-        def execute(sql: str, params: tuple[Any, ...] = ()) -> list[tuple[Any, ...]]:
-            conn = sqlite3.connect(db, isolation_level=None)
-            try:
-                for (name,) in conn.execute("SELECT name FROM sqlite_master WHERE type = 'trigger'").fetchall():
-                    conn.execute(f'DROP TRIGGER "{name}"')  # the attacker removes the append-only guards first
-                return conn.execute(sql, params).fetchall()
-            finally:
-                conn.close()
+        execute = sqlite_executor(db)
 
         yield Backend(lambda: Service(url, audit_key=KEY), execute)
         return
@@ -99,16 +92,7 @@ def world(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Backend]:
     with Service(pg_url, audit_key=KEY, dataset_dir=datasets) as svc:
         build(svc, people)
 
-    def execute_pg(sql: str, params: tuple[Any, ...] = ()) -> list[tuple[Any, ...]]:
-        with psycopg.connect(pg_url, autocommit=True) as conn:
-            # The attacker lifts the append-only guards for the change and puts them back.
-            for table in ("spends", "budgets"):
-                conn.execute(f"ALTER TABLE {table} DISABLE TRIGGER USER")
-            cur = conn.execute(sql.replace("?", "%s"), params)
-            rows = list(cur.fetchall()) if cur.description is not None else []
-            for table in ("spends", "budgets"):
-                conn.execute(f"ALTER TABLE {table} ENABLE TRIGGER USER")
-            return rows
+    execute_pg = postgres_executor(psycopg, pg_url)
 
     yield Backend(lambda: Service(pg_url, audit_key=KEY, dataset_dir=datasets), execute_pg)
 

@@ -19,7 +19,6 @@ from __future__ import annotations
 import hashlib
 import json
 import shutil
-import sqlite3
 import stat
 import threading
 from collections.abc import Callable, Iterator
@@ -33,6 +32,7 @@ from dpkit.errors import InvalidParameterError, LedgerError, LimitExceededError
 from dpkit.server import QueryRequest, Service
 from dpkit.server.audit import GENESIS, AuditEntry, canonical, load_key, verify_chain
 from server._api import COUNT_SQL, PEOPLE_METADATA, write_people
+from server._tamper import postgres_executor, sqlite_executor
 
 COLUMNS = "seq, at, actor, action, dataset, status, outcome, epsilon, delta, detail, prev_hash, hash"
 KEY = bytes(range(32))
@@ -89,14 +89,7 @@ def world(request: pytest.FixtureRequest, sqlite_template: Path, tmp_path: Path)
         shutil.copytree(sqlite_template, d)
         url = f"sqlite:///{d / 'ledger.sqlite'}"
 
-        def execute(sql: str, params: tuple[Any, ...] = ()) -> list[tuple[Any, ...]]:
-            conn = sqlite3.connect(d / "ledger.sqlite", isolation_level=None)
-            try:
-                for (name,) in conn.execute("SELECT name FROM sqlite_master WHERE type = 'trigger'").fetchall():
-                    conn.execute(f'DROP TRIGGER "{name}"')  # the attacker removes the append-only guards first
-                return conn.execute(sql, params).fetchall()
-            finally:
-                conn.close()
+        execute = sqlite_executor(d / "ledger.sqlite")
 
         yield Backend(lambda: Service(url, audit_key=KEY), execute)
         return
@@ -106,16 +99,7 @@ def world(request: pytest.FixtureRequest, sqlite_template: Path, tmp_path: Path)
     with Service(pg_url, audit_key=KEY, dataset_dir=datasets) as svc:
         build(svc, write_people(tmp_path / "people.csv"))
 
-    def execute_pg(sql: str, params: tuple[Any, ...] = ()) -> list[tuple[Any, ...]]:
-        with psycopg.connect(pg_url, autocommit=True) as conn:
-            # The attacker lifts the append-only guards for the change and puts them back.
-            for table in ("spends", "budgets"):
-                conn.execute(f"ALTER TABLE {table} DISABLE TRIGGER USER")
-            cur = conn.execute(sql.replace("?", "%s"), params)
-            rows = list(cur.fetchall()) if cur.description is not None else []
-            for table in ("spends", "budgets"):
-                conn.execute(f"ALTER TABLE {table} ENABLE TRIGGER USER")
-            return rows
+    execute_pg = postgres_executor(psycopg, pg_url)
 
     yield Backend(lambda: Service(pg_url, audit_key=KEY, dataset_dir=datasets), execute_pg)
 
