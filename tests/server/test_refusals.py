@@ -6,10 +6,12 @@ requests are sent, and each assertion holds for any interleaving of refills."""
 
 from __future__ import annotations
 
+import contextlib
 import secrets
 import threading
 from collections import Counter
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
+from contextlib import AbstractContextManager
 from pathlib import Path
 from typing import Any
 
@@ -116,34 +118,47 @@ def test_a_valid_key_is_not_locked_out_by_its_address(world: World) -> None:
     assert r.status_code == 200, r.text
 
 
-def test_a_valid_key_is_not_locked_out_by_a_concurrent_flood(world: World) -> None:
-    """The same with the flood sent concurrently from 4 threads while the analyst's 30 requests
-    run: every one of hers is 200."""
-    client = world.client(address_rate=0.01, address_burst=5)
-    edge_of(client, refresh_every=0.005)
+def _during_a_flood(
+    open_client: Callable[[], AbstractContextManager[Any]], mine: Callable[[], list[int]]
+) -> tuple[list[int], Counter[int]]:
+    """``mine()`` run while 4 threads, each on a client of ``open_client()``, send bad keys as
+    fast as they are answered (started once 20 of theirs were answered: the bucket of 5 is empty
+    well before); her statuses and the flood's."""
     stop = threading.Event()
     flood: Counter[int] = Counter()
     lock = threading.Lock()
 
     def attack(t: int) -> None:
-        i = t
-        while not stop.is_set():
-            status = client.get("/v1/me", headers=_bad_headers(i)).status_code
-            with lock:
-                flood[status] += 1
-            i += 4
+        with open_client() as c:
+            i = t
+            while not stop.is_set():
+                status = c.get("/v1/me", headers=_bad_headers(i)).status_code
+                with lock:
+                    flood[status] += 1
+                i += 4
 
     threads = [threading.Thread(target=attack, args=(t,)) for t in range(4)]
     for th in threads:
         th.start()
     try:
-        while sum(flood.values()) < 20:  # the bucket (5) is empty well before
+        while sum(flood.values()) < 20:
             stop.wait(0.01)
-        mine = [client.get("/v1/me", headers=world.h("alice")).status_code for _ in range(30)]
+        return mine(), flood
     finally:
         stop.set()
         for th in threads:
             th.join()
+
+
+def test_a_valid_key_is_not_locked_out_by_a_concurrent_flood(world: World) -> None:
+    """The same with the flood sent concurrently from 4 threads while the analyst's 30 requests
+    run: every one of hers is 200."""
+    client = world.client(address_rate=0.01, address_burst=5)
+    edge_of(client, refresh_every=0.005)
+    mine, flood = _during_a_flood(
+        lambda: contextlib.nullcontext(client),
+        lambda: [client.get("/v1/me", headers=world.h("alice")).status_code for _ in range(30)],
+    )
     assert mine == [200] * 30
     assert set(flood) <= {401, 429} and flood[429] > 0, flood
 
@@ -156,35 +171,16 @@ def test_a_valid_key_is_not_locked_out_on_a_real_server(world: World) -> None:
     from _live_server import live_server
 
     app = world.app(address_rate=0.01, address_burst=5)
-    stop = threading.Event()
-    flood: Counter[int] = Counter()
-    lock = threading.Lock()
     with live_server(app) as base:
         with httpx.Client(base_url=base, timeout=30) as c:
             assert c.get("/").status_code == 200  # (builds the middleware stack)
         _edge(app, 0.005)
 
-        def attack(t: int) -> None:
+        def alice() -> list[int]:
             with httpx.Client(base_url=base, timeout=30) as c:
-                i = t
-                while not stop.is_set():
-                    status = c.get("/v1/me", headers=_bad_headers(i)).status_code
-                    with lock:
-                        flood[status] += 1
-                    i += 4
+                return [c.get("/v1/me", headers=world.h("alice")).status_code for _ in range(30)]
 
-        threads = [threading.Thread(target=attack, args=(t,)) for t in range(4)]
-        for th in threads:
-            th.start()
-        try:
-            while sum(flood.values()) < 20:
-                stop.wait(0.01)
-            with httpx.Client(base_url=base, timeout=30) as c:
-                mine = [c.get("/v1/me", headers=world.h("alice")).status_code for _ in range(30)]
-        finally:
-            stop.set()
-            for th in threads:
-                th.join()
+        mine, flood = _during_a_flood(lambda: httpx.Client(base_url=base, timeout=30), alice)
     assert mine == [200] * 30
     assert set(flood) <= {401, 429} and flood[429] > 0, flood
 

@@ -81,7 +81,7 @@ try:
     from dpkit.server.routes.queries import AggregateBody as AggregateBody
     from dpkit.server.routes.queries import QueryBody as QueryBody
     from dpkit.server.routes.queries import SpecBody as SpecBody
-    from dpkit.server.serving import check_limits
+    from dpkit.server.serving import ServingLimits, check_limits
 except ImportError as exc:  # pragma: no cover - depends on the installation
     raise ImportError("the dpkit server needs FastAPI and uvicorn: pip install 'dpkit[server]'") from exc
 
@@ -211,6 +211,16 @@ class ServerConfig:
             synth_limits=SynthLimits(self.max_synth_rounds, self.max_synth_cells),
             hold=hold,
         )
+
+    def serving_limits(self) -> ServingLimits:
+        """The connection limits of these settings, as :func:`dpkit.server.serving.serve` takes them."""
+        return {
+            "header_timeout": self.header_timeout,
+            "body_timeout": self.body_timeout,
+            "max_connections": self.max_connections,
+            "write_timeout": self.write_timeout,
+            "max_connections_per_address": self.max_connections_per_address,
+        }
 
     def service(self, *, rng: RNG = None) -> Service:
         """Open the service these settings describe."""

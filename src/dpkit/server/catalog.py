@@ -35,8 +35,6 @@ from dpkit.server.datasets import (
     check_columns,
     check_declared_columns,
     is_uri,
-    pin_files,
-    pinned_change,
     resolve_parquet_source,
     resolve_source,
     source_kind,
@@ -45,7 +43,7 @@ from dpkit.server.errors import DatasetUnavailableError, NotFoundError
 from dpkit.server.names import DATASET_NAME, TABLE_NAME, check_dataset_name
 from dpkit.server.opened_source import open_source, snapshot
 from dpkit.server.size_class import DEFAULT_SIZE_CLASS, SIZE_CLASSES, check_size_class
-from dpkit.server.spark_pins import PinnedSparkEngine, check_fingerprint
+from dpkit.server.spark_pins import PinnedSparkEngine, check_fingerprint, pin_files, pinned_change
 from dpkit.server.store import ServiceStore, now
 
 __all__ = ["DatasetInfo", "Catalog"]
@@ -82,7 +80,7 @@ class DatasetInfo:
     table: str | None = None  # the table inside a DuckDB database file; None for CSV / Parquet
     engine: str = "duckdb"
     check: DataCheck | None = field(default=None, compare=False, repr=False)
-    #: A Spark dataset's Parquet files as registered (:func:`~dpkit.server.datasets.pin_files`):
+    #: A Spark dataset's Parquet files as registered (:func:`~dpkit.server.spark_pins.pin_files`):
     #: every process reads exactly these, unchanged, or the dataset is unavailable. None for a
     #: DuckDB dataset, a URI, and a Spark dataset registered before files were pinned.
     files: str | None = field(default=None, repr=False)

@@ -50,7 +50,6 @@ from dpkit.analytics.engines.csv_source import csv_source_sql
 from dpkit.analytics.engines.parquet_source import ParquetFiles, duckdb_parquet, parquet_layout
 from dpkit.analytics.metadata import Metadata
 from dpkit.errors import InvalidParameterError
-from dpkit.server.spark_pins import pin_files, pinned_change  # (defined there; named here as before)
 
 try:  # POSIX; elsewhere the atomic rename alone keeps a copy whole (two writers may both build it)
     import fcntl
@@ -67,8 +66,6 @@ __all__ = [
     "DatasetCopies",
     "SourceReadError",
     "resolve_parquet_source",
-    "pin_files",
-    "pinned_change",
     "copy_table",
     "check_declared_columns",
     "check_columns",

@@ -152,7 +152,7 @@ class Ticket:
         self._paying = False
         self._cancelled = False
         self._interrupt: Callable[[], None] | None = None
-        self._on_armed: Callable[[], None] | None = None
+        self._on_paid: Callable[[], None] | None = None
 
     @property
     def times(self) -> AnswerTimes:
@@ -198,7 +198,7 @@ class Ticket:
                 self.paid, self.spend_id = True, spend_id
                 if self.budget > 0:  # armed: the clock starts now
                     self.deadline = time.monotonic() + self.budget
-                notify = self._on_armed
+                notify = self._on_paid
             if notify is not None:
                 notify()
 
@@ -311,14 +311,14 @@ class Pacer:
         self._admit(principal)
         ticket = Ticket(self, principal)
         loop = asyncio.get_running_loop()
-        armed: asyncio.Future[None] = loop.create_future()
+        paid: asyncio.Future[None] = loop.create_future()
         outcome: asyncio.Future[T] = loop.create_future()
         outcome.add_done_callback(_consume)
 
         def on_paid() -> None:
-            loop.call_soon_threadsafe(_resolve, armed)
+            loop.call_soon_threadsafe(_resolve, paid)
 
-        ticket._on_armed = on_paid
+        ticket._on_paid = on_paid
         slot = _Slot(self, principal)
         try:
             done = self._pool.submit(_run, ticket, work, self.hold, loop, outcome)
@@ -327,7 +327,7 @@ class Pacer:
             raise
         done.add_done_callback(slot.free)  # overrun or abandoned: when its thread is done
         try:
-            waiting: set[asyncio.Future[Any]] = {outcome, armed}
+            waiting: set[asyncio.Future[Any]] = {outcome, paid}
             await asyncio.wait(waiting, return_when=asyncio.FIRST_COMPLETED)
             deadline = ticket.deadline
             if deadline is None:  # refused (or answered) before it paid: nothing holds its thread
@@ -353,8 +353,8 @@ class Pacer:
             )
             raise PaidQueryFailedError(ticket.spend_id, None)  # type: ignore[arg-type]
         finally:
-            if not armed.done():
-                armed.cancel()
+            if not paid.done():
+                paid.cancel()
 
 
 class _Slot:

@@ -192,7 +192,7 @@ def serve(
     spark = _spark_options(spark_master, spark_conf)
     try:
         from dpkit.server.app import ServerConfig, create_app
-        from dpkit.server.serving import PortInUseError, ServingLimits
+        from dpkit.server.serving import PortInUseError
         from dpkit.server.serving import serve as run_server
     except ImportError:
         _fail("dpkit serve needs the server extra: pip install 'dpkit[server]'")
@@ -246,13 +246,7 @@ def serve(
         f"dpkit curator on http://{host}:{port}/ (ledger {masked_url(ledger)}, {workers} worker(s)); Ctrl-C to stop"
     )
     log_level = os.environ.get("DPKIT_LOG_LEVEL", "warning")
-    limits: ServingLimits = {
-        "header_timeout": header_timeout,
-        "body_timeout": body_timeout,
-        "max_connections": max_connections,
-        "write_timeout": write_timeout,
-        "max_connections_per_address": max_connections_per_address,
-    }
+    limits = config.serving_limits()
     try:
         if workers == 1:
             run_server(app, host=host, port=port, log_level=log_level, **limits)
