@@ -126,7 +126,9 @@ class Server:
     off; ``extra`` options by parameter name, passed when the command has them); stopped with
     SIGINT. ``env`` is added to the server's environment (e.g. the profiler switch)."""
 
-    def __init__(self, url: str, log: Path, workers: int, extra: dict[str, str], env: dict[str, str] | None = None) -> None:
+    def __init__(
+        self, url: str, log: Path, workers: int, extra: dict[str, str], env: dict[str, str] | None = None
+    ) -> None:
         self.url, self.log, self.workers = url, log, workers
         self.port = free_port()
         self.base = f"http://127.0.0.1:{self.port}"
@@ -141,7 +143,12 @@ class Server:
         if missing or (workers > 1 and "workers" not in options):
             raise RuntimeError(f"dpkit serve has no option for {missing or ['workers']}")
         self.ignored = sorted(k for k in extra if k not in options)
-        self.argv = [sys.executable, "-c", "import sys; from dpkit.cli import app; sys.argv[0] = 'dpkit'; app()", "serve"]
+        self.argv = [
+            sys.executable,
+            "-c",
+            "import sys; from dpkit.cli import app; sys.argv[0] = 'dpkit'; app()",
+            "serve",
+        ]
         for name, value in args.items():
             if name in options:
                 self.argv += [options[name][0], value]
@@ -155,7 +162,9 @@ class Server:
         while True:
             if self.proc.poll() is not None:
                 raise RuntimeError(f"the server exited with status {self.proc.returncode}:\n{self.tail()}")
-            if status_of(self.port, "/") == 200 and len(descendants(self.proc.pid)) > self.workers - (self.workers == 1):
+            if status_of(self.port, "/") == 200 and len(descendants(self.proc.pid)) > self.workers - (
+                self.workers == 1
+            ):
                 return self
             if time.monotonic() > deadline:
                 self.stop()
@@ -338,6 +347,14 @@ async def timed_load(
         finished = time.perf_counter()
     finally:
         await asyncio.gather(*(c.close() for c in conns))
-    return {"answered": len(spend_ids), "warmup_answered": warm_ok, "measured": len(lat), "wall_s": seconds,
-            "drain_s": finished - window["end"], "latencies": lat, "late_latencies": late, "errors": errors,
-            "spend_ids": spend_ids}
+    return {
+        "answered": len(spend_ids),
+        "warmup_answered": warm_ok,
+        "measured": len(lat),
+        "wall_s": seconds,
+        "drain_s": finished - window["end"],
+        "latencies": lat,
+        "late_latencies": late,
+        "errors": errors,
+        "spend_ids": spend_ids,
+    }

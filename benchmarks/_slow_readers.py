@@ -48,8 +48,16 @@ def publish(url: str, kwargs: dict[str, Any], dataset: str, rows: int) -> tuple[
         svc.grant(PUBLISHER, dataset, epsilon=10.0, delta=1e-5)
         svc.allow_publish(PUBLISHER)
         who = svc.authenticate(key)
-        request = SynthRequest(epsilon=1.0, delta=1e-6, method="mst", bins={"age": 8, "income": 10}, rows=rows,
-                               columns=("age", "income", "region"), integers=("age",), publish=RELEASE)
+        request = SynthRequest(
+            epsilon=1.0,
+            delta=1e-6,
+            method="mst",
+            bins={"age": 8, "income": 10},
+            rows=rows,
+            columns=("age", "income", "region"),
+            integers=("age",),
+            publish=RELEASE,
+        )
         t = time.perf_counter()
         svc.synthesize(who, dataset, request, max_release_bytes=1 << 30)
         return key, time.perf_counter() - t
@@ -67,8 +75,10 @@ def _download(port: int, key: str) -> tuple[int, float]:
 
 
 def _request(key: str) -> bytes:
-    return (f"GET /v1/releases/{RELEASE}?format=csv HTTP/1.1\r\nHost: 127.0.0.1\r\nAuthorization: Bearer {key}\r\n"
-            "Connection: close\r\n\r\n").encode("ascii")
+    return (
+        f"GET /v1/releases/{RELEASE}?format=csv HTTP/1.1\r\nHost: 127.0.0.1\r\nAuthorization: Bearer {key}\r\n"
+        "Connection: close\r\n\r\n"
+    ).encode("ascii")
 
 
 def _state(s: socket.socket) -> int:
@@ -115,14 +125,29 @@ def _open_slow(port: int, keys: list[str], n: int) -> tuple[list[socket.socket],
     return socks, refused
 
 
-def measure(url: str, tmp: Path, workers: int, extra: dict[str, str], kwargs: dict[str, Any], readers: int, rows: int,
-            backend: str, label: str, dataset: str = "people", analyst_keys: list[str] | None = None) -> list[dict[str, Any]]:
+def measure(
+    url: str,
+    tmp: Path,
+    workers: int,
+    extra: dict[str, str],
+    kwargs: dict[str, Any],
+    readers: int,
+    rows: int,
+    backend: str,
+    label: str,
+    dataset: str = "people",
+    analyst_keys: list[str] | None = None,
+) -> list[dict[str, Any]]:
     """The slow-reader row (see the module docstring)."""
     print(f"[bench] slow readers: publishing a {rows:,}-row release", file=sys.stderr)
     publisher_key, publish_s = publish(url, kwargs, dataset, rows)
     keys = analyst_keys or [publisher_key]
     write_timeout = float(extra.get("write_timeout", 30.0))
-    opts = {**extra, "max_connections": str(max(2000, 2 * readers)), "max_connections_per_address": str(max(2000, 2 * readers))}
+    opts = {
+        **extra,
+        "max_connections": str(max(2000, 2 * readers)),
+        "max_connections_per_address": str(max(2000, 2 * readers)),
+    }
     server = Server(url, tmp / f"server-slow-{backend}.log", workers, opts)
     print(f"[bench] {server.command}", file=sys.stderr)
     errors: list[str] = []
@@ -168,21 +193,44 @@ def measure(url: str, tmp: Path, workers: int, extra: dict[str, str], kwargs: di
         for s in socks:
             s.close()
     row = {
-        "label": label, "backend": backend, "workers": workers, "readers": readers, "held": len(socks), "release": RELEASE,
-        "release_rows": rows, "release_mb": size / 1e6, "publish_s": publish_s, "first_download_s": first_s,
-        "normal_download_s": normal_s, "download_during_hang_s": during_s, "rss_before_mb": before / 1e6,
-        "rss_peak_mb": peak / 1e6, "added_peak_mb": (peak - before) / 1e6, "peak_at_s": peak_at, "rss_after_mb": after / 1e6,
-        "opened_in_s": opened_s, "closed_after_s": closed_at, "write_timeout_s": write_timeout, "errors": len(errors),
-        "first_errors": errors[:3], "samples": samples[:: max(1, len(samples) // 40)], "command": server.command.replace(str(tmp), "TMP"),
-        "note": (f"slow readers: a {rows:,}-row release ({size / 1e6:.1f} MB as CSV) published by an analyst named a publisher; {len(socks):,} "
-                 f"connections (4 KiB receive buffers) sent GET /v1/releases/{RELEASE}?format=csv and read nothing; RSS of the server's "
-                 f"process tree (every worker) from /proc; closed after = seconds from opening them until every one was closed by the "
-                 f"server (--write-timeout {write_timeout:g}); a whole download took {normal_s:.2f} s before and "
-                 f"{during_s if during_s is not None else float('nan'):.2f} s while they hung"),
+        "label": label,
+        "backend": backend,
+        "workers": workers,
+        "readers": readers,
+        "held": len(socks),
+        "release": RELEASE,
+        "release_rows": rows,
+        "release_mb": size / 1e6,
+        "publish_s": publish_s,
+        "first_download_s": first_s,
+        "normal_download_s": normal_s,
+        "download_during_hang_s": during_s,
+        "rss_before_mb": before / 1e6,
+        "rss_peak_mb": peak / 1e6,
+        "added_peak_mb": (peak - before) / 1e6,
+        "peak_at_s": peak_at,
+        "rss_after_mb": after / 1e6,
+        "opened_in_s": opened_s,
+        "closed_after_s": closed_at,
+        "write_timeout_s": write_timeout,
+        "errors": len(errors),
+        "first_errors": errors[:3],
+        "samples": samples[:: max(1, len(samples) // 40)],
+        "command": server.command.replace(str(tmp), "TMP"),
+        "note": (
+            f"slow readers: a {rows:,}-row release ({size / 1e6:.1f} MB as CSV) published by an analyst named a publisher; {len(socks):,} "
+            f"connections (4 KiB receive buffers) sent GET /v1/releases/{RELEASE}?format=csv and read nothing; RSS of the server's "
+            f"process tree (every worker) from /proc; closed after = seconds from opening them until every one was closed by the "
+            f"server (--write-timeout {write_timeout:g}); a whole download took {normal_s:.2f} s before and "
+            f"{during_s if during_s is not None else float('nan'):.2f} s while they hung"
+        ),
     }
-    print(f"[bench] slow readers: {len(socks)} held, RSS {before / 1e6:.0f} -> peak {peak / 1e6:.0f} MB (+{(peak - before) / 1e6:.0f}) at {peak_at:.1f} s, "
-          f"{after / 1e6:.0f} MB after; all closed after {closed_at} s (write timeout {write_timeout:g} s); download {normal_s:.2f} s, "
-          f"during the hang {during_s} s; errors {errors[:3]}", file=sys.stderr)
+    print(
+        f"[bench] slow readers: {len(socks)} held, RSS {before / 1e6:.0f} -> peak {peak / 1e6:.0f} MB (+{(peak - before) / 1e6:.0f}) at {peak_at:.1f} s, "
+        f"{after / 1e6:.0f} MB after; all closed after {closed_at} s (write timeout {write_timeout:g} s); download {normal_s:.2f} s, "
+        f"during the hang {during_s} s; errors {errors[:3]}",
+        file=sys.stderr,
+    )
     return [row]
 
 

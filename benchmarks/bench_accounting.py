@@ -31,13 +31,13 @@ import platform
 import statistics
 import sys
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Callable
-
-import numpy as np
+from typing import Any
 
 import _report  # benchmarks/_report.py: shared table and version helpers
+import numpy as np
 
 REPO = Path(__file__).resolve().parent.parent
 DEFAULT_OUT = REPO / "benchmarks" / "results" / "accounting.json"
@@ -90,10 +90,20 @@ def dpkit_candidates() -> list[Candidate]:
         return lambda: mod.RDPAccountant().compose(ev).get_epsilon(DELTA)
 
     return [
-        Candidate("dpkit", "PLD h=1e-4 (default)", "dp.PLDAccountant().compose(event).get_epsilon(1e-5)", pld(1e-4),
-                  {"value_discretization_interval": 1e-4}),
-        Candidate("dpkit", "PLD h=1e-5", "dp.PLDAccountant(1e-5).compose(event).get_epsilon(1e-5)", pld(1e-5),
-                  {"value_discretization_interval": 1e-5}),
+        Candidate(
+            "dpkit",
+            "PLD h=1e-4 (default)",
+            "dp.PLDAccountant().compose(event).get_epsilon(1e-5)",
+            pld(1e-4),
+            {"value_discretization_interval": 1e-4},
+        ),
+        Candidate(
+            "dpkit",
+            "PLD h=1e-5",
+            "dp.PLDAccountant(1e-5).compose(event).get_epsilon(1e-5)",
+            pld(1e-5),
+            {"value_discretization_interval": 1e-5},
+        ),
         Candidate("dpkit", "RDP", "dpkit.accounting.rdp.RDPAccountant().compose(event).get_epsilon(1e-5)", rdp),
     ]
 
@@ -132,10 +142,20 @@ def dp_accounting_candidates() -> list[Candidate]:
         return run
 
     return [
-        Candidate("dp_accounting", "PLD h=1e-4 (default)", "PLDAccountant().compose(event).get_epsilon(1e-5)", pld(1e-4),
-                  {"value_discretization_interval": 1e-4}),
-        Candidate("dp_accounting", "PLD h=1e-5", "PLDAccountant(value_discretization_interval=1e-5)…", pld(1e-5),
-                  {"value_discretization_interval": 1e-5}),
+        Candidate(
+            "dp_accounting",
+            "PLD h=1e-4 (default)",
+            "PLDAccountant().compose(event).get_epsilon(1e-5)",
+            pld(1e-4),
+            {"value_discretization_interval": 1e-4},
+        ),
+        Candidate(
+            "dp_accounting",
+            "PLD h=1e-5",
+            "PLDAccountant(value_discretization_interval=1e-5)…",
+            pld(1e-5),
+            {"value_discretization_interval": 1e-5},
+        ),
         Candidate("dp_accounting", "RDP", "RdpAccountant().compose(event).get_epsilon(1e-5)", rdp),
     ]
 
@@ -161,9 +181,15 @@ def opacus_candidates() -> list[Candidate]:
         return make
 
     return [
-        Candidate("opacus", "RDP", "RDPAccountant(); history=[(σ, q, steps)]; get_epsilon(1e-5)", make_for("RDPAccountant")),
-        Candidate("opacus", "PRV", "PRVAccountant(); history=[(σ, q, steps)]; get_epsilon(1e-5) (eps_error default)",
-                  make_for("PRVAccountant")),
+        Candidate(
+            "opacus", "RDP", "RDPAccountant(); history=[(σ, q, steps)]; get_epsilon(1e-5)", make_for("RDPAccountant")
+        ),
+        Candidate(
+            "opacus",
+            "PRV",
+            "PRVAccountant(); history=[(σ, q, steps)]; get_epsilon(1e-5) (eps_error default)",
+            make_for("PRVAccountant"),
+        ),
     ]
 
 
@@ -193,8 +219,14 @@ def measure(c: Candidate, steps: int, repeats: int, budget: float) -> dict[str, 
     except Exception as exc:  # noqa: BLE001 - report and go on
         row.update(status="error", error=f"{type(exc).__name__}: {exc}")
         return row
-    row.update(status="ok", epsilon=eps, ms=statistics.median(times) * 1e3, ms_min=min(times) * 1e3, runs=len(times),
-               warmup_excluded=first < 1.0)
+    row.update(
+        status="ok",
+        epsilon=eps,
+        ms=statistics.median(times) * 1e3,
+        ms_min=min(times) * 1e3,
+        runs=len(times),
+        warmup_excluded=first < 1.0,
+    )
     return row
 
 
@@ -216,8 +248,17 @@ def add_comparisons(rows: list[dict[str, Any]]) -> None:
 # --------------------------------------------------------------------------- output
 
 
-HEADERS = ["epochs", "steps", "library", "accountant", "ε (δ=1e-5)", "vs reference", "ms (median)", "runs",
-           "dpkit PLD speedup"]
+HEADERS = [
+    "epochs",
+    "steps",
+    "library",
+    "accountant",
+    "ε (δ=1e-5)",
+    "vs reference",
+    "ms (median)",
+    "runs",
+    "dpkit PLD speedup",
+]
 LEFT = {"library", "accountant"}
 
 NOTES = [
@@ -246,7 +287,9 @@ def table_cells(r: dict[str, Any]) -> list[str]:
     sp = r.get("dpkit_pld_speedup")
     return head + [
         f"{r['epsilon']:.6f}",
-        "reference" if (r["library"], r["accountant"]) == REFERENCE else (f"{rel * 100:+.4f}%" if rel is not None else "—"),
+        "reference"
+        if (r["library"], r["accountant"]) == REFERENCE
+        else (f"{rel * 100:+.4f}%" if rel is not None else "—"),
         _fmt_ms(r["ms"]),
         str(r["runs"]),
         (f"{sp:.1f}×" if sp < 100 else f"{sp:,.0f}×") if sp is not None else "—",
@@ -282,13 +325,19 @@ def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--epochs", default="1,10,60,100", help="comma-separated epoch counts (default 1,10,60,100)")
     ap.add_argument("--repeats", type=int, default=5, help="timed runs per row, median reported (default 5)")
-    ap.add_argument("--budget", type=float, default=10.0,
-                    help="seconds after which a slow row stops repeating (at least one run; default 10)")
-    ap.add_argument("--libs", default="dpkit,dp_accounting,opacus",
-                    help="comma-separated subset of dpkit,dp_accounting,opacus")
+    ap.add_argument(
+        "--budget",
+        type=float,
+        default=10.0,
+        help="seconds after which a slow row stops repeating (at least one run; default 10)",
+    )
+    ap.add_argument(
+        "--libs", default="dpkit,dp_accounting,opacus", help="comma-separated subset of dpkit,dp_accounting,opacus"
+    )
     ap.add_argument("--out", type=Path, default=DEFAULT_OUT, help="JSON results path")
-    ap.add_argument("--markdown", action="store_true",
-                    help="print a Markdown table on stdout (the rich table then goes to stderr)")
+    ap.add_argument(
+        "--markdown", action="store_true", help="print a Markdown table on stdout (the rich table then goes to stderr)"
+    )
     args = ap.parse_args(argv)
     try:
         epochs = [int(e) for e in args.epochs.split(",") if e.strip()]
@@ -317,9 +366,15 @@ def main(argv: list[str] | None = None) -> int:
     add_comparisons(rows)
 
     meta = {
-        "date": _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"),
-        "setting": {"sampling_probability": Q, "noise_multiplier": SIGMA, "steps_per_epoch": STEPS_PER_EPOCH,
-                    "delta": DELTA, "epochs": epochs, "neighbours": "add_remove"},
+        "date": _dt.datetime.now(_dt.UTC).isoformat(timespec="seconds"),
+        "setting": {
+            "sampling_probability": Q,
+            "noise_multiplier": SIGMA,
+            "steps_per_epoch": STEPS_PER_EPOCH,
+            "delta": DELTA,
+            "epochs": epochs,
+            "neighbours": "add_remove",
+        },
         "reference": " ".join(REFERENCE),
         "repeats": args.repeats,
         "budget_s": args.budget,

@@ -52,12 +52,12 @@ import platform
 import sys
 import time
 import warnings
+from collections.abc import Callable
 from pathlib import Path
-from typing import Any, Callable
-
-import numpy as np
+from typing import Any
 
 import _report
+import numpy as np
 
 REPO = Path(__file__).resolve().parent.parent
 DEFAULT_OUT = REPO / "benchmarks" / "results" / "analytics_utility.json"
@@ -69,11 +69,30 @@ MAX_LENGTH = 100_000  # OpenDP: a public upper bound on the number of rows
 # Public keys, as listed in the Adult data dictionary (adult.names).
 SEX = ("Female", "Male")
 EDUCATION = (
-    "Bachelors", "Some-college", "11th", "HS-grad", "Prof-school", "Assoc-acdm", "Assoc-voc", "9th",
-    "7th-8th", "12th", "Masters", "1st-4th", "10th", "Doctorate", "5th-6th", "Preschool",
+    "Bachelors",
+    "Some-college",
+    "11th",
+    "HS-grad",
+    "Prof-school",
+    "Assoc-acdm",
+    "Assoc-voc",
+    "9th",
+    "7th-8th",
+    "12th",
+    "Masters",
+    "1st-4th",
+    "10th",
+    "Doctorate",
+    "5th-6th",
+    "Preschool",
 )
 MARITAL = (
-    "Married-civ-spouse", "Divorced", "Never-married", "Separated", "Widowed", "Married-spouse-absent",
+    "Married-civ-spouse",
+    "Divorced",
+    "Never-married",
+    "Separated",
+    "Widowed",
+    "Married-spouse-absent",
     "Married-AF-spouse",
 )
 
@@ -98,7 +117,10 @@ def load_adult():
     for col, keys in (("sex", SEX), ("education", EDUCATION), ("marital-status", MARITAL)):
         unknown = set(df[col].unique()) - set(keys)
         if unknown:
-            print(f"[bench] note: {col} values outside the data dictionary are dropped by every library: {sorted(unknown)}", file=sys.stderr)
+            print(
+                f"[bench] note: {col} values outside the data dictionary are dropped by every library: {sorted(unknown)}",
+                file=sys.stderr,
+            )
     return df
 
 
@@ -119,8 +141,15 @@ def dpkit_release(df, query: str) -> Release:
     import dpkit as dp  # noqa: PLC0415
     from dpkit.analytics import Categorical, Metadata, Numeric  # noqa: PLC0415
 
-    meta = Metadata(columns={"age": Numeric(AGE_LOWER, AGE_UPPER), "sex": Categorical(SEX), "education": Categorical(EDUCATION),
-                             "marital-status": Categorical(MARITAL)}, row_level=True)  # Adult: one row per person
+    meta = Metadata(
+        columns={
+            "age": Numeric(AGE_LOWER, AGE_UPPER),
+            "sex": Categorical(SEX),
+            "education": Categorical(EDUCATION),
+            "marital-status": Categorical(MARITAL),
+        },
+        row_level=True,
+    )  # Adult: one row per person
     s = dp.Session(df, budget=dp.Budget(epsilon=1e9), metadata=meta)
     _, col, _, agg = QUERIES[query]
 
@@ -150,10 +179,16 @@ def pipelinedp_release(df, query: str) -> Release:
         budget = pipeline_dp.NaiveBudgetAccountant(total_epsilon=EPSILON, total_delta=0)
         engine = pipeline_dp.DPEngine(budget, pipeline_dp.LocalBackend())
         kw: dict[str, Any] = {"min_value": AGE_LOWER, "max_value": AGE_UPPER} if agg == "mean" else {}
-        params = pipeline_dp.AggregateParams(noise_kind=pipeline_dp.NoiseKind.LAPLACE, metrics=[M.MEAN if agg == "mean" else M.COUNT],
-                                             max_partitions_contributed=1, max_contributions_per_partition=1, **kw)
-        ex = pipeline_dp.DataExtractors(privacy_id_extractor=lambda r: r[0], partition_extractor=lambda r: r[1],
-                                        value_extractor=lambda r: r[2])
+        params = pipeline_dp.AggregateParams(
+            noise_kind=pipeline_dp.NoiseKind.LAPLACE,
+            metrics=[M.MEAN if agg == "mean" else M.COUNT],
+            max_partitions_contributed=1,
+            max_contributions_per_partition=1,
+            **kw,
+        )
+        ex = pipeline_dp.DataExtractors(
+            privacy_id_extractor=lambda r: r[0], partition_extractor=lambda r: r[1], value_extractor=lambda r: r[2]
+        )
         res = engine.aggregate(rows, params, ex, public_partitions=list(keys))
         budget.compute_budgets()
         return {k: float(m.mean if agg == "mean" else m.count) for k, m in res}
@@ -171,9 +206,16 @@ def opendp_release(df, query: str) -> Release:
     key_frame = pl.LazyFrame({col: list(keys)})
 
     def release() -> dict[str, float]:
-        ctx = dp.Context.compositor(data=lf, privacy_unit=dp.unit_of(contributions=1), privacy_loss=dp.loss_of(epsilon=EPSILON),
-                                    split_evenly_over=1, margins=[dp.polars.Margin(max_length=MAX_LENGTH)])
-        expr = pl.col("age").fill_null(AGE_LOWER).dp.mean((AGE_LOWER, AGE_UPPER)) if agg == "mean" else dp.len(signed=True)
+        ctx = dp.Context.compositor(
+            data=lf,
+            privacy_unit=dp.unit_of(contributions=1),
+            privacy_loss=dp.loss_of(epsilon=EPSILON),
+            split_evenly_over=1,
+            margins=[dp.polars.Margin(max_length=MAX_LENGTH)],
+        )
+        expr = (
+            pl.col("age").fill_null(AGE_LOWER).dp.mean((AGE_LOWER, AGE_UPPER)) if agg == "mean" else dp.len(signed=True)
+        )
         out = ctx.query().group_by(col).agg(expr).with_keys(key_frame).release().collect()
         vcol = "age" if agg == "mean" else "len"
         return dict(zip(out[col].to_list(), [float("nan") if v is None else float(v) for v in out[vcol].to_list()]))
@@ -200,15 +242,31 @@ def measure(release: Release, true: dict[str, float], runs: int) -> dict[str, An
     per_key = np.median(err, axis=0)
     worst = int(np.argmax(per_key))
     return {
-        "status": "ok", "runs": runs, "keys": len(keys), "ms_per_release": 1000 * dt / runs,
-        "median_rel_error": float(np.median(err)), "p90_rel_error": float(np.quantile(err, 0.9)),
-        "mean_rel_error": float(np.mean(err)), "missing_or_nan": int(np.isinf(err).sum()),
-        "worst_key": keys[worst], "worst_key_median_rel_error": float(per_key[worst]),
+        "status": "ok",
+        "runs": runs,
+        "keys": len(keys),
+        "ms_per_release": 1000 * dt / runs,
+        "median_rel_error": float(np.median(err)),
+        "p90_rel_error": float(np.quantile(err, 0.9)),
+        "mean_rel_error": float(np.mean(err)),
+        "missing_or_nan": int(np.isinf(err).sum()),
+        "worst_key": keys[worst],
+        "worst_key_median_rel_error": float(per_key[worst]),
         "per_key_median_rel_error": {k: float(e) for k, e in zip(keys, per_key)},
     }
 
 
-HEADERS = ["query", "library", "keys", "runs", "median rel. error", "mean rel. error", "p90 rel. error", "worst key (median)", "ms / release"]
+HEADERS = [
+    "query",
+    "library",
+    "keys",
+    "runs",
+    "median rel. error",
+    "mean rel. error",
+    "p90 rel. error",
+    "worst key (median)",
+    "ms / release",
+]
 LEFT = ["query", "library", "worst key (median)"]
 NOTES = [
     f"UCI Adult adult.data, row-level privacy (each row a unit), ε = {EPSILON:g} per release (δ = 0), public keys from the data dictionary, age bounds [{AGE_LOWER:g}, {AGE_UPPER:g}].",
@@ -228,8 +286,15 @@ def cells(r: dict[str, Any]) -> list[str]:
     head = [QUERIES[r["query"]][0], LIB_NAMES[r["library"]]]
     if r["status"] != "ok":
         return head + ["—", "—", r["status"], "—", "—", "—", "—"]
-    return head + [str(r["keys"]), str(r["runs"]), fmt(r["median_rel_error"]), fmt(r["mean_rel_error"]), fmt(r["p90_rel_error"]),
-                   f"{r['worst_key']} ({fmt(r['worst_key_median_rel_error'])})", f"{r['ms_per_release']:,.3g}" if r["ms_per_release"] < 1000 else f"{r['ms_per_release']:,.0f}"]
+    return head + [
+        str(r["keys"]),
+        str(r["runs"]),
+        fmt(r["median_rel_error"]),
+        fmt(r["mean_rel_error"]),
+        fmt(r["p90_rel_error"]),
+        f"{r['worst_key']} ({fmt(r['worst_key_median_rel_error'])})",
+        f"{r['ms_per_release']:,.3g}" if r["ms_per_release"] < 1000 else f"{r['ms_per_release']:,.0f}",
+    ]
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -237,15 +302,19 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--runs", type=int, default=100)
     ap.add_argument("--libs", default=",".join(LIBS), help="comma-separated subset of: " + ",".join(LIBS))
     ap.add_argument("--out", type=Path, default=DEFAULT_OUT)
-    ap.add_argument("--render", type=Path, metavar="JSON", help="print the tables of an earlier results file; run nothing")
+    ap.add_argument(
+        "--render", type=Path, metavar="JSON", help="print the tables of an earlier results file; run nothing"
+    )
     args = ap.parse_args(argv)
     if args.render:
         saved = json.loads(args.render.read_text())
         render(saved["meta"], saved["rows"])
         return 0
     if not ADULT.exists():
-        print(f"[bench] UCI Adult not found at {ADULT}: nothing to measure (this benchmark only runs where ../shared/data/adult/ exists).",
-              file=sys.stderr)
+        print(
+            f"[bench] UCI Adult not found at {ADULT}: nothing to measure (this benchmark only runs where ../shared/data/adult/ exists).",
+            file=sys.stderr,
+        )
         return 0
     libs = [x.strip() for x in args.libs.split(",") if x.strip()]
     if set(libs) - set(LIBS):
@@ -263,13 +332,23 @@ def main(argv: list[str] | None = None) -> int:
                 r = {"status": f"error ({type(exc).__name__}: {str(exc)[:100]})"}
             rows.append({"query": query, "library": lib, "epsilon": EPSILON, **r, "truth": true})
     meta = {
-        "date": _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"),
-        "data": "../shared/data/adult/adult.data", "rows": int(len(df)), "privacy_unit": "row", "epsilon": EPSILON, "delta": 0.0,
-        "age_bounds": [AGE_LOWER, AGE_UPPER], "runs": args.runs, "opendp_max_length": MAX_LENGTH,
+        "date": _dt.datetime.now(_dt.UTC).isoformat(timespec="seconds"),
+        "data": "../shared/data/adult/adult.data",
+        "rows": int(len(df)),
+        "privacy_unit": "row",
+        "epsilon": EPSILON,
+        "delta": 0.0,
+        "age_bounds": [AGE_LOWER, AGE_UPPER],
+        "runs": args.runs,
+        "opendp_max_length": MAX_LENGTH,
         "keys": {"sex": SEX, "education": EDUCATION, "marital-status": MARITAL},
         "aggregation": "relative error |noisy-true|/true per key and run; median (and p90) pooled over runs x keys; worst key = largest per-key median over runs",
-        "python": platform.python_version(), "numpy": np.__version__, "cpu_count": os.cpu_count(),
-        "versions": {d: _report.version(d) for d in ("dpkit", "pipeline-dp", "python-dp", "opendp", "polars", "pandas", "duckdb")},
+        "python": platform.python_version(),
+        "numpy": np.__version__,
+        "cpu_count": os.cpu_count(),
+        "versions": {
+            d: _report.version(d) for d in ("dpkit", "pipeline-dp", "python-dp", "opendp", "polars", "pandas", "duckdb")
+        },
         "notes": NOTES,
     }
     args.out.parent.mkdir(parents=True, exist_ok=True)
@@ -283,8 +362,16 @@ def render(meta: dict[str, Any], rows: list[dict[str, Any]]) -> None:
     """The rich table on stderr and the Markdown table on stdout."""
     table = [cells(r) for r in rows]
     title = f"Private analytics utility on UCI Adult ({meta['rows']:,} rows), ε = {meta['epsilon']:g}, {meta['runs']} runs, {meta['date']}"
-    _report.print_table(title, HEADERS, LEFT, ((c, r["query"], r["library"] == "dpkit") for c, r in zip(table, rows)), NOTES,
-                        to_stderr=True, width=200, blank_repeats=True)
+    _report.print_table(
+        title,
+        HEADERS,
+        LEFT,
+        ((c, r["query"], r["library"] == "dpkit") for c, r in zip(table, rows)),
+        NOTES,
+        to_stderr=True,
+        width=200,
+        blank_repeats=True,
+    )
     print(_report.markdown(title, HEADERS, LEFT, table, NOTES))
 
 

@@ -104,12 +104,12 @@ import sys
 import tempfile
 import threading
 import time
+from collections.abc import Callable
 from pathlib import Path
-from typing import Any, Callable
-
-import numpy as np
+from typing import Any
 
 import _report
+import numpy as np
 
 REPO = Path(__file__).resolve().parent.parent
 DEFAULT_OUT = REPO / "benchmarks" / "results" / "groupby.json"
@@ -341,9 +341,15 @@ def _duckdb_settings(con, ctx) -> None:
         con.execute("SET memory_limit = ?", [OPTS["duckdb_memory_limit"]])
     if OPTS.get("duckdb_temp_dir"):
         con.execute("SET temp_directory = ?", [OPTS["duckdb_temp_dir"]])
-    ctx["duckdb_settings"] = dict(zip(("threads", "memory_limit", "temp_directory"), con.execute(
-        "SELECT current_setting('threads'), current_setting('memory_limit'), current_setting('temp_directory')").fetchall()[0],
-        strict=True))
+    ctx["duckdb_settings"] = dict(
+        zip(
+            ("threads", "memory_limit", "temp_directory"),
+            con.execute(
+                "SELECT current_setting('threads'), current_setting('memory_limit'), current_setting('temp_directory')"
+            ).fetchall()[0],
+            strict=True,
+        )
+    )
 
 
 def _duckdb_con(df, ctx):
@@ -380,7 +386,9 @@ def setup_polars(df, ctx):
     pf = pl.from_pandas(df)
 
     def run():
-        out = pf.group_by("category").agg(pl.len().alias("n"), pl.col("value").sum().alias("s"), pl.col("value").mean().alias("m"))
+        out = pf.group_by("category").agg(
+            pl.len().alias("n"), pl.col("value").sum().alias("s"), pl.col("value").mean().alias("m")
+        )
         return _check(out.to_pandas(), "n", "s")
 
     return run
@@ -414,8 +422,15 @@ def _aggregates():
 def _session(data, **kw):
     import dpkit as dp  # noqa: PLC0415
 
-    return dp.Session(data, privacy_unit="user_id", budget=dp.Budget(epsilon=1e9), metadata=_metadata(),
-                      max_groups=MAX_GROUPS, max_rows=MAX_ROWS, **kw)
+    return dp.Session(
+        data,
+        privacy_unit="user_id",
+        budget=dp.Budget(epsilon=1e9),
+        metadata=_metadata(),
+        max_groups=MAX_GROUPS,
+        max_rows=MAX_ROWS,
+        **kw,
+    )
 
 
 def dpkit_plan(session):
@@ -464,8 +479,12 @@ def setup_dpkit_sql(df, ctx):
 
 
 def _noisy_check(t) -> dict[str, Any]:
-    return {"groups": int(len(t)), "rows_kept": int(round(float(t["count"].sum()))), "value_sum": float(t["sum_value"].sum()),
-            "noisy": True}
+    return {
+        "groups": int(len(t)),
+        "rows_kept": int(round(float(t["count"].sum()))),
+        "value_sum": float(t["sum_value"].sum()),
+        "noisy": True,
+    }
 
 
 def setup_dpkit(df, ctx):
@@ -480,13 +499,23 @@ def setup_dpkit(df, ctx):
         # DuckDB's default thread count (the machine's cores, 2 here).
         directory = OPTS["parquet"]
         ctx["input"] = "parquet (Session.from_parquet(dir))"
-        ctx["duckdb_settings"] = {"threads": duckdb.connect().execute("SELECT current_setting('threads')").fetchone()[0],
-                                  "memory_limit": kw.get("memory_limit", "default"),
-                                  "temp_directory": kw.get("temp_directory", "default"), "via": "Session.from_parquet keywords"}
+        ctx["duckdb_settings"] = {
+            "threads": duckdb.connect().execute("SELECT current_setting('threads')").fetchone()[0],
+            "memory_limit": kw.get("memory_limit", "default"),
+            "temp_directory": kw.get("temp_directory", "default"),
+            "via": "Session.from_parquet keywords",
+        }
 
         def make():
-            return dp.Session.from_parquet(directory, privacy_unit="user_id", budget=dp.Budget(epsilon=1e9),
-                                           metadata=_metadata(), max_groups=MAX_GROUPS, max_rows=MAX_ROWS, **kw)
+            return dp.Session.from_parquet(
+                directory,
+                privacy_unit="user_id",
+                budget=dp.Budget(epsilon=1e9),
+                metadata=_metadata(),
+                max_groups=MAX_GROUPS,
+                max_rows=MAX_ROWS,
+                **kw,
+            )
     else:
         from dpkit.errors import InvalidParameterError  # noqa: PLC0415
 
@@ -499,8 +528,12 @@ def setup_dpkit(df, ctx):
         except (TypeError, InvalidParameterError):  # keywords missing, or refused on a caller's connection
             _duckdb_settings(con, {})
             kw, via = {}, "SET on the engine's connection by the bench"
-        ctx["duckdb_settings"] = {"threads": THREADS, "memory_limit": OPTS.get("duckdb_memory_limit") or "default",
-                                  "temp_directory": OPTS.get("duckdb_temp_dir") or "default", "via": via}
+        ctx["duckdb_settings"] = {
+            "threads": THREADS,
+            "memory_limit": OPTS.get("duckdb_memory_limit") or "default",
+            "temp_directory": OPTS.get("duckdb_temp_dir") or "default",
+            "via": via,
+        }
 
         def make():
             # Session(df) with the engine on a 2-thread connection: the same path as Session(df).
@@ -523,16 +556,25 @@ def setup_pipelinedp(df, ctx):
         budget = pipeline_dp.NaiveBudgetAccountant(total_epsilon=EPSILON, total_delta=0)
         engine = pipeline_dp.DPEngine(budget, pipeline_dp.LocalBackend())
         params = pipeline_dp.AggregateParams(
-            noise_kind=pipeline_dp.NoiseKind.LAPLACE, metrics=[M.COUNT, M.SUM, M.MEAN],
-            max_partitions_contributed=MAX_GROUPS, max_contributions_per_partition=MAX_ROWS,
-            min_value=LOWER, max_value=UPPER)
-        ex = pipeline_dp.DataExtractors(privacy_id_extractor=lambda r: r[0], partition_extractor=lambda r: r[1],
-                                        value_extractor=lambda r: r[2])
+            noise_kind=pipeline_dp.NoiseKind.LAPLACE,
+            metrics=[M.COUNT, M.SUM, M.MEAN],
+            max_partitions_contributed=MAX_GROUPS,
+            max_contributions_per_partition=MAX_ROWS,
+            min_value=LOWER,
+            max_value=UPPER,
+        )
+        ex = pipeline_dp.DataExtractors(
+            privacy_id_extractor=lambda r: r[0], partition_extractor=lambda r: r[1], value_extractor=lambda r: r[2]
+        )
         res = engine.aggregate(rows, params, ex, public_partitions=list(range(N_CATEGORIES)))
         budget.compute_budgets()
         out = list(res)
-        return {"groups": len(out), "rows_kept": int(round(sum(m.count for _, m in out))),
-                "value_sum": float(sum(m.sum for _, m in out)), "noisy": True}
+        return {
+            "groups": len(out),
+            "rows_kept": int(round(sum(m.count for _, m in out))),
+            "value_sum": float(sum(m.sum for _, m in out)),
+            "noisy": True,
+        }
 
     return run
 
@@ -544,17 +586,26 @@ def _spark_frame(df, ctx):
     from pyspark.sql import SparkSession  # noqa: PLC0415
 
     master = OPTS.get("spark_master") or f"local[{THREADS}]"
-    spark = (SparkSession.builder.master(master).appName("dpkit-bench-groupby")
-             .config("spark.driver.memory", OPTS.get("driver_memory") or "1g")
-             .config("spark.sql.execution.arrow.pyspark.enabled", "true")
-             .config("spark.ui.enabled", "false").config("spark.ui.showConsoleProgress", "false")
-             .config("spark.driver.bindAddress", "127.0.0.1").config("spark.driver.host", "127.0.0.1")
-             .getOrCreate())
+    spark = (
+        SparkSession.builder.master(master)
+        .appName("dpkit-bench-groupby")
+        .config("spark.driver.memory", OPTS.get("driver_memory") or "1g")
+        .config("spark.sql.execution.arrow.pyspark.enabled", "true")
+        .config("spark.ui.enabled", "false")
+        .config("spark.ui.showConsoleProgress", "false")
+        .config("spark.driver.bindAddress", "127.0.0.1")
+        .config("spark.driver.host", "127.0.0.1")
+        .getOrCreate()
+    )
     spark.sparkContext.setLogLevel("ERROR")
     if SAMPLER is not None and master.startswith("spark://"):
         SAMPLER.app_id = spark.sparkContext.applicationId
-    ctx.update(spark=spark.version, spark_master=master, driver_memory=spark.conf.get("spark.driver.memory"),
-               spark_default_parallelism=spark.sparkContext.defaultParallelism)
+    ctx.update(
+        spark=spark.version,
+        spark_master=master,
+        driver_memory=spark.conf.get("spark.driver.memory"),
+        spark_default_parallelism=spark.sparkContext.defaultParallelism,
+    )
     if OPTS.get("parquet"):
         sdf = spark.read.parquet(OPTS["parquet"])
         ctx["input"] = "parquet (spark.read.parquet(dir), not cached)"
@@ -594,15 +645,23 @@ def setup_spark_hand(df, ctx):
     keys = [F.lit(k) for k in range(N_CATEGORIES)]
 
     def run():
-        base = (sdf.where(F.col("user_id").isNotNull() & F.col("category").isin(*keys))
-                .select(F.col("user_id").alias("u"), F.col("category").alias("g"),
-                        F.least(F.greatest(F.col("value"), F.lit(LOWER)), F.lit(UPPER)).alias("x")))
+        base = sdf.where(F.col("user_id").isNotNull() & F.col("category").isin(*keys)).select(
+            F.col("user_id").alias("u"),
+            F.col("category").alias("g"),
+            F.least(F.greatest(F.col("value"), F.lit(LOWER)), F.lit(UPPER)).alias("x"),
+        )
         # the keyed hashes, once (xxhash64 with the key as the last input, as dpkit's portable=False)
-        w = base.select("*", F.xxhash64("u", "g", F.lit(SALT_G)).alias("gh"), F.xxhash64("u", "g", "x", F.lit(SALT_R)).alias("rh"))
+        w = base.select(
+            "*", F.xxhash64("u", "g", F.lit(SALT_G)).alias("gh"), F.xxhash64("u", "g", "x", F.lit(SALT_R)).alias("rh")
+        )
         by_group = Window.partitionBy("u").orderBy("gh", "g")
         by_row = Window.partitionBy("u").orderBy("gh", "g", "rh")
-        r = w.select("g", "x", (F.row_number().over(by_row) - F.rank().over(by_group) + F.lit(1)).alias("ri"),
-                     F.dense_rank().over(by_group).alias("gi")).where((F.col("gi") <= MAX_GROUPS) & (F.col("ri") <= MAX_ROWS))
+        r = w.select(
+            "g",
+            "x",
+            (F.row_number().over(by_row) - F.rank().over(by_group) + F.lit(1)).alias("ri"),
+            F.dense_rank().over(by_group).alias("gi"),
+        ).where((F.col("gi") <= MAX_GROUPS) & (F.col("ri") <= MAX_ROWS))
         out = r.groupBy("g").agg(F.count(F.lit(1)).alias("n"), F.sum("x").alias("s"), F.avg("x").alias("m")).toPandas()
         return _check(out, "n", "s")
 
@@ -621,8 +680,14 @@ def setup_dpkit_spark_median(df, ctx):
         s = _session(sdf, engine="spark")
         t = s.sql(MEDIAN_SQL, epsilon=EPSILON).table
         med = t["median_value"].astype(float)
-        return {"groups": int(len(t)), "rows_kept": None, "median_min": float(med.min()), "median_mean": float(med.mean()),
-                "median_max": float(med.max()), "noisy": True}
+        return {
+            "groups": int(len(t)),
+            "rows_kept": None,
+            "median_min": float(med.min()),
+            "median_mean": float(med.mean()),
+            "median_max": float(med.max()),
+            "noisy": True,
+        }
 
     return run
 
@@ -641,8 +706,13 @@ SETUPS: dict[str, Callable[..., Callable[[], dict[str, Any]]]] = {
     "dpkit-spark-median": setup_dpkit_spark_median,
 }
 
-IMPORTS = {"polars": "polars", "pipelinedp": "pipeline_dp", "dpkit-spark": "pyspark", "spark-hand": "pyspark",
-           "dpkit-spark-median": "pyspark"}
+IMPORTS = {
+    "polars": "polars",
+    "pipelinedp": "pipeline_dp",
+    "dpkit-spark": "pyspark",
+    "spark-hand": "pyspark",
+    "dpkit-spark-median": "pyspark",
+}
 
 
 def needs_frame(name: str, opts: dict[str, Any]) -> bool:
@@ -688,12 +758,20 @@ def child(name: str, data: Path, repeats: int, opts: dict[str, Any] | None = Non
             times.append(time.perf_counter() - t0)
     peak = _status_mib("VmHWM")
     out = {
-        "status": "ok", "seconds": min(times), "all_seconds": times, "runs": repeats, "setup_seconds": setup_s,
+        "status": "ok",
+        "seconds": min(times),
+        "all_seconds": times,
+        "runs": repeats,
+        "setup_seconds": setup_s,
         "peak_rss_delta_mib": (peak - (base_rss if exact else base_hwm)) + jvm.peak + jvm.executors_peak,
-        "peak_rss_mib": peak, "base_rss_mib": base_rss, "jvm_peak_rss_mib": jvm.peak or None,
-        "executors_peak_rss_mib": jvm.executors_peak or None, "python_peak_rss_mib": peak,
+        "peak_rss_mib": peak,
+        "base_rss_mib": base_rss,
+        "jvm_peak_rss_mib": jvm.peak or None,
+        "executors_peak_rss_mib": jvm.executors_peak or None,
+        "python_peak_rss_mib": peak,
         "peak_method": "VmHWM after clear_refs" if exact else "VmHWM delta (clear_refs unavailable: a lower bound)",
-        "input_frame": df is not None, "load_1min_at_start": load_1min,
+        "input_frame": df is not None,
+        "load_1min_at_start": load_1min,
         "check": check,
     }
     out.update({k: v for k, v in ctx.items()})
@@ -703,13 +781,27 @@ def child(name: str, data: Path, repeats: int, opts: dict[str, Any] | None = Non
 # ----------------------------------------------------------------------------- parent
 
 
-def run_child(name: str, data: Path, repeats: int, timeout: float, opts: dict[str, Any] | None = None) -> dict[str, Any]:
+def run_child(
+    name: str, data: Path, repeats: int, timeout: float, opts: dict[str, Any] | None = None
+) -> dict[str, Any]:
     env = dict(os.environ, POLARS_MAX_THREADS=str(THREADS), PYTHONHASHSEED="0")
-    cmd = [sys.executable, str(Path(__file__).resolve()), "--child", name, "--data", str(data), "--repeats", str(repeats),
-           "--child-opts", json.dumps(opts or {})]
+    cmd = [
+        sys.executable,
+        str(Path(__file__).resolve()),
+        "--child",
+        name,
+        "--data",
+        str(data),
+        "--repeats",
+        str(repeats),
+        "--child-opts",
+        json.dumps(opts or {}),
+    ]
     t0 = time.perf_counter()
     # Own process group, so that a timeout also ends what the contender started (Spark's JVM).
-    p = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env, start_new_session=True)
+    p = subprocess.Popen(
+        cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env, start_new_session=True
+    )
     try:
         stdout, stderr = p.communicate(timeout=timeout)
     except subprocess.TimeoutExpired:
@@ -725,8 +817,19 @@ def run_child(name: str, data: Path, repeats: int, timeout: float, opts: dict[st
     return {"status": f"error (exit {p.returncode}): {' / '.join(tail)[:300]}"}
 
 
-HEADERS = ["contender", "rows", "runs", "query s", "M rows/s", "× pandas", "setup s", "peak RSS Δ MiB", "py / JVM peak MiB",
-           "groups", "rows kept"]
+HEADERS = [
+    "contender",
+    "rows",
+    "runs",
+    "query s",
+    "M rows/s",
+    "× pandas",
+    "setup s",
+    "peak RSS Δ MiB",
+    "py / JVM peak MiB",
+    "groups",
+    "rows kept",
+]
 LEFT = ["contender"]
 NOTES = [
     "query s: best of the runs (wall clock), the input already in memory (or, read from Parquet, the files read by the query itself); setup s: building the contender's own input (polars frame, DuckDB registration, PipelineDP's list of row tuples, Spark's session and DataFrame).",
@@ -742,14 +845,25 @@ def run_notes(opts: dict[str, Any], names: list[str]) -> list[str]:
     """What this run's inputs and settings were (stored in the results file with the rows)."""
     notes = []
     if any(n in SPARK for n in names):
-        notes.append(f"Spark: master {opts.get('spark_master')}, driver memory {opts.get('driver_memory')}; input: "
-                     + ("spark.read.parquet of the Parquet directory (not cached)." if opts.get("parquet")
-                        else "the pandas frame through createDataFrame (Arrow), cached."))
+        notes.append(
+            f"Spark: master {opts.get('spark_master')}, driver memory {opts.get('driver_memory')}; input: "
+            + (
+                "spark.read.parquet of the Parquet directory (not cached)."
+                if opts.get("parquet")
+                else "the pandas frame through createDataFrame (Arrow), cached."
+            )
+        )
     if any(n in DUCKDB for n in names):
-        notes.append("DuckDB input: " + ("the Parquet directory (read_parquet; dpkit: Session.from_parquet(dir))" if opts.get("duckdb_parquet")
-                                         else "the in-memory pandas frame")
-                     + f"; memory_limit {opts.get('duckdb_memory_limit') or 'default (80% of RAM)'}, temp_directory "
-                     + f"{opts.get('duckdb_temp_dir') or 'default'}.")
+        notes.append(
+            "DuckDB input: "
+            + (
+                "the Parquet directory (read_parquet; dpkit: Session.from_parquet(dir))"
+                if opts.get("duckdb_parquet")
+                else "the in-memory pandas frame"
+            )
+            + f"; memory_limit {opts.get('duckdb_memory_limit') or 'default (80% of RAM)'}, temp_directory "
+            + f"{opts.get('duckdb_temp_dir') or 'default'}."
+        )
     if opts.get("parquet"):
         notes.append(f"Parquet: {opts.get('parquet_files')} part files (pyarrow, snappy) in {opts.get('parquet')}.")
     return notes
@@ -759,8 +873,10 @@ def ratio_notes(rows: list[dict[str, Any]]) -> list[str]:
     """dpkit / the hand-written bounding, on each engine, when both ran."""
     by = {r["name"]: r for r in rows if r["status"] == "ok" and not r.get("fallback")}
     out = []
-    for mine, hand, what in (("dpkit", "duckdb-onewindow", "DuckDB: (f) dpkit end to end / (e) hand-written SQL"),
-                             ("dpkit-spark", "spark-hand", "Spark: (h) dpkit end to end / (i) hand-written DataFrame API")):
+    for mine, hand, what in (
+        ("dpkit", "duckdb-onewindow", "DuckDB: (f) dpkit end to end / (e) hand-written SQL"),
+        ("dpkit-spark", "spark-hand", "Spark: (h) dpkit end to end / (i) hand-written DataFrame API"),
+    ):
         if mine in by and hand in by:
             a, b = by[mine]["seconds"], by[hand]["seconds"]
             out.append(f"{what}: {a:.3g} s / {b:.3g} s = **{a / b:.2f}×**.")
@@ -786,10 +902,25 @@ def cells(r: dict[str, Any], pandas_s: float | None) -> list[str]:
     peaks = (f"{py:,.0f}" if py is not None else "—") + (f" / {jvm:,.0f}" if jvm else "")
     if r.get("executors_peak_rss_mib"):
         peaks += f" (+ executors {r['executors_peak_rss_mib']:,.0f})"
-    times = _num(s / pandas_s * (r.get("full_rows", r["rows"]) / r["rows"] if r.get("fallback") else 1)) if pandas_s else "—"
+    times = (
+        _num(s / pandas_s * (r.get("full_rows", r["rows"]) / r["rows"] if r.get("fallback") else 1))
+        if pandas_s
+        else "—"
+    )
     setup = r["setup_seconds"]
-    return [label, f"{r['rows']:,}", str(r["runs"]), _num(s), f"{r['rows'] / s / 1e6:.3g}", times + ("*" if r.get("fallback") else ""),
-            f"{setup:.3g}" if setup >= 0.001 else "< 0.001", f"{r['peak_rss_delta_mib']:,.0f}", peaks, str(chk.get("groups", "—")), kept]
+    return [
+        label,
+        f"{r['rows']:,}",
+        str(r["runs"]),
+        _num(s),
+        f"{r['rows'] / s / 1e6:.3g}",
+        times + ("*" if r.get("fallback") else ""),
+        f"{setup:.3g}" if setup >= 0.001 else "< 0.001",
+        f"{r['peak_rss_delta_mib']:,.0f}",
+        peaks,
+        str(chk.get("groups", "—")),
+        kept,
+    ]
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -797,20 +928,47 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--rows", type=int, default=10_000_000)
     ap.add_argument("--fallback-rows", type=int, default=1_000_000, help="rows for a slow contender that timed out")
     ap.add_argument("--repeats", type=int, default=3, help="best-of for the fast contenders")
-    ap.add_argument("--slow-timeout", type=float, default=720.0, help="seconds for PipelineDP / Spark on --rows (load + setup + 1 run)")
+    ap.add_argument(
+        "--slow-timeout",
+        type=float,
+        default=720.0,
+        help="seconds for PipelineDP / Spark on --rows (load + setup + 1 run)",
+    )
     ap.add_argument("--fast-timeout", type=float, default=600.0)
     ap.add_argument("--only", default=",".join(CONTENDERS), help="comma-separated subset of: " + ",".join(CONTENDERS))
-    ap.add_argument("--cache", type=Path, default=Path(tempfile.gettempdir()) / "dpkit-bench", help="where the generated data is cached (.npy)")
+    ap.add_argument(
+        "--cache",
+        type=Path,
+        default=Path(tempfile.gettempdir()) / "dpkit-bench",
+        help="where the generated data is cached (.npy)",
+    )
     ap.add_argument("--out", type=Path, default=DEFAULT_OUT)
     ap.add_argument("--markdown", action="store_true", help="(Markdown is always printed on stdout; kept for symmetry)")
-    ap.add_argument("--render", type=Path, metavar="JSON", help="print the tables of an earlier results file; run nothing")
-    ap.add_argument("--parquet", action="store_true",
-                    help="also write the data as a Parquet directory (cached) and have the Spark contenders read it")
+    ap.add_argument(
+        "--render", type=Path, metavar="JSON", help="print the tables of an earlier results file; run nothing"
+    )
+    ap.add_argument(
+        "--parquet",
+        action="store_true",
+        help="also write the data as a Parquet directory (cached) and have the Spark contenders read it",
+    )
     ap.add_argument("--parquet-files", type=int, default=8, help="part files in the Parquet directory")
-    ap.add_argument("--duckdb-parquet", action="store_true", help="the DuckDB contenders read the Parquet directory too (implies --parquet)")
-    ap.add_argument("--duckdb-memory-limit", metavar="SIZE", help="DuckDB's memory_limit for the DuckDB contenders, e.g. 4GB")
-    ap.add_argument("--duckdb-temp-dir", metavar="DIR", help="DuckDB's temp_directory (where it spills) for the DuckDB contenders")
-    ap.add_argument("--spark-master", default=f"local[{THREADS}]", help="the Spark contenders' master URL (local[2], spark://host:port)")
+    ap.add_argument(
+        "--duckdb-parquet",
+        action="store_true",
+        help="the DuckDB contenders read the Parquet directory too (implies --parquet)",
+    )
+    ap.add_argument(
+        "--duckdb-memory-limit", metavar="SIZE", help="DuckDB's memory_limit for the DuckDB contenders, e.g. 4GB"
+    )
+    ap.add_argument(
+        "--duckdb-temp-dir", metavar="DIR", help="DuckDB's temp_directory (where it spills) for the DuckDB contenders"
+    )
+    ap.add_argument(
+        "--spark-master",
+        default=f"local[{THREADS}]",
+        help="the Spark contenders' master URL (local[2], spark://host:port)",
+    )
     ap.add_argument("--driver-memory", default="1g", help="spark.driver.memory of the Spark contenders")
     ap.add_argument("--spark-repeats", type=int, default=1, help="runs of each Spark query (best of)")
     ap.add_argument("--child", help=argparse.SUPPRESS)
@@ -832,16 +990,26 @@ def main(argv: list[str] | None = None) -> int:
     if unknown:
         ap.error(f"unknown contenders {sorted(unknown)}; choose from {', '.join(CONTENDERS)}")
     load_start = os.getloadavg()
-    started = _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds")
-    print(f"[bench] start {started}, load average {load_start[0]:.2f} {load_start[1]:.2f} {load_start[2]:.2f}", file=sys.stderr, flush=True)
+    started = _dt.datetime.now(_dt.UTC).isoformat(timespec="seconds")
+    print(
+        f"[bench] start {started}, load average {load_start[0]:.2f} {load_start[1]:.2f} {load_start[2]:.2f}",
+        file=sys.stderr,
+        flush=True,
+    )
     parquet = args.parquet or args.duckdb_parquet
     if args.duckdb_temp_dir:
         Path(args.duckdb_temp_dir).mkdir(parents=True, exist_ok=True)
 
     def options(d: Path) -> dict[str, Any]:
-        return {"parquet": str(ensure_parquet(d, args.parquet_files)) if parquet else None, "parquet_files": args.parquet_files,
-                "duckdb_parquet": args.duckdb_parquet, "duckdb_memory_limit": args.duckdb_memory_limit,
-                "duckdb_temp_dir": args.duckdb_temp_dir, "spark_master": args.spark_master, "driver_memory": args.driver_memory}
+        return {
+            "parquet": str(ensure_parquet(d, args.parquet_files)) if parquet else None,
+            "parquet_files": args.parquet_files,
+            "duckdb_parquet": args.duckdb_parquet,
+            "duckdb_memory_limit": args.duckdb_memory_limit,
+            "duckdb_temp_dir": args.duckdb_temp_dir,
+            "spark_master": args.spark_master,
+            "driver_memory": args.driver_memory,
+        }
 
     data = ensure_cache(args.cache, args.rows)
     opts = options(data)
@@ -859,33 +1027,65 @@ def main(argv: list[str] | None = None) -> int:
             small = ensure_cache(args.cache, args.fallback_rows)
             r = run_child(name, small, repeats, args.slow_timeout, options(small))
             r.update(name=name, label=label, rows=args.fallback_rows, fallback=True, full_rows=args.rows)
-        print(f"[bench]   {r['status']}" + (f": {r['seconds']:.3g} s, peak Δ {r['peak_rss_delta_mib']:,.0f} MiB" if r["status"] == "ok" else ""),
-              file=sys.stderr, flush=True)
+        print(
+            f"[bench]   {r['status']}"
+            + (f": {r['seconds']:.3g} s, peak Δ {r['peak_rss_delta_mib']:,.0f} MiB" if r["status"] == "ok" else ""),
+            file=sys.stderr,
+            flush=True,
+        )
         rows.append(r)
 
     by = {r["name"]: r for r in rows if r["status"] == "ok" and not r["fallback"]}
     if "duckdb-textbook" in by and "duckdb-onewindow" in by:
         a, b = by["duckdb-textbook"]["check"], by["duckdb-onewindow"]["check"]
-        same = a["groups"] == b["groups"] and a["rows_kept"] == b["rows_kept"] and abs(a["value_sum"] - b["value_sum"]) <= 1e-9 * abs(a["value_sum"])
-        print(f"[bench] (d) and (e) keep the same rows: {same} ({a['rows_kept']:,} vs {b['rows_kept']:,})", file=sys.stderr)
+        same = (
+            a["groups"] == b["groups"]
+            and a["rows_kept"] == b["rows_kept"]
+            and abs(a["value_sum"] - b["value_sum"]) <= 1e-9 * abs(a["value_sum"])
+        )
+        print(
+            f"[bench] (d) and (e) keep the same rows: {same} ({a['rows_kept']:,} vs {b['rows_kept']:,})",
+            file=sys.stderr,
+        )
 
     import duckdb  # noqa: PLC0415
 
     meta = {
-        "date": _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"), "started": started,
+        "date": _dt.datetime.now(_dt.UTC).isoformat(timespec="seconds"),
+        "started": started,
         "load_average_at_start": {"1min": load_start[0], "5min": load_start[1], "15min": load_start[2]},
         "command": " ".join([Path(sys.executable).name, *sys.argv]) if argv is None else " ".join(argv),
-        "options": opts, "spark_repeats": args.spark_repeats,
-        "rows": args.rows, "users": n_users, "rows_per_user": "uniform 1..20 (last user truncated)", "categories": N_CATEGORIES,
-        "value": "uniform [0, 100]", "seed": SEED, "repeats": args.repeats,
-        "max_groups": MAX_GROUPS, "max_rows": MAX_ROWS, "epsilon": EPSILON, "noise": "laplace (dpkit: geometric on the integer grid)",
-        "threads": THREADS, "duckdb_default_threads": duckdb.connect().execute("SELECT current_setting('threads')").fetchone()[0],
-        "python": platform.python_version(), "numpy": np.__version__, "platform": platform.platform(), "cpu_count": os.cpu_count(),
-        "versions": {d: _report.version(d) for d in ("dpkit", "duckdb", "pandas", "polars", "pipeline-dp", "python-dp", "pyspark", "opendp")},
+        "options": opts,
+        "spark_repeats": args.spark_repeats,
+        "rows": args.rows,
+        "users": n_users,
+        "rows_per_user": "uniform 1..20 (last user truncated)",
+        "categories": N_CATEGORIES,
+        "value": "uniform [0, 100]",
+        "seed": SEED,
+        "repeats": args.repeats,
+        "max_groups": MAX_GROUPS,
+        "max_rows": MAX_ROWS,
+        "epsilon": EPSILON,
+        "noise": "laplace (dpkit: geometric on the integer grid)",
+        "threads": THREADS,
+        "duckdb_default_threads": duckdb.connect().execute("SELECT current_setting('threads')").fetchone()[0],
+        "python": platform.python_version(),
+        "numpy": np.__version__,
+        "platform": platform.platform(),
+        "cpu_count": os.cpu_count(),
+        "versions": {
+            d: _report.version(d)
+            for d in ("dpkit", "duckdb", "pandas", "polars", "pipeline-dp", "python-dp", "pyspark", "opendp")
+        },
         "timer": "time.perf_counter wall clock of the query alone; best of `repeats` for fast contenders, one run for PipelineDP, `spark_repeats` for Spark",
         "memory": "peak RSS (VmHWM, reset via /proc/self/clear_refs) of the contender's subprocess minus its RSS after loading its input; + JVM peak RSS for Spark (+ executors on a cluster)",
-        "sql": {"plain": SQL_PLAIN, "textbook": SQL_TEXTBOOK, "one_window": SQL_ONE_WINDOW,
-                "dpkit": next((r.get("sql") for r in rows if r["name"] == "dpkit-sql" and r.get("sql")), None)},
+        "sql": {
+            "plain": SQL_PLAIN,
+            "textbook": SQL_TEXTBOOK,
+            "one_window": SQL_ONE_WINDOW,
+            "dpkit": next((r.get("sql") for r in rows if r["name"] == "dpkit-sql" and r.get("sql")), None),
+        },
         "notes": NOTES + run_notes(opts, names),
     }
     args.out.parent.mkdir(parents=True, exist_ok=True)
@@ -897,15 +1097,31 @@ def main(argv: list[str] | None = None) -> int:
 
 def render(meta: dict[str, Any], rows: list[dict[str, Any]]) -> None:
     """The rich table on stderr and the Markdown table on stdout."""
-    pandas_s = next((r["seconds"] for r in rows if r["name"] == "pandas" and r["status"] == "ok" and not r["fallback"]), None)
+    pandas_s = next(
+        (r["seconds"] for r in rows if r["name"] == "pandas" and r["status"] == "ok" and not r["fallback"]), None
+    )
     table = [cells(r, pandas_s) for r in rows]
     notes = list(meta.get("notes", NOTES)) + ratio_notes(rows)
-    notes += ["*: measured on the fallback row count; × pandas scaled linearly to the full row count."] if any(r["fallback"] for r in rows) else []
+    notes += (
+        ["*: measured on the fallback row count; × pandas scaled linearly to the full row count."]
+        if any(r["fallback"] for r in rows)
+        else []
+    )
     load = meta.get("load_average_at_start")
-    title = (f"Group-by count/sum/mean on {meta['rows']:,} rows ({meta['users']:,} users), {meta.get('started', meta['date'])}"
-             + (f" (load {load['1min']:.2f})" if load else "") + f", {meta['cpu_count']} CPUs")
-    _report.print_table(title, HEADERS, LEFT, ((c, 0, r["name"].startswith("dpkit")) for c, r in zip(table, rows)), notes,
-                        to_stderr=True, width=220)
+    title = (
+        f"Group-by count/sum/mean on {meta['rows']:,} rows ({meta['users']:,} users), {meta.get('started', meta['date'])}"
+        + (f" (load {load['1min']:.2f})" if load else "")
+        + f", {meta['cpu_count']} CPUs"
+    )
+    _report.print_table(
+        title,
+        HEADERS,
+        LEFT,
+        ((c, 0, r["name"].startswith("dpkit")) for c, r in zip(table, rows)),
+        notes,
+        to_stderr=True,
+        width=220,
+    )
     print(_report.markdown(title, HEADERS, LEFT, table, notes))
 
 

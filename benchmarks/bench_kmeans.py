@@ -32,12 +32,12 @@ import platform
 import sys
 import time
 import warnings
+from collections.abc import Callable
 from pathlib import Path
-from typing import Any, Callable
-
-import numpy as np
+from typing import Any
 
 import _report
+import numpy as np
 
 REPO = Path(__file__).resolve().parent.parent
 DEFAULT_OUT = REPO / "benchmarks" / "results" / "kmeans.json"
@@ -98,7 +98,9 @@ def main(argv: list[str] | None = None) -> int:
         errors: dict[tuple[float, str], str] = {}
         print(f"[bench] k-means n={n} d={d} k={k}: {args.seeds} seeds", file=sys.stderr, flush=True)
         for seed in range(args.seeds):
-            X, _ = make_blobs(n_samples=n, n_features=d, centers=k, cluster_std=1.0, center_box=(-10, 10), random_state=seed)
+            X, _ = make_blobs(
+                n_samples=n, n_features=d, centers=k, cluster_std=1.0, center_box=(-10, 10), random_state=seed
+            )
             base = cost(X, SkKMeans(n_clusters=k, n_init=10, random_state=0).fit(X).cluster_centers_)
             for eps in EPSILONS:
                 for name, fit in fitters(k, d, eps):
@@ -121,16 +123,27 @@ def main(argv: list[str] | None = None) -> int:
                     row["status"] = errors[key]
                 else:
                     r = np.array(ratios[key])
-                    row.update(status="ok", seeds=int(r.size), median=float(np.median(r)),
-                               p25=float(np.quantile(r, 0.25)), p75=float(np.quantile(r, 0.75)),
-                               mean=float(r.mean()), worst=float(r.max()), ms_per_fit=1000 * seconds[key] / r.size)
+                    row.update(
+                        status="ok",
+                        seeds=int(r.size),
+                        median=float(np.median(r)),
+                        p25=float(np.quantile(r, 0.25)),
+                        p75=float(np.quantile(r, 0.75)),
+                        mean=float(r.mean()),
+                        worst=float(r.max()),
+                        ms_per_fit=1000 * seconds[key] / r.size,
+                    )
                 rows.append(row)
 
     meta = {
-        "date": _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"),
-        "python": platform.python_version(), "numpy": np.__version__, "cpu_count": os.cpu_count(),
+        "date": _dt.datetime.now(_dt.UTC).isoformat(timespec="seconds"),
+        "python": platform.python_version(),
+        "numpy": np.__version__,
+        "cpu_count": os.cpu_count(),
         "versions": {p: _report.version(p) for p in ("dpkit", "diffprivlib", "scikit-learn")},
-        "box": [-BOX, BOX], "delta_gaussian": DELTA, "neighbours": "add_remove",
+        "box": [-BOX, BOX],
+        "delta_gaussian": DELTA,
+        "neighbours": "add_remove",
         "score": "cost(private centres) / cost(scikit-learn KMeans n_init=10), median over seeds",
     }
     args.out.parent.mkdir(parents=True, exist_ok=True)
@@ -144,7 +157,9 @@ def main(argv: list[str] | None = None) -> int:
             line = [f"n={n:,} d={d} k={k}", f"{eps:g}"]
             for name in names:
                 r = next(r for r in rows if (r["n"], r["d"], r["k"], r["epsilon"], r["method"]) == (n, d, k, eps, name))
-                line.append(f"{r['median']:.3f} [{r['p25']:.2f}–{r['p75']:.2f}]" if r["status"] == "ok" else r["status"])
+                line.append(
+                    f"{r['median']:.3f} [{r['p25']:.2f}–{r['p75']:.2f}]" if r["status"] == "ok" else r["status"]
+                )
             cells.append(line)
     notes = [
         f"normalised cost = cost / non-private scikit-learn cost, median (quartiles p25–p75 in brackets) over {args.seeds} seeds; 1.000 is non-private quality",
@@ -153,13 +168,25 @@ def main(argv: list[str] | None = None) -> int:
         "dpkit: 5 iterations (the first a private initialisation for gaussian); diffprivlib: 2–7 by its heuristic",
     ]
     _report.print_table(
-        f"DP k-means, normalised cost (Python {meta['python']}, {meta['date']})", headers, headers[:2],
-        [(c, c[0], False) for c in cells], notes, to_stderr=args.markdown, blank_repeats=True,
+        f"DP k-means, normalised cost (Python {meta['python']}, {meta['date']})",
+        headers,
+        headers[:2],
+        [(c, c[0], False) for c in cells],
+        notes,
+        to_stderr=args.markdown,
+        blank_repeats=True,
     )
     print(f"[bench] wrote {args.out}", file=sys.stderr)
     if args.markdown:
-        print(_report.markdown(f"DP k-means on Gaussian blobs. {meta['date']}, {meta['cpu_count']} CPUs.",
-                               headers, headers[:2], cells, notes))
+        print(
+            _report.markdown(
+                f"DP k-means on Gaussian blobs. {meta['date']}, {meta['cpu_count']} CPUs.",
+                headers,
+                headers[:2],
+                cells,
+                notes,
+            )
+        )
     return 0
 
 

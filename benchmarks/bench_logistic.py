@@ -45,12 +45,13 @@ import platform
 import sys
 import time
 import warnings
+from collections.abc import Callable
 from pathlib import Path
-from typing import Any, Callable
-
-import numpy as np
+from typing import Any
 
 import _report
+import numpy as np
+
 from dpkit.datasets import ADULT_DATA_NORM, adult_features
 
 REPO = Path(__file__).resolve().parent.parent
@@ -70,9 +71,19 @@ DPKIT_GRID: dict[str, dict[str, Any]] = {
     "C=0.5, lr=8, 200 steps, PLD": {"max_grad_norm": 0.5, "learning_rate": 8.0, "steps": 200, "accountant": "pld"},
     "C=1, lr=4, PLD": {"max_grad_norm": 1.0, "learning_rate": 4.0, "accountant": "pld"},
     "C=0.5, lr=8, B=2000 (n public), 10 epochs, PLD": {
-        "max_grad_norm": 0.5, "learning_rate": 8.0, "batch_size": 2000, "epochs": 10, "accountant": "pld"},
+        "max_grad_norm": 0.5,
+        "learning_rate": 8.0,
+        "batch_size": 2000,
+        "epochs": 10,
+        "accountant": "pld",
+    },
 }
-DIFFPRIVLIB_GRID: dict[str, dict[str, Any]] = {"default (C=1)": {}, "C=0.01": {"C": 0.01}, "C=0.1": {"C": 0.1}, "C=10": {"C": 10.0}}
+DIFFPRIVLIB_GRID: dict[str, dict[str, Any]] = {
+    "default (C=1)": {},
+    "C=0.01": {"C": 0.01},
+    "C=0.1": {"C": 0.1},
+    "C=10": {"C": 10.0},
+}
 
 
 # ----------------------------------------------------------------------------- data
@@ -99,8 +110,9 @@ def _diffprivlib_shim() -> None:
 def dpkit_model(eps: float, seed: int, params: dict[str, Any]) -> Any:
     from dpkit.ml.logistic import LogisticRegression  # noqa: PLC0415
 
-    return LogisticRegression(epsilon=eps, delta=DELTA, data_norm=DATA_NORM, classes=[0, 1],
-                              rng=np.random.default_rng(seed), **params)
+    return LogisticRegression(
+        epsilon=eps, delta=DELTA, data_norm=DATA_NORM, classes=[0, 1], rng=np.random.default_rng(seed), **params
+    )
 
 
 def diffprivlib_model(eps: float, seed: int, params: dict[str, Any]) -> Any:
@@ -113,8 +125,14 @@ def diffprivlib_model(eps: float, seed: int, params: dict[str, Any]) -> Any:
 Builder = Callable[[float, int, dict[str, Any]], Any]
 
 
-def run(build: Builder, eps: float, params: dict[str, Any], seeds: list[int],
-        train: tuple[np.ndarray, np.ndarray], test: tuple[np.ndarray, np.ndarray]) -> dict[str, Any]:
+def run(
+    build: Builder,
+    eps: float,
+    params: dict[str, Any],
+    seeds: list[int],
+    train: tuple[np.ndarray, np.ndarray],
+    test: tuple[np.ndarray, np.ndarray],
+) -> dict[str, Any]:
     accs, secs = [], []
     try:
         for s in seeds:
@@ -127,13 +145,28 @@ def run(build: Builder, eps: float, params: dict[str, Any], seeds: list[int],
     except Exception as exc:  # a peer that does not run: n/a, the benchmark goes on
         return {"status": f"n/a ({type(exc).__name__}: {str(exc)[:100]})"}
     a = np.array(accs)
-    return {"status": "ok", "median": float(np.median(a)), "q25": float(np.quantile(a, 0.25)),
-            "q75": float(np.quantile(a, 0.75)), "min": float(a.min()), "max": float(a.max()), "runs": len(a),
-            "s_per_fit": float(np.mean(secs)), "accuracies": accs}
+    return {
+        "status": "ok",
+        "median": float(np.median(a)),
+        "q25": float(np.quantile(a, 0.25)),
+        "q75": float(np.quantile(a, 0.75)),
+        "min": float(a.min()),
+        "max": float(a.max()),
+        "runs": len(a),
+        "s_per_fit": float(np.mean(secs)),
+        "accuracies": accs,
+    }
 
 
-def tune(name: str, build: Builder, grid: dict[str, dict[str, Any]], eps: float, seeds: list[int],
-         train: tuple[np.ndarray, np.ndarray], val: tuple[np.ndarray, np.ndarray]) -> tuple[str, dict[str, float]]:
+def tune(
+    name: str,
+    build: Builder,
+    grid: dict[str, dict[str, Any]],
+    eps: float,
+    seeds: list[int],
+    train: tuple[np.ndarray, np.ndarray],
+    val: tuple[np.ndarray, np.ndarray],
+) -> tuple[str, dict[str, float]]:
     scores: dict[str, float] = {}
     for label, params in grid.items():
         print(f"[bench] tune {name} ε={eps}: {label}", file=sys.stderr, flush=True)
@@ -181,24 +214,48 @@ def main(argv: list[str] | None = None) -> int:
             default_label = next(iter(grid))
             print(f"[bench] {lib} default ε={eps}", file=sys.stderr, flush=True)
             r = run(build, eps, grid[default_label], seeds, train, test)
-            rows.append({"library": lib, "setting": "default", "params": grid[default_label], "epsilon": eps,
-                         "delta": DELTA if lib == "dpkit" else 0.0, **r})
+            rows.append(
+                {
+                    "library": lib,
+                    "setting": "default",
+                    "params": grid[default_label],
+                    "epsilon": eps,
+                    "delta": DELTA if lib == "dpkit" else 0.0,
+                    **r,
+                }
+            )
             if args.no_tune:
                 continue
             best, scores = tune(lib, build, grid, eps, tune_seeds, fit_part, val_part)
             print(f"[bench] {lib} tuned ε={eps}: {best}", file=sys.stderr, flush=True)
             r = run(build, eps, grid[best], seeds, train, test)
-            rows.append({"library": lib, "setting": f"tuned: {best}", "params": grid[best], "epsilon": eps,
-                         "delta": DELTA if lib == "dpkit" else 0.0, "validation": scores, **r})
+            rows.append(
+                {
+                    "library": lib,
+                    "setting": f"tuned: {best}",
+                    "params": grid[best],
+                    "epsilon": eps,
+                    "delta": DELTA if lib == "dpkit" else 0.0,
+                    "validation": scores,
+                    **r,
+                }
+            )
 
     meta = {
-        "date": _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"),
-        "python": platform.python_version(), "numpy": np.__version__, "cpu_count": os.cpu_count(),
+        "date": _dt.datetime.now(_dt.UTC).isoformat(timespec="seconds"),
+        "python": platform.python_version(),
+        "numpy": np.__version__,
+        "cpu_count": os.cpu_count(),
         "versions": {d: _report.version(d) for d in ("dpkit", "diffprivlib", "scikit-learn")},
         "data": "../shared/data/adult/adult.data (train), adult.test (test)",
-        "n_train": int(train[0].shape[0]), "n_test": int(test[0].shape[0]), "n_features": int(train[0].shape[1]),
-        "data_norm": DATA_NORM, "delta_dpkit": DELTA, "seeds": seeds,
-        "non_private_sklearn_accuracy": reference, "majority_class_accuracy": majority,
+        "n_train": int(train[0].shape[0]),
+        "n_test": int(test[0].shape[0]),
+        "n_features": int(train[0].shape[1]),
+        "data_norm": DATA_NORM,
+        "delta_dpkit": DELTA,
+        "seeds": seeds,
+        "non_private_sklearn_accuracy": reference,
+        "majority_class_accuracy": majority,
     }
     args.out.parent.mkdir(parents=True, exist_ok=True)
     args.out.write_text(json.dumps({"meta": meta, "rows": rows}, indent=2, ensure_ascii=False) + "\n")
@@ -208,13 +265,17 @@ def main(argv: list[str] | None = None) -> int:
     cells = []
     for r in rows:
         ok = r["status"] == "ok"
-        cells.append([
-            f"{r['epsilon']:g}", r["library"], r["setting"],
-            f"(ε, {r['delta']:g})-DP" if r["delta"] else "ε-DP",
-            f"{r['median']:.4f}" if ok else r["status"],
-            f"{r['q25']:.4f}–{r['q75']:.4f}" if ok else "—",
-            f"{r['s_per_fit']:.2f}" if ok else "—",
-        ])
+        cells.append(
+            [
+                f"{r['epsilon']:g}",
+                r["library"],
+                r["setting"],
+                f"(ε, {r['delta']:g})-DP" if r["delta"] else "ε-DP",
+                f"{r['median']:.4f}" if ok else r["status"],
+                f"{r['q25']:.4f}–{r['q75']:.4f}" if ok else "—",
+                f"{r['s_per_fit']:.2f}" if ok else "—",
+            ]
+        )
     notes = [
         f"UCI Adult: {meta['n_train']:,} train / {meta['n_test']:,} test rows, {meta['n_features']} features "
         f"(public-schema one-hot + numerics scaled by declared ranges), data_norm = √13 for both libraries",
@@ -226,8 +287,15 @@ def main(argv: list[str] | None = None) -> int:
         "diffprivlib run with a shim for scikit-learn 1.8 (drops multi_class=)",
         f"{meta['cpu_count']} CPUs, Python {meta['python']}, {meta['date']}",
     ]
-    print(_report.markdown("Private logistic regression on UCI Adult: test accuracy", headers,
-                           ["library", "setting", "guarantee", "IQR"], cells, notes))
+    print(
+        _report.markdown(
+            "Private logistic regression on UCI Adult: test accuracy",
+            headers,
+            ["library", "setting", "guarantee", "IQR"],
+            cells,
+            notes,
+        )
+    )
     return 0
 
 

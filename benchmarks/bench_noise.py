@@ -28,13 +28,13 @@ import platform
 import sys
 import time
 import warnings
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Callable
-
-import numpy as np
+from typing import Any
 
 import _report  # benchmarks/_report.py: shared table and version helpers
+import numpy as np
 
 REPO = Path(__file__).resolve().parent.parent
 DEFAULT_OUT = REPO / "benchmarks" / "results" / "noise.json"
@@ -97,13 +97,21 @@ def numpy_candidates(rng: np.random.Generator) -> dict[str, list[Candidate]]:
 
     def geo(scale: float) -> Candidate:
         return Candidate(
-            "numpy", "geometric − geometric", f"x + (rng.geometric(p, n) - rng.geometric(p, n)), p = 1-exp(-1/{scale:g})",
-            geo_diff(scale), params={"scale": scale})
+            "numpy",
+            "geometric − geometric",
+            f"x + (rng.geometric(p, n) - rng.geometric(p, n)), p = 1-exp(-1/{scale:g})",
+            geo_diff(scale),
+            params={"scale": scale},
+        )
 
     def rnorm(sigma: float) -> Candidate:
         return Candidate(
-            "numpy", "rint(normal), not exact", f"x + rint(rng.normal(0, {sigma:g}, n)) (not an exact discrete Gaussian)",
-            rounded_normal(sigma), params={"sigma": sigma})
+            "numpy",
+            "rint(normal), not exact",
+            f"x + rint(rng.normal(0, {sigma:g}, n)) (not an exact discrete Gaussian)",
+            rounded_normal(sigma),
+            params={"sigma": sigma},
+        )
 
     return {
         "laplace": [Candidate("numpy", "laplace", "x + rng.laplace(0, 1, n)", lap, params={"scale": 1.0})],
@@ -165,18 +173,60 @@ def dpkit_candidates() -> tuple[dict[str, list[Candidate]], str | None]:
         return prep
 
     rows = {
-        "laplace": [Candidate("dpkit", "Laplace.release", "dp.Laplace(epsilon=1, sensitivity=1).release(x)", laplace,
-                              params={"epsilon": 1.0, "sensitivity": 1.0})],
-        "gaussian": [Candidate("dpkit", "Gaussian.release", "dp.Gaussian(epsilon=1, delta=1e-6, sensitivity=1).release(x)",
-                               gaussian, params={"epsilon": 1.0, "delta": 1e-6, "sensitivity": 1.0})],
-        "dlap1": [Candidate("dpkit", "noise.discrete_laplace", "x + dp.noise.discrete_laplace(scale=1, size=n)", dlap(1.0),
-                            params={"scale": 1.0})],
-        "dgauss1": [Candidate("dpkit", "noise.discrete_gaussian", "x + dp.noise.discrete_gaussian(sigma=1, size=n)", dgauss(1.0),
-                              params={"sigma": 1.0})],
-        "dlap1000": [Candidate("dpkit", "noise.discrete_laplace", "x + dp.noise.discrete_laplace(scale=1000, size=n)",
-                               dlap(1000.0), params={"scale": 1000.0})],
-        "dgauss1000": [Candidate("dpkit", "noise.discrete_gaussian", "x + dp.noise.discrete_gaussian(sigma=1000, size=n)",
-                                 dgauss(1000.0), params={"sigma": 1000.0})],
+        "laplace": [
+            Candidate(
+                "dpkit",
+                "Laplace.release",
+                "dp.Laplace(epsilon=1, sensitivity=1).release(x)",
+                laplace,
+                params={"epsilon": 1.0, "sensitivity": 1.0},
+            )
+        ],
+        "gaussian": [
+            Candidate(
+                "dpkit",
+                "Gaussian.release",
+                "dp.Gaussian(epsilon=1, delta=1e-6, sensitivity=1).release(x)",
+                gaussian,
+                params={"epsilon": 1.0, "delta": 1e-6, "sensitivity": 1.0},
+            )
+        ],
+        "dlap1": [
+            Candidate(
+                "dpkit",
+                "noise.discrete_laplace",
+                "x + dp.noise.discrete_laplace(scale=1, size=n)",
+                dlap(1.0),
+                params={"scale": 1.0},
+            )
+        ],
+        "dgauss1": [
+            Candidate(
+                "dpkit",
+                "noise.discrete_gaussian",
+                "x + dp.noise.discrete_gaussian(sigma=1, size=n)",
+                dgauss(1.0),
+                params={"sigma": 1.0},
+            )
+        ],
+        "dlap1000": [
+            Candidate(
+                "dpkit",
+                "noise.discrete_laplace",
+                "x + dp.noise.discrete_laplace(scale=1000, size=n)",
+                dlap(1000.0),
+                params={"scale": 1000.0},
+            )
+        ],
+        "dgauss1000": [
+            Candidate(
+                "dpkit",
+                "noise.discrete_gaussian",
+                "x + dp.noise.discrete_gaussian(sigma=1000, size=n)",
+                dgauss(1000.0),
+                params={"sigma": 1000.0},
+            )
+        ],
     }
     return rows, import_error
 
@@ -213,8 +263,14 @@ def opendp_candidates() -> dict[str, list[Candidate]]:
         fn = "make_laplace" if kind == "laplace" else "make_gaussian"
         metric = "l1_distance" if kind == "laplace" else "l2_distance"
         dom = "atom_domain(T=float, nan=False)" if T == "f64" else 'atom_domain(T="i64")'
-        return Candidate("OpenDP 0.16", f"{fn}, vector {T}", f"m.{fn}(vector_domain({dom}), {metric}, scale={scale:g})(x)",
-                         make(kind, T, scale), peer=True, params={"scale": scale, "T": T})
+        return Candidate(
+            "OpenDP 0.16",
+            f"{fn}, vector {T}",
+            f"m.{fn}(vector_domain({dom}), {metric}, scale={scale:g})(x)",
+            make(kind, T, scale),
+            peer=True,
+            params={"scale": scale, "T": T},
+        )
 
     return {
         "laplace": [cand("laplace", "f64", 1.0)],
@@ -249,15 +305,23 @@ def diffprivlib_candidates() -> dict[str, list[Candidate]]:
 
         return prep
 
-    def cand(name: str, kwargs: dict[str, Any], integer: bool, note: str = "",
-             force_sigma: float | None = None) -> Candidate:
+    def cand(
+        name: str, kwargs: dict[str, Any], integer: bool, note: str = "", force_sigma: float | None = None
+    ) -> Candidate:
         args = ", ".join(f"{k}={v:g}" for k, v in kwargs.items())
         call = f"[{name}({args}).randomise(v) for v in x]{note}"
         params = dict(kwargs)
         if force_sigma is not None:
             params["sigma"] = force_sigma
-        return Candidate("diffprivlib 0.6.6", f"{name}.randomise loop", call, make(name, kwargs, integer, force_sigma),
-                         peer=True, python_loop=True, params=params)
+        return Candidate(
+            "diffprivlib 0.6.6",
+            f"{name}.randomise loop",
+            call,
+            make(name, kwargs, integer, force_sigma),
+            peer=True,
+            python_loop=True,
+            params=params,
+        )
 
     gd = {"epsilon": 1.0, "delta": 1e-6}
     return {
@@ -386,18 +450,27 @@ def add_ratios(rows: list[dict[str, Any]]) -> None:
         base = next((r for r in ok if r["library"] == "numpy"), None)
         mine = next((r for r in ok if r["library"] == "dpkit"), None)
         for r in group:
-            r["ratio_vs_numpy"] = (r["seconds_for_n"] / base["seconds_for_n"]
-                                   if base and r["status"] == "ok" else None)
+            r["ratio_vs_numpy"] = r["seconds_for_n"] / base["seconds_for_n"] if base and r["status"] == "ok" else None
             peer = r["library"] not in ("numpy", "dpkit")
-            r["dpkit_speedup"] = (r["seconds_for_n"] / mine["seconds_for_n"]
-                                  if peer and mine and r["status"] == "ok" else None)
+            r["dpkit_speedup"] = (
+                r["seconds_for_n"] / mine["seconds_for_n"] if peer and mine and r["status"] == "ok" else None
+            )
 
 
 # --------------------------------------------------------------------------- output
 
 
-HEADERS = ["work", "library", "implementation", "values measured", "seconds for N", "M values/s",
-           "× numpy time", "dpkit speedup", "std"]
+HEADERS = [
+    "work",
+    "library",
+    "implementation",
+    "values measured",
+    "seconds for N",
+    "M values/s",
+    "× numpy time",
+    "dpkit speedup",
+    "std",
+]
 LEFT = {"work", "library", "implementation"}
 
 NOTES = [
@@ -408,8 +481,7 @@ NOTES = [
     "diffprivlib GaussianDiscrete only takes (ε, δ): its private _scale is set to σ (1 or 1000); "
     "its sampler loops O(σ) times per value.",
     "'extrapolated from k': timed once on k values and scaled linearly to N.",
-    "× numpy time: seconds / numpy's seconds for the same work; dpkit speedup: peer seconds / "
-    "dpkit seconds.",
+    "× numpy time: seconds / numpy's seconds for the same work; dpkit speedup: peer seconds / dpkit seconds.",
 ]
 
 
@@ -464,16 +536,28 @@ def markdown(rows: list[dict[str, Any]], meta: dict[str, Any]) -> str:
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--n", type=int, default=10_000_000, help="values per run (default 10M)")
-    ap.add_argument("--peer-n", type=int, default=100_000,
-                    help="values timed for OpenDP/diffprivlib, extrapolated to --n (default 100k)")
-    ap.add_argument("--peer-budget", type=float, default=30.0,
-                    help="seconds after which a diffprivlib Python loop stops early (default 30)")
+    ap.add_argument(
+        "--peer-n",
+        type=int,
+        default=100_000,
+        help="values timed for OpenDP/diffprivlib, extrapolated to --n (default 100k)",
+    )
+    ap.add_argument(
+        "--peer-budget",
+        type=float,
+        default=30.0,
+        help="seconds after which a diffprivlib Python loop stops early (default 30)",
+    )
     ap.add_argument("--repeats", type=int, default=3, help="best-of for numpy and dpkit (default 3)")
-    ap.add_argument("--libs", default="numpy,dpkit,opendp,diffprivlib",
-                    help="comma-separated subset of numpy,dpkit,opendp,diffprivlib")
+    ap.add_argument(
+        "--libs",
+        default="numpy,dpkit,opendp,diffprivlib",
+        help="comma-separated subset of numpy,dpkit,opendp,diffprivlib",
+    )
     ap.add_argument("--out", type=Path, default=DEFAULT_OUT, help="JSON results path")
-    ap.add_argument("--markdown", action="store_true",
-                    help="print a Markdown table on stdout (the rich table then goes to stderr)")
+    ap.add_argument(
+        "--markdown", action="store_true", help="print a Markdown table on stdout (the rich table then goes to stderr)"
+    )
     args = ap.parse_args(argv)
     if args.n <= 0 or args.peer_n <= 0 or args.repeats <= 0:
         ap.error("--n, --peer-n and --repeats must be positive")
@@ -491,7 +575,7 @@ def main(argv: list[str] | None = None) -> int:
     add_ratios(rows)
 
     meta = {
-        "date": _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"),
+        "date": _dt.datetime.now(_dt.UTC).isoformat(timespec="seconds"),
         "n": args.n,
         "peer_n": peer_n,
         "peer_budget_s": args.peer_budget,

@@ -90,7 +90,10 @@ def duckdb_times(path: Path, repeats: int) -> dict[str, float]:
     }
     for label in ("previous", "dpkit"):
         engines[label].bind(TYPES, strip_strings=True)
-    return {label: _report.best_seconds(lambda e=e: e.aggregate(PLAN), repeats, warm_up=True) for label, e in engines.items()}
+    return {
+        label: _report.best_seconds(lambda e=e: e.aggregate(PLAN), repeats, warm_up=True)
+        for label, e in engines.items()
+    }
 
 
 def spark_times(path: Path, repeats: int) -> dict[str, float]:
@@ -103,7 +106,11 @@ def spark_times(path: Path, repeats: int) -> dict[str, float]:
     ours = read_csv_spark(spark, CsvFile(path, CsvOptions()))
     theirs = spark.read.csv(str(path), header=True)
     return {
-        label: _report.best_seconds(lambda f=frame: f.groupBy("sex").agg(F.count("*"), F.avg(F.col("age").try_cast("double"))).collect(), repeats, warm_up=True)
+        label: _report.best_seconds(
+            lambda f=frame: f.groupBy("sex").agg(F.count("*"), F.avg(F.col("age").try_cast("double"))).collect(),
+            repeats,
+            warm_up=True,
+        )
         for label, frame in (("spark_csv", theirs), ("dpkit", ours))
     }
 

@@ -73,12 +73,19 @@ def main() -> None:
             ["n", "noise", "method", "recovered", "time (s)"],
             ["noise", "method"],
             (
-                [str(r["n"]), f"{r['noise']} ({r['noise_value']:.2f})", r["method"], f"{r['recovered_fraction']:.3f}", f"{r['seconds']:.3f}"]
+                [
+                    str(r["n"]),
+                    f"{r['noise']} ({r['noise_value']:.2f})",
+                    r["method"],
+                    f"{r['recovered_fraction']:.3f}",
+                    f"{r['seconds']:.3f}",
+                ]
                 for r in rows
             ),
             [
                 "time = querying the curator + fitting + rounding, one attack",
-                "LP (L1, scipy HiGHS) only for n <= %d; larger n use least squares (LP too slow at n = 1000)" % args.lp_max_n,
+                "LP (L1, scipy HiGHS) only for n <= %d; larger n use least squares (LP too slow at n = 1000)"
+                % args.lp_max_n,
                 f"written to {Path(args.out).resolve().relative_to(Path.cwd().resolve()) if Path(args.out).resolve().is_relative_to(Path.cwd().resolve()) else args.out}",
             ],
         )

@@ -105,7 +105,7 @@ METADATA = {
         "age": {"type": "numeric", "lower": 18, "upper": 90},
         "income": {"type": "numeric", "lower": 0, "upper": 500000},
         "region": {"type": "categorical", "categories": REGIONS},
-    }
+    },
 }
 SIZE_CLASS = "medium"  # 1,000,000 rows: at most 10⁶ (the answers' budgets scale with the class)
 EPSILON = 0.001  # per query
@@ -129,11 +129,13 @@ def make_dataset(path: Path, rows: int) -> None:
     import pandas as pd
 
     rng = np.random.default_rng(SEED)
-    df = pd.DataFrame({
-        "age": rng.integers(18, 91, rows, dtype=np.int64),
-        "income": np.round(np.minimum(rng.lognormal(10.5, 0.8, rows), 500000.0), 2),
-        "region": np.asarray(REGIONS, dtype=object)[rng.integers(0, len(REGIONS), rows)],
-    })
+    df = pd.DataFrame(
+        {
+            "age": rng.integers(18, 91, rows, dtype=np.int64),
+            "income": np.round(np.minimum(rng.lognormal(10.5, 0.8, rows), 500000.0), 2),
+            "region": np.asarray(REGIONS, dtype=object)[rng.integers(0, len(REGIONS), rows)],
+        }
+    )
     con = duckdb.connect()
     try:
         con.register("frame", df)
@@ -228,12 +230,17 @@ def postgres_schema(start: bool) -> Any:
         with psycopg.connect(base, autocommit=True, connect_timeout=10) as admin:
             admin.execute(f"CREATE SCHEMA {schema}")
             version = admin.execute("SHOW server_version").fetchone()[0]  # type: ignore[index]
-            settings = {k: admin.execute(f"SHOW {k}").fetchone()[0] for k in ("fsync", "synchronous_commit", "wal_sync_method")}  # type: ignore[index]
+            settings = {
+                k: admin.execute(f"SHOW {k}").fetchone()[0] for k in ("fsync", "synchronous_commit", "wal_sync_method")
+            }  # type: ignore[index]
     except psycopg.Error as exc:
         yield None, f"cannot use {base}: {exc}"
         return
     try:
-        yield base + ("&" if "?" in base else "?") + f"options=-csearch_path%3D{schema}", {"server_version": version, **settings, "started_here": started}
+        yield (
+            base + ("&" if "?" in base else "?") + f"options=-csearch_path%3D{schema}",
+            {"server_version": version, **settings, "started_here": started},
+        )
     finally:
         with contextlib.suppress(psycopg.Error), psycopg.connect(base, autocommit=True, connect_timeout=10) as admin:
             admin.execute(f"DROP SCHEMA IF EXISTS {schema} CASCADE")
@@ -243,6 +250,7 @@ def postgres_schema(start: bool) -> Any:
 
 # ------------------------------------------------------------------------------------------------
 # measurements
+
 
 def query_body(kind: str) -> bytes:
     return json.dumps({"epsilon": EPSILON, "sql": QUERIES[kind]}).encode()
@@ -283,8 +291,15 @@ def first_query(server: Server, key: str) -> tuple[float, Any]:
     return ms, json.loads(data).get("spend_id")
 
 
-def http_load(server: Server, keys: list[str], seconds: float, backend: str, label: str, runs: list[tuple[str, int]],
-              budget: dict[str, float | None]) -> tuple[list[dict[str, Any]], list[Any]]:
+def http_load(
+    server: Server,
+    keys: list[str],
+    seconds: float,
+    backend: str,
+    label: str,
+    runs: list[tuple[str, int]],
+    budget: dict[str, float | None],
+) -> tuple[list[dict[str, Any]], list[Any]]:
     """The rows of ``runs`` ((query kind, clients)) against one server, and every 200's spend id.
 
     The server's CPU at rest (its timers and watchers, a few ms a second) is measured first and
@@ -300,7 +315,9 @@ def http_load(server: Server, keys: list[str], seconds: float, backend: str, lab
     for kind, clients in runs:
         analysts = keys[: max(1, min(len(keys), -(-clients // PER_ANALYST)))]
         if clients > len(analysts) * PER_ANALYST:
-            raise SystemExit(f"{clients} clients need {-(-clients // PER_ANALYST)} analysts (8 connections each): pass --analysts")
+            raise SystemExit(
+                f"{clients} clients need {-(-clients // PER_ANALYST)} analysts (8 connections each): pass --analysts"
+            )
         run_s = seconds if clients > 1 else min(seconds, 8.0)
         assert server.proc is not None
         cpu0, me0, split0 = cpu_seconds(server.proc.pid), time.process_time(), cpu_by_process(server.proc.pid)
@@ -311,32 +328,55 @@ def http_load(server: Server, keys: list[str], seconds: float, backend: str, lab
         threads, rss = threads_of(server.proc.pid), rss_bytes(server.proc.pid)
         # How the load fell on the processes (the kernel spreads connections over the workers'
         # sockets by a hash of each connection).
-        split = sorted((round(split1[p] - split0.get(p, 0.0), 2) for p in split1 if split1[p] - split0.get(p, 0.0) > 0.02), reverse=True)
+        split = sorted(
+            (round(split1[p] - split0.get(p, 0.0), 2) for p in split1 if split1[p] - split0.get(p, 0.0) > 0.02),
+            reverse=True,
+        )
         lat = res.pop("latencies")
         every = lat + res.pop("late_latencies")
         spend_ids += res["spend_ids"]
         b = budget.get(kind)
         early = sum(1 for x in every if b is not None and x < b)
         row = {
-            "label": label, "backend": backend, "workers": server.workers, "query": kind, "sql": QUERIES[kind], "clients": clients,
-            "analysts": len(analysts), "seconds": run_s, "queries": res["measured"], "wall_s": res["wall_s"],
+            "label": label,
+            "backend": backend,
+            "workers": server.workers,
+            "query": kind,
+            "sql": QUERIES[kind],
+            "clients": clients,
+            "analysts": len(analysts),
+            "seconds": run_s,
+            "queries": res["measured"],
+            "wall_s": res["wall_s"],
             "qps": res["measured"] / res["wall_s"] if res["wall_s"] else 0.0,
             "budget_ms": None if b is None else 1e3 * b,
             **(summary(lat) if lat else {}),
-            "below_budget": early, "checked_against_budget": len(every) if b is not None else 0,
-            "errors": len(res["errors"]), "first_errors": res["errors"][:3],
-            "answered_total": res["answered"], "drain_s": res["drain_s"],
-            "server_cpu_ms_per_query": None if cpu0 is None or cpu1 is None else 1e3 * max(0.0, cpu1 - cpu0 - at_rest) / max(1, res["answered"]),
-            "server_cpu_ms_per_query_raw": None if cpu0 is None or cpu1 is None else 1e3 * (cpu1 - cpu0) / max(1, res["answered"]),
+            "below_budget": early,
+            "checked_against_budget": len(every) if b is not None else 0,
+            "errors": len(res["errors"]),
+            "first_errors": res["errors"][:3],
+            "answered_total": res["answered"],
+            "drain_s": res["drain_s"],
+            "server_cpu_ms_per_query": None
+            if cpu0 is None or cpu1 is None
+            else 1e3 * max(0.0, cpu1 - cpu0 - at_rest) / max(1, res["answered"]),
+            "server_cpu_ms_per_query_raw": None
+            if cpu0 is None or cpu1 is None
+            else 1e3 * (cpu1 - cpu0) / max(1, res["answered"]),
             "server_cpu_at_rest_ms_per_s": 1e3 * idle_per_s,
             "client_cpu_ms_per_query": 1e3 * (me1 - me0) / max(1, res["answered"]),
-            "cpu_s_by_process": split, "server_threads": threads, "server_rss_mb": rss / 1e6,
+            "cpu_s_by_process": split,
+            "server_threads": threads,
+            "server_rss_mb": rss / 1e6,
         }
         rows.append(row)
-        print(f"[bench] {backend:8s} workers={server.workers} {kind:24s} clients={clients:3d} {row['qps']:7.1f} q/s  p50 {row.get('p50_ms', float('nan')):7.1f} ms"
-              f"  p99 {row.get('p99_ms', float('nan')):7.1f} ms  min {row.get('min_ms', float('nan')):7.1f} ms (budget {row['budget_ms']} ms, {early} below)"
-              f"  server CPU {row['server_cpu_ms_per_query'] or float('nan'):5.2f} ms/q  client CPU {row['client_cpu_ms_per_query']:5.2f} ms/q"
-              f"  errors {row['errors']} {res['errors'][:1]}  CPU s by process {split}", file=sys.stderr)
+        print(
+            f"[bench] {backend:8s} workers={server.workers} {kind:24s} clients={clients:3d} {row['qps']:7.1f} q/s  p50 {row.get('p50_ms', float('nan')):7.1f} ms"
+            f"  p99 {row.get('p99_ms', float('nan')):7.1f} ms  min {row.get('min_ms', float('nan')):7.1f} ms (budget {row['budget_ms']} ms, {early} below)"
+            f"  server CPU {row['server_cpu_ms_per_query'] or float('nan'):5.2f} ms/q  client CPU {row['client_cpu_ms_per_query']:5.2f} ms/q"
+            f"  errors {row['errors']} {res['errors'][:1]}  CPU s by process {split}",
+            file=sys.stderr,
+        )
     return rows, spend_ids
 
 
@@ -374,7 +414,9 @@ def _timed_threads(fn: Any, threads: int, per_thread: int, warmup: int) -> tuple
     return [x for lat in lats for x in lat], time.perf_counter() - t0, errors
 
 
-def in_process(url: str, backend: str, keys: list[str], debits: int, kwargs: dict[str, Any], label: str) -> list[dict[str, Any]]:
+def in_process(
+    url: str, backend: str, keys: list[str], debits: int, kwargs: dict[str, Any], label: str
+) -> list[dict[str, Any]]:
     from dpkit.accounting import LaplaceEvent
     from dpkit.server.service import QueryRequest, Service
 
@@ -384,12 +426,24 @@ def in_process(url: str, backend: str, keys: list[str], debits: int, kwargs: dic
     text = f"SELECT COUNT(*) FROM {DATASET}"
 
     def record(op: str, n_threads: int, lat: list[float], wall: float, errors: list[str]) -> None:
-        row = {"label": label, "backend": backend, "operation": op, "threads": n_threads, "n": len(lat), "wall_s": wall,
-               "ops_per_s": len(lat) / wall if wall else 0.0, **(summary(lat) if lat else {}),
-               "errors": len(errors), "first_errors": errors[:3]}
+        row = {
+            "label": label,
+            "backend": backend,
+            "operation": op,
+            "threads": n_threads,
+            "n": len(lat),
+            "wall_s": wall,
+            "ops_per_s": len(lat) / wall if wall else 0.0,
+            **(summary(lat) if lat else {}),
+            "errors": len(errors),
+            "first_errors": errors[:3],
+        }
         rows.append(row)
-        print(f"[bench] {backend:8s} {op:28s} threads={n_threads:2d} n={len(lat):5d} {row['ops_per_s']:8.1f}/s  p50 {row.get('p50_ms', float('nan')):7.2f} ms"
-              f"  p99 {row.get('p99_ms', float('nan')):7.2f} ms  errors {len(errors)}", file=sys.stderr)
+        print(
+            f"[bench] {backend:8s} {op:28s} threads={n_threads:2d} n={len(lat):5d} {row['ops_per_s']:8.1f}/s  p50 {row.get('p50_ms', float('nan')):7.2f} ms"
+            f"  p99 {row.get('p99_ms', float('nan')):7.2f} ms  errors {len(errors)}",
+            file=sys.stderr,
+        )
 
     with Service(url, **kwargs) as svc:
         who = [svc.authenticate(k) for k in keys]
@@ -412,7 +466,15 @@ def in_process(url: str, backend: str, keys: list[str], debits: int, kwargs: dic
         amount = {"epsilon": EPSILON} if "epsilon" in _parameters(svc.audit) else {}
 
         def audit(i: int) -> None:
-            svc.audit(actor=f"d{i:02d}", action="query", status=200, outcome="ok", dataset=DATASET, detail={"query": text, "key_id": "bench"}, **amount)
+            svc.audit(
+                actor=f"d{i:02d}",
+                action="query",
+                status=200,
+                outcome="ok",
+                dataset=DATASET,
+                detail={"query": text, "key_id": "bench"},
+                **amount,
+            )
 
         def both(i: int) -> None:
             debit(i)
@@ -448,8 +510,17 @@ def fsync_cost(directory: Path, n: int) -> dict[str, Any]:
     finally:
         os.close(fd)
         path.unlink()
-    row = {"backend": "file system", "operation": "4 KiB write + fdatasync", "threads": 1, "n": n, "wall_s": wall,
-           "ops_per_s": n / wall, **summary(lat), "errors": 0, "first_errors": []}
+    row = {
+        "backend": "file system",
+        "operation": "4 KiB write + fdatasync",
+        "threads": 1,
+        "n": n,
+        "wall_s": wall,
+        "ops_per_s": n / wall,
+        **summary(lat),
+        "errors": 0,
+        "first_errors": [],
+    }
     print(f"[bench] raw write+fdatasync: p50 {row['p50_ms']:.2f} ms, p99 {row['p99_ms']:.2f} ms", file=sys.stderr)
     return row
 
@@ -490,30 +561,71 @@ def checks_after_load(url: str, spend_ids: list[Any], keys: list[str], kwargs: d
     spends_unanswered = sum(1 for sid in ledger_ids if sid not in answers)
     spends_match = no_id == 0 and answered_twice == 0 and without_spend == 0 and spends_unanswered == 0
     return {
-        "answered_200": answered, "spends": sum(ledger_ids.values()), "spends_match": spends_match,
-        "answers_without_spend_id": no_id, "spend_ids_answered_twice": answered_twice, "answers_without_exactly_one_spend": without_spend,
-        "spends_not_answered": spends_unanswered, "answers_without_exactly_one_entry": entry_not_one, "entries_match": entry_not_one == 0 and no_id == 0,
+        "answered_200": answered,
+        "spends": sum(ledger_ids.values()),
+        "spends_match": spends_match,
+        "answers_without_spend_id": no_id,
+        "spend_ids_answered_twice": answered_twice,
+        "answers_without_exactly_one_spend": without_spend,
+        "spends_not_answered": spends_unanswered,
+        "answers_without_exactly_one_entry": entry_not_one,
+        "entries_match": entry_not_one == 0 and no_id == 0,
         "entries_counted": "entries recording an amount" if paying else "every entry naming the spend",
         "answers_named_by_several_entries": sum(1 for sid in answers if naming.get(sid, 0) > 1),
-        "audit_chain_ok": chain_ok, "audit_entries": n_entries, "audit_problem": why, "unlogged_spends": len(unlogged),
+        "audit_chain_ok": chain_ok,
+        "audit_entries": n_entries,
+        "audit_problem": why,
+        "unlogged_spends": len(unlogged),
     }
 
 
 def checks_ok(c: dict[str, Any]) -> bool:
-    return bool(c["spends_match"] and c.get("entries_match", True) and c["audit_chain_ok"] and c["unlogged_spends"] == 0)
+    return bool(
+        c["spends_match"] and c.get("entries_match", True) and c["audit_chain_ok"] and c["unlogged_spends"] == 0
+    )
 
 
 # ------------------------------------------------------------------------------------------------
 # tables
 # ------------------------------------------------------------------------------------------------
 
-HTTP_HEADERS = ["run", "ledger", "workers", "query", "clients", "queries", "queries/s", "budget ms", "min ms", "p50 ms", "p99 ms", "max ms",
-                "server CPU ms/q", "client CPU ms/q", "errors"]
+HTTP_HEADERS = [
+    "run",
+    "ledger",
+    "workers",
+    "query",
+    "clients",
+    "queries",
+    "queries/s",
+    "budget ms",
+    "min ms",
+    "p50 ms",
+    "p99 ms",
+    "max ms",
+    "server CPU ms/q",
+    "client CPU ms/q",
+    "errors",
+]
 HTTP_LEFT = ["run", "ledger", "query"]
 PROC_HEADERS = ["run", "ledger", "operation", "threads", "n", "ops/s", "p50 ms", "p99 ms", "max ms", "errors"]
 PROC_LEFT = ["run", "ledger", "operation"]
-SLOW_HEADERS = ["run", "ledger", "workers", "readers", "release MB", "held", "RSS before MB", "peak MB", "added at peak MB", "after MB",
-                "closed after s", "write timeout s", "a download alone s", "during the hang s", "errors"]
+SLOW_HEADERS = [
+    "run",
+    "ledger",
+    "workers",
+    "readers",
+    "release MB",
+    "held",
+    "RSS before MB",
+    "peak MB",
+    "added at peak MB",
+    "after MB",
+    "closed after s",
+    "write timeout s",
+    "a download alone s",
+    "during the hang s",
+    "errors",
+]
 SLOW_LEFT = ["run", "ledger"]
 
 
@@ -529,20 +641,58 @@ def render(data: dict[str, Any]) -> None:
     meta = data["meta"]
     label = _label(meta)
     http_cells = [
-        [r.get("label", label), r["backend"], str(r.get("workers", 1)), r["query"], str(r["clients"]), f"{r['queries']:,}", _f(r["qps"]),
-         _f(r.get("budget_ms"), 0), _f(r.get("min_ms")), _f(r.get("p50_ms")), _f(r.get("p99_ms")), _f(r.get("max_ms")),
-         _f(r.get("server_cpu_ms_per_query"), 2), _f(r.get("client_cpu_ms_per_query"), 2), str(r["errors"])]
+        [
+            r.get("label", label),
+            r["backend"],
+            str(r.get("workers", 1)),
+            r["query"],
+            str(r["clients"]),
+            f"{r['queries']:,}",
+            _f(r["qps"]),
+            _f(r.get("budget_ms"), 0),
+            _f(r.get("min_ms")),
+            _f(r.get("p50_ms")),
+            _f(r.get("p99_ms")),
+            _f(r.get("max_ms")),
+            _f(r.get("server_cpu_ms_per_query"), 2),
+            _f(r.get("client_cpu_ms_per_query"), 2),
+            str(r["errors"]),
+        ]
         for r in data["http"]
     ]
     proc_cells = [
-        [r.get("label", label), r["backend"], r["operation"], str(r["threads"]), f"{r['n']:,}", _f(r["ops_per_s"]), _f(r.get("p50_ms"), 2), _f(r.get("p99_ms"), 2),
-         _f(r.get("max_ms"), 2), str(r["errors"])]
+        [
+            r.get("label", label),
+            r["backend"],
+            r["operation"],
+            str(r["threads"]),
+            f"{r['n']:,}",
+            _f(r["ops_per_s"]),
+            _f(r.get("p50_ms"), 2),
+            _f(r.get("p99_ms"), 2),
+            _f(r.get("max_ms"), 2),
+            str(r["errors"]),
+        ]
         for r in data["inprocess"]
     ]
     slow_cells = [
-        [r.get("label", label), r["backend"], str(r["workers"]), f"{r['readers']:,}", _f(r["release_mb"]), f"{r['held']:,}", _f(r["rss_before_mb"], 0),
-         _f(r["rss_peak_mb"], 0), _f(r["added_peak_mb"], 0), _f(r["rss_after_mb"], 0), _f(r.get("closed_after_s"), 1), _f(r["write_timeout_s"], 0),
-         _f(r.get("normal_download_s"), 2), _f(r.get("download_during_hang_s"), 2), str(r["errors"])]
+        [
+            r.get("label", label),
+            r["backend"],
+            str(r["workers"]),
+            f"{r['readers']:,}",
+            _f(r["release_mb"]),
+            f"{r['held']:,}",
+            _f(r["rss_before_mb"], 0),
+            _f(r["rss_peak_mb"], 0),
+            _f(r["added_peak_mb"], 0),
+            _f(r["rss_after_mb"], 0),
+            _f(r.get("closed_after_s"), 1),
+            _f(r["write_timeout_s"], 0),
+            _f(r.get("normal_download_s"), 2),
+            _f(r.get("download_during_hang_s"), 2),
+            str(r["errors"]),
+        ]
         for r in data.get("slow_readers", [])
     ]
     workers = sorted({r.get("workers", 1) for r in data["http"]})
@@ -561,29 +711,39 @@ def render(data: dict[str, Any]) -> None:
     for b, c in data["checks"].items():
         extra = ""
         if "entries_match" in c:
-            extra = (f", every answer with exactly one spend: {c['spends_match']}, with exactly one audit entry naming it: {c['entries_match']}"
-                     f" ({c['spends_not_answered']} spends not answered)")
-        notes.append(f"{b}: {c['answered_200']} answers, {c['spends']} spends{extra}, audit chain ok={c['audit_chain_ok']}, unlogged spends={c['unlogged_spends']}; "
-                     f"first query after start (opens the data) {_f(c.get('first_query_ms'), 0)} ms")
+            extra = (
+                f", every answer with exactly one spend: {c['spends_match']}, with exactly one audit entry naming it: {c['entries_match']}"
+                f" ({c['spends_not_answered']} spends not answered)"
+            )
+        notes.append(
+            f"{b}: {c['answered_200']} answers, {c['spends']} spends{extra}, audit chain ok={c['audit_chain_ok']}, unlogged spends={c['unlogged_spends']}; "
+            f"first query after start (opens the data) {_f(c.get('first_query_ms'), 0)} ms"
+        )
     for b, why in meta.get("skipped", {}).items():
         notes.append(f"{b}: skipped ({why})")
     goal = data.get("goal", {})
     if goal:
-        notes.append(f"goal: SQLite debit p99 <= 10 ms: {'met' if goal.get('met') else 'NOT met'} one at a time, "
-                     f"{'met' if goal.get('met_under_contention') else 'not met'} with {goal.get('threads', 16)} threads debiting at once ({goal.get('detail')})")
+        notes.append(
+            f"goal: SQLite debit p99 <= 10 ms: {'met' if goal.get('met') else 'NOT met'} one at a time, "
+            f"{'met' if goal.get('met_under_contention') else 'not met'} with {goal.get('threads', 16)} threads debiting at once ({goal.get('detail')})"
+        )
     for g in data.get("throughput_goal", []):
         notes.append(f"goal {g['what']}: {'met' if g['met'] else 'NOT met'} ({g['detail']})")
     title = f"Curator service over HTTP, {meta['date']}, {meta['cpu_count']} CPUs"
     title2 = "Ledger and audit writes alone (in-process, same database)"
     title3 = "Slow readers of a release: the server's memory"
     notes += [r["note"] for r in data.get("slow_readers", []) if r.get("note")]
-    tables = [(title, HTTP_HEADERS, HTTP_LEFT, http_cells, lambda c: (c[0] + c[1] + c[2], False)),
-              (title2, PROC_HEADERS, PROC_LEFT, proc_cells, lambda c: (c[0] + c[1], c[2] == "ledger.debit"))]
+    tables = [
+        (title, HTTP_HEADERS, HTTP_LEFT, http_cells, lambda c: (c[0] + c[1] + c[2], False)),
+        (title2, PROC_HEADERS, PROC_LEFT, proc_cells, lambda c: (c[0] + c[1], c[2] == "ledger.debit")),
+    ]
     if slow_cells:
         tables.append((title3, SLOW_HEADERS, SLOW_LEFT, slow_cells, lambda c: (c[0] + c[1], False)))
     for i, (t, headers, left, cells, group) in enumerate(tables):
         last = i == len(tables) - 1
-        _report.print_table(t, headers, left, ((c, *group(c)) for c in cells), notes if last else [], to_stderr=True, width=200)
+        _report.print_table(
+            t, headers, left, ((c, *group(c)) for c in cells), notes if last else [], to_stderr=True, width=200
+        )
         print(_report.markdown("### " + t, headers, left, cells, notes if last else []))
         if not last:
             print()
@@ -599,15 +759,27 @@ def fs_type(path: Path) -> str | None:
     except OSError:
         return None
     p = str(path.resolve())
-    best = max((m for m in mounts if len(m) > 2 and (p == m[1] or p.startswith(m[1].rstrip("/") + "/"))), key=lambda m: len(m[1]), default=None)
+    best = max(
+        (m for m in mounts if len(m) > 2 and (p == m[1] or p.startswith(m[1].rstrip("/") + "/"))),
+        key=lambda m: len(m[1]),
+        default=None,
+    )
     return None if best is None else best[2]
 
 
 def run_label() -> str:
     """The commit being measured, with '+' when the working tree has changes."""
     try:
-        head = subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True, cwd=REPO, timeout=10).stdout.strip()
-        dirty = subprocess.run(["git", "status", "--porcelain", "--untracked-files=no", "src"], capture_output=True, text=True, cwd=REPO, timeout=10).stdout.strip()
+        head = subprocess.run(
+            ["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True, cwd=REPO, timeout=10
+        ).stdout.strip()
+        dirty = subprocess.run(
+            ["git", "status", "--porcelain", "--untracked-files=no", "src"],
+            capture_output=True,
+            text=True,
+            cwd=REPO,
+            timeout=10,
+        ).stdout.strip()
     except (OSError, subprocess.SubprocessError):
         return "unknown"
     return (head or "unknown") + ("+" if dirty else "")
@@ -615,7 +787,10 @@ def run_label() -> str:
 
 def _label(meta: dict[str, Any]) -> str:
     """A run's label; a file from before labels existed is named by its date and client."""
-    return str(meta.get("label") or f"{meta['date'][:16]} ({'httpx' if 'httpx' in meta.get('client', 'httpx') else 'raw'} client)")
+    return str(
+        meta.get("label")
+        or f"{meta['date'][:16]} ({'httpx' if 'httpx' in meta.get('client', 'httpx') else 'raw'} client)"
+    )
 
 
 def merge(results: list[dict[str, Any]]) -> dict[str, Any]:
@@ -647,16 +822,33 @@ def service_goals(rows: list[dict[str, Any]], slow: list[dict[str, Any]]) -> lis
         if backend == "sqlite":
             out.append({"what": ">= 400 COUNT q/s, SQLite, 2 workers", "met": top["qps"] >= 400, "detail": detail})
             cpu = top.get("server_cpu_ms_per_query")
-            out.append({"what": "server CPU <= 4 ms per COUNT, SQLite, 2 workers", "met": cpu is not None and cpu <= 4.0, "detail": detail})
+            out.append(
+                {
+                    "what": "server CPU <= 4 ms per COUNT, SQLite, 2 workers",
+                    "met": cpu is not None and cpu <= 4.0,
+                    "detail": detail,
+                }
+            )
         else:
             out.append({"what": "COUNT on PostgreSQL, 2 workers (no goal)", "met": True, "detail": detail})
     checked = sum(r.get("checked_against_budget", 0) for r in rows)
     early = sum(r.get("below_budget", 0) for r in rows)
     if checked:
-        out.append({"what": "every answer at or after its budget", "met": early == 0, "detail": f"{checked:,} answers checked, {early} early"})
+        out.append(
+            {
+                "what": "every answer at or after its budget",
+                "met": early == 0,
+                "detail": f"{checked:,} answers checked, {early} early",
+            }
+        )
     for r in slow:
-        out.append({"what": f"{r['readers']:,} slow readers add <= 200 MB ({r['backend']})", "met": r["added_peak_mb"] <= 200,
-                    "detail": f"+{r['added_peak_mb']:.0f} MB at peak, {r['rss_after_mb'] - r['rss_before_mb']:+.0f} MB after"})
+        out.append(
+            {
+                "what": f"{r['readers']:,} slow readers add <= 200 MB ({r['backend']})",
+                "met": r["added_peak_mb"] <= 200,
+                "detail": f"+{r['added_peak_mb']:.0f} MB at peak, {r['rss_after_mb'] - r['rss_before_mb']:+.0f} MB after",
+            }
+        )
     return out
 
 
@@ -670,30 +862,89 @@ def _clients(text: str) -> list[int]:
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--rows", type=int, default=1_000_000)
-    ap.add_argument("--analysts", type=int, default=64, help="analysts with a budget (default 64; a client count needs clients/8 of them)")
-    ap.add_argument("--clients", default="64,128,256", help="connections sending COUNTs at once, comma-separated (default 64,128,256; each run also with 1)")
-    ap.add_argument("--clients-other", default="64", help="connections sending AVG / GROUP BY at once (default 64; each also with 1; empty: only 1)")
-    ap.add_argument("--seconds", type=float, default=15.0, help="length of each run's window (default 15; 8 at most with 1 client)")
-    ap.add_argument("--answer-seconds", default="0.5", help="dpkit serve --answer-seconds (default 0.5, the service's default)")
-    ap.add_argument("--heavy-threads", default="128", help="dpkit serve --heavy-threads, per worker (default 128: 256 answers held at once by 2 workers)")
-    ap.add_argument("--max-connections-per-address", default="2000", help="dpkit serve option, per worker: every client is 127.0.0.1 (default 2000)")
-    ap.add_argument("--serve-option", action="append", default=[], metavar="NAME=VALUE",
-                    help="any other dpkit serve option by its parameter name, e.g. max_concurrent=16 (repeatable)")
+    ap.add_argument(
+        "--analysts",
+        type=int,
+        default=64,
+        help="analysts with a budget (default 64; a client count needs clients/8 of them)",
+    )
+    ap.add_argument(
+        "--clients",
+        default="64,128,256",
+        help="connections sending COUNTs at once, comma-separated (default 64,128,256; each run also with 1)",
+    )
+    ap.add_argument(
+        "--clients-other",
+        default="64",
+        help="connections sending AVG / GROUP BY at once (default 64; each also with 1; empty: only 1)",
+    )
+    ap.add_argument(
+        "--seconds", type=float, default=15.0, help="length of each run's window (default 15; 8 at most with 1 client)"
+    )
+    ap.add_argument(
+        "--answer-seconds", default="0.5", help="dpkit serve --answer-seconds (default 0.5, the service's default)"
+    )
+    ap.add_argument(
+        "--heavy-threads",
+        default="128",
+        help="dpkit serve --heavy-threads, per worker (default 128: 256 answers held at once by 2 workers)",
+    )
+    ap.add_argument(
+        "--max-connections-per-address",
+        default="2000",
+        help="dpkit serve option, per worker: every client is 127.0.0.1 (default 2000)",
+    )
+    ap.add_argument(
+        "--serve-option",
+        action="append",
+        default=[],
+        metavar="NAME=VALUE",
+        help="any other dpkit serve option by its parameter name, e.g. max_concurrent=16 (repeatable)",
+    )
     ap.add_argument("--debits", type=int, default=2000, help="debits / audit appends per in-process run (default 2000)")
     ap.add_argument("--backends", default="sqlite,postgres")
     ap.add_argument("--no-start-postgres", action="store_true", help="use a running scripts/postgres.sh server only")
-    ap.add_argument("--workdir", type=Path, default=None, help="where the temporary directory goes (default: the system's)")
+    ap.add_argument(
+        "--workdir", type=Path, default=None, help="where the temporary directory goes (default: the system's)"
+    )
     ap.add_argument("--out", type=Path, default=DEFAULT_OUT)
-    ap.add_argument("--render", type=Path, nargs="+", metavar="JSON", help="print the tables of earlier results files (one table, side by side); run nothing")
-    ap.add_argument("--workers", default="2,1",
-                    help="dpkit serve --workers values, comma-separated (default 2,1): every query runs with the first, "
-                         "the COUNT row of the most clients with each of the others (all rows with --all-rows)")
-    ap.add_argument("--all-rows", action="store_true", help="run every query and client count with every --workers value")
-    ap.add_argument("--label", default=None, help="names this run in the tables (default: the commit, '+' when the tree has changes)")
+    ap.add_argument(
+        "--render",
+        type=Path,
+        nargs="+",
+        metavar="JSON",
+        help="print the tables of earlier results files (one table, side by side); run nothing",
+    )
+    ap.add_argument(
+        "--workers",
+        default="2,1",
+        help="dpkit serve --workers values, comma-separated (default 2,1): every query runs with the first, "
+        "the COUNT row of the most clients with each of the others (all rows with --all-rows)",
+    )
+    ap.add_argument(
+        "--all-rows", action="store_true", help="run every query and client count with every --workers value"
+    )
+    ap.add_argument(
+        "--label",
+        default=None,
+        help="names this run in the tables (default: the commit, '+' when the tree has changes)",
+    )
     ap.add_argument("--no-inprocess", action="store_true", help="skip the in-process measurements")
-    ap.add_argument("--slow-readers", type=int, default=1000, help="slow readers of the release (default 1000; 0: skip that part)")
-    ap.add_argument("--release-rows", type=int, default=300_000, help="rows of the published release (default 300,000: several MB as CSV)")
-    ap.add_argument("--write-timeout", type=float, default=30.0, help="dpkit serve --write-timeout in the slow-reader part (default 30, the service's)")
+    ap.add_argument(
+        "--slow-readers", type=int, default=1000, help="slow readers of the release (default 1000; 0: skip that part)"
+    )
+    ap.add_argument(
+        "--release-rows",
+        type=int,
+        default=300_000,
+        help="rows of the published release (default 300,000: several MB as CSV)",
+    )
+    ap.add_argument(
+        "--write-timeout",
+        type=float,
+        default=30.0,
+        help="dpkit serve --write-timeout in the slow-reader part (default 30, the service's)",
+    )
     args = ap.parse_args()
     if args.render:
         render(merge([json.loads(path.read_text()) for path in args.render]))
@@ -703,10 +954,15 @@ def main() -> int:
         raise SystemExit(f"--workers {args.workers!r}: worker counts >= 1, comma-separated")
     count_clients, other_clients = _clients(args.clients), _clients(args.clients_other)
     if max(count_clients + other_clients + [1]) > args.analysts * PER_ANALYST:
-        raise SystemExit(f"--analysts {args.analysts}: at most {args.analysts * PER_ANALYST} clients ({PER_ANALYST} connections per analyst)")
+        raise SystemExit(
+            f"--analysts {args.analysts}: at most {args.analysts * PER_ANALYST} clients ({PER_ANALYST} connections per analyst)"
+        )
     label = args.label or run_label()
-    serve_extra = {"answer_seconds": args.answer_seconds, "heavy_threads": args.heavy_threads,
-                   "max_connections_per_address": args.max_connections_per_address}
+    serve_extra = {
+        "answer_seconds": args.answer_seconds,
+        "heavy_threads": args.heavy_threads,
+        "max_connections_per_address": args.max_connections_per_address,
+    }
     for item in args.serve_option:
         name, sep, value = item.partition("=")
         if not sep:
@@ -729,7 +985,10 @@ def main() -> int:
         parquet = tmp / f"{DATASET}.parquet"
         t = time.perf_counter()
         make_dataset(parquet, args.rows)
-        print(f"[bench] {args.rows:,} rows written in {time.perf_counter() - t:.1f} s ({parquet.stat().st_size / 1e6:.1f} MB)", file=sys.stderr)
+        print(
+            f"[bench] {args.rows:,} rows written in {time.perf_counter() - t:.1f} s ({parquet.stat().st_size / 1e6:.1f} MB)",
+            file=sys.stderr,
+        )
         proc_rows.append(fsync_cost(tmp, max(100, args.debits // 4)))
         for backend in backends:
             with contextlib.ExitStack() as stack:
@@ -753,7 +1012,11 @@ def main() -> int:
                 for n in workers:
                     runs = all_runs if (n == workers[0] or args.all_rows) else [("COUNT", max(count_clients))]
                     server = Server(url, tmp / f"server-{backend}-{n}.log", n, {**cli, **serve_extra})
-                    print(f"[bench] {server.command}" + (f" (not options of this dpkit serve: {server.ignored})" if server.ignored else ""), file=sys.stderr)
+                    print(
+                        f"[bench] {server.command}"
+                        + (f" (not options of this dpkit serve: {server.ignored})" if server.ignored else ""),
+                        file=sys.stderr,
+                    )
                     commands.append(server.command.replace(str(tmp), "TMP"))
                     with server:
                         ms, sid = first_query(server, keys[0])
@@ -763,8 +1026,15 @@ def main() -> int:
                         rows, ids = http_load(server, keys, args.seconds, backend, label, runs, budget)
                     http_rows += rows
                     spend_ids += ids
-                    if server.proc is not None and server.proc.returncode not in (0, 130, -signal.SIGINT):  # 130: stopped by Ctrl-C
-                        print(f"[bench] the server exited with {server.proc.returncode}:\n{server.tail()}", file=sys.stderr)
+                    if server.proc is not None and server.proc.returncode not in (
+                        0,
+                        130,
+                        -signal.SIGINT,
+                    ):  # 130: stopped by Ctrl-C
+                        print(
+                            f"[bench] the server exited with {server.proc.returncode}:\n{server.tail()}",
+                            file=sys.stderr,
+                        )
                 checks[backend] = checks_after_load(url, spend_ids, keys, kwargs)
                 checks[backend]["first_query_ms"] = cold_ms
                 print(f"[bench] {backend} checks: {checks[backend]}", file=sys.stderr)
@@ -772,8 +1042,19 @@ def main() -> int:
                     proc_rows += in_process(url, backend, keys[:16], args.debits, kwargs, label)
                 if args.slow_readers > 0 and backend == backends[0]:
                     extra = {**cli, **serve_extra, "write_timeout": str(args.write_timeout)}
-                    slow_rows += _slow_readers.measure(url, tmp, workers[0], extra, kwargs, args.slow_readers, args.release_rows, backend, label,
-                                                       dataset=DATASET, analyst_keys=keys)
+                    slow_rows += _slow_readers.measure(
+                        url,
+                        tmp,
+                        workers[0],
+                        extra,
+                        kwargs,
+                        args.slow_readers,
+                        args.release_rows,
+                        backend,
+                        label,
+                        dataset=DATASET,
+                        analyst_keys=keys,
+                    )
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
 
@@ -782,41 +1063,81 @@ def main() -> int:
     if goal_rows:
         one = next((r for r in goal_rows if r["threads"] == 1), None)
         many = next((r for r in goal_rows if r["threads"] > 1), None)
-        goal = {"what": "p99 of ledger.debit on SQLite <= 10 ms (one debit at a time)",
-                "met": one is not None and one.get("p99_ms", float("inf")) <= 10.0,
-                "met_under_contention": many is not None and many.get("p99_ms", float("inf")) <= 10.0,
-                "threads": None if many is None else many["threads"],
-                "detail": ", ".join(f"{r['threads']} thread{'s' if r['threads'] > 1 else ''}: p99 {r.get('p99_ms', float('nan')):.2f} ms" for r in goal_rows)}
+        goal = {
+            "what": "p99 of ledger.debit on SQLite <= 10 ms (one debit at a time)",
+            "met": one is not None and one.get("p99_ms", float("inf")) <= 10.0,
+            "met_under_contention": many is not None and many.get("p99_ms", float("inf")) <= 10.0,
+            "threads": None if many is None else many["threads"],
+            "detail": ", ".join(
+                f"{r['threads']} thread{'s' if r['threads'] > 1 else ''}: p99 {r.get('p99_ms', float('nan')):.2f} ms"
+                for r in goal_rows
+            ),
+        }
     import duckdb
 
     meta = {
         "date": _dt.datetime.now(_dt.UTC).isoformat(timespec="seconds"),
-        "rows": args.rows, "size_class": SIZE_CLASS, "analysts": args.analysts, "clients": max(count_clients, default=0), "clients_count": count_clients,
-        "clients_other": other_clients, "seconds": args.seconds, "epsilon_per_query": EPSILON, "budget_per_analyst": BUDGET,
-        "warmup_per_client": WARMUP, "seed": SEED, "metadata": METADATA, "budgets_s": budget,
-        "label": label, "workers": workers, "commands": commands,
+        "rows": args.rows,
+        "size_class": SIZE_CLASS,
+        "analysts": args.analysts,
+        "clients": max(count_clients, default=0),
+        "clients_count": count_clients,
+        "clients_other": other_clients,
+        "seconds": args.seconds,
+        "epsilon_per_query": EPSILON,
+        "budget_per_analyst": BUDGET,
+        "warmup_per_client": WARMUP,
+        "seed": SEED,
+        "metadata": METADATA,
+        "budgets_s": budget,
+        "label": label,
+        "workers": workers,
+        "commands": commands,
         "server": f"dpkit serve --workers N --rate 1e9 --burst 10**9 --answer-seconds {args.answer_seconds} --heavy-threads {args.heavy_threads} "
-                  f"--max-connections-per-address {args.max_connections_per_address}" + "".join(f" --{o.split('=')[0].replace('_', '-')} {o.split('=', 1)[1]}" for o in args.serve_option)
-                  + " (uvicorn, 127.0.0.1)",
+        f"--max-connections-per-address {args.max_connections_per_address}"
+        + "".join(f" --{o.split('=')[0].replace('_', '-')} {o.split('=', 1)[1]}" for o in args.serve_option)
+        + " (uvicorn, 127.0.0.1)",
         "client": "raw HTTP/1.1 over asyncio streams, keep-alive connections, same machine",
-        "ledger_fs": fs_type(Path(args.workdir or tempfile.gettempdir())), "postgres": pg_info, "skipped": skipped,
+        "ledger_fs": fs_type(Path(args.workdir or tempfile.gettempdir())),
+        "postgres": pg_info,
+        "skipped": skipped,
         "duckdb_threads": duckdb.connect().execute("SELECT current_setting('threads')").fetchone()[0],  # type: ignore[index]
-        "python": platform.python_version(), "platform": platform.platform(), "cpu_count": os.cpu_count(),
-        "versions": {d: _report.version(d) for d in ("dpkit", "fastapi", "starlette", "pydantic", "uvicorn", "duckdb", "psycopg", "numpy")},
-        "loadavg_before": load_before, "loadavg_after": [round(x, 2) for x in os.getloadavg()] if hasattr(os, "getloadavg") else None,
+        "python": platform.python_version(),
+        "platform": platform.platform(),
+        "cpu_count": os.cpu_count(),
+        "versions": {
+            d: _report.version(d)
+            for d in ("dpkit", "fastapi", "starlette", "pydantic", "uvicorn", "duckdb", "psycopg", "numpy")
+        },
+        "loadavg_before": load_before,
+        "loadavg_after": [round(x, 2) for x in os.getloadavg()] if hasattr(os, "getloadavg") else None,
         "runtime_s": round(time.perf_counter() - started, 1),
     }
-    data = {"benchmark": "server", "meta": meta, "http": http_rows, "inprocess": proc_rows, "slow_readers": slow_rows, "checks": checks, "goal": goal,
-            "throughput_goal": service_goals(http_rows, slow_rows)}
+    data = {
+        "benchmark": "server",
+        "meta": meta,
+        "http": http_rows,
+        "inprocess": proc_rows,
+        "slow_readers": slow_rows,
+        "checks": checks,
+        "goal": goal,
+        "throughput_goal": service_goals(http_rows, slow_rows),
+    }
     args.out.parent.mkdir(parents=True, exist_ok=True)
     args.out.write_text(json.dumps(data, indent=2, ensure_ascii=False) + "\n")
-    print(f"[bench] wrote {args.out.resolve().relative_to(REPO) if args.out.resolve().is_relative_to(REPO) else args.out} in {meta['runtime_s']} s", file=sys.stderr)
+    print(
+        f"[bench] wrote {args.out.resolve().relative_to(REPO) if args.out.resolve().is_relative_to(REPO) else args.out} in {meta['runtime_s']} s",
+        file=sys.stderr,
+    )
     render(data)
     failed = sum(r["errors"] for r in http_rows + proc_rows + slow_rows)
     early = sum(r.get("below_budget", 0) for r in http_rows)
     bad_checks = [b for b, c in checks.items() if not checks_ok(c)]
     if failed or early or bad_checks:
-        print(f"[bench] FAILED: {failed} errors, {early} answers before their budget; checks failed for {bad_checks or 'none'}", file=sys.stderr)
+        print(
+            f"[bench] FAILED: {failed} errors, {early} answers before their budget; checks failed for {bad_checks or 'none'}",
+            file=sys.stderr,
+        )
         return 1
     return 0
 

@@ -49,7 +49,9 @@ from dpkit.analytics.session import _Runner  # noqa: E402
 from dpkit.errors import BudgetExceededError  # noqa: E402
 
 QUERY = "SELECT SUM(age) FROM t WHERE pid = 7"
-META = Metadata(columns={"age": Numeric(0, 100), "pid": Categorical(value_type="integer")}, privacy_unit="pid", max_rows=1)
+META = Metadata(
+    columns={"age": Numeric(0, 100), "pid": Categorical(value_type="integer")}, privacy_unit="pid", max_rows=1
+)
 
 
 def table(rows_of_7: int, others: int) -> pd.DataFrame:
@@ -104,16 +106,37 @@ def csv_cost(rows: int, repeats: int, directory: Path) -> dict[str, float]:
     rng = np.random.default_rng(1)
     path = directory / f"people-{rows}.csv"
     if not path.exists():
-        pd.DataFrame({"pid": np.arange(rows) // 2, "age": rng.integers(18, 90, rows), "sex": rng.choice(["Female", "Male"], rows),
-                      "zip": rng.integers(10000, 99999, rows), "income": rng.gamma(2.0, 20_000.0, rows).round(2)}).to_csv(path, index=False)
-    plan = AggregationPlan(unit="pid", where=None, groups=(GroupKey("sex"),), key_filter=(("Female", "Male"),), max_groups=1, max_rows=2,
-                           sums=(quantize_spec("s0", "age", 0, 100, centered=True), quantize_spec("s1", "income", 0, 250_000, centered=False)),
-                           values=(), salt=12345)
+        pd.DataFrame(
+            {
+                "pid": np.arange(rows) // 2,
+                "age": rng.integers(18, 90, rows),
+                "sex": rng.choice(["Female", "Male"], rows),
+                "zip": rng.integers(10000, 99999, rows),
+                "income": rng.gamma(2.0, 20_000.0, rows).round(2),
+            }
+        ).to_csv(path, index=False)
+    plan = AggregationPlan(
+        unit="pid",
+        where=None,
+        groups=(GroupKey("sex"),),
+        key_filter=(("Female", "Male"),),
+        max_groups=1,
+        max_rows=2,
+        sums=(
+            quantize_spec("s0", "age", 0, 100, centered=True),
+            quantize_spec("s1", "income", 0, 250_000, centered=False),
+        ),
+        values=(),
+        salt=12345,
+    )
     out = {}
     for label, bind in (("sniffed", False), ("declared", True)):
         if bind:
             engine = DuckDBEngine(path)
-            engine.bind({"pid": "unit", "age": "double", "sex": "string", "zip": "integer", "income": "double"}, strip_strings=True)
+            engine.bind(
+                {"pid": "unit", "age": "double", "sex": "string", "zip": "integer", "income": "double"},
+                strip_strings=True,
+            )
         else:
             engine = DuckDBEngine(None, connection=_sniffed(path), table="t")
         engine.aggregate(plan)
@@ -138,28 +161,48 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--cache", type=Path, default=Path("/tmp") / "dpkit-bench")
     args = ap.parse_args(argv)
     results = {n: measure(n, args.others, args.repeats) for n in (1, 150_000)}
-    labels = {"refused": "refused (dpkit: debit before the engine)", "refused_old_order": "refused, old order (engine, then debit; emulated)",
-              "paid": "paid query (answered)"}
+    labels = {
+        "refused": "refused (dpkit: debit before the engine)",
+        "refused_old_order": "refused, old order (engine, then debit; emulated)",
+        "paid": "paid query (answered)",
+    }
     rows = []
     for key, label in labels.items():
         a, b = results[1][key], results[150_000][key]
         rows.append([label, f"{a * 1e3:.2f}", f"{b * 1e3:.2f}", f"{b / a:.2f}"])
-    print(_report.markdown(
-        f"Refusal latency with a spent budget, median of {args.repeats} (dpkit {_report.version('dpkit')}, duckdb {_report.version('duckdb')})",
-        ["request", "pid 7 has 1 row: ms", "pid 7 has 150,000 rows: ms", "ratio"], ["request"], rows,
-        [f"query: {QUERY}; {args.others:,} other people with one row each; DuckDB engine.",
-         "The suite proves the refusal never calls the engine (tests/analytics/test_side_channels.py); this table shows what that buys."],
-    ))
+    print(
+        _report.markdown(
+            f"Refusal latency with a spent budget, median of {args.repeats} (dpkit {_report.version('dpkit')}, duckdb {_report.version('duckdb')})",
+            ["request", "pid 7 has 1 row: ms", "pid 7 has 150,000 rows: ms", "ratio"],
+            ["request"],
+            rows,
+            [
+                f"query: {QUERY}; {args.others:,} other people with one row each; DuckDB engine.",
+                "The suite proves the refusal never calls the engine (tests/analytics/test_side_channels.py); this table shows what that buys.",
+            ],
+        )
+    )
     args.cache.mkdir(parents=True, exist_ok=True)
     csv = csv_cost(args.csv_rows, args.repeats, args.cache)
     print()
-    print(_report.markdown(
-        f"Reading a CSV of {args.csv_rows:,} rows by the declared schema, best of {args.repeats}",
-        ["reader", "aggregate s", "× sniffed"], ["reader"],
-        [["DuckDB's reader, types sniffed from the rows (earlier versions)", f"{csv['sniffed']:.3f}", "1"],
-         ["dpkit's fixed reader: text, then declared types (total casts)", f"{csv['declared']:.3f}", f"{csv['declared'] / csv['sniffed']:.2f}"]],
-        ["The same plan (count, mean of age, sum of income by sex; unit pid, max_rows 2) through DuckDBEngine.aggregate; the file is read on every run."],
-    ))
+    print(
+        _report.markdown(
+            f"Reading a CSV of {args.csv_rows:,} rows by the declared schema, best of {args.repeats}",
+            ["reader", "aggregate s", "× sniffed"],
+            ["reader"],
+            [
+                ["DuckDB's reader, types sniffed from the rows (earlier versions)", f"{csv['sniffed']:.3f}", "1"],
+                [
+                    "dpkit's fixed reader: text, then declared types (total casts)",
+                    f"{csv['declared']:.3f}",
+                    f"{csv['declared'] / csv['sniffed']:.2f}",
+                ],
+            ],
+            [
+                "The same plan (count, mean of age, sum of income by sex; unit pid, max_rows 2) through DuckDBEngine.aggregate; the file is read on every run."
+            ],
+        )
+    )
     if args.json:
         args.json.write_text(json.dumps({"refusal": results, "csv": csv}, indent=2) + "\n")
     return 0

@@ -27,12 +27,12 @@ import platform
 import sys
 import time
 import warnings
+from collections.abc import Callable
 from pathlib import Path
-from typing import Any, Callable
-
-import numpy as np
+from typing import Any
 
 import _report
+import numpy as np
 
 REPO = Path(__file__).resolve().parent.parent
 DEFAULT_OUT = REPO / "benchmarks" / "results" / "statistics.json"
@@ -151,17 +151,24 @@ def median_candidates(x: np.ndarray, eps: float, rng: np.random.Generator):
 
         def make(scale):
             return odp.m.make_private_quantile(
-                odp.vector_domain(odp.atom_domain(T=float, nan=False)), odp.symmetric_distance(),
-                odp.max_divergence(), candidates=[float(c) for c in range(101)], alpha=0.5, scale=scale)
+                odp.vector_domain(odp.atom_domain(T=float, nan=False)),
+                odp.symmetric_distance(),
+                odp.max_divergence(),
+                candidates=[float(c) for c in range(101)],
+                alpha=0.5,
+                scale=scale,
+            )
 
         m = make(odp.binary_search_param(make, d_in=1, d_out=eps))
         xs = [float(a) for a in x]
         return lambda: m(xs)
 
-    return [("dpkit", "Median (exact, CSPRNG)", dpkit_median, False),
-            ("dpkit", "CandidateQuantile, candidates 0..100", dpkit_candidate_median, False),
-            ("diffprivlib", "tools.median", diffprivlib_median, True),
-            ("OpenDP", "make_private_quantile, candidates 0..100", opendp_median, True)]
+    return [
+        ("dpkit", "Median (exact, CSPRNG)", dpkit_median, False),
+        ("dpkit", "CandidateQuantile, candidates 0..100", dpkit_candidate_median, False),
+        ("diffprivlib", "tools.median", diffprivlib_median, True),
+        ("OpenDP", "make_private_quantile, candidates 0..100", opendp_median, True),
+    ]
 
 
 def build(thunk):
@@ -195,25 +202,47 @@ def main(argv: list[str] | None = None) -> int:
                 print(f"[bench] median {dname} ε={eps}: {lib}", file=sys.stderr, flush=True)
                 rel, err = build(thunk)
                 r = measure(rel, truth, args.peer_runs if peer else args.runs) if rel else {"status": err}
-                rows.append({"part": "median", "data": dname, "n": int(x.size), "method": f"{lib}: {label}",
-                             "epsilon": eps, **r})
+                rows.append(
+                    {
+                        "part": "median",
+                        "data": dname,
+                        "n": int(x.size),
+                        "method": f"{lib}: {label}",
+                        "epsilon": eps,
+                        **r,
+                    }
+                )
     meta = {
-        "date": _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"),
-        "python": platform.python_version(), "numpy": np.__version__, "cpu_count": os.cpu_count(),
+        "date": _dt.datetime.now(_dt.UTC).isoformat(timespec="seconds"),
+        "python": platform.python_version(),
+        "numpy": np.__version__,
+        "cpu_count": os.cpu_count(),
         "versions": {d: _report.version(d) for d in ("dpkit", "opendp", "diffprivlib", "scikit-learn")},
-        "bounds": [LOWER, UPPER], "adult_data": "../shared/data/adult/adult.data" if ADULT.exists() else None,
+        "bounds": [LOWER, UPPER],
+        "adult_data": "../shared/data/adult/adult.data" if ADULT.exists() else None,
     }
     args.out.parent.mkdir(parents=True, exist_ok=True)
     args.out.write_text(json.dumps({"meta": meta, "rows": rows}, indent=2, ensure_ascii=False) + "\n")
 
     headers = ["part", "data", "method", "ε", "runs", "mean abs error", "ms / release"]
-    cells = [[r["part"], f"{r['data']} (n={r['n']:,})", r["method"], f"{r['epsilon']:g}",
-              str(r.get("runs", "—")), f"{r['mae']:.4g}" if "mae" in r else r["status"],
-              f"{r['ms_per_release']:.3g}" if "ms_per_release" in r else "—"] for r in rows]
-    notes = ["bounds [0, 100] declared for every mechanism; truth = non-private mean/median of the same data",
-             "dpkit uses its default CSPRNG; diffprivlib and OpenDP their defaults",
-             "OpenDP outputs integer candidates 0..100; dpkit outputs on a 2^-34 lattice; diffprivlib floats",
-             "n/a: the mechanism is not in dpkit yet or its call failed (rerun after integration)"]
+    cells = [
+        [
+            r["part"],
+            f"{r['data']} (n={r['n']:,})",
+            r["method"],
+            f"{r['epsilon']:g}",
+            str(r.get("runs", "—")),
+            f"{r['mae']:.4g}" if "mae" in r else r["status"],
+            f"{r['ms_per_release']:.3g}" if "ms_per_release" in r else "—",
+        ]
+        for r in rows
+    ]
+    notes = [
+        "bounds [0, 100] declared for every mechanism; truth = non-private mean/median of the same data",
+        "dpkit uses its default CSPRNG; diffprivlib and OpenDP their defaults",
+        "OpenDP outputs integer candidates 0..100; dpkit outputs on a 2^-34 lattice; diffprivlib floats",
+        "n/a: the mechanism is not in dpkit yet or its call failed (rerun after integration)",
+    ]
     try:
         from rich.console import Console  # noqa: PLC0415
         from rich.table import Table  # noqa: PLC0415
@@ -229,8 +258,15 @@ def main(argv: list[str] | None = None) -> int:
             print(" | ".join(c), file=sys.stderr if args.markdown else sys.stdout)
     print(f"[bench] wrote {args.out.relative_to(REPO)}", file=sys.stderr)
     if args.markdown:
-        print(_report.markdown(f"Private mean/median of ages. {meta['date']}, {meta['cpu_count']} CPUs.",
-                               headers, headers[:3], cells, notes))
+        print(
+            _report.markdown(
+                f"Private mean/median of ages. {meta['date']}, {meta['cpu_count']} CPUs.",
+                headers,
+                headers[:3],
+                cells,
+                notes,
+            )
+        )
     return 0
 
 

@@ -40,7 +40,9 @@ declared = {"privacy_unit": "pid", "max_rows": 1, "columns": {"age": {"type": "n
 
 
 def spread(times: list[float]) -> str:
-    return f"median {statistics.median(times) * 1000:7.1f} ms  (min {min(times) * 1000:.1f}, max {max(times) * 1000:.1f})"
+    return (
+        f"median {statistics.median(times) * 1000:7.1f} ms  (min {min(times) * 1000:.1f}, max {max(times) * 1000:.1f})"
+    )
 
 
 print("1. The library, timed: the same ε = 0.01 COUNT on D and on D+1")

@@ -39,7 +39,12 @@ def dpkit(*args: str) -> str:
 
 def call(base: str, key: str, method: str, path: str, body: dict | None = None) -> tuple[int, dict]:
     data = None if body is None else json.dumps(body).encode()
-    request = urllib.request.Request(base + path, data=data, method=method, headers={"Authorization": f"Bearer {key}", "Content-Type": "application/json"})
+    request = urllib.request.Request(
+        base + path,
+        data=data,
+        method=method,
+        headers={"Authorization": f"Bearer {key}", "Content-Type": "application/json"},
+    )
     try:
         with urllib.request.urlopen(request, timeout=60) as response:
             return response.status, json.loads(response.read())
@@ -58,11 +63,26 @@ def main(out: Path) -> None:
     curator_key = json.loads(dpkit("admin", "create-curator", "carol", "--ledger", ledger, "--json"))["key"]
     alice_key = json.loads(dpkit("admin", "create-analyst", "alice", "--ledger", ledger, "--json"))["key"]
     # 5,000 people: the "small" size class (public; it scales every paid answer's fixed time).
-    print(dpkit("admin", "register-dataset", "census", str(out / "census.csv"), "--metadata", str(out / "census.json"), "--size-class", "small", "--ledger", ledger).strip())
+    print(
+        dpkit(
+            "admin",
+            "register-dataset",
+            "census",
+            str(out / "census.csv"),
+            "--metadata",
+            str(out / "census.json"),
+            "--size-class",
+            "small",
+            "--ledger",
+            ledger,
+        ).strip()
+    )
     print(dpkit("admin", "grant", "alice", "census", "--epsilon", "1", "--ledger", ledger).strip())
     # A principal of the curator's own, whose budget pays for one published synthetic table.
     publisher_key = json.loads(dpkit("admin", "create-analyst", "publisher", "--ledger", ledger, "--json"))["key"]
-    print(dpkit("admin", "grant", "publisher", "census", "--epsilon", "1", "--delta", "1e-6", "--ledger", ledger).strip())
+    print(
+        dpkit("admin", "grant", "publisher", "census", "--epsilon", "1", "--delta", "1e-6", "--ledger", ledger).strip()
+    )
     print(dpkit("admin", "allow-publish", "publisher", "--ledger", ledger).strip())  # only named publishers publish
 
     with socket.socket() as s:
@@ -70,7 +90,10 @@ def main(out: Path) -> None:
         port = s.getsockname()[1]
     # Every paid answer leaves at a fixed time after its debit: 0.5 s x 0.5 (small) for a simple
     # query; a synthetic table 20 s x 0.5 here (the default, 60 s, suits larger tables).
-    server = subprocess.Popen([sys.executable, "-m", "dpkit.cli", "serve", "--ledger", ledger, "--port", str(port), "--synth-seconds", "20"], stderr=subprocess.DEVNULL)
+    server = subprocess.Popen(
+        [sys.executable, "-m", "dpkit.cli", "serve", "--ledger", ledger, "--port", str(port), "--synth-seconds", "20"],
+        stderr=subprocess.DEVNULL,
+    )
     base = f"http://127.0.0.1:{port}"
     try:
         for _ in range(600):
@@ -87,16 +110,26 @@ def main(out: Path) -> None:
         print(f"without a valid key: {status} {me['error']['code']}")
         sql = "SELECT sex, COUNT(*) AS jobs, AVG(income) FROM census GROUP BY sex"
         status, cost = call(base, alice_key, "POST", "/v1/datasets/census/query/cost", {"epsilon": 0.5, "sql": sql})
-        print(f"\npreview: {sql!r} would cost ε = {cost['cost']['epsilon']}; remaining ε = {cost['budget']['remaining_epsilon']}")
-        for epsilon, text in ((0.5, sql), (0.25, "SELECT COUNT(*) FROM census WHERE age > 60"), (0.25, "SELECT MEDIAN(hours_per_week) FROM census")):
-            status, answer = call(base, alice_key, "POST", "/v1/datasets/census/query", {"epsilon": epsilon, "sql": text})
+        print(
+            f"\npreview: {sql!r} would cost ε = {cost['cost']['epsilon']}; remaining ε = {cost['budget']['remaining_epsilon']}"
+        )
+        for epsilon, text in (
+            (0.5, sql),
+            (0.25, "SELECT COUNT(*) FROM census WHERE age > 60"),
+            (0.25, "SELECT MEDIAN(hours_per_week) FROM census"),
+        ):
+            status, answer = call(
+                base, alice_key, "POST", "/v1/datasets/census/query", {"epsilon": epsilon, "sql": text}
+            )
             print(f"\n{status} {text}")
             for row in answer["rows"]:
                 print("   ", {k: (round(v, 1) if isinstance(v, float) else v) for k, v in row.items()})
             print(f"    cost ε = {answer['cost']['epsilon']}, remaining ε = {answer['budget']['remaining_epsilon']}")
 
         # 3. The budget is spent: refused before any noise is drawn.
-        status, refusal = call(base, alice_key, "POST", "/v1/datasets/census/query", {"epsilon": 0.1, "sql": "SELECT COUNT(*) FROM census"})
+        status, refusal = call(
+            base, alice_key, "POST", "/v1/datasets/census/query", {"epsilon": 0.1, "sql": "SELECT COUNT(*) FROM census"}
+        )
         print(f"\n{status} {refusal['error']['code']}: {refusal['error']['message']}")
         assert status == 409
 
@@ -104,7 +137,9 @@ def main(out: Path) -> None:
         body = {"epsilon": 1, "delta": 1e-6, "columns": ["age", "sex", "education", "hours_per_week"],
                 "bins": {"age": 6, "hours_per_week": 4}, "rows": 1000, "publish": "census_synthetic"}  # fmt: skip
         status, table = call(base, publisher_key, "POST", "/v1/datasets/census/synthetic", body)
-        print(f"\n{status} published {table['release']!r}: {len(table['rows'])} synthetic rows for ε = {table['cost']['epsilon']}")
+        print(
+            f"\n{status} published {table['release']!r}: {len(table['rows'])} synthetic rows for ε = {table['cost']['epsilon']}"
+        )
         status, release = call(base, alice_key, "GET", "/v1/releases/census_synthetic")
         print(f"{status} alice downloads it with no budget left: {release['rows'][:2]} …")
 

@@ -45,14 +45,24 @@ def cost(C: np.ndarray) -> float:
 base = cost(SkKMeans(n_clusters=k, n_init=10, random_state=0).fit(X).cluster_centers_)
 print(f"n = {len(X):,}, d = 2, k = {k}, T = {T}; non-private scikit-learn cost = {base:,.0f}")
 print(f"{'ε':>5} | {'textbook (Laplace, random start)':^34} | {'dpkit default (Gaussian, δ=1e-6)':^34}")
-print(f"{'':>5} | {'cost ratio':>11} {'noise/sum':>10} {'ε spent':>10} | {'cost ratio':>11} {'noise/sum':>10} {'ε spent':>10}")
+print(
+    f"{'':>5} | {'cost ratio':>11} {'noise/sum':>10} {'ε spent':>10} | {'cost ratio':>11} {'noise/sum':>10} {'ε spent':>10}"
+)
 for eps in (0.25, 0.5, 1.0, 2.0, 4.0):
     cells = []
     for method, extra in (("textbook", {}), ("gaussian", {"delta": 1e-6})):
         ratios, fit = [], None
         for _ in range(args.runs):
-            fit = KMeans(n_clusters=k, epsilon=eps, method=method, n_iter=T, bounds=bounds,
-                         neighbours="replace", rng=noise_rng, **extra).fit(X)
+            fit = KMeans(
+                n_clusters=k,
+                epsilon=eps,
+                method=method,
+                n_iter=T,
+                bounds=bounds,
+                neighbours="replace",
+                rng=noise_rng,
+                **extra,
+            ).fit(X)
             ratios.append(cost(fit.cluster_centers_) / base)
         # noise/sum: noise per coordinate of a cluster's sum, data units (Laplace scale b, whose
         # standard deviation is √2·b; or Gaussian σ)

@@ -27,8 +27,8 @@ from pathlib import Path
 import numpy as np
 
 import dpkit as dp
-from dpkit.datasets import ADULT_CATEGORICAL, ADULT_DATA_NORM, ADULT_NUMERIC, adult_features
 from dpkit.accounting import RDPAccountant
+from dpkit.datasets import ADULT_CATEGORICAL, ADULT_DATA_NORM, ADULT_NUMERIC, adult_features
 from dpkit.ml.logistic import LogisticRegression
 
 # The default location of UCI Adult: beside the repository (overridden by DPKIT_ADULT or the argument).
@@ -39,6 +39,7 @@ DATA_NORM = ADULT_DATA_NORM  # each one-hot group adds at most 1 to ‖x‖²
 
 
 encode = adult_features  # the public-schema encoding (dpkit.datasets), shared with the benchmark
+
 
 def generated(seed: int = 20240607) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
     """An Adult-shaped stand-in: 6 numeric columns in [0, 1] and 7 one-hot groups, labels from a
@@ -60,7 +61,10 @@ def generated(seed: int = 20240607) -> tuple[np.ndarray, np.ndarray, np.ndarray,
 
 parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
 parser.add_argument(
-    "adult", nargs="?", type=Path, default=Path(os.environ.get("DPKIT_ADULT") or DEFAULT_ADULT),
+    "adult",
+    nargs="?",
+    type=Path,
+    default=Path(os.environ.get("DPKIT_ADULT") or DEFAULT_ADULT),
     help="directory holding adult.data and adult.test (default: $DPKIT_ADULT, else ../shared/data/adult/ "
     "beside the repository)",
 )
@@ -77,8 +81,10 @@ else:
     X_train, y_train, X_test, y_test = generated()
     source = f"GENERATED stand-in data: UCI Adult was not found in {ADULT}"
 print(f"data: {source}")
-print(f"      {X_train.shape[0]:,} train / {X_test.shape[0]:,} test rows, {X_train.shape[1]} features, "
-      f"declared data_norm = √{len(ADULT_NUMERIC) + len(ADULT_CATEGORICAL)} = {DATA_NORM:.3f}")
+print(
+    f"      {X_train.shape[0]:,} train / {X_test.shape[0]:,} test rows, {X_train.shape[1]} features, "
+    f"declared data_norm = √{len(ADULT_NUMERIC) + len(ADULT_CATEGORICAL)} = {DATA_NORM:.3f}"
+)
 
 with warnings.catch_warnings():  # scikit-learn's reference model, not private
     warnings.simplefilter("ignore")
@@ -92,11 +98,17 @@ print(f"\n{'ε':>5} {'δ':>7} | {'dpkit accuracy':>14} | {'ε proved':>8} | {'no
 for eps in (0.5, 1.0, 4.0):
     t0 = time.perf_counter()
     clf = LogisticRegression(
-        epsilon=eps, delta=1e-5, data_norm=DATA_NORM, classes=[0, 1], rng=rng,
+        epsilon=eps,
+        delta=1e-5,
+        data_norm=DATA_NORM,
+        classes=[0, 1],
+        rng=rng,
         budget=budget if eps < 4 else None,  # ε = 4 does not fit in the budget: see below
     ).fit(X_train, y_train)
-    print(f"{eps:>5g} {1e-5:>7g} | {clf.score(X_test, y_test):>14.4f} | {clf.epsilon_:>8.4f} | "
-          f"{clf.noise_multiplier_:>9.2f} | {clf.n_steps_:>5} | {time.perf_counter() - t0:>4.1f}s")
+    print(
+        f"{eps:>5g} {1e-5:>7g} | {clf.score(X_test, y_test):>14.4f} | {clf.epsilon_:>8.4f} | "
+        f"{clf.noise_multiplier_:>9.2f} | {clf.n_steps_:>5} | {time.perf_counter() - t0:>4.1f}s"
+    )
 print(f"non-private scikit-learn: {reference:.4f}   majority class: {majority:.4f}")
 print(f"\nevent of the last fit (what a ledger stores): {clf.event_}")
 

@@ -19,17 +19,21 @@ import tempfile
 import time
 
 import numpy as np
-import torch
 from sklearn.datasets import load_digits
-from torch import nn
 from torch.utils.data import DataLoader, TensorDataset
 
 import dpkit as dp
+import torch
 from dpkit.torch import make_private
+from torch import nn
 
 parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
 parser.add_argument("--seed", type=int, help="seed model and DP noise: reproducible, NOT secure (default: OS CSPRNG)")
-parser.add_argument("--plot", default=os.path.join(tempfile.gettempdir(), "dpkit_dp_sgd.png"), help="where to save the figure (default: a file in the system's temporary directory)")
+parser.add_argument(
+    "--plot",
+    default=os.path.join(tempfile.gettempdir(), "dpkit_dp_sgd.png"),
+    help="where to save the figure (default: a file in the system's temporary directory)",
+)
 args = parser.parse_args()
 torch.set_num_threads(1)  # a 5k-parameter model: one thread is fastest
 if args.seed is not None:
@@ -95,12 +99,21 @@ for eps in (0.5, 1.0, 2.0, 4.0, 8.0):
 budget = dp.Budget(epsilon=1.0, delta=DELTA, accountant=dp.RDPAccountant)
 model = new_model()
 private = make_private(
-    model, torch.optim.SGD(model.parameters(), lr=1.0, momentum=0.5), loader(),
-    noise_multiplier=2.5, delta=DELTA, epochs=EPOCHS, max_grad_norm=CLIP, budget=budget, rng=rng,
+    model,
+    torch.optim.SGD(model.parameters(), lr=1.0, momentum=0.5),
+    loader(),
+    noise_multiplier=2.5,
+    delta=DELTA,
+    epochs=EPOCHS,
+    max_grad_norm=CLIP,
+    budget=budget,
+    rng=rng,
 )
 report = private.train(nn.CrossEntropyLoss(), progress=False)
-print(f"\nwith a budget of ε=1 and σ=2.5: {report.steps} of {EPOCHS * len(private.data_loader)} steps, "
-      f"accuracy {accuracy(model):.3f}, budget spent {budget.spent[0]:.3f}")
+print(
+    f"\nwith a budget of ε=1 and σ=2.5: {report.steps} of {EPOCHS * len(private.data_loader)} steps, "
+    f"accuracy {accuracy(model):.3f}, budget spent {budget.spent[0]:.3f}"
+)
 print(f"  stopped: {report.stopped}")
 
 # -- figure ---------------------------------------------------------------------------------------

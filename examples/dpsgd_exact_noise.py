@@ -46,7 +46,9 @@ flat = torch.zeros(SIZE, dtype=torch.float64)  # a clipped sum of 0: what is rel
 # 1. The torch-operation path (what accelerators run) and the numpy path read one stream and
 #    release the same values.
 device = dataclasses.replace(
-    LatticeNoise.plan(noise_multiplier=SIGMA, max_grad_norm=CLIP, size=SIZE, max_batch=256), sampler="torch", chunk=CHUNK
+    LatticeNoise.plan(noise_multiplier=SIGMA, max_grad_norm=CLIP, size=SIZE, max_batch=256),
+    sampler="torch",
+    chunk=CHUNK,
 )
 host = LatticeNoise.plan(noise_multiplier=SIGMA, max_grad_norm=CLIP, size=SIZE, max_batch=256, sampler="host")
 on_device = device.release(flat.clone(), ChaChaStream.keyed(np.random.default_rng(args.seed)))
@@ -70,8 +72,11 @@ for _ in range(DRAWS // BLOCK):
     largest = max(largest, float(z.max()))
     beyond += int((z > 5.77).sum())
 expected = DRAWS * 2 * stats.norm.sf(5.77)
-print(f"3. float32 torch.randn, 10^9 draws: largest |z| = {largest:.3f}, {beyond} beyond 5.77σ "
-      f"(a Gaussian puts {expected:.1f} there: none is a {math.exp(-expected):.0e} event)")
+print(
+    f"3. float32 torch.randn, 10^9 draws: largest |z| = {largest:.3f}, {beyond} beyond 5.77σ "
+    f"(a Gaussian puts {expected:.1f} there: none is a {math.exp(-expected):.0e} event)"
+)
+
 
 # 4. Speed, best of five.
 def best(f, n=5):
@@ -86,5 +91,7 @@ def best(f, n=5):
 secure = LatticeNoise.plan(noise_multiplier=SIGMA, max_grad_norm=CLIP, size=SIZE, max_batch=256)
 t_exact = best(lambda: secure.release(flat.clone(), None))  # keyed from the operating system
 t_randn = best(lambda: torch.randn(SIZE))
-print(f"4. {SIZE:,} values: exact lattice release {t_exact * 1e3:.1f} ms, float32 torch.randn {t_randn * 1e3:.2f} ms "
-      f"({t_randn / t_exact:.2f}× its throughput)")
+print(
+    f"4. {SIZE:,} values: exact lattice release {t_exact * 1e3:.1f} ms, float32 torch.randn {t_randn * 1e3:.2f} ms "
+    f"({t_randn / t_exact:.2f}× its throughput)"
+)

@@ -16,12 +16,14 @@ import argparse
 import time
 
 import numpy as np
-import torch
 
+import torch
 from dpkit.torch.federated import FederatedAveraging
 
 parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-parser.add_argument("--seed", type=int, help="seed data, client sampling and noise: reproducible, NOT secure (default: OS CSPRNG)")
+parser.add_argument(
+    "--seed", type=int, help="seed data, client sampling and noise: reproducible, NOT secure (default: OS CSPRNG)"
+)
 parser.add_argument("--progress", action="store_true", help="show a rich progress bar with the running ε")
 args = parser.parse_args()
 torch.set_num_threads(1)  # tiny models: thread start-up costs more than it saves
@@ -49,7 +51,9 @@ def accuracy(model):
 
 from sklearn.linear_model import LogisticRegression  # noqa: E402
 
-central = LogisticRegression(max_iter=1000).fit(np.vstack([c[0] for c in clients]), np.concatenate([c[1] for c in clients]))
+central = LogisticRegression(max_iter=1000).fit(
+    np.vstack([c[0] for c in clients]), np.concatenate([c[1] for c in clients])
+)
 print(f"non-private centralised logistic regression: accuracy {central.score(X_test, y_test):.3f}")
 
 rounds, q, delta = 60, 0.1, 1e-4  # δ < 1/n for n = 200 clients
@@ -60,9 +64,19 @@ print(f"{'target ε':>9} {'σ':>6} | " + " | ".join(f"{'accuracy':>9} {'ε':>6} 
 for target in (0.5, 2.0, 8.0):
     torch.manual_seed(0 if args.seed is None else args.seed)
     fed = FederatedAveraging(
-        torch.nn.Linear(dim, 2), clients=clients, sample_rate=q, rounds=rounds, local_steps=5, local_lr=0.5,
-        server_lr=1.0, max_grad_norm=1.0, epsilon=target, delta=delta, accountant="rdp",
-        rng=None if args.seed is None else np.random.default_rng(args.seed), progress=args.progress,
+        torch.nn.Linear(dim, 2),
+        clients=clients,
+        sample_rate=q,
+        rounds=rounds,
+        local_steps=5,
+        local_lr=0.5,
+        server_lr=1.0,
+        max_grad_norm=1.0,
+        epsilon=target,
+        delta=delta,
+        accountant="rdp",
+        rng=None if args.seed is None else np.random.default_rng(args.seed),
+        progress=args.progress,
     )
     seen = {}
     start = time.perf_counter()

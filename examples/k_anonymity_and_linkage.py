@@ -25,7 +25,10 @@ from dpkit.attacks import linkage_attack
 DEFAULT_ADULT = Path(__file__).resolve().parents[1] / ".." / "shared" / "data" / "adult"
 parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
 parser.add_argument(
-    "adult", nargs="?", type=Path, default=Path(os.environ.get("DPKIT_ADULT") or DEFAULT_ADULT),
+    "adult",
+    nargs="?",
+    type=Path,
+    default=Path(os.environ.get("DPKIT_ADULT") or DEFAULT_ADULT),
     help="directory holding adult.data (default: $DPKIT_ADULT, else ../shared/data/adult/ beside the repository)",
 )
 args = parser.parse_args()
@@ -45,9 +48,7 @@ table_5_1 = pd.DataFrame(
 qi = ["age", "sex", "zip"]
 print("Table 5.1 (hospital A, raw): k =", k_anonymity(table_5_1, qi), "on", qi)
 
-table_5_2 = table_5_1.drop(columns="name").assign(
-    age=["60-70"] * 5 + ["50-60"] * 4, zip="1901**"
-)
+table_5_2 = table_5_1.drop(columns="name").assign(age=["60-70"] * 5 + ["50-60"] * 4, zip="1901**")
 print("Table 5.2 (hospital A, generalised):", anonymity_report(table_5_2, qi, sensitive="dx"))
 
 table_5_3 = pd.DataFrame(
@@ -65,8 +66,10 @@ print("\nLinkage of the two releases (classes of A, assuming the person is in bo
 print(res.matches.to_string(index=False))
 known = table_5_1.loc[table_5_1["name"] == "赵丽娜", ["name", *qi]]
 res_known = linkage_attack(table_5_2, table_5_3, qi, "dx", known=known, identifier="name")
-print("\nAttacker knows 赵丽娜 (56, 女, 190103) visited both:",
-      res_known.matches[["name", "candidates", "value"]].to_string(index=False))
+print(
+    "\nAttacker knows 赵丽娜 (56, 女, 190103) visited both:",
+    res_known.matches[["name", "candidates", "value"]].to_string(index=False),
+)
 
 adult = args.adult / "adult.data"
 if adult.exists():
@@ -77,9 +80,11 @@ if adult.exists():
         t0 = time.perf_counter()
         out, rep = generalise(df, aqi, k, suppress=suppress)
         dt = time.perf_counter() - t0
-        print(f"  Mondrian k={k:3d} suppress={suppress:.2f}: {dt:.3f} s, k achieved "
-              f"{k_anonymity(out, aqi)}, {rep.n_classes} classes, {rep.n_suppressed} suppressed, "
-              f"NCP {rep.ncp:.4f} {dict(rep.ncp_per_qi)}, DM {rep.discernibility}")
+        print(
+            f"  Mondrian k={k:3d} suppress={suppress:.2f}: {dt:.3f} s, k achieved "
+            f"{k_anonymity(out, aqi)}, {rep.n_classes} classes, {rep.n_suppressed} suppressed, "
+            f"NCP {rep.ncp:.4f} {dict(rep.ncp_per_qi)}, DM {rep.discernibility}"
+        )
     print(out[aqi].drop_duplicates().head(5).to_string(index=False))
 else:
     print("\nUCI Adult not found at", adult, "- skipped")

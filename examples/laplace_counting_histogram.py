@@ -28,8 +28,10 @@ table = people(n=5_000)
 count = dp.Laplace(epsilon=eps, sensitivity=dp.sensitivity.count().l1)
 noisy = count.release(float((table.age >= 65).sum()), rng=rng)
 low, high = count.confidence_interval(noisy, 0.95)
-print(f"aged 65+: {noisy:.1f}  (b = {count.scale:g}; 95% bound b·ln 20 = {count.scale * math.log(20):.2f}; "
-      f"CI [{low:.1f}, {high:.1f}])")
+print(
+    f"aged 65+: {noisy:.1f}  (b = {count.scale:g}; 95% bound b·ln 20 = {count.scale * math.log(20):.2f}; "
+    f"CI [{low:.1f}, {high:.1f}])"
+)
 
 # 2. A histogram of ages; neighbours = "replace" (one person's age changes) → sensitivity 2.
 edges = [18, 25, 35, 45, 55, 65, 75, 91]
@@ -48,7 +50,9 @@ answers = np.array([(table.income >= t).sum() for t in thresholds], dtype=float)
 sens = dp.sensitivity.counting_queries(len(thresholds))
 queries = dp.Laplace(epsilon=eps, sensitivity=sens.l1)
 noisy_answers = queries.release(answers, rng=rng)
-print(f"{len(thresholds)} counting queries: b = k/ε = {queries.scale:g}, "
-      f"95% bound per query ±{queries.error_bound(0.05, size=len(thresholds)):.1f}")
+print(
+    f"{len(thresholds)} counting queries: b = k/ε = {queries.scale:g}, "
+    f"95% bound per query ±{queries.error_bound(0.05, size=len(thresholds)):.1f}"
+)
 for t, y in zip(thresholds, noisy_answers):
     print(f"  income ≥ {t:>7,}: {y:8.1f}")

@@ -61,7 +61,9 @@ print(f"{'model':<28} {'test acc':>8} {'AUC':>6} {'TPR@1%FPR':>10} {'implied ε 
 
 clf = LogisticRegression(C=1.0, max_iter=5000).fit(Xm, ym)
 r = loss_threshold_attack(per_example_losses(clf, Xm, ym), per_example_losses(clf, Xn, yn), delta=delta, rng=rng)
-print(f"{'non-private (sklearn)':<28} {clf.score(Xt, yt):>8.3f} {r.auc:>6.3f} {r.tpr_at_1pct_fpr:>10.3f} {r.epsilon_lower:>12.3f}")
+print(
+    f"{'non-private (sklearn)':<28} {clf.score(Xt, yt):>8.3f} {r.auc:>6.3f} {r.tpr_at_1pct_fpr:>10.3f} {r.epsilon_lower:>12.3f}"
+)
 
 steps = 30
 for target in (1.0, 8.0):
@@ -82,8 +84,17 @@ canary = (np.r_[np.zeros(d_small - 1), 100.0], 1.0)
 sigma = calibrate_noise_multiplier(epsilon=1.0, delta=delta, accountant=RDPAccountant, steps=10)
 for name, noise in (("correct DP-GD, claims ε=1", sigma), ("broken: noise ÷ 10, claims ε=1", sigma / 10)):
     audit = canary_audit(
-        lambda data, g: dp_gradient_descent(*data, steps=10, lr=0.003, clip=1.0, noise_multiplier=noise, rng=g, denominator=small),
-        (Xs, ys), canary, score_fn=lambda w, c: -float(w @ c[0]), trials=400, confidence=0.95, delta=delta, rng=rng)
+        lambda data, g: dp_gradient_descent(
+            *data, steps=10, lr=0.003, clip=1.0, noise_multiplier=noise, rng=g, denominator=small
+        ),
+        (Xs, ys),
+        canary,
+        score_fn=lambda w, c: -float(w @ c[0]),
+        trials=400,
+        confidence=0.95,
+        delta=delta,
+        rng=rng,
+    )
     verdict = "VIOLATION" if audit.epsilon_lower > 1.0 else "consistent"
     print(f"canary audit, {name:<32}: ε ≥ {audit.epsilon_lower:.3f} (95 %)  -> {verdict}")
 print(f"(each line: {2 * 400} trainings; a lower bound can prove a violation, never privacy)")

@@ -26,12 +26,18 @@ rng = None if args.seed is None else np.random.default_rng(args.seed)
 
 df = census(people=20_000)
 # The curator's declared schema; "sector" is declared without its categories, so its keys are private.
-meta = Metadata.from_dict({**CENSUS_METADATA, "columns": {**CENSUS_METADATA["columns"], "sector": {"type": "categorical"}}})
+meta = Metadata.from_dict(
+    {**CENSUS_METADATA, "columns": {**CENSUS_METADATA["columns"], "sector": {"type": "categorical"}}}
+)
 session = dp.Session(df, budget=dp.Budget(epsilon=2.0, delta=1e-6), metadata=meta, rng=rng)
 print(session)
 
 # 2. counts and mean income by sex, people over 30
-r = session.where("age > 30").group_by("sex").aggregate([dp.analytics.Count(), dp.analytics.Mean("income")], epsilon=0.5)
+r = (
+    session.where("age > 30")
+    .group_by("sex")
+    .aggregate([dp.analytics.Count(), dp.analytics.Mean("income")], epsilon=0.5)
+)
 truth = df[df.age > 30].groupby("sex").agg(rows=("income", "size"), mean_income=("income", "mean"))
 print("\nrows and mean income by sex (age > 30), ε = 0.5 — user level, 2 rows per person per group:")
 print(r.table.round(1).to_string(index=False))
@@ -44,8 +50,10 @@ people = session.count_units(epsilon=0.25)
 rows_meta = Metadata(columns=meta.columns, row_level=True)
 row_level = dp.Session(df, budget=dp.Budget(epsilon=1.0), metadata=rows_meta, rng=rng).count(epsilon=0.25)
 print(f"\nrows, user level (≤ 2 per person): {user_rows.value:.0f} ± {(user_rows.ci[1] - user_rows.value):.0f}")
-print(f"rows, row level: {row_level.value:.0f} ± {(row_level.ci[1] - row_level.value):.0f} (true {len(df)}) "
-      "— narrower and unbiased, but it protects one job, not one person")
+print(
+    f"rows, row level: {row_level.value:.0f} ± {(row_level.ci[1] - row_level.value):.0f} (true {len(df)}) "
+    "— narrower and unbiased, but it protects one job, not one person"
+)
 print(f"people: {people.value:.0f} ± {(people.ci[1] - people.value):.0f} (true {df.person_id.nunique()})")
 
 # 4. keys that are not public: selected privately (costs δ and a share of ε)

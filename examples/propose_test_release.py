@@ -35,8 +35,10 @@ def main() -> None:
         med = ls.local_sensitivity_median(data, lower=lo, upper=hi)
         mean = ls.local_sensitivity_mean(data, lower=lo, upper=hi)
         gamma = ls.median_distance_to_high_sensitivity(data, 1.0, lower=lo, upper=hi)
-        print(f"  {name:<18} LS(median) = {med:.3f}, LS(mean) = {mean:.5f}, "
-              f"records to change before LS(median) > 1: {gamma}")
+        print(
+            f"  {name:<18} LS(median) = {med:.3f}, LS(mean) = {mean:.5f}, "
+            f"records to change before LS(median) > 1: {gamma}"
+        )
 
     print(f"\nPTR median, bound b = 1 year, ε = {EPSILON}, δ = {DELTA:g}:")
     median = PTRMedian(epsilon=EPSILON, delta=DELTA, bound=1.0, lower=lo, upper=hi)

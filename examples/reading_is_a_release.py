@@ -31,7 +31,9 @@ from dpkit.analytics import Categorical, Metadata, Numeric
 from dpkit.analytics.check import check_data
 
 rng = np.random.default_rng(7)
-people = pd.DataFrame({"age": rng.integers(18, 90, 200), "city": rng.choice(["A", "B"], 200), "code": rng.choice([1, 2], 200)})
+people = pd.DataFrame(
+    {"age": rng.integers(18, 90, 200), "city": rng.choice(["A", "B"], 200), "code": rng.choice([1, 2], 200)}
+)
 meta = Metadata(
     columns={"age": Numeric(0, 100), "city": Categorical(("A", "B")), "code": Categorical(("1", "2"))}, row_level=True
 )
@@ -63,7 +65,9 @@ old = duckdb.sql(
 print("1. CSV, one person's line opens a quote that never closes")
 print(f"   a reader whose quotes span lines reads {old} rows of D+1 (D has 200): the rest were swallowed")
 for name, path in (("D", d_csv), ("D+1", d1_csv)):
-    print(f"   dpkit, {name:3}: exact count {exact_count(dp.Session.from_csv(path, metadata=meta, budget=dp.Budget(epsilon=budget)))}")
+    print(
+        f"   dpkit, {name:3}: exact count {exact_count(dp.Session.from_csv(path, metadata=meta, budget=dp.Budget(epsilon=budget)))}"
+    )
 
 # 2. Parquet files that disagree on a column's physical type
 parts = work / "parts"

@@ -72,7 +72,9 @@ def main() -> None:
     curves = {}
     for method in ("lp", "lstsq"):
         curves[method] = [
-            dinur_nissim_attack(NaiveCurator(x, noise_bound=r * math.sqrt(n), rng=rng), n, method=method, rng=rng).recovered_fraction
+            dinur_nissim_attack(
+                NaiveCurator(x, noise_bound=r * math.sqrt(n), rng=rng), n, method=method, rng=rng
+            ).recovered_fraction
             for r in ratios
         ]
     import matplotlib

@@ -34,7 +34,9 @@ def main() -> None:
             yield float((ages < k).sum())
 
     idx = AboveThreshold(epsilon=1.0, threshold=15_000).release(stream(), rng=rng)
-    print(f"   index {idx} -> k = {18 + idx}; queries evaluated: {len(pulled)} (true median {np.median(ages):.0f}); cost ε = 1\n")
+    print(
+        f"   index {idx} -> k = {18 + idx}; queries evaluated: {len(pulled)} (true median {np.median(ages):.0f}); cost ε = 1\n"
+    )
 
     print("2. Choosing a clipping bound, and the mean (ε = 1)")
     b = choose_clipping_bound(ages, epsilon=1 / 3, max_bound=1000, rng=rng)
@@ -60,8 +62,10 @@ def main() -> None:
         true = int(((ages > lo) & (ages < hi)).sum())
         print(f"   ({lo:g}, {hi:g}): noisy {noisy:9.1f}   true {true}")
     lap_all = dp.Laplace(epsilon=1.0 / len(ranges), sensitivity=1.0)
-    print(f"   answering all {len(ranges)} with Laplace instead: noise scale {lap_all.scale:.1f} each "
-          f"vs {2 * 3 / 1.0:.1f} here — SVT pays for 3, not {len(ranges)}; with 1000 ranges it still pays for 3.")
+    print(
+        f"   answering all {len(ranges)} with Laplace instead: noise scale {lap_all.scale:.1f} each "
+        f"vs {2 * 3 / 1.0:.1f} here — SVT pays for 3, not {len(ranges)}; with 1000 ranges it still pays for 3."
+    )
 
 
 if __name__ == "__main__":

@@ -26,7 +26,11 @@ rng = None if args.seed is None else np.random.default_rng(args.seed)
 
 df = census(people=20_000)
 meta = Metadata.from_dict(CENSUS_METADATA)
-bins = {"age": [18, 25, 35, 45, 55, 65, 90], "hours_per_week": [1, 20, 35, 45, 60, 80], "income": list(range(0, 250_001, 25_000))}
+bins = {
+    "age": [18, 25, 35, 45, 55, 65, 90],
+    "hours_per_week": [1, 20, 35, 45, 60, 80],
+    "income": list(range(0, 250_001, 25_000)),
+}
 
 synth = Synthesizer(epsilon=1.0, delta=1e-9, metadata=meta, bins=bins, rng=rng, progress=False).fit(df)
 rows = synth.sample()
@@ -42,4 +46,11 @@ share = real["education"].value_counts(normalize=True).to_frame("real")
 share["synthetic"] = rows["education"].value_counts(normalize=True)
 print(share.round(3).to_string())
 print("\nmedian income by sex, real vs synthetic (income is synthesised within its bins):")
-print(real.groupby("sex")["income"].median().round(-3).to_frame("real").join(rows.groupby("sex")["income"].median().round(-3).rename("synthetic")).to_string())
+print(
+    real.groupby("sex")["income"]
+    .median()
+    .round(-3)
+    .to_frame("real")
+    .join(rows.groupby("sex")["income"].median().round(-3).rename("synthetic"))
+    .to_string()
+)

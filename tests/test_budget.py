@@ -28,7 +28,13 @@ from dpkit.mechanisms.laplace import Laplace
 
 def test_spend_spent_remaining_events() -> None:
     budget = Budget(epsilon=1.0)
-    assert (budget.epsilon, budget.delta, budget.spent, budget.remaining, budget.events) == (1.0, 0.0, (0.0, 0.0), 1.0, ())
+    assert (budget.epsilon, budget.delta, budget.spent, budget.remaining, budget.events) == (
+        1.0,
+        0.0,
+        (0.0, 0.0),
+        1.0,
+        (),
+    )
     first, second = LaplaceEvent(noise_multiplier=4), PureDPEvent(0.5)
     assert budget.spend(first) is None
     budget.spend(second)

@@ -27,7 +27,18 @@ runner = CliRunner()
 
 @pytest.mark.parametrize(
     "args",
-    [["--help"], ["demo", "--help"], ["version", "--help"], ["account", "--help"], ["budget", "--help"], ["budget", "create", "--help"], ["query", "--help"], ["generate", "--help"], ["anonymity", "check", "--help"], ["attack", "reconstruction", "--help"]],
+    [
+        ["--help"],
+        ["demo", "--help"],
+        ["version", "--help"],
+        ["account", "--help"],
+        ["budget", "--help"],
+        ["budget", "create", "--help"],
+        ["query", "--help"],
+        ["generate", "--help"],
+        ["anonymity", "check", "--help"],
+        ["attack", "reconstruction", "--help"],
+    ],
 )
 def test_help(args: list[str]) -> None:
     result = runner.invoke(app, args)
@@ -39,7 +50,20 @@ def test_help_lists_only_real_commands() -> None:
     out = runner.invoke(app, ["--help"]).output
     panel = out[out.index("Commands") :]
     listed = set(re.findall(r"^\W*([a-z]+)\s{2,}\S", panel, flags=re.MULTILINE))
-    assert listed == {"account", "admin", "anonymity", "attack", "budget", "check", "demo", "generate", "query", "serve", "synth", "version"}  # planned commands are not advertised before they exist
+    assert listed == {
+        "account",
+        "admin",
+        "anonymity",
+        "attack",
+        "budget",
+        "check",
+        "demo",
+        "generate",
+        "query",
+        "serve",
+        "synth",
+        "version",
+    }  # planned commands are not advertised before they exist
 
 
 def test_no_arguments_shows_help() -> None:
@@ -146,8 +170,20 @@ def test_account_prints_every_accountant(tmp_path) -> None:
 
     result = runner.invoke(
         app,
-        ["account", "--mechanism", "gaussian", "--noise-multiplier", "1.1", "--sample-rate", "0.004",
-         "--steps", "500", "--delta", "1e-5", "--json"],
+        [
+            "account",
+            "--mechanism",
+            "gaussian",
+            "--noise-multiplier",
+            "1.1",
+            "--sample-rate",
+            "0.004",
+            "--steps",
+            "500",
+            "--delta",
+            "1e-5",
+            "--json",
+        ],
     )
     assert result.exit_code == 0, result.output
     doc = _json.loads(result.stdout)
@@ -160,7 +196,19 @@ def test_account_can_run_chosen_accountants_by_name() -> None:
     import json as _json
 
     result = runner.invoke(
-        app, ["account", "--mechanism", "laplace", "--steps", "3", "--accountant", "basic", "--accountant", "zcdp", "--json"]
+        app,
+        [
+            "account",
+            "--mechanism",
+            "laplace",
+            "--steps",
+            "3",
+            "--accountant",
+            "basic",
+            "--accountant",
+            "zcdp",
+            "--json",
+        ],
     )
     assert result.exit_code == 0, result.output
     names = [r["accountant"] for r in _json.loads(result.stdout)["results"]]
@@ -214,7 +262,9 @@ def test_budget_create_and_show(tmp_path) -> None:
     import json as _json
 
     ledger = str(tmp_path / "l.sqlite")
-    assert runner.invoke(app, ["budget", "create", "census", "alice", "--epsilon", "1", "--ledger", ledger]).exit_code == 0
+    assert (
+        runner.invoke(app, ["budget", "create", "census", "alice", "--epsilon", "1", "--ledger", ledger]).exit_code == 0
+    )
     shown = runner.invoke(app, ["budget", "--ledger", ledger, "--json"])
     assert shown.exit_code == 0, shown.output
     doc = _json.loads(shown.stdout)
@@ -242,15 +292,28 @@ def _census(tmp_path: Path) -> tuple[Path, Path, Path]:
     data, meta, ledger = tmp_path / "census.csv", tmp_path / "census.json", tmp_path / "ledger.sqlite"
     result = runner.invoke(app, ["generate", "census", str(data), "--people", "2000", "--metadata", str(meta)])
     assert result.exit_code == 0, result.output
-    result = runner.invoke(app, ["budget", "create", str(data), "ann", "--epsilon", "1", "--delta", "1e-6", "--ledger", str(ledger)])
+    result = runner.invoke(
+        app, ["budget", "create", str(data), "ann", "--epsilon", "1", "--delta", "1e-6", "--ledger", str(ledger)]
+    )
     assert result.exit_code == 0, result.output
     return data, meta, ledger
 
 
 def test_query_prints_a_table_and_spends_from_the_ledger(tmp_path: Path) -> None:
     data, meta, ledger = _census(tmp_path)
-    args = ["query", str(data), "SELECT sex, COUNT(*), AVG(age) FROM census WHERE age > 30 GROUP BY sex",
-            "--epsilon", "0.5", "--metadata", str(meta), "--ledger", str(ledger), "--analyst", "ann"]
+    args = [
+        "query",
+        str(data),
+        "SELECT sex, COUNT(*), AVG(age) FROM census WHERE age > 30 GROUP BY sex",
+        "--epsilon",
+        "0.5",
+        "--metadata",
+        str(meta),
+        "--ledger",
+        str(ledger),
+        "--analyst",
+        "ann",
+    ]
     result = runner.invoke(app, args)
     assert result.exit_code == 0, result.output
     assert "Female" in result.output and "95% CI" in result.output and "remaining ε=0.5" in result.output
@@ -258,7 +321,9 @@ def test_query_prints_a_table_and_spends_from_the_ledger(tmp_path: Path) -> None
     js = runner.invoke(app, [*args, "--json"])
     doc = json.loads(js.stdout)
     assert doc["epsilon"] == 0.5 and doc["budget"]["remaining_epsilon"] == 0.0 and len(doc["rows"]) == 2
-    assert doc["privacy_unit"]["column"] == "person_id" and doc["privacy_unit"]["max_rows"] == 2 and doc["seeded"] is False
+    assert (
+        doc["privacy_unit"]["column"] == "person_id" and doc["privacy_unit"]["max_rows"] == 2 and doc["seeded"] is False
+    )
     refused = runner.invoke(app, args)  # the budget is spent
     assert refused.exit_code == 1 and "budget exceeded" in " ".join(refused.output.split())
     assert len(dpkit.open_ledger(ledger).list_spends(dataset_identity(data), "ann")) == 2
@@ -266,8 +331,19 @@ def test_query_prints_a_table_and_spends_from_the_ledger(tmp_path: Path) -> None
 
 def test_query_says_which_noise_scale_and_where_the_ledger_is(tmp_path: Path) -> None:
     data, meta, ledger = _census(tmp_path)
-    args = ["query", str(data), "SELECT COUNT(*), AVG(age) FROM census", "--epsilon", "0.2",
-            "--metadata", str(meta), "--ledger", str(ledger), "--analyst", "ann"]
+    args = [
+        "query",
+        str(data),
+        "SELECT COUNT(*), AVG(age) FROM census",
+        "--epsilon",
+        "0.2",
+        "--metadata",
+        str(meta),
+        "--ledger",
+        str(ledger),
+        "--analyst",
+        "ann",
+    ]
     result = runner.invoke(app, args)
     assert result.exit_code == 0, result.output
     text = " ".join(result.output.split())
@@ -298,8 +374,21 @@ def test_the_budget_follows_the_file_not_the_table_name(tmp_path: Path) -> None:
 
 def test_a_seed_is_refused_by_query(tmp_path: Path) -> None:
     data, meta, ledger = _census(tmp_path)
-    args = ["query", str(data), "SELECT COUNT(*) FROM census", "--epsilon", "0.05", "--metadata", str(meta),
-            "--ledger", str(ledger), "--analyst", "ann", "--seed", "11"]
+    args = [
+        "query",
+        str(data),
+        "SELECT COUNT(*) FROM census",
+        "--epsilon",
+        "0.05",
+        "--metadata",
+        str(meta),
+        "--ledger",
+        str(ledger),
+        "--analyst",
+        "ann",
+        "--seed",
+        "11",
+    ]
     result = runner.invoke(app, args)
     assert result.exit_code == 1 and "rng" in result.output
     assert dpkit.open_ledger(ledger).list_spends(dataset_identity(data), "ann") == []
@@ -312,8 +401,24 @@ def test_query_errors_are_clear(tmp_path: Path) -> None:
         (["query", str(data), "SELECT * FROM census", *base], "read rows"),
         (["query", str(data), "SELECT COUNT(*) FROM adult", *base], "table"),
         (["query", str(tmp_path / "missing.csv"), "SELECT COUNT(*) FROM missing", *base], "no such file"),
-        (["query", str(data), "SELECT COUNT(*) FROM census", "--epsilon", "0.5", "--metadata", str(meta), "--ledger", str(tmp_path / "none.sqlite")], "create a budget"),
-        (["query", str(data), "SELECT COUNT(*) FROM census", "--epsilon", "0.5", "--ledger", str(ledger)], "--metadata"),
+        (
+            [
+                "query",
+                str(data),
+                "SELECT COUNT(*) FROM census",
+                "--epsilon",
+                "0.5",
+                "--metadata",
+                str(meta),
+                "--ledger",
+                str(tmp_path / "none.sqlite"),
+            ],
+            "create a budget",
+        ),
+        (
+            ["query", str(data), "SELECT COUNT(*) FROM census", "--epsilon", "0.5", "--ledger", str(ledger)],
+            "--metadata",
+        ),
         (["query", str(data), "SELECT COUNT(*) FROM census", "--row-level", *base], "--row-level"),
         (["query", str(data), "SELECT COUNT(*) FROM census", *base[:-1], "bob"], "bob"),
         (["query", str(data), "SELECT AVG(person_id) FROM census", *base], "Numeric column"),
@@ -336,8 +441,23 @@ def test_anonymity_check_and_generalise(tmp_path: Path) -> None:
     data = tmp_path / "patients.csv"
     pd.DataFrame(rows, columns=["age", "sex", "zip", "diagnosis"]).to_csv(data, index=False)
     out = tmp_path / "released.csv"
-    result = runner.invoke(app, ["anonymity", "check", str(data), "--quasi", "age,sex,zip", "--k", "5",
-                                 "--sensitive", "diagnosis", "--generalise", str(out), "--json"])
+    result = runner.invoke(
+        app,
+        [
+            "anonymity",
+            "check",
+            str(data),
+            "--quasi",
+            "age,sex,zip",
+            "--k",
+            "5",
+            "--sensitive",
+            "diagnosis",
+            "--generalise",
+            str(out),
+            "--json",
+        ],
+    )
     assert result.exit_code == 0, result.output
     doc = json.loads(result.stdout)
     assert doc["k"] < 5 and doc["rows_below_target"] > 0 and doc["generalised"]["k_achieved"] >= 5
@@ -349,7 +469,9 @@ def test_anonymity_check_and_generalise(tmp_path: Path) -> None:
 
 def test_attack_reconstruction_succeeds_on_the_naive_curator_and_fails_on_dpkit(tmp_path: Path) -> None:
     plot = tmp_path / "rec.png"
-    result = runner.invoke(app, ["attack", "reconstruction", "--n", "100", "--noise", "1", "--seed", "4", "--plot", str(plot), "--json"])
+    result = runner.invoke(
+        app, ["attack", "reconstruction", "--n", "100", "--noise", "1", "--seed", "4", "--plot", str(plot), "--json"]
+    )
     assert result.exit_code == 0, result.output
     doc = json.loads(result.stdout)
     assert doc["naive"]["blatantly_non_private"] and doc["naive"]["recovered_fraction"] > 0.95

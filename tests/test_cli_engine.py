@@ -20,7 +20,9 @@ def parts(tmp_path: Path) -> dict[str, Path]:
     """The generated census as a Hive-partitioned Parquet directory (sex=…/part-0.parquet), its
     metadata file, and a ledger with a budget for the dataset named "census-parquet"."""
     csv, meta = tmp_path / "census.csv", tmp_path / "census.json"
-    assert runner.invoke(app, ["generate", "census", str(csv), "--people", "300", "--metadata", str(meta)]).exit_code == 0
+    assert (
+        runner.invoke(app, ["generate", "census", str(csv), "--people", "300", "--metadata", str(meta)]).exit_code == 0
+    )
     root = tmp_path / "census"
     df = pd.read_csv(csv)
     for sex, part in df.groupby("sex"):
@@ -47,7 +49,9 @@ def test_a_parquet_directory_or_glob_with_a_named_dataset(parts: dict[str, Path]
     assert r.exit_code == 0, r.output
     out = json.loads(r.stdout)
     assert out["budget"]["dataset"] == "census-parquet"
-    assert abs(out["rows"][0]["count"] - int(str(parts["rows"]))) < 60  # ε = 0.5, sensitivity 1: P[|noise| ≥ 60] < 1e-12
+    assert (
+        abs(out["rows"][0]["count"] - int(str(parts["rows"]))) < 60
+    )  # ε = 0.5, sensitivity 1: P[|noise| ≥ 60] < 1e-12
 
 
 def test_a_directory_needs_a_named_dataset(parts: dict[str, Path]) -> None:

@@ -29,7 +29,9 @@ def test_the_example_runs(script: Path, tmp_path: Path) -> None:
     done = subprocess.run(
         [sys.executable, str(script)], cwd=tmp_path, env=_env(), capture_output=True, text=True, timeout=600
     )
-    assert done.returncode == 0, f"{script.name} exited {done.returncode}:\n{done.stdout[-3000:]}\n{done.stderr[-3000:]}"
+    assert done.returncode == 0, (
+        f"{script.name} exited {done.returncode}:\n{done.stdout[-3000:]}\n{done.stderr[-3000:]}"
+    )
 
 
 def test_the_census_queries_script_runs(tmp_path: Path) -> None:

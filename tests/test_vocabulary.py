@@ -294,7 +294,9 @@ def test_gaussian_from_noise_multiplier_draws_exactly_that_multiplier() -> None:
         (lambda nb: __import__("dpkit").RandomizedResponse(epsilon=1.0, neighbours=nb), "add_remove"),
         (lambda nb: __import__("dpkit").ForcedResponse(neighbours=nb), "add_remove"),
         (
-            lambda nb: __import__("dpkit").SmoothSensitivityMedian(epsilon=1.0, lower=0.0, upper=1.0, noise="cauchy", neighbours=nb),
+            lambda nb: __import__("dpkit").SmoothSensitivityMedian(
+                epsilon=1.0, lower=0.0, upper=1.0, noise="cauchy", neighbours=nb
+            ),
             "add_remove",
         ),
     ],

@@ -39,7 +39,12 @@ ACCEPTED = "'basic', 'rdp', 'zcdp' or 'pld', an Accountant subclass, or a factor
 
 
 def test_registry_names_every_accountant_and_is_read_only() -> None:
-    assert dict(ACCOUNTANTS) == {"basic": BasicAccountant, "rdp": RDPAccountant, "zcdp": ZCDPAccountant, "pld": PLDAccountant}
+    assert dict(ACCOUNTANTS) == {
+        "basic": BasicAccountant,
+        "rdp": RDPAccountant,
+        "zcdp": ZCDPAccountant,
+        "pld": PLDAccountant,
+    }
     with pytest.raises(TypeError):
         ACCOUNTANTS["laplace"] = BasicAccountant  # type: ignore[index]
 
@@ -124,13 +129,21 @@ def test_every_accountant_derives_from_the_base_class(cls: type) -> None:
 
 def test_a_duck_typed_accountant_is_still_an_accountant() -> None:
     class Duck:
-        def supports(self, event): return True  # noqa: E704
-        def compose(self, event, count=1): return self  # noqa: E704
-        def get_epsilon(self, delta): return 0.0  # noqa: E704
-        def get_delta(self, epsilon): return 0.0  # noqa: E704
+        def supports(self, event):
+            return True  # noqa: E704
+
+        def compose(self, event, count=1):
+            return self  # noqa: E704
+
+        def get_epsilon(self, delta):
+            return 0.0  # noqa: E704
+
+        def get_delta(self, epsilon):
+            return 0.0  # noqa: E704
 
     class NotQuite:
-        def compose(self, event, count=1): return self  # noqa: E704
+        def compose(self, event, count=1):
+            return self  # noqa: E704
 
     assert isinstance(Duck(), Accountant) and not isinstance(NotQuite(), Accountant)
     with pytest.raises(TypeError):

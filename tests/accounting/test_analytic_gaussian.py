@@ -22,7 +22,10 @@ MP_PREC = 210  # 60 decimal digits
 
 def delta_scipy(eps: float, sigma: float, sens: float = 1.0) -> float:
     """Balle & Wang (2018), Thm 8: δ = Φ(Δ/2σ − εσ/Δ) − e^ε·Φ(−Δ/2σ − εσ/Δ)."""
-    return float(stats.norm.cdf(sens / (2 * sigma) - eps * sigma / sens) - math.exp(eps) * stats.norm.cdf(-sens / (2 * sigma) - eps * sigma / sens))
+    return float(
+        stats.norm.cdf(sens / (2 * sigma) - eps * sigma / sens)
+        - math.exp(eps) * stats.norm.cdf(-sens / (2 * sigma) - eps * sigma / sens)
+    )
 
 
 def delta_mp(eps: float, m: float) -> mpmath.mpf:
@@ -133,8 +136,16 @@ def test_analytic_sigma_scales_with_sensitivity(sens):
 
 
 def test_analytic_sigma_is_monotone():
-    assert analytic_gaussian_sigma(0.5, 1e-6, 1.0) > analytic_gaussian_sigma(1.0, 1e-6, 1.0) > analytic_gaussian_sigma(2.0, 1e-6, 1.0)
-    assert analytic_gaussian_sigma(1.0, 1e-9, 1.0) > analytic_gaussian_sigma(1.0, 1e-6, 1.0) > analytic_gaussian_sigma(1.0, 1e-3, 1.0)
+    assert (
+        analytic_gaussian_sigma(0.5, 1e-6, 1.0)
+        > analytic_gaussian_sigma(1.0, 1e-6, 1.0)
+        > analytic_gaussian_sigma(2.0, 1e-6, 1.0)
+    )
+    assert (
+        analytic_gaussian_sigma(1.0, 1e-9, 1.0)
+        > analytic_gaussian_sigma(1.0, 1e-6, 1.0)
+        > analytic_gaussian_sigma(1.0, 1e-3, 1.0)
+    )
 
 
 @pytest.mark.parametrize("eps", [0.01, 0.1, 0.5, 0.9, 0.999])

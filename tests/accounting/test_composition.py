@@ -265,7 +265,9 @@ def test_advanced_composition_simple_hand_computed():
     # √(2·11.5129/100) = 0.4799.
     eps, dlt = advanced_composition_simple(epsilon=0.1, delta=0.0, k=100, delta_prime=1e-5)
     assert eps == pytest.approx(9.597051824376163, rel=1e-15)
-    assert_upper(eps, 2 * mpmath.mpf(0.1) * mpmath.sqrt(200 * mpmath.log(mpmath.mpf(10) ** 5 / (mpmath.mpf(1e-5) * 10**5))))
+    assert_upper(
+        eps, 2 * mpmath.mpf(0.1) * mpmath.sqrt(200 * mpmath.log(mpmath.mpf(10) ** 5 / (mpmath.mpf(1e-5) * 10**5)))
+    )
     assert dlt == 1e-5
 
 
@@ -348,10 +350,14 @@ def test_optimal_composition_against_brute_force(eps, delta, k):
     assert all(a < b for a, b in zip(brute, brute[1:]))  # the total δ grows as ε_g shrinks
     for i, b in enumerate(brute):
         # Just above the i-th total δ: ε_g = (k − 2i)ε is achievable (and the next one is not).
-        got = optimal_homogeneous_composition(epsilon=eps, delta=delta, k=k, delta_total=float(b * (1 + mpmath.mpf(1e-9))))
+        got = optimal_homogeneous_composition(
+            epsilon=eps, delta=delta, k=k, delta_total=float(b * (1 + mpmath.mpf(1e-9)))
+        )
         assert got == pytest.approx(grid[i], rel=1e-15) and got >= grid[i]
         if i > 0:  # just below it: only the previous grid point
-            got = optimal_homogeneous_composition(epsilon=eps, delta=delta, k=k, delta_total=float(b * (1 - mpmath.mpf(1e-9))))
+            got = optimal_homogeneous_composition(
+                epsilon=eps, delta=delta, k=k, delta_total=float(b * (1 - mpmath.mpf(1e-9)))
+            )
             assert got == pytest.approx(grid[i - 1], rel=1e-15)
 
 
@@ -361,7 +367,9 @@ def test_optimal_composition_hand_computed_small_case():
     #   i = 0: (2ε, 0) = (2 ln 2, 0).
     eps = math.log(2)
     assert optimal_homogeneous_composition(epsilon=eps, delta=0.0, k=2, delta_total=0.34) == 0.0
-    assert optimal_homogeneous_composition(epsilon=eps, delta=0.0, k=2, delta_total=0.33) == pytest.approx(2 * eps, rel=1e-15)
+    assert optimal_homogeneous_composition(epsilon=eps, delta=0.0, k=2, delta_total=0.33) == pytest.approx(
+        2 * eps, rel=1e-15
+    )
 
 
 @pytest.mark.parametrize("eps", [0.01, 0.1, 0.5, 1.0])
@@ -380,7 +388,10 @@ def test_optimal_composition_matches_dp_accounting(eps, delta, k, delta_total):
     assert got == pytest.approx(ref, rel=1e-12)
 
 
-@pytest.mark.parametrize("eps, delta, k, delta_total", [(0.01, 0.0, 10_000, 1e-5), (0.1, 1e-9, 10_000, 1e-4), (0.001, 0.0, 10_000, 1e-6), (1.0, 0.0, 3_000, 1e-6)])
+@pytest.mark.parametrize(
+    "eps, delta, k, delta_total",
+    [(0.01, 0.0, 10_000, 1e-5), (0.1, 1e-9, 10_000, 1e-4), (0.001, 0.0, 10_000, 1e-6), (1.0, 0.0, 3_000, 1e-6)],
+)
 def test_optimal_composition_large_k_is_the_exact_grid_point(eps, delta, k, delta_total):
     # For k = 10^4 dp_accounting's float loop overflows; check the chosen i against 50-digit sums:
     # the total δ at i is <= delta_total and at i + 1 it is not.
@@ -500,7 +511,9 @@ def test_basic_accountant_randomized_response_epsilon():
     assert_upper(acc.epsilon, mpmath.log(3), rel=1e-15)
     # p = 0.5, k = 4: ε = ln(0.5·3/0.5) = ln 3; p = 0.25, k = 2 (favours the lie): |ln(1/3)| = ln 3.
     for p, k in [(0.5, 4), (0.25, 2)]:
-        assert_upper(BasicAccountant().compose(RandomizedResponseEvent(p_truth=p, k=k)).epsilon, mpmath.log(3), rel=1e-15)
+        assert_upper(
+            BasicAccountant().compose(RandomizedResponseEvent(p_truth=p, k=k)).epsilon, mpmath.log(3), rel=1e-15
+        )
     # ε close to 0 (p just above 1/2) is still an upper bound on the exact log of the double p.
     p = 0.5 + 1e-9
     exact = mpmath.log(mpmath.mpf(p) / (1 - mpmath.mpf(p)))
@@ -518,7 +531,9 @@ def test_basic_accountant_rejects_degenerate_randomized_response():
 
 def test_basic_accountant_nested_events():
     # 2 × [3 × 0.1 + (0.2, 1e-6) + Laplace ε=0.25] = 2 × (0.3 + 0.2 + 0.25, 1e-6) = (1.5, 2e-6)
-    inner = ComposedEvent([SelfComposedEvent(PureDPEvent(0.1), 3), ComposedEvent([ApproxDPEvent(0.2, 1e-6)]), LaplaceEvent(4.0)])
+    inner = ComposedEvent(
+        [SelfComposedEvent(PureDPEvent(0.1), 3), ComposedEvent([ApproxDPEvent(0.2, 1e-6)]), LaplaceEvent(4.0)]
+    )
     acc = BasicAccountant()
     assert acc.supports(inner) and acc.supports(SelfComposedEvent(inner, 5))
     acc.compose(inner, count=2)

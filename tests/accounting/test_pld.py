@@ -163,7 +163,9 @@ def test_laplace_closed_form_matches_numerical_integration():
     for eps0 in (0.5, 1.0, 3.0):
         b = 1 / eps0
         for eps in (0.0, 0.3 * eps0, 0.9 * eps0):
-            f = lambda x: max(0.5 / b * math.exp(-abs(x - 1) / b) - math.exp(eps) * 0.5 / b * math.exp(-abs(x) / b), 0.0)  # noqa: E731
+            f = lambda x: max(
+                0.5 / b * math.exp(-abs(x - 1) / b) - math.exp(eps) * 0.5 / b * math.exp(-abs(x) / b), 0.0
+            )  # noqa: E731
             val = integrate.quad(f, -60, 60, points=[0, 1], limit=500, epsabs=1e-14)[0]
             assert val == pytest.approx(laplace_delta(eps, eps0), rel=1e-8, abs=1e-13)
 
@@ -312,8 +314,12 @@ def test_subsampled_gaussian_matches_dp_accounting(q, sigma, steps, record_prope
     h = 1e-3
     ours = PLDAccountant(h).compose(PoissonSampledEvent(q, GaussianEvent(sigma)), count=steps).get_epsilon(1e-5)
     ref = dpa_epsilon(
-        dp_accounting.SelfComposedDpEvent(dp_accounting.PoissonSampledDpEvent(q, dp_accounting.GaussianDpEvent(sigma)), steps),
-        1e-5, h)
+        dp_accounting.SelfComposedDpEvent(
+            dp_accounting.PoissonSampledDpEvent(q, dp_accounting.GaussianDpEvent(sigma)), steps
+        ),
+        1e-5,
+        h,
+    )
     record_property("tighter_than_dp_accounting", ours < ref)
     record_property("relative_difference", ours / ref - 1)
     assert ours == pytest.approx(ref, rel=1e-2)
@@ -325,7 +331,11 @@ def test_subsampled_laplace_matches_dp_accounting(q, b, steps):
     h = 1e-3
     ours = PLDAccountant(h).compose(PoissonSampledEvent(q, LaplaceEvent(b)), count=steps)
     ref = dpa_pld.PLDAccountant(value_discretization_interval=h)
-    ref.compose(dp_accounting.SelfComposedDpEvent(dp_accounting.PoissonSampledDpEvent(q, dp_accounting.LaplaceDpEvent(b)), steps))
+    ref.compose(
+        dp_accounting.SelfComposedDpEvent(
+            dp_accounting.PoissonSampledDpEvent(q, dp_accounting.LaplaceDpEvent(b)), steps
+        )
+    )
     assert ours.get_epsilon(1e-6) == pytest.approx(ref.get_epsilon(1e-6), rel=1e-2)
     for delta in (1e-2, 1e-4):  # both directions: the maximum is reported, like dp_accounting
         eps = ref.get_epsilon(delta)
@@ -403,12 +413,22 @@ def test_extreme_settings_are_ordered_and_sound():
     with_lap = PLDAccountant().compose(GaussianEvent(0.3), count=10**6).compose(LaplaceEvent(1.0))
     assert with_lap.get_epsilon(1e-5) >= big.get_epsilon(1e-5) == pytest.approx(gauss_eps(1e-5, 0.3e-3), rel=1e-9)
     e100 = PLDAccountant(1e-3).compose(PoissonSampledEvent(0.1, GaussianEvent(0.6)), count=1000).get_epsilon(1e-5)
-    ref = dpa_epsilon(dp_accounting.SelfComposedDpEvent(dp_accounting.PoissonSampledDpEvent(0.1, dp_accounting.GaussianDpEvent(0.6)), 1000), 1e-5, 1e-3)
+    ref = dpa_epsilon(
+        dp_accounting.SelfComposedDpEvent(
+            dp_accounting.PoissonSampledDpEvent(0.1, dp_accounting.GaussianDpEvent(0.6)), 1000
+        ),
+        1e-5,
+        1e-3,
+    )
     assert e100 == pytest.approx(ref, rel=1e-3) and e100 > 50
 
 
 def test_monotone_in_epsilon_and_delta():
-    acc = PLDAccountant().compose(PoissonSampledEvent(0.05, GaussianEvent(0.9)), count=300).compose(LaplaceEvent(5.0), count=3)
+    acc = (
+        PLDAccountant()
+        .compose(PoissonSampledEvent(0.05, GaussianEvent(0.9)), count=300)
+        .compose(LaplaceEvent(5.0), count=3)
+    )
     ds = [acc.get_delta(float(e)) for e in np.linspace(0, 6, 25)]
     assert all(a >= b for a, b in zip(ds, ds[1:]))
     es = [acc.get_epsilon(d) for d in (1e-2, 1e-4, 1e-6, 1e-8)]
@@ -509,9 +529,14 @@ def test_neighbour_mismatch_raises_and_records_nothing(acc_nb, event):
 
 def test_supported_events_under_replace():
     acc = PLDAccountant(neighbours="replace")
-    for ev in (GaussianEvent(2.0, neighbours="replace"), LaplaceEvent(1.0, neighbours="replace"),
-               RandomizedResponseEvent(0.7, 3), PureDPEvent(0.3, neighbours="replace"),
-               ApproxDPEvent(0.3, 1e-9, neighbours="replace"), ExponentialEvent(0.2, neighbours="replace")):
+    for ev in (
+        GaussianEvent(2.0, neighbours="replace"),
+        LaplaceEvent(1.0, neighbours="replace"),
+        RandomizedResponseEvent(0.7, 3),
+        PureDPEvent(0.3, neighbours="replace"),
+        ApproxDPEvent(0.3, 1e-9, neighbours="replace"),
+        ExponentialEvent(0.2, neighbours="replace"),
+    ):
         assert acc.supports(ev)
         acc.compose(ev)
     assert math.isfinite(acc.get_epsilon(1e-6))

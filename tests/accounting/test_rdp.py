@@ -154,7 +154,9 @@ def test_laplace_formula_against_integration(b, alpha):
     assert laplace_rdp(b, [alpha])[0] == pytest.approx(ref, rel=1e-8)
     # also the closed form of Mironov 2017 Table II, written as given
     e = 1 / b
-    table = math.log(alpha / (2 * alpha - 1) * math.exp((alpha - 1) * e) + (alpha - 1) / (2 * alpha - 1) * math.exp(-alpha * e)) / (alpha - 1)
+    table = math.log(
+        alpha / (2 * alpha - 1) * math.exp((alpha - 1) * e) + (alpha - 1) / (2 * alpha - 1) * math.exp(-alpha * e)
+    ) / (alpha - 1)
     assert laplace_rdp(b, [alpha])[0] == pytest.approx(table, rel=1e-12)
     assert laplace_rdp(b, [alpha])[0] <= min(e, alpha * e * e / 2)
 
@@ -233,7 +235,10 @@ def log_a_exact_int(q: float, sigma: float, alpha: int) -> mpmath.mpf:
     with mpmath.workdps(50):
         q, s = mpmath.mpf(q), mpmath.mpf(sigma)
         return mpmath.log(
-            mpmath.fsum(mpmath.binomial(alpha, i) * q**i * (1 - q) ** (alpha - i) * mpmath.exp((i * i - i) / (2 * s * s)) for i in range(alpha + 1))
+            mpmath.fsum(
+                mpmath.binomial(alpha, i) * q**i * (1 - q) ** (alpha - i) * mpmath.exp((i * i - i) / (2 * s * s))
+                for i in range(alpha + 1)
+            )
         )
 
 
@@ -286,7 +291,9 @@ def test_nested_gaussians_inside_sampling_use_effective_sigma():
     single = PoissonSampledEvent(0.01, GaussianEvent(math.sqrt(2.0)))
     np.testing.assert_allclose(event_rdp(nested, ORDERS), event_rdp(single, ORDERS), rtol=1e-12)
     nested2 = PoissonSampledEvent(0.01, SelfComposedEvent(GaussianEvent(2.0), 4))
-    np.testing.assert_allclose(event_rdp(nested2, ORDERS), event_rdp(PoissonSampledEvent(0.01, GaussianEvent(1.0)), ORDERS), rtol=1e-12)
+    np.testing.assert_allclose(
+        event_rdp(nested2, ORDERS), event_rdp(PoissonSampledEvent(0.01, GaussianEvent(1.0)), ORDERS), rtol=1e-12
+    )
 
 
 # --------------------------------------------------------------------------------------------
@@ -316,10 +323,10 @@ def test_swor_against_dp_accounting():
         theirs = acc.rdp
         full = gaussian_rdp(sigma, ORDERS)
         # above order 256 dp_accounting also evaluates Theorem 9
-        big = (A > 256) & (A == np.floor(A))
+        big = (A > 256) & (np.floor(A) == A)
         np.testing.assert_allclose(ours[big], np.minimum(theirs[big], full[big]), rtol=1e-9)
         # below, it uses the tighter Theorem 27; Theorem 9 is never below it
-        below = (A <= 256) & (A == np.floor(A)) & (ours < full)
+        below = (A <= 256) & (np.floor(A) == A) & (ours < full)
         assert np.all(ours[below] >= theirs[below] * (1 - 1e-9))
 
 
@@ -474,6 +481,7 @@ def test_registry_extends_without_editing_the_accountant():
         assert not RDPAccountant(neighbours="replace").supports(ConstantRDPEvent(0.25))
     finally:
         rdp_module._RULES.pop(ConstantRDPEvent)
+
     # subclasses dispatch through their base's entry
     @dataclass(frozen=True)
     class MyGaussian(GaussianEvent):

@@ -11,9 +11,7 @@ from dpkit.accounting.tight import tight_epsilon
 from dpkit.errors import InvalidParameterError
 
 
-@pytest.mark.parametrize(
-    "q, sigma, steps", list(itertools.product([0.001, 0.01, 0.1], [0.6, 1.1, 2.0], [100, 1000]))
-)
+@pytest.mark.parametrize("q, sigma, steps", list(itertools.product([0.001, 0.01, 0.1], [0.6, 1.1, 2.0], [100, 1000])))
 def test_tight_is_never_above_rdp(q: float, sigma: float, steps: int) -> None:
     event = dp_sgd_event(sigma, q, steps)
     t = tight_epsilon(event, 1e-5)

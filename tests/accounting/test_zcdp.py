@@ -135,7 +135,9 @@ def test_composition_is_exact_addition():
     acc.compose(GaussianEvent(1.1), count=2)
     assert acc.rho == pytest.approx(3 / (2 * 1.1**2), rel=1e-15)
     assert Fraction(acc.rho) >= 3 / (2 * Fraction(1.1) ** 2)  # rounded up once, from exact
-    acc2 = ZCDPAccountant().compose(ComposedEvent((PureDPEvent(1.0), GaussianEvent(1.0), ExponentialEvent(2.0))), count=10)
+    acc2 = ZCDPAccountant().compose(
+        ComposedEvent((PureDPEvent(1.0), GaussianEvent(1.0), ExponentialEvent(2.0))), count=10
+    )
     assert acc2.rho == 10 * (0.5 + 0.5 + 0.5)
 
 

@@ -35,7 +35,9 @@ MESSY = """pid,age,sex,kids,income,city
 4,inf,Female,7,2000,Paris
 """
 META = {
-    "privacy_unit": "pid", "max_rows": 2, "max_groups": 1,
+    "privacy_unit": "pid",
+    "max_rows": 2,
+    "max_groups": 1,
     "columns": {
         "age": {"type": "numeric", "lower": 0, "upper": 120},
         "sex": {"type": "categorical", "categories": ["Female", "Male"]},
@@ -45,8 +47,14 @@ META = {
     },
 }
 CLEAN = "pid,age,sex\n1,34,Male\n2,51,Female\n2,52,Female\n"
-CLEAN_META = {"privacy_unit": "pid", "max_rows": 2,
-              "columns": {"age": {"type": "numeric", "lower": 0, "upper": 120}, "sex": {"type": "categorical", "categories": ["Female", "Male"]}}}
+CLEAN_META = {
+    "privacy_unit": "pid",
+    "max_rows": 2,
+    "columns": {
+        "age": {"type": "numeric", "lower": 0, "upper": 120},
+        "sex": {"type": "categorical", "categories": ["Female", "Male"]},
+    },
+}
 
 
 @pytest.fixture
@@ -80,19 +88,41 @@ def test_messy_csv_exact_counts(messy: Path) -> None:
         assert c.checked and c.rows == 8
         assert c.conforming + c.null + c.nonconforming == c.rows
     age = report.column("age")
-    assert (age.minimum, age.maximum, age.physical, age.source_type, age.read_as) == (29.0, 150.0, "string", "VARCHAR", "double")
+    assert (age.minimum, age.maximum, age.physical, age.source_type, age.read_as) == (
+        29.0,
+        150.0,
+        "string",
+        "VARCHAR",
+        "double",
+    )
     assert age.conforming_share == 0.5 and not age.ok
     assert report.column("sex").distinct == 5  # as read: Male, male, Female, Femal, Other
-    assert _values(report, "sex") == [("Femal", 1, "outside_categories", "Female", "spelling"), ("Other", 1, "outside_categories", None, None),
-                                      ("male", 1, "outside_categories", "Male", "case")]
-    assert _values(report, "age") == [("N/A", 1, "unreadable", None, "missing marker"), ("inf", 1, "unreadable", None, None)]
+    assert _values(report, "sex") == [
+        ("Femal", 1, "outside_categories", "Female", "spelling"),
+        ("Other", 1, "outside_categories", None, None),
+        ("male", 1, "outside_categories", "Male", "case"),
+    ]
+    assert _values(report, "age") == [
+        ("N/A", 1, "unreadable", None, "missing marker"),
+        ("inf", 1, "unreadable", None, None),
+    ]
     assert _values(report, "kids") == [("3.5", 1, "unreadable", None, None), ("7", 1, "outside_categories", None, None)]
-    assert _values(report, "city") == [("Berlin", 1, "outside_categories", None, None), ("paris", 1, "outside_categories", "Paris", "case")]
+    assert _values(report, "city") == [
+        ("Berlin", 1, "outside_categories", None, None),
+        ("paris", 1, "outside_categories", "Paris", "case"),
+    ]
     pid = report.column("pid")
     assert pid.is_unit and pid.declared == "unit (text)" and not pid.ok  # a row without a unit
     u = report.unit
     assert u is not None and u.column == "pid"
-    assert (u.units, u.rows_without_unit, u.rows_per_unit_max, u.max_rows, u.units_over_max_rows, u.rows_over_max_rows) == (4, 1, 3, 2, 1, 1)
+    assert (
+        u.units,
+        u.rows_without_unit,
+        u.rows_per_unit_max,
+        u.max_rows,
+        u.units_over_max_rows,
+        u.rows_over_max_rows,
+    ) == (4, 1, 3, 2, 1, 1)
     assert u.rows_per_unit_median in (1, 2) and u.rows_per_unit_p99 == 3
     spread = {g.column: (g.max_per_unit, g.units_over_max_groups) for g in u.groups}
     # only declared categories are keys: unit 3 has kids 0 and 2, cities Nice and Paris ('Berlin' is no key)
@@ -113,14 +143,23 @@ def test_dataframe_source_reads_like_a_query() -> None:
     assert _counts(report, "age") == (1, 1, 1, 0, 1, 0)  # NaN is NULL in the frame; inf is not a number
     assert report.column("age").physical == "numeric"
     assert _counts(report, "sex") == (1, 1, 0, 0, 0, 2)
-    assert _values(report, "sex") == [("3", 1, "outside_categories", None, None), ("male", 1, "outside_categories", "Male", "case")]
+    assert _values(report, "sex") == [
+        ("3", 1, "outside_categories", None, None),
+        ("male", 1, "outside_categories", "Male", "case"),
+    ]
 
 
 def test_problems_are_reported_not_raised() -> None:
     con = duckdb.connect()
     con.execute("CREATE TABLE t AS SELECT * FROM (VALUES (1, [1, 2], 'a'), (2, [3], 'b')) v(id, tags, incom)")
-    meta = {"privacy_unit": "id", "columns": {"tags": {"type": "categorical"}, "income": {"type": "numeric", "lower": 0, "upper": 1},
-                                              "incom": {"type": "categorical"}}}
+    meta = {
+        "privacy_unit": "id",
+        "columns": {
+            "tags": {"type": "categorical"},
+            "income": {"type": "numeric", "lower": 0, "upper": 1},
+            "incom": {"type": "categorical"},
+        },
+    }
     report = check_data((con, "t"), meta)
     assert report.name == "t" and not report.ok and len(report.problems) == 2
     assert "'tags' has a nested type" in report.problems[0]
@@ -136,12 +175,25 @@ def test_problems_are_reported_not_raised() -> None:
 def test_parquet_and_duckdb_files_keep_their_physical_types(tmp_path: Path) -> None:
     df = pd.DataFrame({"uid": [1.0, 1.0, 2.0, None], "flag": [True, False, True, True], "x": [1.5, 2.0, 3.0, 4.0]})
     df.to_parquet(tmp_path / "t.parquet")
-    meta = {"privacy_unit": "uid", "columns": {"uid": {"type": "categorical", "value_type": "integer"},
-                                               "flag": {"type": "categorical", "categories": [True, False]}, "x": {"type": "numeric", "lower": 0, "upper": 3}}}
+    meta = {
+        "privacy_unit": "uid",
+        "columns": {
+            "uid": {"type": "categorical", "value_type": "integer"},
+            "flag": {"type": "categorical", "categories": [True, False]},
+            "x": {"type": "numeric", "lower": 0, "upper": 3},
+        },
+    }
     report = check_data(tmp_path / "t.parquet", meta)
     assert [(c.name, c.source_type, c.physical, c.read_as) for c in report.columns] == [
-        ("uid", "DOUBLE", "numeric", "integer"), ("flag", "BOOLEAN", "boolean", "boolean"), ("x", "DOUBLE", "numeric", "double")]
-    assert _counts(report, "uid") == (3, 1, 0, 0, 0, 0) and _counts(report, "flag") == (4, 0, 0, 0, 0, 0) and _counts(report, "x") == (3, 0, 0, 0, 1, 0)
+        ("uid", "DOUBLE", "numeric", "integer"),
+        ("flag", "BOOLEAN", "boolean", "boolean"),
+        ("x", "DOUBLE", "numeric", "double"),
+    ]
+    assert (
+        _counts(report, "uid") == (3, 1, 0, 0, 0, 0)
+        and _counts(report, "flag") == (4, 0, 0, 0, 0, 0)
+        and _counts(report, "x") == (3, 0, 0, 0, 1, 0)
+    )
     assert report.unit is not None and (report.unit.units, report.unit.rows_per_unit_max) == (2, 2)
     with duckdb.connect(str(tmp_path / "db.duckdb")) as con:
         con.execute(f"CREATE TABLE people AS SELECT * FROM read_parquet('{tmp_path / 't.parquet'}')")
@@ -197,7 +249,9 @@ def test_bad_input_names_the_parameter(tmp_path: Path, messy: Path) -> None:
     assert e.value.name == "metadata"
     with pytest.raises(InvalidParameterError, match="a Metadata, a dict") as e:
         check_data(messy, 42)  # type: ignore[arg-type]
-    with pytest.raises(InvalidParameterError, match=r"data=.*missing\.csv.*an existing CSV, Parquet or DuckDB database file") as e:
+    with pytest.raises(
+        InvalidParameterError, match=r"data=.*missing\.csv.*an existing CSV, Parquet or DuckDB database file"
+    ) as e:
         check_data(tmp_path / "missing.csv", META)
     assert e.value.name == "data"
     with pytest.raises(InvalidParameterError, match="a pandas DataFrame, a CSV or Parquet path") as e:
@@ -238,7 +292,9 @@ def test_cli_table_and_exit_code_0(tmp_path: Path) -> None:
 
 
 def test_cli_text_lists_near_misses(tmp_path: Path, messy: Path) -> None:
-    result = runner.invoke(app, ["check", str(messy), "--metadata", str(_write_meta(tmp_path, META | {"strip_strings": False}))])
+    result = runner.invoke(
+        app, ["check", str(messy), "--metadata", str(_write_meta(tmp_path, META | {"strip_strings": False}))]
+    )
     assert result.exit_code == 1
     assert "' Male' × 1: outside the categories → nearest 'Male' (whitespace)" in result.stdout
 
@@ -269,7 +325,8 @@ def test_cli_help_states_the_exit_codes() -> None:
 needs_adult = pytest.mark.skipif(not ADULT.exists(), reason="the UCI Adult data is not available")
 ADULT_META = Metadata(
     row_level=True,
-    columns={n: Numeric(*b) for n, b in datasets.ADULT_NUMERIC.items()} | {n: Categorical(c) for n, c in datasets.ADULT_CATEGORICAL.items()},
+    columns={n: Numeric(*b) for n, b in datasets.ADULT_NUMERIC.items()}
+    | {n: Categorical(c) for n, c in datasets.ADULT_CATEGORICAL.items()},
 )
 
 
@@ -292,7 +349,10 @@ def test_adult_without_strip_strings_flags_the_leading_space() -> None:
     report = check_data(ADULT, Metadata(columns=ADULT_META.columns, row_level=True, strip_strings=False))
     sex = report.column("sex")
     assert sex.conforming == 0 and sex.outside_categories == 32_561
-    assert [(v.value, v.nearest, v.reason) for v in sex.values] == [(" Male", "Male", "whitespace"), (" Female", "Female", "whitespace")]
+    assert [(v.value, v.nearest, v.reason) for v in sex.values] == [
+        (" Male", "Male", "whitespace"),
+        (" Female", "Female", "whitespace"),
+    ]
     assert report.column("age").ok  # numbers are read with or without the space
 
 
@@ -302,11 +362,21 @@ def test_adult_cli(tmp_path: Path) -> None:
     result = runner.invoke(app, ["check", str(ADULT), "--metadata", str(meta), "--json"])
     assert result.exit_code == 1, result.output
     out = json.loads(result.stdout)
-    assert out["rows"] == 32_561 and next(c for c in out["columns"] if c["name"] == "sex")["shares"]["conforming"] == 1.0
+    assert (
+        out["rows"] == 32_561 and next(c for c in out["columns"] if c["name"] == "sex")["shares"]["conforming"] == 1.0
+    )
 
 
 def test_a_unit_without_categorical_columns() -> None:
     """The unit's report needs no categorical column (a bound parameter left unused used to make
     DuckDB refuse the statement)."""
-    report = check_data(pd.DataFrame({"u": ["a", "b", "b"], "x": [1, 2, 3]}), {"privacy_unit": "u", "max_rows": 1, "columns": {"x": {"type": "numeric"}}})
-    assert report.unit is not None and report.unit.units == 2 and report.unit.rows_per_unit_max == 2 and report.unit.units_over_max_rows == 1
+    report = check_data(
+        pd.DataFrame({"u": ["a", "b", "b"], "x": [1, 2, 3]}),
+        {"privacy_unit": "u", "max_rows": 1, "columns": {"x": {"type": "numeric"}}},
+    )
+    assert (
+        report.unit is not None
+        and report.unit.units == 2
+        and report.unit.rows_per_unit_max == 2
+        and report.unit.units_over_max_rows == 1
+    )

@@ -27,7 +27,7 @@ from dpkit.analytics.plan import (
     ValueSpec,
     quantize_spec,
 )
-from dpkit.errors import InvalidDataError, InvalidParameterError
+from dpkit.errors import InvalidParameterError
 
 SEED = 20261126
 
@@ -142,17 +142,29 @@ def test_predicates_compile_with_sql_semantics() -> None:
 def test_literals_are_parameters_not_sql() -> None:
     df = pd.DataFrame({"cat": ["a'; DROP TABLE t; --", "b"], 'we"ird': [1.0, 2.0]})
     e = DuckDBEngine(df)
-    p = plan(unit=None, groups=(), key_filter=(), sums=(quantize_spec("s0", 'we"ird', 0, 10, centered=False),), max_groups=1, max_rows=1,
-             where=Compare("cat", "=", "a'; DROP TABLE t; --"))
+    p = plan(
+        unit=None,
+        groups=(),
+        key_filter=(),
+        sums=(quantize_spec("s0", 'we"ird', 0, 10, centered=False),),
+        max_groups=1,
+        max_rows=1,
+        where=Compare("cat", "=", "a'; DROP TABLE t; --"),
+    )
     got = e.aggregate(p)
     assert int(got["rows"][0]) == 1 and int(got["s0"][0]) * p.sums[0].grid == 1.0
 
 
 def test_bins_and_key_filters() -> None:
     df = pd.DataFrame({"x": [0.0, 5.0, 10.0, 15.0, 20.0, 25.0, np.nan], "cat": list("aabbcca")})
-    p = plan(unit=None, groups=(GroupKey("x", (0.0, 10.0, 20.0)),), key_filter=((0, 1),), sums=(), max_groups=1, max_rows=1)
+    p = plan(
+        unit=None, groups=(GroupKey("x", (0.0, 10.0, 20.0)),), key_filter=((0, 1),), sums=(), max_groups=1, max_rows=1
+    )
     got = sorted_frame(DuckDBEngine(df).aggregate(p))
-    assert got["g0"].tolist() == [0, 1] and got["rows"].tolist() == [2, 3]  # 20 is in the last (closed) bin; 25 and NaN dropped
+    assert got["g0"].tolist() == [0, 1] and got["rows"].tolist() == [
+        2,
+        3,
+    ]  # 20 is in the last (closed) bin; 25 and NaN dropped
     p2 = plan(unit=None, key_filter=(("a", "c"),), sums=(), max_groups=1, max_rows=1)
     got2 = sorted_frame(DuckDBEngine(df).aggregate(p2))
     assert got2["g0"].tolist() == ["a", "c"]
@@ -184,8 +196,12 @@ def test_bounding_rows_are_exactly_min_of_count_and_max_rows() -> None:
 def _adversary(seed: int, n_rows: int) -> pd.DataFrame:
     rng = np.random.default_rng(seed)
     return pd.DataFrame(
-        {"uid": np.full(n_rows, 10_000), "cat": rng.choice(np.array(["a", "b", "c", "d", "e", "z"]), n_rows),
-         "k2": rng.integers(0, 3, n_rows), "x": rng.choice(np.array([-1e6, 1e6, 50.0]), n_rows)}
+        {
+            "uid": np.full(n_rows, 10_000),
+            "cat": rng.choice(np.array(["a", "b", "c", "d", "e", "z"]), n_rows),
+            "k2": rng.integers(0, 3, n_rows),
+            "x": rng.choice(np.array([-1e6, 1e6, 50.0]), n_rows),
+        }
     )
 
 
@@ -194,7 +210,11 @@ def _adversary(seed: int, n_rows: int) -> pd.DataFrame:
 def test_adding_a_unit_changes_the_aggregates_by_at_most_the_sensitivity(portable: bool, groups: str) -> None:
     """The sensitivity the session charges is an upper bound on the real change, for 12
     random tables and adversaries each (0 false failures: the property is deterministic)."""
-    gk = {"one": ((GroupKey("cat"),), (None,)), "two": ((GroupKey("cat"), GroupKey("k2")), (None, None)), "none": ((), ())}[groups]
+    gk = {
+        "one": ((GroupKey("cat"),), (None,)),
+        "two": ((GroupKey("cat"), GroupKey("k2")), (None, None)),
+        "none": ((), ()),
+    }[groups]
     for trial in range(12):
         df = table(60, seed=SEED + trial)
         adv = _adversary(SEED + 100 + trial, n_rows=int(np.random.default_rng(trial).integers(1, 40)))
@@ -241,7 +261,14 @@ def test_values_that_break_the_declared_type_become_null() -> None:
     """Bound to its declared types, the engine cannot fail on a value: text in a numeric column,
     NaN and ±inf become NULL (skipped by the sum, not counted by ``_n``)."""
     df = pd.DataFrame({"s": ["x", "0.5", "inf", "nan", " 1 ", None]})
-    p = plan(unit=None, groups=(), key_filter=(), sums=(quantize_spec("s0", "s", 0, 1, centered=False),), max_groups=1, max_rows=1)
+    p = plan(
+        unit=None,
+        groups=(),
+        key_filter=(),
+        sums=(quantize_spec("s0", "s", 0, 1, centered=False),),
+        max_groups=1,
+        max_rows=1,
+    )
     engine = DuckDBEngine(df)
     engine.bind({"s": "double"}, strip_strings=True)
     got = engine.aggregate(p)

@@ -9,8 +9,8 @@ from fractions import Fraction
 import mpmath
 import numpy as np
 import pytest
-from _stats import binomial_z
 
+from _stats import binomial_z
 from dpkit.analytics.key_selection import keep_probabilities, laplace_threshold, select_keys
 from dpkit.audit import estimate_epsilon
 from dpkit.errors import InvalidParameterError
@@ -58,7 +58,9 @@ def test_threshold_strategies_keep_singletons_at_most_delta_over_fan_out(strateg
     n = 200_000
     kept = select_keys(np.ones(n, dtype=np.int64), epsilon=1.0, delta=0.05, fan_out=2, strategy=strategy, rng=rng)  # type: ignore[arg-type]
     assert binomial_z(int(kept.sum()), n, 0.025) < 5
-    big = select_keys(np.full(1000, 200, dtype=np.int64), epsilon=1.0, delta=1e-6, fan_out=2, strategy=strategy, rng=rng)  # type: ignore[arg-type]
+    big = select_keys(
+        np.full(1000, 200, dtype=np.int64), epsilon=1.0, delta=1e-6, fan_out=2, strategy=strategy, rng=rng
+    )  # type: ignore[arg-type]
     assert big.all()
 
 
@@ -72,7 +74,9 @@ def test_laplace_threshold_is_the_least_safe_integer() -> None:
 
 def _sampler(eps: float, delta: float):  # type: ignore[no-untyped-def]
     def sample(units: int, n: int, rng: np.random.Generator) -> np.ndarray:
-        return select_keys(np.full(n, units, dtype=np.int64), epsilon=eps, delta=delta, fan_out=1, rng=rng).astype(np.int64)
+        return select_keys(np.full(n, units, dtype=np.int64), epsilon=eps, delta=delta, fan_out=1, rng=rng).astype(
+            np.int64
+        )
 
     return sample
 

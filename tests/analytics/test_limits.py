@@ -37,16 +37,24 @@ MEMORY_BOUND = 20 * 1024 * 1024
 def _frame() -> pd.DataFrame:
     rng = np.random.default_rng(7)
     n = 400
-    return pd.DataFrame({
-        "x": rng.uniform(0, 1000, n), "y": rng.uniform(0, 1000, n), "z": rng.uniform(0, 1000, n),
-        "sex": rng.choice(["Female", "Male"], n), "city": rng.choice(["Zürich", "Genève", "Basel"], n),
-    })
+    return pd.DataFrame(
+        {
+            "x": rng.uniform(0, 1000, n),
+            "y": rng.uniform(0, 1000, n),
+            "z": rng.uniform(0, 1000, n),
+            "sex": rng.choice(["Female", "Male"], n),
+            "city": rng.choice(["Zürich", "Genève", "Basel"], n),
+        }
+    )
 
 
 META = Metadata(
     columns={
-        "x": Numeric(0, 1000), "y": Numeric(0, 1000), "z": Numeric(0, 1000),
-        "sex": Categorical(["Female", "Male"]), "city": Categorical(["Zürich", "Genève", "Basel"]),
+        "x": Numeric(0, 1000),
+        "y": Numeric(0, 1000),
+        "z": Numeric(0, 1000),
+        "sex": Categorical(["Female", "Male"]),
+        "city": Categorical(["Zürich", "Genève", "Basel"]),
     },
     row_level=True,
 )
@@ -77,7 +85,12 @@ def _measure(call: Callable[[], Any]) -> tuple[BaseException | None, int]:
 def test_defaults_and_validation() -> None:
     """False-failure rate 0."""
     limits = QueryLimits()
-    assert (limits.max_keys, limits.max_result_rows, limits.max_response_bytes, limits.max_query_depth) == (100_000, 100_000, 16 * 1024 * 1024, 32)
+    assert (limits.max_keys, limits.max_result_rows, limits.max_response_bytes, limits.max_query_depth) == (
+        100_000,
+        100_000,
+        16 * 1024 * 1024,
+        32,
+    )
     for bad in (0, -1, 1.5, True, "10"):
         with pytest.raises(InvalidParameterError, match="max_keys"):
             QueryLimits(max_keys=bad)  # type: ignore[arg-type]
@@ -178,7 +191,14 @@ def test_keys_just_under_the_limit_are_answered_and_one_more_is_refused() -> Non
     with pytest.raises(LimitExceededError) as info:
         s.group_by("x", "y", bins=bins)
     assert (info.value.value, info.value.limit) == (98_901, 98_900)
-    assert _session(QueryLimits(max_keys=98_901)).query().group_by("x", "y", bins=bins).cost([Count()], epsilon=0.5).epsilon == 0.5
+    assert (
+        _session(QueryLimits(max_keys=98_901))
+        .query()
+        .group_by("x", "y", bins=bins)
+        .cost([Count()], epsilon=0.5)
+        .epsilon
+        == 0.5
+    )
 
 
 def test_one_column_of_too_many_bins_is_refused_before_its_edges_are_read() -> None:
@@ -243,14 +263,23 @@ def test_the_response_bound_is_an_upper_bound_and_not_far_above(aggregates: list
         s.group_by("x", "city", bins=bins).aggregate(aggregates, epsilon=1.0)
     assert info.value.setting == "max_response_bytes" and info.value.value > actual - 1
     assert s.spent == (0.0, 0.0)
-    r = _session(QueryLimits(max_response_bytes=2 * actual + 16 * 1024)).group_by("x", "city", bins=bins).aggregate(aggregates, epsilon=1.0)
+    r = (
+        _session(QueryLimits(max_response_bytes=2 * actual + 16 * 1024))
+        .group_by("x", "city", bins=bins)
+        .aggregate(aggregates, epsilon=1.0)
+    )
     assert _answer_bytes(r) <= 2 * actual + 16 * 1024
 
 
 def test_a_private_key_answer_that_cannot_hold_one_row_is_refused_before_paying() -> None:
     """False-failure rate 0."""
     meta = Metadata(columns={"name": Categorical()}, row_level=True)
-    s = Session(pd.DataFrame({"name": ["a", "b"]}), metadata=meta, budget=dp.Budget(epsilon=1.0, delta=1e-3), limits=QueryLimits(max_response_bytes=1024))
+    s = Session(
+        pd.DataFrame({"name": ["a", "b"]}),
+        metadata=meta,
+        budget=dp.Budget(epsilon=1.0, delta=1e-3),
+        limits=QueryLimits(max_response_bytes=1024),
+    )
     with pytest.raises(LimitExceededError, match="max_response_bytes"):
         s.group_by("name").count(epsilon=0.5, delta=1e-6)
     assert s.spent == (0.0, 0.0)
@@ -273,13 +302,23 @@ def test_privately_selected_rows_are_cut_to_max_result_rows_in_key_order() -> No
     result says so. Without the cap nothing is cut. False-failure rate 0 (the keep probability
     is exactly 1 for these counts)."""
     frame, meta = _many_keys(40)
-    s = Session(frame, metadata=meta, budget=dp.Budget(epsilon=10.0, delta=1e-3), limits=QueryLimits(max_result_rows=7), rng=np.random.default_rng(1))
+    s = Session(
+        frame,
+        metadata=meta,
+        budget=dp.Budget(epsilon=10.0, delta=1e-3),
+        limits=QueryLimits(max_result_rows=7),
+        rng=np.random.default_rng(1),
+    )
     r = s.group_by("name").count(epsilon=1.0, delta=1e-6)
     assert r.table["name"].tolist() == sorted(set(frame["name"]))[:7]
     assert r.truncated and r.to_dict()["truncated"] is True
     assert any("TRUNCATED" in note and "7 of the 40" in note for note in r.notes)
     assert s.spent[0] == pytest.approx(1.0)  # paid: the cut is post-processing of the release
-    full = Session(frame, metadata=meta, budget=dp.Budget(epsilon=10.0, delta=1e-3), rng=np.random.default_rng(1)).group_by("name").count(epsilon=1.0, delta=1e-6)
+    full = (
+        Session(frame, metadata=meta, budget=dp.Budget(epsilon=10.0, delta=1e-3), rng=np.random.default_rng(1))
+        .group_by("name")
+        .count(epsilon=1.0, delta=1e-6)
+    )
     assert len(full.table) == 40 and not full.truncated and full.to_dict()["truncated"] is False
 
 
@@ -289,12 +328,22 @@ def test_privately_selected_text_keys_are_cut_to_the_response_size() -> None:
     same query without the limit is larger than it. False-failure rate 0 (as above)."""
     frame, meta = _many_keys(30, length=2000)
     limit = 32 * 1024
-    s = Session(frame, metadata=meta, budget=dp.Budget(epsilon=10.0, delta=1e-3), limits=QueryLimits(max_response_bytes=limit), rng=np.random.default_rng(2))
+    s = Session(
+        frame,
+        metadata=meta,
+        budget=dp.Budget(epsilon=10.0, delta=1e-3),
+        limits=QueryLimits(max_response_bytes=limit),
+        rng=np.random.default_rng(2),
+    )
     r = s.group_by("name").count(epsilon=1.0, delta=1e-6)
     assert r.truncated and 0 < len(r.table) < 30
     assert r.table["name"].tolist() == sorted(set(frame["name"]))[: len(r.table)]
     assert _answer_bytes(r) <= limit
-    unlimited = Session(frame, metadata=meta, budget=dp.Budget(epsilon=10.0, delta=1e-3), rng=np.random.default_rng(2)).group_by("name").count(epsilon=1.0, delta=1e-6)
+    unlimited = (
+        Session(frame, metadata=meta, budget=dp.Budget(epsilon=10.0, delta=1e-3), rng=np.random.default_rng(2))
+        .group_by("name")
+        .count(epsilon=1.0, delta=1e-6)
+    )
     assert not unlimited.truncated and _answer_bytes(unlimited) > limit
 
 
@@ -360,7 +409,12 @@ def test_what_the_scan_cannot_see_is_still_refused_as_too_deep() -> None:
 
 @pytest.mark.parametrize(
     "condition",
-    ["(" * 31 + "x > 1" + ")" * 31, "NOT " * 31 + "x > 1", " AND ".join(["x > 1"] * 32), "NOT " + "(NOT " * 15 + "x > 1" + ")" * 15],
+    [
+        "(" * 31 + "x > 1" + ")" * 31,
+        "NOT " * 31 + "x > 1",
+        " AND ".join(["x > 1"] * 32),
+        "NOT " + "(NOT " * 15 + "x > 1" + ")" * 15,
+    ],
     ids=["31 parentheses", "31 NOTs", "31 ANDs", "NOT 15 (NOT"],
 )
 def test_nesting_at_the_limit_is_answered_even_from_a_deep_call_stack(condition: str) -> None:

@@ -26,7 +26,9 @@ AGE = Metadata(columns={"age": Numeric(0, 100)}, privacy_unit="pid")
 
 def people(n: int = 3_000, seed: int = 0) -> pd.DataFrame:
     rng = np.random.default_rng(seed)
-    return pd.DataFrame({"pid": np.arange(n), "age": rng.integers(18, 90, n).astype(float), "year": rng.choice([2020, 2021], n)})
+    return pd.DataFrame(
+        {"pid": np.arange(n), "age": rng.integers(18, 90, n).astype(float), "year": rng.choice([2020, 2021], n)}
+    )
 
 
 def write_hive(root: Path, df: pd.DataFrame) -> None:
@@ -36,7 +38,9 @@ def write_hive(root: Path, df: pd.DataFrame) -> None:
         d.mkdir(parents=True)
         half = len(part) // 2
         for i, chunk in enumerate((part.iloc[:half], part.iloc[half:])):
-            pq.write_table(pa.Table.from_pandas(chunk.drop(columns="year"), preserve_index=False), d / f"part-{i}.parquet")
+            pq.write_table(
+                pa.Table.from_pandas(chunk.drop(columns="year"), preserve_index=False), d / f"part-{i}.parquet"
+            )
 
 
 @pytest.fixture
@@ -48,7 +52,9 @@ def hive(tmp_path: Path) -> tuple[Path, pd.DataFrame]:
 
 
 def session(path: object, metadata: Metadata = META, **kwargs: object) -> dp.Session:
-    return dp.Session.from_parquet(path, metadata=metadata, budget=dp.Budget(epsilon=1e7), rng=np.random.default_rng(1), **kwargs)  # type: ignore[arg-type]
+    return dp.Session.from_parquet(
+        path, metadata=metadata, budget=dp.Budget(epsilon=1e7), rng=np.random.default_rng(1), **kwargs
+    )  # type: ignore[arg-type]
 
 
 def exact_count(s: dp.Session) -> int:
@@ -201,7 +207,9 @@ def test_every_duckdb_session_takes_them(tmp_path: Path, monkeypatch: pytest.Mon
     monkeypatch.chdir(tmp_path)
     made = [
         dp.Session(df, metadata=META, budget=dp.Budget(epsilon=1e7), memory_limit=LIMIT, temp_directory="spill"),
-        dp.Session.from_csv(csv, metadata=META, budget=dp.Budget(epsilon=1e7), memory_limit=LIMIT, temp_directory="spill"),
+        dp.Session.from_csv(
+            csv, metadata=META, budget=dp.Budget(epsilon=1e7), memory_limit=LIMIT, temp_directory="spill"
+        ),
     ]
     for s in made:
         assert setting(s, "memory_limit") == rendered(LIMIT)
@@ -214,7 +222,13 @@ def test_a_query_at_the_least_memory_allowed_is_exact(tmp_path: Path) -> None:
     with a group-by run (spilling where they must) and the count is exact."""
     rng = np.random.default_rng(5)
     n = 200_000
-    df = pd.DataFrame({"pid": rng.integers(0, n // 3, n), "age": rng.integers(18, 90, n).astype(float), "year": rng.choice([2020, 2021], n)})
+    df = pd.DataFrame(
+        {
+            "pid": rng.integers(0, n // 3, n),
+            "age": rng.integers(18, 90, n).astype(float),
+            "year": rng.choice([2020, 2021], n),
+        }
+    )
     write_hive(tmp_path / "big", df)
     least = f"{MIN_MEMORY_PER_THREAD * THREADS // 2**20}MiB"
     s = session(tmp_path / "big", max_rows=100, max_groups=2, memory_limit=least, temp_directory=tmp_path / "spill")
@@ -274,7 +288,9 @@ def test_the_knobs_are_refused_where_the_connection_is_not_the_sessions(tmp_path
     attempts = [
         lambda: dp.Session(df, engine=DuckDBEngine(df), metadata=META, budget=budget, memory_limit=LIMIT),
         lambda: dp.Session.from_duckdb(con, "t", metadata=META, budget=budget, temp_directory=tmp_path),
-        lambda: dp.Session(duckdb.sql("SELECT 1 AS pid, 30.0 AS age, 2020 AS year"), metadata=META, budget=budget, memory_limit=LIMIT),
+        lambda: dp.Session(
+            duckdb.sql("SELECT 1 AS pid, 30.0 AS age, 2020 AS year"), metadata=META, budget=budget, memory_limit=LIMIT
+        ),
     ]
     for attempt in attempts:
         with pytest.raises(InvalidParameterError, match="memory_limit|temp_directory"):
@@ -315,7 +331,9 @@ def test_spark_reads_the_same_files_and_partitions(spark, tmp_path: Path) -> Non
         s = session(where, meta, engine="spark", spark=spark)
         assert s.engine.name == "spark"
         t = s.group_by("year", "month").count(epsilon=1e6).table
-        assert {(int(y), int(m)): int(c) for y, m, c in zip(t["year"], t["month"], t["count"], strict=True)} == expected, where
+        assert {
+            (int(y), int(m)): int(c) for y, m, c in zip(t["year"], t["month"], t["count"], strict=True)
+        } == expected, where
     budget = dp.Budget(epsilon=1.0)
     for where in (tmp_path / "nothing*.parquet", (tmp_path / "nothing").as_uri()):
         with pytest.raises(InvalidParameterError, match="glob|Spark can read") as caught:

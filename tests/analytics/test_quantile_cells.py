@@ -22,7 +22,9 @@ from dpkit.analytics import Categorical, Metadata, Numeric
 from dpkit.analytics.engines.duckdb import DuckDBEngine
 from dpkit.analytics.plan import QUANTILE_GRID, ValueSpec, grid_points, quantile_grid
 
-META = Metadata(columns={"age": Numeric(0, 100), "income": Numeric(0.0, 250_000.0), "g": Categorical((0, 1, 2))}, privacy_unit="pid")
+META = Metadata(
+    columns={"age": Numeric(0, 100), "income": Numeric(0.0, 250_000.0), "g": Categorical((0, 1, 2))}, privacy_unit="pid"
+)
 
 
 def people(n: int, seed: int = 0) -> pd.DataFrame:
@@ -116,7 +118,9 @@ def test_medians_are_accurate() -> None:
     one at ε = 1 on 20,000 rows (its exponential mechanism puts mass below 1e-9 further away:
     false-failure rate below 1e-9 per query, fixed seed); incomes within 1 % of the range."""
     df = people(20_000, seed=4)
-    s = dp.Session(df.assign(pid=np.arange(len(df))), metadata=META, budget=dp.Budget(epsilon=10.0), rng=np.random.default_rng(5))
+    s = dp.Session(
+        df.assign(pid=np.arange(len(df))), metadata=META, budget=dp.Budget(epsilon=10.0), rng=np.random.default_rng(5)
+    )
     r = s.sql("SELECT MEDIAN(age) AS m, QUANTILE(income, 0.9) AS p90 FROM data", epsilon=2.0)
     m = float(r.table["m"][0])
     assert m == round(m) and abs(m - float(np.median(df["age"]))) <= 1

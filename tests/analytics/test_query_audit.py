@@ -42,8 +42,16 @@ class UnboundedEngine(DuckDBEngine):
 
 def sampler(engine_cls):  # type: ignore[no-untyped-def]
     def sample(df: pd.DataFrame, n: int, rng: np.random.Generator) -> np.ndarray:
-        s = dp.Session(df, privacy_unit="uid", budget=dp.Budget(epsilon=1e9), metadata=META, max_groups=1, max_rows=2,
-                       engine=engine_cls(df), rng=rng)
+        s = dp.Session(
+            df,
+            privacy_unit="uid",
+            budget=dp.Budget(epsilon=1e9),
+            metadata=META,
+            max_groups=1,
+            max_rows=2,
+            engine=engine_cls(df),
+            rng=rng,
+        )
         q = s.group_by("cat")
         return np.array([int(q.count(epsilon=1.0).table["count"][0]) for _ in range(n)])
 
@@ -52,11 +60,15 @@ def sampler(engine_cls):  # type: ignore[no-untyped-def]
 
 def test_user_level_group_by_count_keeps_its_epsilon() -> None:
     d0, d1 = tables()
-    res = estimate_epsilon(sampler(DuckDBEngine), d0, d1, trials=TRIALS, confidence=STRICT, rng=np.random.default_rng(SEED))
+    res = estimate_epsilon(
+        sampler(DuckDBEngine), d0, d1, trials=TRIALS, confidence=STRICT, rng=np.random.default_rng(SEED)
+    )
     assert res.epsilon_lower <= 1.0
 
 
 def test_an_engine_that_skips_bounding_is_caught() -> None:
     d0, d1 = tables()
-    res = estimate_epsilon(sampler(UnboundedEngine), d0, d1, trials=TRIALS, confidence=STRICT, rng=np.random.default_rng(SEED))
+    res = estimate_epsilon(
+        sampler(UnboundedEngine), d0, d1, trials=TRIALS, confidence=STRICT, rng=np.random.default_rng(SEED)
+    )
     assert res.epsilon_lower > 1.0

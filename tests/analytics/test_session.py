@@ -12,14 +12,14 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 import pytest
-from _stats import CountingSource, binomial_z
 
 import dpkit as dp
+from _stats import CountingSource, binomial_z
 from dpkit.accounting import ComposedEvent, LaplaceEvent
 from dpkit.accounting.composition import basic_cost
 from dpkit.analytics import Categorical, Count, CountUnits, Mean, Metadata, Numeric, Std, Sum, Variance
 from dpkit.analytics import QuantileAgg as Quantile
-from dpkit.errors import BudgetExceededError, InvalidDataError, InvalidParameterError, LedgerError
+from dpkit.errors import BudgetExceededError, InvalidParameterError, LedgerError
 
 SEED = 20261127
 
@@ -51,11 +51,18 @@ META = Metadata(
 )
 
 
-def session(df: pd.DataFrame | None = None, *, epsilon: float = 1e6, delta: float = 1e-3, rng: object = None, **kw) -> dp.Session:  # type: ignore[no-untyped-def]
+def session(
+    df: pd.DataFrame | None = None, *, epsilon: float = 1e6, delta: float = 1e-3, rng: object = None, **kw
+) -> dp.Session:  # type: ignore[no-untyped-def]
     if "privacy_unit" not in kw:
         kw["row_level"] = True
-    return dp.Session(people() if df is None else df, budget=dp.Budget(epsilon=epsilon, delta=delta), metadata=META,
-                      rng=np.random.default_rng(SEED) if rng is None else rng, **kw)
+    return dp.Session(
+        people() if df is None else df,
+        budget=dp.Budget(epsilon=epsilon, delta=delta),
+        metadata=META,
+        rng=np.random.default_rng(SEED) if rng is None else rng,
+        **kw,
+    )
 
 
 # ---- values at large ε are the bounded statistics ---------------------------------------------------
@@ -64,7 +71,9 @@ def session(df: pd.DataFrame | None = None, *, epsilon: float = 1e6, delta: floa
 def test_row_level_values_match_pandas_at_large_epsilon() -> None:
     df = people()
     s = session(df)
-    r = s.group_by("sex").aggregate([Count(), Sum("age"), Mean("age"), Variance("age"), Std("income"), Quantile("age", 0.5)], epsilon=1e5)
+    r = s.group_by("sex").aggregate(
+        [Count(), Sum("age"), Mean("age"), Variance("age"), Std("income"), Quantile("age", 0.5)], epsilon=1e5
+    )
     g = df.groupby("sex")
     t = r.table.set_index("sex")
     assert t.loc["X", "count"] == pytest.approx(0, abs=1)  # declared but absent key: reported with noise
@@ -135,7 +144,9 @@ def test_count_and_sum_intervals_cover_at_their_level() -> None:
     for _ in range(200):
         t = s.group_by("sex").aggregate([Count(), Sum("age")], epsilon=0.5, confidence=0.9).table.set_index("sex")
         for name in hits:
-            hits[name] += int(((t[f"{name}_low"] <= truth[name].round()) & (truth[name].round() <= t[f"{name}_high"])).sum())
+            hits[name] += int(
+                ((t[f"{name}_low"] <= truth[name].round()) & (truth[name].round() <= t[f"{name}_high"])).sum()
+            )
         total += len(t)
     for name, h in hits.items():
         assert binomial_z(h, total, 0.9) > -4.75, (name, h / total)
@@ -242,7 +253,15 @@ def test_a_seed_never_meets_a_ledger(tmp_path: Path) -> None:
     ledger = dp.open_ledger(tmp_path / "l.sqlite")
     ledger.create_budget("people", "ann", epsilon=1.0)
     with pytest.raises(InvalidParameterError, match="rng"):
-        dp.Session(people(), ledger=ledger, dataset="people", analyst="ann", metadata=META, row_level=True, rng=np.random.default_rng(0))
+        dp.Session(
+            people(),
+            ledger=ledger,
+            dataset="people",
+            analyst="ann",
+            metadata=META,
+            row_level=True,
+            rng=np.random.default_rng(0),
+        )
     s = dp.Session(people(), ledger=ledger, dataset="people", analyst="ann", metadata=META, row_level=True)
     with pytest.raises(InvalidParameterError, match="rng"):
         s.count(epsilon=0.1, rng=np.random.default_rng(0))
@@ -256,7 +275,13 @@ def test_a_seed_never_meets_a_ledger(tmp_path: Path) -> None:
 
 
 def test_gaussian_noise_needs_delta_and_an_accountant_that_prices_it() -> None:
-    s = dp.Session(people(), budget=dp.Budget(epsilon=2.0, delta=1e-5, accountant=dp.RDPAccountant), metadata=META, rng=np.random.default_rng(0), row_level=True)
+    s = dp.Session(
+        people(),
+        budget=dp.Budget(epsilon=2.0, delta=1e-5, accountant=dp.RDPAccountant),
+        metadata=META,
+        rng=np.random.default_rng(0),
+        row_level=True,
+    )
     r = s.group_by("sex").aggregate([Count(), Mean("age")], epsilon=1.0, delta=1e-6, noise="gaussian")
     assert all(a.mechanism == "gaussian" for a in r.aggregates)
     with pytest.raises(InvalidParameterError, match="delta"):
@@ -314,7 +339,10 @@ def test_bad_queries_raise_and_spend_nothing(call, match: str) -> None:  # type:
         ({"metadata": {"columns": {"ghost": {"type": "numeric", "lower": 0, "upper": 1}}}}, "metadata"),
         ({"metadata": {"columns": {"city": {"type": "categorical", "categories": [1, "a"]}}}}, "one type"),
         ({"metadata": {"columns": {"age": {"type": "numeric", "lower": 0, "upper": 1e-310}}}}, "bounds"),
-        ({"metadata": {"columns": {"sex": {"type": "categorical", "categories": ["F"], "value_type": "integer"}}}}, "value_type"),
+        (
+            {"metadata": {"columns": {"sex": {"type": "categorical", "categories": ["F"], "value_type": "integer"}}}},
+            "value_type",
+        ),
         ({"row_level": True, "privacy_unit": "uid"}, "row_level"),
         ({"row_level": None}, "privacy_unit"),
         ({"rng": "seed"}, "rng"),
@@ -360,7 +388,9 @@ def test_sources_csv_parquet_and_duckdb(tmp_path: Path) -> None:
     want = len(df)
     for s in (
         dp.Session.from_csv(tmp_path / "adult.csv", budget=dp.Budget(epsilon=1e6), metadata=META, row_level=True),
-        dp.Session.from_parquet(tmp_path / "adult.parquet", budget=dp.Budget(epsilon=1e6), metadata=META, row_level=True),
+        dp.Session.from_parquet(
+            tmp_path / "adult.parquet", budget=dp.Budget(epsilon=1e6), metadata=META, row_level=True
+        ),
     ):
         assert s.table == "adult"
         assert s.sql("SELECT COUNT(*) FROM adult", epsilon=1e5).value == pytest.approx(want, abs=1)
@@ -370,7 +400,9 @@ def test_sources_csv_parquet_and_duckdb(tmp_path: Path) -> None:
     s = dp.Session.from_duckdb(con, "people", budget=dp.Budget(epsilon=1e6), metadata=META, row_level=True)
     assert s.count(epsilon=1e5).value == pytest.approx(want, abs=1)
     rel = duckdb.sql("SELECT 1 AS age UNION ALL SELECT 2")
-    s2 = dp.Session(rel, budget=dp.Budget(epsilon=1e6), metadata=Metadata(columns={"age": Numeric(0, 10)}, row_level=True))
+    s2 = dp.Session(
+        rel, budget=dp.Budget(epsilon=1e6), metadata=Metadata(columns={"age": Numeric(0, 10)}, row_level=True)
+    )
     assert s2.sum("age", epsilon=1e5).value == pytest.approx(3, abs=0.1)
 
 

@@ -102,8 +102,13 @@ def write_pair(tmp_path: Path, odd: dict[str, str], at: int = 1500) -> tuple[Pat
 
 def csv_sessions(tmp_path: Path, odd: dict[str, str], *, epsilon: float = 1e6) -> Callable[[bool], dp.Session]:
     a, b = write_pair(tmp_path, odd)
-    return lambda prime: dp.Session.from_csv(b if prime else a, table="people", budget=dp.Budget(epsilon=epsilon, delta=1e-3), metadata=META,
-                                             rng=np.random.default_rng(SEED))
+    return lambda prime: dp.Session.from_csv(
+        b if prime else a,
+        table="people",
+        budget=dp.Budget(epsilon=epsilon, delta=1e-3),
+        metadata=META,
+        rng=np.random.default_rng(SEED),
+    )
 
 
 # The corpus: query shapes an attacker would try (filters on odd values, groups over private and
@@ -122,7 +127,10 @@ CORPUS: list[tuple[str, dict[str, Any]]] = [
     ("SELECT COUNT(DISTINCT pid) FROM people WHERE age IS NULL", {"epsilon": 1.0}),
     ("SELECT COUNT(*) FROM people WHERE city = 'Zürich-\u202e' OR sex = ' Male'", {"epsilon": 0.5}),
     ("SELECT SUM(income) FROM people WHERE age BETWEEN 0 AND 1e300", {"epsilon": 0.5}),
-    ("SELECT sex, SUM(income), AVG(income) FROM people GROUP BY sex", {"epsilon": 1.0, "delta": 1e-6, "noise": "gaussian"}),
+    (
+        "SELECT sex, SUM(income), AVG(income) FROM people GROUP BY sex",
+        {"epsilon": 1.0, "delta": 1e-6, "noise": "gaussian"},
+    ),
     ("SELECT SUM(income) FROM people", {"epsilon": 1e-9}),
     ("SELECT SUM(income) FROM people", {"epsilon": 5000.0}),
     ("SELECT city, COUNT(*) FROM people GROUP BY city", {"epsilon": 2000.0, "delta": 1e-6}),
@@ -161,20 +169,26 @@ API_CORPUS: list[Callable[[dp.Session], Any]] = [
 
 @pytest.mark.parametrize("odd", ODD_PEOPLE, ids=["secret-zip", "overflow", "nan-long"])
 @pytest.mark.parametrize("request_", API_CORPUS, ids=[f"api{i}" for i in range(len(API_CORPUS))])
-def test_query_builder_is_blind_to_one_person(tmp_path: Path, odd: dict[str, str], request_: Callable[[dp.Session], Any]) -> None:
+def test_query_builder_is_blind_to_one_person(
+    tmp_path: Path, odd: dict[str, str], request_: Callable[[dp.Session], Any]
+) -> None:
     seen_d, seen_d_prime = same_on_neighbours(csv_sessions(tmp_path, odd), request_)
     assert seen_d == seen_d_prime
     assert "SECRET" not in str(seen_d)
 
 
 @pytest.mark.parametrize("sql, kwargs", CORPUS, ids=[f"q{i}" for i in range(len(CORPUS))])
-def test_refusals_never_reach_the_engine(tmp_path: Path, sql: str, kwargs: dict[str, Any], monkeypatch: pytest.MonkeyPatch) -> None:
+def test_refusals_never_reach_the_engine(
+    tmp_path: Path, sql: str, kwargs: dict[str, Any], monkeypatch: pytest.MonkeyPatch
+) -> None:
     """With the budget spent, every query is refused (or rejected as invalid) without a single
     engine call — so the refusal's content and timing cannot depend on the data."""
     calls: list[str] = []
     for name in ("compute",):
         real = getattr(DuckDBEngine, name)
-        monkeypatch.setattr(DuckDBEngine, name, lambda self, plan, _real=real, _n=name: (calls.append(_n), _real(self, plan))[1])
+        monkeypatch.setattr(
+            DuckDBEngine, name, lambda self, plan, _real=real, _n=name: (calls.append(_n), _real(self, plan))[1]
+        )
     make = csv_sessions(tmp_path, ODD_PEOPLE[0], epsilon=1e-3)
     for prime in (False, True):
         s = make(prime)
@@ -203,7 +217,9 @@ def test_poisoned_csv_row_is_null_not_an_error(tmp_path: Path) -> None:
         paths.append(p)
 
     def make(prime: bool) -> dp.Session:
-        return dp.Session.from_csv(paths[prime], table="messy", budget=dp.Budget(epsilon=1.0), metadata=meta, rng=np.random.default_rng(1))
+        return dp.Session.from_csv(
+            paths[prime], table="messy", budget=dp.Budget(epsilon=1.0), metadata=meta, rng=np.random.default_rng(1)
+        )
 
     a, b = same_on_neighbours(make, lambda s: s.sql("SELECT COUNT(*) FROM messy WHERE zip = 5", epsilon=0.1))
     assert a == b and a[0] == "answered"
@@ -225,14 +241,22 @@ def _list_table(with_person: bool) -> duckdb.DuckDBPyConnection:
 def test_list_columns_cannot_be_declared_or_used() -> None:
     """A LIST column: declared, it is refused at construction (nothing spent); undeclared, it is
     an unknown column — and the answers are the same whether or not one person's list differs."""
-    meta_with_tags = {"columns": {"tags": {"type": "categorical"}, "age": {"type": "numeric", "lower": 0, "upper": 100}}, "privacy_unit": "pid"}
+    meta_with_tags = {
+        "columns": {"tags": {"type": "categorical"}, "age": {"type": "numeric", "lower": 0, "upper": 100}},
+        "privacy_unit": "pid",
+    }
     for prime in (False, True):
         with pytest.raises(InvalidParameterError, match="LIST"):
             dp.Session.from_duckdb(_list_table(prime), "t", budget=dp.Budget(epsilon=1.0), metadata=meta_with_tags)
 
     def make(prime: bool) -> dp.Session:
         b = dp.Budget(epsilon=0.1, delta=1e-6)
-        s = dp.Session.from_duckdb(_list_table(prime), "t", budget=b, metadata={"columns": {"age": {"type": "numeric", "lower": 0, "upper": 100}}, "privacy_unit": "pid"})
+        s = dp.Session.from_duckdb(
+            _list_table(prime),
+            "t",
+            budget=b,
+            metadata={"columns": {"age": {"type": "numeric", "lower": 0, "upper": 100}}, "privacy_unit": "pid"},
+        )
         s.count(epsilon=0.1)  # the budget is now spent
         return s
 
@@ -256,7 +280,9 @@ def test_refusal_does_not_depend_on_how_many_rows_match(monkeypatch: pytest.Monk
     assert seen[0] == seen[1] and seen[0][1] == "BudgetExceededError" and calls == []
 
 
-def test_a_failure_after_the_debit_is_generic_and_paid(monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture) -> None:
+def test_a_failure_after_the_debit_is_generic_and_paid(
+    monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
     """If the engine still fails (here forced, with a data value in its message), the analyst
     gets QueryFailedError with a fixed message, the spend stands, and only the curator's log has
     the details."""
@@ -292,13 +318,21 @@ def test_the_schema_never_comes_from_the_rows(tmp_path: Path) -> None:
     a.write_text("pid,zip\n" + "".join(f"{i},{10000 + i % 7}\n" for i in range(300)) + "100,10005\n")
     b.write_text("pid,zip\n" + "".join(f"{i},{10000 + i % 7}\n" for i in range(300)) + "100,N/A\n")
     meta = Metadata(columns={"zip": Categorical(value_type="integer")}, privacy_unit="pid")
-    sessions = [dp.Session.from_csv(p, table="t", budget=dp.Budget(epsilon=10.0), metadata=meta, rng=np.random.default_rng(0)) for p in (a, b)]
+    sessions = [
+        dp.Session.from_csv(p, table="t", budget=dp.Budget(epsilon=10.0), metadata=meta, rng=np.random.default_rng(0))
+        for p in (a, b)
+    ]
     assert sessions[0].columns == sessions[1].columns == {"zip": "numeric", "pid": "unit"}
     seen = [observe(lambda s=s: s.sql("SELECT COUNT(*) FROM t WHERE zip = 10005", epsilon=1.0)) for s in sessions]
     assert seen[0] == seen[1] and seen[0][0] == "answered"
     # integer categories declared for a text column: every value reads as NULL — zeros, not errors
     text = Metadata(columns={"sex": Categorical((1, 2))}, row_level=True)
-    s = dp.Session(pd.DataFrame({"sex": ["F", "M"] * 50}), budget=dp.Budget(epsilon=1e6), metadata=text, rng=np.random.default_rng(0))
+    s = dp.Session(
+        pd.DataFrame({"sex": ["F", "M"] * 50}),
+        budget=dp.Budget(epsilon=1e6),
+        metadata=text,
+        rng=np.random.default_rng(0),
+    )
     r = s.group_by("sex").count(epsilon=1e5)
     assert r.table["sex"].tolist() == [1, 2] and r.table["count"].abs().max() < 1
     assert observe(lambda: s.where("sex = 1").count(epsilon=1.0))[0] == "answered"
@@ -308,7 +342,9 @@ def test_undeclared_columns_and_no_unit_are_refused() -> None:
     df = base_people()
     with pytest.raises(InvalidParameterError, match="privacy_unit"):
         dp.Session(df, budget=dp.Budget(epsilon=1.0), metadata=Metadata(columns={"age": Numeric(0, 120)}))
-    s = dp.Session(df, budget=dp.Budget(epsilon=1.0), metadata=Metadata(columns={"age": Numeric(0, 120)}, privacy_unit="pid"))
+    s = dp.Session(
+        df, budget=dp.Budget(epsilon=1.0), metadata=Metadata(columns={"age": Numeric(0, 120)}, privacy_unit="pid")
+    )
     assert set(s.columns) == {"age", "pid"}
     with pytest.raises(InvalidParameterError, match="declared column"):
         s.where("zip = 5").count(epsilon=0.1)
@@ -321,9 +357,17 @@ def test_results_state_their_privacy_unit() -> None:
     s = dp.Session(base_people(), budget=dp.Budget(epsilon=1.0), metadata=META, rng=np.random.default_rng(0))
     r = s.group_by("sex").count(epsilon=0.1)
     assert (r.privacy_unit, r.max_groups, r.max_rows, r.neighbours) == ("pid", 2, 2, "add_remove")
-    assert r.to_dict()["privacy_unit"] == {"column": "pid", "row_level": False, "max_groups": 2, "max_rows": 2, "neighbours": "add_remove"}
+    assert r.to_dict()["privacy_unit"] == {
+        "column": "pid",
+        "row_level": False,
+        "max_groups": 2,
+        "max_rows": 2,
+        "neighbours": "add_remove",
+    }
     assert "privacy unit: pid" in repr(r)
-    rows = dp.Session(base_people(), budget=dp.Budget(epsilon=1.0), metadata=Metadata(columns={}, row_level=True)).count(epsilon=0.1)
+    rows = dp.Session(
+        base_people(), budget=dp.Budget(epsilon=1.0), metadata=Metadata(columns={}, row_level=True)
+    ).count(epsilon=0.1)
     assert rows.privacy_unit is None and "a row" in rows.unit_description
 
 
@@ -367,7 +411,13 @@ def test_corpus_is_blind_to_one_person_on_spark(tmp_path: Path, spark: Any) -> N
     frames = [spark.read.csv(str(p), header=True).cache() for p in (a, b)]  # every column as text
 
     def make(prime: bool) -> dp.Session:
-        return dp.Session(frames[prime], table="people", budget=dp.Budget(epsilon=1e6, delta=1e-3), metadata=META, rng=np.random.default_rng(SEED))
+        return dp.Session(
+            frames[prime],
+            table="people",
+            budget=dp.Budget(epsilon=1e6, delta=1e-3),
+            metadata=META,
+            rng=np.random.default_rng(SEED),
+        )
 
     for sql, kwargs in SPARK_CORPUS:
         seen_d, seen_d_prime = same_on_neighbours(make, lambda s: s.sql(sql, **kwargs))
@@ -378,12 +428,26 @@ def test_corpus_is_blind_to_one_person_on_spark(tmp_path: Path, spark: Any) -> N
 def test_list_columns_on_spark(spark: Any) -> None:
     from pyspark.sql import types as T
 
-    schema = T.StructType([T.StructField("pid", T.LongType()), T.StructField("tags", T.ArrayType(T.LongType())), T.StructField("age", T.LongType())])
+    schema = T.StructType(
+        [
+            T.StructField("pid", T.LongType()),
+            T.StructField("tags", T.ArrayType(T.LongType())),
+            T.StructField("age", T.LongType()),
+        ]
+    )
     rows = [(i, [1, 1], 30) for i in range(50)]
     for prime in (False, True):
         df = spark.createDataFrame(rows + ([(7000, [9, 9], 30)] if prime else []), schema)
         with pytest.raises(InvalidParameterError, match="LIST"):
-            dp.Session(df, budget=dp.Budget(epsilon=1.0), metadata={"columns": {"tags": {"type": "categorical"}}, "privacy_unit": "pid"})
-        s = dp.Session(df, budget=dp.Budget(epsilon=0.1, delta=1e-6), metadata={"columns": {"age": {"type": "numeric", "lower": 0, "upper": 100}}, "privacy_unit": "pid"})
+            dp.Session(
+                df,
+                budget=dp.Budget(epsilon=1.0),
+                metadata={"columns": {"tags": {"type": "categorical"}}, "privacy_unit": "pid"},
+            )
+        s = dp.Session(
+            df,
+            budget=dp.Budget(epsilon=0.1, delta=1e-6),
+            metadata={"columns": {"age": {"type": "numeric", "lower": 0, "upper": 100}}, "privacy_unit": "pid"},
+        )
         with pytest.raises(InvalidParameterError, match="tags"):
             s.sql("SELECT tags, COUNT(*) FROM data WHERE age = 30 GROUP BY tags", epsilon=0.1, delta=1e-7)

@@ -4,10 +4,10 @@ bounding keeps the bounds, and it cannot fail on a value — with or without ANS
 
 from __future__ import annotations
 
-import numpy as np
-import pandas as pd
 from pathlib import Path
 
+import numpy as np
+import pandas as pd
 import pytest
 
 pytest.importorskip("pyspark")
@@ -15,8 +15,8 @@ pytest.importorskip("pyspark")
 from pyspark.sql import functions as F  # noqa: E402
 from pyspark.sql import types as T  # noqa: E402
 
-from dpkit.analytics.engines.duckdb import DuckDBEngine  # noqa: E402
 from dpkit.analytics.engines.base import SUM_LIMIT  # noqa: E402
+from dpkit.analytics.engines.duckdb import DuckDBEngine  # noqa: E402
 from dpkit.analytics.engines.spark import SparkEngine, spark_session  # noqa: E402
 from dpkit.analytics.plan import (  # noqa: E402
     AggregationPlan,
@@ -78,6 +78,7 @@ def _frame() -> pd.DataFrame:
 def spark():
     # the process-wide cached session; not stopped here so later modules reuse the running JVM
     import os
+
     sp = spark_session()
     for kv in filter(None, os.environ.get("XCONF", "").split(",")):
         k, v = kv.split("=")
@@ -92,7 +93,9 @@ def engines(spark):
     pdf = _frame()
     con = duckdb.connect()
     con.register("src", pdf)
-    con.execute("CREATE TABLE t AS SELECT * EXCLUDE (w_nan) REPLACE (CASE WHEN w_nan THEN 'NaN'::DOUBLE ELSE w END AS w) FROM src")
+    con.execute(
+        "CREATE TABLE t AS SELECT * EXCLUDE (w_nan) REPLACE (CASE WHEN w_nan THEN 'NaN'::DOUBLE ELSE w END AS w) FROM src"
+    )
     con.execute("CREATE TABLE t_empty AS SELECT * FROM t WHERE false")
     sdf = spark.createDataFrame(pdf)  # through Arrow (spark_session enables it): pandas NA and NaN become NULL
     assert isinstance(sdf.schema["u"].dataType, T.LongType)
@@ -115,10 +118,14 @@ SZ = quantize_spec("sz", WEIRD, 0.0, 20.0, centered=True)
 ALL_SUMS = (CX, UX, SQ, SW, SZ)
 
 
-def _plan(unit="u", where=None, groups=(), key_filter=None, max_groups=1, max_rows=1, sums=(), values=(), portable=True):
+def _plan(
+    unit="u", where=None, groups=(), key_filter=None, max_groups=1, max_rows=1, sums=(), values=(), portable=True
+):
     groups = tuple(GroupKey(g) if isinstance(g, str) else g for g in groups)
     key_filter = tuple(key_filter) if key_filter is not None else (None,) * len(groups)
-    return AggregationPlan(unit, where, groups, key_filter, max_groups, max_rows, tuple(sums), tuple(values), SALT, portable)
+    return AggregationPlan(
+        unit, where, groups, key_filter, max_groups, max_rows, tuple(sums), tuple(values), SALT, portable
+    )
 
 
 WHERE = Or(
@@ -141,8 +148,16 @@ AGG_PLANS = {
     "by_string": _plan(groups=("s",), max_groups=2, max_rows=2, sums=(CX, SQ)),
     "two_keys": _plan(groups=("s", "t"), max_groups=3, max_rows=2, sums=(UX, SW)),
     "bins": _plan(groups=(GroupKey("x", (0.0, 2.0, 5.0, 10.0)),), max_groups=2, max_rows=4, sums=(SZ, CX)),
-    "bins_and_bool": _plan(groups=(GroupKey("w", (-5.0, 0.0, 5.0, 10.0, 15.0)), "b"), max_groups=2, max_rows=3, sums=(SW,)),
-    "key_filter": _plan(groups=("s", GroupKey("x", (0.0, 2.0, 5.0, 10.0))), key_filter=(("a", "b", "zz"), (0, 2)), max_groups=2, max_rows=3, sums=(CX, UX)),
+    "bins_and_bool": _plan(
+        groups=(GroupKey("w", (-5.0, 0.0, 5.0, 10.0, 15.0)), "b"), max_groups=2, max_rows=3, sums=(SW,)
+    ),
+    "key_filter": _plan(
+        groups=("s", GroupKey("x", (0.0, 2.0, 5.0, 10.0))),
+        key_filter=(("a", "b", "zz"), (0, 2)),
+        max_groups=2,
+        max_rows=3,
+        sums=(CX, UX),
+    ),
     "where": _plan(where=WHERE, groups=("t",), max_groups=2, max_rows=2, sums=ALL_SUMS),
     "unit_none": _plan(unit=None, groups=("s",), sums=ALL_SUMS),
     "unit_none_ungrouped": _plan(unit=None, sums=ALL_SUMS),
@@ -157,8 +172,12 @@ AGG_PLANS = {
 VALUE_PLANS = {
     "ungrouped": _plan(max_rows=3, values=(ValueSpec("x", 0.0, 10.0), ValueSpec("w", -5.0, 15.0))),
     "grouped_with_sum": _plan(groups=("s",), max_groups=2, max_rows=3, sums=(CX,), values=(ValueSpec("x", 1.0, 9.0),)),
-    "bins_weird": _plan(groups=(GroupKey("x", (0.0, 5.0, 10.0)),), max_groups=1, max_rows=2, values=(ValueSpec(WEIRD, 0.0, 8.0),)),
-    "where_two_keys": _plan(where=WHERE, groups=("s", "t"), max_groups=2, max_rows=2, values=(ValueSpec("w", 0.0, 10.0),)),
+    "bins_weird": _plan(
+        groups=(GroupKey("x", (0.0, 5.0, 10.0)),), max_groups=1, max_rows=2, values=(ValueSpec(WEIRD, 0.0, 8.0),)
+    ),
+    "where_two_keys": _plan(
+        where=WHERE, groups=("s", "t"), max_groups=2, max_rows=2, values=(ValueSpec("w", 0.0, 10.0),)
+    ),
     "unit_none": _plan(unit=None, groups=("b",), values=(ValueSpec("x", 0.0, 10.0),)),
     "only_rows": _plan(max_rows=2, sums=(CX,)),  # neither group keys nor values: one __one column
 }
@@ -221,7 +240,11 @@ def test_quantile_cells_match_duckdb(engines, name):
     _assert_same(got, want, [*keys, "__k", "__cell"])
 
 
-@pytest.mark.parametrize("plan", [AGG_PLANS["ungrouped"], AGG_PLANS["two_keys"], AGG_PLANS["bins"], AGG_PLANS["unit_none_ungrouped"]], ids=["ungrouped", "two_keys", "bins", "unit_none"])
+@pytest.mark.parametrize(
+    "plan",
+    [AGG_PLANS["ungrouped"], AGG_PLANS["two_keys"], AGG_PLANS["bins"], AGG_PLANS["unit_none_ungrouped"]],
+    ids=["ungrouped", "two_keys", "bins", "unit_none"],
+)
 def test_empty_table_matches_duckdb(engines, plan):
     got = engines["spark_empty"].aggregate(plan)
     _assert_same(got, engines["duckdb_empty"].aggregate(plan), [f"g{i}" for i in range(len(plan.groups))])
@@ -233,15 +256,28 @@ def test_empty_table_matches_duckdb(engines, plan):
     _assert_same(engines["spark_empty"].compute(ungrouped)[0], engines["duckdb_empty"].compute(ungrouped)[0], [])
 
 
-@pytest.mark.parametrize("groups", [(), ("s",), ("s", "t"), (GroupKey("x", (0.0, 5.0, 10.0)), "b")], ids=["ungrouped", "one_key", "two_keys", "bins_bool"])
+@pytest.mark.parametrize(
+    "groups",
+    [(), ("s",), ("s", "t"), (GroupKey("x", (0.0, 5.0, 10.0)), "b")],
+    ids=["ungrouped", "one_key", "two_keys", "bins_bool"],
+)
 def test_fast_priorities_keep_the_bounds(engines, groups):
     max_groups, max_rows = 2, 3
-    plan = _plan(groups=groups, max_groups=max_groups, max_rows=max_rows, sums=(CX,), values=(ValueSpec("w", 0.0, 10.0),), portable=False)
+    plan = _plan(
+        groups=groups,
+        max_groups=max_groups,
+        max_rows=max_rows,
+        sums=(CX,),
+        values=(ValueSpec("w", 0.0, 10.0),),
+        portable=False,
+    )
     got = engines["spark"].aggregate(plan)
     assert (got["rows"] <= got["units"] * max_rows).all()
     assert got["units"].sum() <= engines["n_units"] * (1 if not groups else max_groups)
     assert got["rows"].sum() <= engines["n_units"] * max_groups * max_rows
-    free = engines["duckdb"].aggregate(_plan(groups=groups, max_groups=10**6, max_rows=10**6))  # same rows on Spark (parity above)
+    free = engines["duckdb"].aggregate(
+        _plan(groups=groups, max_groups=10**6, max_rows=10**6)
+    )  # same rows on Spark (parity above)
     assert got["rows"].sum() < free["rows"].sum()  # the bounds bind
     cells = engines["spark"].compute(plan)[1]
     assert cells is not None and cells["rows"].sum() <= got["rows"].sum()  # NaN w is not counted
@@ -327,19 +363,31 @@ def test_a_seeded_session_gives_the_same_release_on_both_engines(spark):
     """End to end through dp.Session: with portable priorities and the same seeded noise, the
     DuckDB and Spark engines release identical tables (same rows kept, same noise)."""
     import dpkit as dp
-    from dpkit.analytics import Categorical, Mean, Count, Metadata, Numeric, QuantileAgg as Q
+    from dpkit.analytics import Categorical, Count, Mean, Metadata, Numeric
+    from dpkit.analytics import QuantileAgg as Q
 
     rng = np.random.default_rng(5)
     n = 3000
-    pdf = pd.DataFrame({"uid": rng.integers(0, 400, n), "cat": rng.choice(np.array(["a", "b", "c"]), n),
-                        "x": rng.uniform(-10, 110, n)})
+    pdf = pd.DataFrame(
+        {"uid": rng.integers(0, 400, n), "cat": rng.choice(np.array(["a", "b", "c"]), n), "x": rng.uniform(-10, 110, n)}
+    )
     meta = Metadata(columns={"x": Numeric(0, 100), "cat": Categorical(("a", "b", "c", "d"))})
     results = []
     for data in (pdf, spark.createDataFrame(pdf)):
-        s = dp.Session(data, privacy_unit="uid", max_groups=2, max_rows=3, budget=dp.Budget(epsilon=10.0),
-                       metadata=meta, portable=True, rng=np.random.default_rng(11))
+        s = dp.Session(
+            data,
+            privacy_unit="uid",
+            max_groups=2,
+            max_rows=3,
+            budget=dp.Budget(epsilon=10.0),
+            metadata=meta,
+            portable=True,
+            rng=np.random.default_rng(11),
+        )
         results.append(s.group_by("cat").aggregate([Count(), Mean("x"), Q("x", 0.5)], epsilon=2.0).table)
-    assert {type(dp.Session(spark.createDataFrame(pdf), row_level=True, budget=dp.Budget(epsilon=1.0)).engine).__name__} == {"SparkEngine"}
+    assert {
+        type(dp.Session(spark.createDataFrame(pdf), row_level=True, budget=dp.Budget(epsilon=1.0)).engine).__name__
+    } == {"SparkEngine"}
     pd.testing.assert_frame_equal(results[0], results[1], check_dtype=False)
 
 
@@ -363,9 +411,60 @@ class _ansi:
 
 def _messy() -> pd.DataFrame:
     """Every way a value can break its declared type, and the usual dirt of real files."""
-    age = ["37", " 41 ", "N/A", "", None, "NaN", "inf", "-Infinity", "1e400", "29.5", "1_000", "+-3", "0x10", "1.5d", "\t52\n", "\u00a060"]
-    sex = [" Male", "Female ", "Male", "male", None, "\u00a0Female", "Female", " Male ", "", "Male\t", "Female", "Male", "Female", "Male", "Other", "Female"]
-    k = ["1", "2", "3.5", " 2 ", "2.0", "abc", None, "9007199254740993", "1e0", "-0", "3", "+-1", "2.5", "1", "3", "1e16"]
+    age = [
+        "37",
+        " 41 ",
+        "N/A",
+        "",
+        None,
+        "NaN",
+        "inf",
+        "-Infinity",
+        "1e400",
+        "29.5",
+        "1_000",
+        "+-3",
+        "0x10",
+        "1.5d",
+        "\t52\n",
+        "\u00a060",
+    ]
+    sex = [
+        " Male",
+        "Female ",
+        "Male",
+        "male",
+        None,
+        "\u00a0Female",
+        "Female",
+        " Male ",
+        "",
+        "Male\t",
+        "Female",
+        "Male",
+        "Female",
+        "Male",
+        "Other",
+        "Female",
+    ]
+    k = [
+        "1",
+        "2",
+        "3.5",
+        " 2 ",
+        "2.0",
+        "abc",
+        None,
+        "9007199254740993",
+        "1e0",
+        "-0",
+        "3",
+        "+-1",
+        "2.5",
+        "1",
+        "3",
+        "1e16",
+    ]
     flag = ["true", " yes", "N", "0", "maybe", None, "TRUE", "f", "y", "1", "no", "t ", "False", "on", "T", "1.0"]
     x = [1.5, np.nan, np.inf, -np.inf, None, 7.25, -3.0, 1e300, 2.0, 0.0, 4.5, -0.0, 8.0, np.nan, 9.75, 3.0]
     n = 16
@@ -385,17 +484,36 @@ def _messy() -> pd.DataFrame:
     return frame
 
 
-MESSY_TYPES = {"uid": "unit", "age": "double", "sex": "string", "k": "integer", "flag": "boolean", "x": "double", "amount": "double"}
+MESSY_TYPES = {
+    "uid": "unit",
+    "age": "double",
+    "sex": "string",
+    "k": "integer",
+    "flag": "boolean",
+    "x": "double",
+    "amount": "double",
+}
 AGE = quantize_spec("age_s", "age", 0.0, 100.0, centered=True)
 X = quantize_spec("x_s", "x", -5.0, 10.0, centered=False)
 X2 = quantize_spec("x_q", "x", -5.0, 10.0, centered=False, square=True)
 AMOUNT = quantize_spec("amount_s", "amount", -100.0, 200.0, centered=True)
 MESSY_PLANS = {
-    "sex_keys": _plan(unit="uid", groups=("sex",), key_filter=(("Female", "Male"),), max_groups=2, max_rows=3, sums=(AGE, X, X2, AMOUNT)),
+    "sex_keys": _plan(
+        unit="uid",
+        groups=("sex",),
+        key_filter=(("Female", "Male"),),
+        max_groups=2,
+        max_rows=3,
+        sums=(AGE, X, X2, AMOUNT),
+    ),
     "k_flag": _plan(unit="uid", groups=("k", "flag"), max_groups=4, max_rows=4, sums=(AGE, X)),
     "where_bins": _plan(
-        unit="uid", where=Or((Compare("flag", "=", True), And((IsNull("k", negated=True), Compare("k", ">=", 2))))),
-        groups=(GroupKey("age", (0.0, 30.0, 50.0, 100.0)),), max_groups=2, max_rows=2, sums=(X, AMOUNT),
+        unit="uid",
+        where=Or((Compare("flag", "=", True), And((IsNull("k", negated=True), Compare("k", ">=", 2))))),
+        groups=(GroupKey("age", (0.0, 30.0, 50.0, 100.0)),),
+        max_groups=2,
+        max_rows=2,
+        sums=(X, AMOUNT),
     ),
     "per_row": _plan(unit=None, groups=("amount",), sums=(AGE, X, X2, AMOUNT)),  # every value, row by row
 }
@@ -430,7 +548,24 @@ def test_bound_messy_table_matches_duckdb(spark):
     assert set(got["k_flag"]["g0"]) == {-1, 0, 1, 2, 3, 9007199254740992}
     assert set(got["k_flag"]["g1"]) == {True, False}
     flags = sp._df.toPandas().iloc[:16, 4].tolist()
-    assert flags == [True, True, False, False, None, None, True, False, True, True, False, True, False, None, True, None]
+    assert flags == [
+        True,
+        True,
+        False,
+        False,
+        None,
+        None,
+        True,
+        False,
+        True,
+        True,
+        False,
+        True,
+        False,
+        None,
+        True,
+        None,
+    ]
 
 
 def test_sums_that_overflow_int64_are_clamped(spark):
@@ -457,15 +592,29 @@ def test_session_on_an_ansi_spark_table(spark):
     from dpkit.analytics import Categorical, Count, Metadata, Numeric, Sum
 
     schema = T.StructType(
-        [T.StructField("uid", T.LongType()), T.StructField("amount", T.StringType()), T.StructField("tags", T.ArrayType(T.StringType())), T.StructField("sex", T.StringType())]
+        [
+            T.StructField("uid", T.LongType()),
+            T.StructField("amount", T.StringType()),
+            T.StructField("tags", T.ArrayType(T.StringType())),
+            T.StructField("sex", T.StringType()),
+        ]
     )
-    rows = [(i % 14, ["12", "N/A", " 30 ", "abc", None, "7.5"][i % 6], ["a", "b"][: i % 3], [" Male", "Female"][i % 2]) for i in range(60)]
+    rows = [
+        (i % 14, ["12", "N/A", " 30 ", "abc", None, "7.5"][i % 6], ["a", "b"][: i % 3], [" Male", "Female"][i % 2])
+        for i in range(60)
+    ]
     with _ansi(spark):
         sdf = spark.createDataFrame(rows, schema)
         meta = Metadata(columns={"amount": Numeric(0, 100), "sex": Categorical(("Female", "Male"))}, privacy_unit="uid")
         with pytest.raises(InvalidParameterError, match="tags"):
-            dp.Session(sdf, metadata=Metadata(columns={**meta.columns, "tags": Categorical()}, privacy_unit="uid"), budget=dp.Budget(epsilon=1.0))
-        s = dp.Session(sdf, metadata=meta, max_groups=1, max_rows=10, budget=dp.Budget(epsilon=1e6), rng=np.random.default_rng(3))
+            dp.Session(
+                sdf,
+                metadata=Metadata(columns={**meta.columns, "tags": Categorical()}, privacy_unit="uid"),
+                budget=dp.Budget(epsilon=1.0),
+            )
+        s = dp.Session(
+            sdf, metadata=meta, max_groups=1, max_rows=10, budget=dp.Budget(epsilon=1e6), rng=np.random.default_rng(3)
+        )
         table = s.group_by("sex").aggregate([Count(), Sum("amount")], epsilon=1e5).table.set_index("sex")
     assert set(table.index) == {"Female", "Male"}
     assert table["count"].sum() == pytest.approx(60, abs=1)
@@ -501,12 +650,21 @@ def test_from_parquet_reads_a_hive_directory_and_a_glob_on_spark(spark, tmp_path
     from dpkit.analytics import Categorical, Metadata, Numeric
 
     rng = np.random.default_rng(3)
-    df = pd.DataFrame({"pid": np.arange(400), "age": rng.integers(18, 90, 400).astype(float), "year": rng.choice([2020, 2021], 400)})
+    df = pd.DataFrame(
+        {"pid": np.arange(400), "age": rng.integers(18, 90, 400).astype(float), "year": rng.choice([2020, 2021], 400)}
+    )
     for year, part in df.groupby("year"):
         (tmp_path / f"year={year}").mkdir()
         part.drop(columns="year").to_parquet(tmp_path / f"year={year}" / "part-0.parquet")
     meta = Metadata(columns={"age": Numeric(0, 100), "year": Categorical((2020, 2021))}, privacy_unit="pid")
-    s = dp.Session.from_parquet(tmp_path, engine="spark", spark=spark, metadata=meta, budget=dp.Budget(epsilon=1e7), rng=np.random.default_rng(1))
+    s = dp.Session.from_parquet(
+        tmp_path,
+        engine="spark",
+        spark=spark,
+        metadata=meta,
+        budget=dp.Budget(epsilon=1e7),
+        rng=np.random.default_rng(1),
+    )
     assert s.engine.name == "spark"
     got = s.group_by("year").count(epsilon=1e6).table  # scale 1e-6: exact
     assert dict(zip(got["year"], got["count"].astype(int), strict=True)) == df["year"].value_counts().to_dict()
@@ -524,7 +682,6 @@ def test_native_numbers_are_read_like_duckdb_reads_them(spark):
     route would have rounded to 2^53) and a non-finite float are NULL. Both engines bind the same
     table; their bound columns must agree value for value."""
     import duckdb
-
     from pyspark.sql import types as T
 
     from dpkit.analytics.engines.duckdb import DuckDBEngine
@@ -572,7 +729,9 @@ def test_binding_again_reads_the_raw_columns(spark):
     from pyspark.sql import types as T
 
     rows = [(" 7 ", "yes", "a"), ("x", "no", "b"), ("12", "TRUE", None)]
-    schema = T.StructType([T.StructField("n", T.StringType()), T.StructField("b", T.StringType()), T.StructField("s", T.StringType())])
+    schema = T.StructType(
+        [T.StructField("n", T.StringType()), T.StructField("b", T.StringType()), T.StructField("s", T.StringType())]
+    )
     engine = SparkEngine(spark.createDataFrame(rows, schema))
     types = {"n": "integer", "b": "boolean", "s": "string"}
     engine.bind(types, strip_strings=True)

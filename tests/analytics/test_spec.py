@@ -39,10 +39,22 @@ def session(seed: int = 3, epsilon: float = 10.0) -> dp.Session:
 
 def test_options_defaults_and_checks() -> None:
     o = QueryOptions(epsilon=1)
-    assert (o.epsilon, o.delta, o.noise, o.confidence, o.key_selection, o.split) == (1.0, 0.0, "laplace", 0.95, "truncated_geometric", None)
+    assert (o.epsilon, o.delta, o.noise, o.confidence, o.key_selection, o.split) == (
+        1.0,
+        0.0,
+        "laplace",
+        0.95,
+        "truncated_geometric",
+        None,
+    )
     assert QueryOptions(epsilon=1.0, split=[1, 3]).weights(2, selection=False) == (0.25, 0.75)
-    for kwargs, name in [({"epsilon": 0}, "epsilon"), ({"epsilon": 1, "delta": 1}, "delta"), ({"epsilon": 1, "noise": "cauchy"}, "noise"),
-                         ({"epsilon": 1, "confidence": 1}, "confidence"), ({"epsilon": 1, "key_selection": "all"}, "key_selection")]:
+    for kwargs, name in [
+        ({"epsilon": 0}, "epsilon"),
+        ({"epsilon": 1, "delta": 1}, "delta"),
+        ({"epsilon": 1, "noise": "cauchy"}, "noise"),
+        ({"epsilon": 1, "confidence": 1}, "confidence"),
+        ({"epsilon": 1, "key_selection": "all"}, "key_selection"),
+    ]:
         with pytest.raises(InvalidParameterError) as info:
             QueryOptions(**kwargs)
         assert info.value.name == name
@@ -52,9 +64,19 @@ def test_options_defaults_and_checks() -> None:
 
 def test_option_defaults_are_written_once() -> None:
     """The front ends' signatures read their defaults from QueryOptions, and ε is required."""
-    for method in (dp.Session.count, dp.Session.mean, dp.Session.aggregate, analytics.Query.aggregate, analytics.Query.cost, analytics.Query.histogram):
+    for method in (
+        dp.Session.count,
+        dp.Session.mean,
+        dp.Session.aggregate,
+        analytics.Query.aggregate,
+        analytics.Query.cost,
+        analytics.Query.histogram,
+    ):
         params = inspect.signature(method).parameters
-        assert params["epsilon"].kind is inspect.Parameter.KEYWORD_ONLY and params["epsilon"].default is inspect.Parameter.empty
+        assert (
+            params["epsilon"].kind is inspect.Parameter.KEYWORD_ONLY
+            and params["epsilon"].default is inspect.Parameter.empty
+        )
         for name in ("delta", "noise", "confidence", "key_selection", "split"):
             assert params[name].kind is inspect.Parameter.KEYWORD_ONLY
             assert params[name].default == getattr(QueryOptions, name)
@@ -65,7 +87,11 @@ def test_option_defaults_are_written_once() -> None:
 
 def test_from_json_and_canonical_text() -> None:
     obj = {
-        "aggregates": [{"kind": "count"}, {"kind": "variance", "column": "age", "name": "v"}, {"kind": "quantile", "column": "age", "q": 1, "column_": None}],
+        "aggregates": [
+            {"kind": "count"},
+            {"kind": "variance", "column": "age", "name": "v"},
+            {"kind": "quantile", "column": "age", "q": 1, "column_": None},
+        ],
     }
     with pytest.raises(InvalidParameterError, match="only the fields kind, column, q and name"):
         QuerySpec.from_json(obj)
@@ -75,18 +101,31 @@ def test_from_json_and_canonical_text() -> None:
     assert spec.aggregates == (Count(), dp.analytics.Variance("age", name="v"), QuantileAgg("age", 1.0))
     text = spec.to_json()
     assert json.loads(text) == {
-        "aggregates": [{"kind": "count"}, {"column": "age", "kind": "variance", "name": "v"}, {"column": "age", "kind": "quantile", "q": 1.0}],
-        "group_by": ["sex"], "keys": [["F"], ["M"]], "max_rows": 1, "where": "age > 3",
+        "aggregates": [
+            {"kind": "count"},
+            {"column": "age", "kind": "variance", "name": "v"},
+            {"column": "age", "kind": "quantile", "q": 1.0},
+        ],
+        "group_by": ["sex"],
+        "keys": [["F"], ["M"]],
+        "max_rows": 1,
+        "where": "age > 3",
     }
     assert QuerySpec.from_json(json.loads(text)).to_json() == text
     # integer bin edges are read as the numbers they are (one query, one recorded text)
-    assert QuerySpec.from_json({"aggregates": [{"kind": "count"}], "bins": {"age": [0, 50]}}).bins == {"age": (0.0, 50.0)}
+    assert QuerySpec.from_json({"aggregates": [{"kind": "count"}], "bins": {"age": [0, 50]}}).bins == {
+        "age": (0.0, 50.0)
+    }
 
 
 @pytest.mark.parametrize(
     "item, name, accepted",
     [
-        ({"kind": "median", "column": "age"}, "aggregates[0].kind", "'count', 'count_units', 'sum', 'mean', 'variance', 'std', 'quantile'"),
+        (
+            {"kind": "median", "column": "age"},
+            "aggregates[0].kind",
+            "'count', 'count_units', 'sum', 'mean', 'variance', 'std', 'quantile'",
+        ),
         ({"kind": "count", "column": "age"}, "aggregates[0]", "count without column or q"),
         ({"kind": "mean", "column": "age", "q": 0.5}, "aggregates[0].q", "no q for mean"),
         ({"kind": "sum"}, "column", "a column name"),
@@ -129,7 +168,12 @@ def test_execute_pays_before_the_engine_runs() -> None:
             raise AssertionError("the engine ran before the debit")
 
     with pytest.raises(BudgetExceededError):
-        execute(price(QuerySpec(aggregates=(Sum("age"),), options=QueryOptions(epsilon=1.0)), s._declared), Untouchable(), s._payer, None)  # type: ignore[arg-type]
+        execute(
+            price(QuerySpec(aggregates=(Sum("age"),), options=QueryOptions(epsilon=1.0)), s._declared),
+            Untouchable(),
+            s._payer,
+            None,
+        )  # type: ignore[arg-type]
 
 
 def test_sql_compiles_to_a_spec() -> None:
@@ -154,7 +198,11 @@ def test_deprecated_names_warn_and_still_work() -> None:
 # -- imports ------------------------------------------------------------------------------------
 
 _ROOT = Path(dp.__file__).parent / "analytics"
-_MODULES = sorted(".".join(("dpkit",) + p.relative_to(_ROOT.parent).with_suffix("").parts) for p in _ROOT.rglob("*.py") if p.name != "__init__.py")
+_MODULES = sorted(
+    ".".join(("dpkit",) + p.relative_to(_ROOT.parent).with_suffix("").parts)
+    for p in _ROOT.rglob("*.py")
+    if p.name != "__init__.py"
+)
 
 
 def test_no_import_cycle_in_analytics() -> None:
@@ -181,7 +229,17 @@ def test_no_import_cycle_in_analytics() -> None:
     assert [m for m in edges if m != "dpkit.analytics" and m in reach(m)] == []
 
 
-@pytest.mark.parametrize("module", ["dpkit.analytics.spec", "dpkit.analytics.sql", "dpkit.analytics.query", "dpkit.analytics.pricing", "dpkit.analytics.execute", "dpkit.analytics.session"])
+@pytest.mark.parametrize(
+    "module",
+    [
+        "dpkit.analytics.spec",
+        "dpkit.analytics.sql",
+        "dpkit.analytics.query",
+        "dpkit.analytics.pricing",
+        "dpkit.analytics.execute",
+        "dpkit.analytics.session",
+    ],
+)
 def test_module_imports_first_in_a_fresh_interpreter(module: str) -> None:
     assert module in _MODULES
     subprocess.run([sys.executable, "-c", f"import {module}"], check=True, timeout=120)
@@ -190,7 +248,11 @@ def test_module_imports_first_in_a_fresh_interpreter(module: str) -> None:
 def test_a_built_query_round_trips_through_its_spec() -> None:
     s = session()
     aggs = [Count(), QuantileAgg("age", 0.25)]
-    for q in (s.where("age > 3").group_by("sex", keys=["F"]), s.group_by("age", bins={"age": [0, 50, 100]}), s.query().bound(max_rows=1)):
+    for q in (
+        s.where("age > 3").group_by("sex", keys=["F"]),
+        s.group_by("age", bins={"age": [0, 50, 100]}),
+        s.query().bound(max_rows=1),
+    ):
         spec = q.spec(aggs, QueryOptions(epsilon=1.0))
         assert price(spec, s._declared).cost() == q.cost(aggs, epsilon=1.0)
         assert QuerySpec.from_json(json.loads(spec.to_json()) | {"where": None}).group_by == spec.group_by

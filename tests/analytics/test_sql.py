@@ -35,16 +35,29 @@ def frame() -> pd.DataFrame:
     )
 
 
-META = Metadata(columns={"age": Numeric(17, 90), "hours": Numeric(1, 99), "sex": Categorical(("Female", "Male")),
-                        "marital-status": Categorical(), "uid": Categorical(value_type="integer")})
+META = Metadata(
+    columns={
+        "age": Numeric(17, 90),
+        "hours": Numeric(1, 99),
+        "sex": Categorical(("Female", "Male")),
+        "marital-status": Categorical(),
+        "uid": Categorical(value_type="integer"),
+    }
+)
 
 
 def make_session(privacy_unit: str | None = None) -> dp.Session:
     """The only place a real Session is built (its constructor is being reworked): every test that
     needs one goes through here, or through the ``session`` fixture."""
     unit: dict[str, Any] = {"privacy_unit": privacy_unit} if privacy_unit else {"row_level": True}
-    return dp.Session(frame(), budget=dp.Budget(epsilon=100.0, delta=1e-5), metadata=META, table="adult",
-                      rng=np.random.default_rng(1), **unit)
+    return dp.Session(
+        frame(),
+        budget=dp.Budget(epsilon=100.0, delta=1e-5),
+        metadata=META,
+        table="adult",
+        rng=np.random.default_rng(1),
+        **unit,
+    )
 
 
 @pytest.fixture
@@ -74,8 +87,15 @@ class FakeSession:
     limits = QueryLimits()
     table = "adult"
     privacy_unit = "uid"
-    columns = {"uid": "categorical", "age": "numeric", "hours": "numeric", "sex": "categorical",
-               "marital-status": "categorical", "count_low": "categorical", "odd \"name\"; --": "categorical"}
+    columns = {
+        "uid": "categorical",
+        "age": "numeric",
+        "hours": "numeric",
+        "sex": "categorical",
+        "marital-status": "categorical",
+        "count_low": "categorical",
+        'odd "name"; --': "categorical",
+    }
 
     def query(self) -> FakeQuery:
         return FakeQuery()
@@ -142,8 +162,10 @@ def test_accepted_aggregates(item: str, kind: str, column: str | None, q: float 
 
 
 def test_accepted_aggregates_compile_against_a_real_session() -> None:
-    _, aggs = compile_sql(make_session(privacy_unit="uid"), "SELECT COUNT(DISTINCT uid) AS u, "
-                          "PERCENTILE_CONT(0.9) WITHIN GROUP (ORDER BY age DESC) FROM adult")
+    _, aggs = compile_sql(
+        make_session(privacy_unit="uid"),
+        "SELECT COUNT(DISTINCT uid) AS u, PERCENTILE_CONT(0.9) WITHIN GROUP (ORDER BY age DESC) FROM adult",
+    )
     assert [a.kind for a in aggs] == ["count_units", "quantile"] and aggs[1].q == 0.1  # type: ignore[union-attr]
 
 
@@ -157,15 +179,30 @@ def test_descending_percentile_keeps_its_meaning_in_the_default_name() -> None:
     "text, groups, where, aliases",
     [
         # the module docstring's forms
-        ("SELECT sex, COUNT(*), AVG(age) FROM adult WHERE age > 30 GROUP BY sex", ("sex",), Compare("age", ">", 30), ["count", "mean_age"]),
+        (
+            "SELECT sex, COUNT(*), AVG(age) FROM adult WHERE age > 30 GROUP BY sex",
+            ("sex",),
+            Compare("age", ">", 30),
+            ["count", "mean_age"],
+        ),
         ("FROM adult SELECT COUNT(*)", (), None, ["count"]),
         ("SELECT COUNT(*) FROM adult;", (), None, ["count"]),
         ("SELECT COUNT(*) n FROM adult", (), None, ["n"]),
         ("SELECT COUNT(*) FROM adult GROUP BY sex", ("sex",), None, ["count"]),
         ("SELECT sex AS sex, COUNT(*) FROM adult GROUP BY sex", ("sex",), None, ["count"]),
-        ('SELECT "marital-status", COUNT(*) FROM "adult" GROUP BY "marital-status"', ("marital-status",), None, ["count"]),
+        (
+            'SELECT "marital-status", COUNT(*) FROM "adult" GROUP BY "marital-status"',
+            ("marital-status",),
+            None,
+            ["count"],
+        ),
         ("select SEX, count(*) from ADULT group by Sex", ("sex",), None, ["count"]),
-        ('SELECT "odd ""name""; --", COUNT(*) FROM adult GROUP BY "odd ""name""; --"', ('odd "name"; --',), None, ["count"]),
+        (
+            'SELECT "odd ""name""; --", COUNT(*) FROM adult GROUP BY "odd ""name""; --"',
+            ('odd "name"; --',),
+            None,
+            ["count"],
+        ),
         ("SELECT COUNT(*) /* a plain comment */ FROM adult -- another\n", (), None, ["count"]),
         ("SELECT COUNT(*) FROM adult -- +1, not a hint\n", (), None, ["count"]),
         ("SELECT COUNT(*) FROM adult WHERE sex = '/*+ x */'", (), Compare("sex", "=", "/*+ x */"), ["count"]),
@@ -176,10 +213,20 @@ def test_descending_percentile_keeps_its_meaning_in_the_default_name() -> None:
         ("SELECT COUNT(*) FROM adult WHERE 30 <= age", (), Compare("age", ">=", 30), ["count"]),
         ("SELECT COUNT(*) FROM adult WHERE age > 2.5e1", (), Compare("age", ">", 25.0), ["count"]),
         ("SELECT COUNT(*) FROM adult WHERE sex = 'it''s'", (), Compare("sex", "=", "it's"), ["count"]),
-        ("SELECT COUNT(*) FROM adult WHERE sex IN ('F', 'M') OR age IS NULL", (), Or((InList("sex", ("F", "M")), IsNull("age"))), ["count"]),
+        (
+            "SELECT COUNT(*) FROM adult WHERE sex IN ('F', 'M') OR age IS NULL",
+            (),
+            Or((InList("sex", ("F", "M")), IsNull("age"))),
+            ["count"],
+        ),
         ("SELECT COUNT(*) FROM adult WHERE age IN [1, 2]", (), InList("age", (1, 2)), ["count"]),
         ("SELECT COUNT(*) FROM adult WHERE NOT (age BETWEEN 1 AND 2)", (), Not(Between("age", 1, 2)), ["count"]),
-        ("SELECT COUNT(*) FROM adult WHERE NOT (age < 3 AND sex = TRUE)", (), Not(And((Compare("age", "<", 3), Compare("sex", "=", True)))), ["count"]),
+        (
+            "SELECT COUNT(*) FROM adult WHERE NOT (age < 3 AND sex = TRUE)",
+            (),
+            Not(And((Compare("age", "<", 3), Compare("sex", "=", True)))),
+            ["count"],
+        ),
         ("SELECT SUM(age) AS s, SUM(hours) AS t, COUNT(*) AS n FROM adult", (), None, ["s", "t", "n"]),
     ],
 )
@@ -189,7 +236,9 @@ def test_accepted_subset_compiles(text: str, groups: tuple[str, ...], where: Any
 
 
 def test_where_grammar_and_quoted_identifiers(session: dp.Session) -> None:
-    p = parse_predicate("age >= 30 AND NOT (sex = 'Male' OR \"marital-status\" IN ('Married')) AND hours BETWEEN 10 AND 20 AND age IS NOT NULL AND 50 > age AND age NOT IN (1, 2) AND hours NOT BETWEEN -1 AND 0 AND sex IS NULL")
+    p = parse_predicate(
+        "age >= 30 AND NOT (sex = 'Male' OR \"marital-status\" IN ('Married')) AND hours BETWEEN 10 AND 20 AND age IS NOT NULL AND 50 > age AND age NOT IN (1, 2) AND hours NOT BETWEEN -1 AND 0 AND sex IS NULL"
+    )
     assert isinstance(p, And)
     flat = []
 
@@ -242,7 +291,10 @@ REFUSED = [
     ("SELECT COUNT() FROM adult", "COUNT takes"),
     ("SELECT SUM(DISTINCT age) FROM adult", "DISTINCT is accepted only"),
     ("SELECT MAX(age) FROM adult", r"not an accepted aggregate \(Max\)"),
-    ("SELECT PERCENTILE_DISC(0.5) WITHIN GROUP (ORDER BY age) FROM adult", "WITHIN GROUP is accepted only as PERCENTILE_CONT"),
+    (
+        "SELECT PERCENTILE_DISC(0.5) WITHIN GROUP (ORDER BY age) FROM adult",
+        "WITHIN GROUP is accepted only as PERCENTILE_CONT",
+    ),
     ("SELECT SUM(age + 1) FROM adult", "plain column names are accepted here, not Add"),
     ("SELECT SUM(age::INT) FROM adult", "Cast"),
     ("SELECT SUM((age)) FROM adult", "plain column"),
@@ -342,7 +394,7 @@ REFUSED = [
     ("SELECT COUNT(*) FROM adult WHERE sex ILIKE 'f%'", "ILike"),
     ("SELECT COUNT(*) FROM adult WHERE sex LIKE 'f%'", "Like"),
     ("SELECT COUNT(*) FROM adult WHERE adult.age > 3", "table qualifier"),
-    ("SELECT COUNT(*) FROM adult WHERE \"adult\".\"age\" > 3", "table qualifier"),
+    ('SELECT COUNT(*) FROM adult WHERE "adult"."age" > 3', "table qualifier"),
     ("SELECT COUNT(*) FROM adult WHERE age IN (SELECT age FROM adult)", "subquery"),
     ("SELECT COUNT(*) FROM adult WHERE EXISTS (SELECT 1)", "Exists"),
     ("SELECT COUNT(*) FROM adult WHERE age IN (1, age)", "literal"),
@@ -464,12 +516,15 @@ def test_parse_predicate_refuses_outside_the_condition_grammar(text: str, match:
         parse_predicate(text)
 
 
-@pytest.mark.parametrize("key, value", [
-    ("sample", exp.TableSample(size=exp.Literal.number(5))),
-    ("only", True),
-    ("version", exp.Version(this="VERSION", kind="AS OF", expression=exp.Literal.number(1))),
-    ("a_key_sqlglot_adds_one_day", exp.Literal.number(1)),
-])
+@pytest.mark.parametrize(
+    "key, value",
+    [
+        ("sample", exp.TableSample(size=exp.Literal.number(5))),
+        ("only", True),
+        ("version", exp.Version(this="VERSION", kind="AS OF", expression=exp.Literal.number(1))),
+        ("a_key_sqlglot_adds_one_day", exp.Literal.number(1)),
+    ],
+)
 def test_the_walk_refuses_any_argument_it_does_not_know(key: str, value: object) -> None:
     tree = sqlglot.parse_one("SELECT COUNT(*) FROM adult", read="duckdb")
     sql_module._check_tree(tree, sql_module._NODES, "x")  # accepted as parsed
@@ -488,15 +543,18 @@ def test_the_whitelist_matches_this_sqlglot_version() -> None:
     assert set(sql_module._CONDITION_NODES.items()) <= set(sql_module._NODES.items())
 
 
-@pytest.mark.parametrize("text, match", [
-    ("SELECT * FROM adult", "read rows"),
-    ("SELECT COUNT(*) FROM adult TABLESAMPLE (10 PERCENT)", "TABLESAMPLE"),
-    ("SELECT PERCENTILE_CONT(0.9) WITHIN GROUP (ORDER BY age, hours) FROM adult", "one ordering column"),
-    ("SELECT SUM(age) AS a_low, COUNT(*) AS a FROM adult", "two output columns"),
-    ("SELECT COUNT(DISTINCT age) FROM adult", "privacy unit"),
-    ("SELECT AVG(nope) FROM adult", "unknown column"),
-    ("SELECT COUNT(*) FROM adult; DROP TABLE adult", "one statement"),
-])
+@pytest.mark.parametrize(
+    "text, match",
+    [
+        ("SELECT * FROM adult", "read rows"),
+        ("SELECT COUNT(*) FROM adult TABLESAMPLE (10 PERCENT)", "TABLESAMPLE"),
+        ("SELECT PERCENTILE_CONT(0.9) WITHIN GROUP (ORDER BY age, hours) FROM adult", "one ordering column"),
+        ("SELECT SUM(age) AS a_low, COUNT(*) AS a FROM adult", "two output columns"),
+        ("SELECT COUNT(DISTINCT age) FROM adult", "privacy unit"),
+        ("SELECT AVG(nope) FROM adult", "unknown column"),
+        ("SELECT COUNT(*) FROM adult; DROP TABLE adult", "one statement"),
+    ],
+)
 def test_rejected_sql_spends_nothing(session: dp.Session, text: str, match: str) -> None:
     with pytest.raises(InvalidParameterError, match=match):
         session.sql(text, epsilon=1.0)

@@ -10,8 +10,17 @@ TABLE_5_2 = pd.DataFrame(
         "age": ["60-70", "60-70", "60-70", "60-70", "60-70", "50-60", "50-60", "50-60", "50-60"],
         "sex": ["M", "F", "M", "F", "M", "F", "M", "M", "F"],
         "zip": ["1901**"] * 9,
-        "dx": ["heart disease", "arthritis", "lung cancer", "Crohn's disease", "lung cancer",
-               "HIV", "diabetes", "allergic rhinitis", "gastritis"],
+        "dx": [
+            "heart disease",
+            "arthritis",
+            "lung cancer",
+            "Crohn's disease",
+            "lung cancer",
+            "HIV",
+            "diabetes",
+            "allergic rhinitis",
+            "gastritis",
+        ],
     }
 )
 
@@ -21,13 +30,11 @@ def test_textbook_table_5_2():
     assert k_anonymity(TABLE_5_2, ["age", "zip"]) == 4
     assert l_diversity(TABLE_5_2, ["age", "sex", "zip"], "dx") == 2
     sizes = equivalence_classes(TABLE_5_2, ["age", "sex"])
-    assert sizes.to_dict() == {("50-60", "F"): 2, ("50-60", "M"): 2, ("60-70", "F"): 2,
-                               ("60-70", "M"): 3}
+    assert sizes.to_dict() == {("50-60", "F"): 2, ("50-60", "M"): 2, ("60-70", "F"): 2, ("60-70", "M"): 3}
 
 
 def test_hand_made_k_and_l():
-    t = pd.DataFrame({"a": [1, 1, 1, 2, 2], "b": ["x", "x", "x", "y", "y"],
-                      "s": ["p", "p", "q", "r", "r"]})
+    t = pd.DataFrame({"a": [1, 1, 1, 2, 2], "b": ["x", "x", "x", "y", "y"], "s": ["p", "p", "q", "r", "r"]})
     assert k_anonymity(t, ["a", "b"]) == 2
     assert k_anonymity(t, ["a"]) == 2
     assert l_diversity(t, ["a"], "s") == 1  # class a=2 has only "r"

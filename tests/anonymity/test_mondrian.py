@@ -57,8 +57,16 @@ def test_k_equal_n_generalises_everything():
 
 
 def test_hierarchies_respected():
-    hierarchy = {"Paris": "France", "Lyon": "France", "Berlin": "Germany", "Munich": "Germany",
-                 "Rome": "Italy", "France": "EU", "Germany": "EU", "Italy": "EU"}
+    hierarchy = {
+        "Paris": "France",
+        "Lyon": "France",
+        "Berlin": "Germany",
+        "Munich": "Germany",
+        "Rome": "Italy",
+        "France": "EU",
+        "Germany": "EU",
+        "Italy": "EU",
+    }
     allowed = set(hierarchy) | set(hierarchy.values()) | {"*"}
     df = _synthetic()
     for k in (20, 150, 600):
@@ -96,8 +104,15 @@ def test_suppression_bounded(suppress):
 
 @pytest.mark.parametrize(
     "kwargs",
-    [dict(k=0), dict(k=2.5), dict(k=True), dict(k=2, suppress=1.0), dict(k=2, suppress=-0.1),
-     dict(k=2, hierarchies={"zzz": {}}), dict(k=2, hierarchies={"age": {1: 2}})],
+    [
+        dict(k=0),
+        dict(k=2.5),
+        dict(k=True),
+        dict(k=2, suppress=1.0),
+        dict(k=2, suppress=-0.1),
+        dict(k=2, hierarchies={"zzz": {}}),
+        dict(k=2, hierarchies={"age": {1: 2}}),
+    ],
 )
 def test_bad_parameters(kwargs):
     with pytest.raises(InvalidParameterError):

@@ -11,8 +11,17 @@ HOSPITAL_A = pd.DataFrame(
         "age": ["60-70"] * 5 + ["50-60"] * 4,
         "sex": ["M", "F", "M", "F", "M", "F", "M", "M", "F"],
         "zip": ["1901**"] * 9,
-        "dx": ["heart disease", "arthritis", "lung cancer", "Crohn's disease", "lung cancer",
-               "HIV", "diabetes", "allergic rhinitis", "gastritis"],
+        "dx": [
+            "heart disease",
+            "arthritis",
+            "lung cancer",
+            "Crohn's disease",
+            "lung cancer",
+            "HIV",
+            "diabetes",
+            "allergic rhinitis",
+            "gastritis",
+        ],
     }
 )
 HOSPITAL_B = pd.DataFrame(
@@ -40,8 +49,9 @@ def test_textbook_story_classes(match):
 
 def test_textbook_story_known_person():
     # Zhao Lina: 56, female, zip 190103, known to have visited both hospitals
-    known = pd.DataFrame({"name": ["Zhao Lina", "Li Guoqiang"], "age": [56, 64],
-                          "sex": ["F", "M"], "zip": ["190103", "190146"]})
+    known = pd.DataFrame(
+        {"name": ["Zhao Lina", "Li Guoqiang"], "age": [56, 64], "sex": ["F", "M"], "zip": ["190103", "190146"]}
+    )
     res = linkage_attack(HOSPITAL_A, HOSPITAL_B, QI, "dx", known=known, identifier="name")
     m = res.matches.set_index("name")
     assert m.loc["Zhao Lina", "value"] == "HIV"

@@ -13,7 +13,6 @@ import numpy as np
 import pytest
 
 import dpkit as dp
-from dpkit.errors import BudgetExceededError, InvalidDataError, InvalidParameterError
 from dpkit.attacks.reconstruction import (
     BNP_THRESHOLD,
     DPCurator,
@@ -25,6 +24,7 @@ from dpkit.attacks.reconstruction import (
     exhaustive_attack,
     split_epsilon,
 )
+from dpkit.errors import BudgetExceededError, InvalidDataError, InvalidParameterError
 
 
 def bits(n: int, seed: int = 0) -> np.ndarray:
@@ -154,7 +154,9 @@ def test_broken_dp_curator_is_caught() -> None:
     # The deliberately broken variant (STYLE §11): ε = 50 per query is "DP" in name only, and the
     # same attack and threshold flag it — so the test above can fail.
     n = 200
-    cur = DPCurator(bits(n), budget=dp.Budget(epsilon=50.0 * 4 * n), epsilon_per_query=50.0, rng=np.random.default_rng(3))
+    cur = DPCurator(
+        bits(n), budget=dp.Budget(epsilon=50.0 * 4 * n), epsilon_per_query=50.0, rng=np.random.default_rng(3)
+    )
     res = dinur_nissim_attack(cur, n, rng=4)
     assert res.recovered_fraction > 0.6 and res.blatantly_non_private
 

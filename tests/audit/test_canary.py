@@ -18,7 +18,6 @@ Gaussian mechanism itself: the audit is close to the worst case.
 
 from __future__ import annotations
 
-
 import numpy as np
 import pytest
 
@@ -74,8 +73,16 @@ def margin_score(w, canary):
 
 
 def audit(train, trials=1000):
-    return canary_audit(train, dataset(), CANARY, score_fn=margin_score, trials=trials, confidence=STRICT,
-                        delta=DELTA, rng=np.random.default_rng(SEED))
+    return canary_audit(
+        train,
+        dataset(),
+        CANARY,
+        score_fn=margin_score,
+        trials=trials,
+        confidence=STRICT,
+        delta=DELTA,
+        rng=np.random.default_rng(SEED),
+    )
 
 
 # --- guarantee and power ----------------------------------------------------------------------
@@ -105,8 +112,15 @@ def test_laplace_counting_query_is_tight():
     def train(data, rng):
         return float(np.clip(data, 0, 1).sum() + rng.laplace(0.0, 1.0))
 
-    r = canary_audit(train, np.zeros(20), 1.0, score_fn=lambda m, c: m, trials=4000, confidence=STRICT,
-                     rng=np.random.default_rng(SEED))
+    r = canary_audit(
+        train,
+        np.zeros(20),
+        1.0,
+        score_fn=lambda m, c: m,
+        trials=4000,
+        confidence=STRICT,
+        rng=np.random.default_rng(SEED),
+    )
     assert 0.4 < r.epsilon_lower <= 1.0
 
 
@@ -135,8 +149,15 @@ def test_custom_insert_and_the_scores_seen():
         seen.append(len(data))
         return len(data) + rng.normal()
 
-    r = canary_audit(train, ["a", "b"], "c", score_fn=lambda m, c: m, trials=100, rng=np.random.default_rng(0),
-                     insert=lambda d, c: d + [c, c])
+    r = canary_audit(
+        train,
+        ["a", "b"],
+        "c",
+        score_fn=lambda m, c: m,
+        trials=100,
+        rng=np.random.default_rng(0),
+        insert=lambda d, c: d + [c, c],
+    )
     assert sorted(set(seen)) == [2, 4] and len(seen) == 200
     assert np.mean(r.scores_with) > np.mean(r.scores_without)
 

@@ -141,7 +141,9 @@ def test_implied_epsilon_is_sound_for_a_gaussian():
     delta = 1e-3
     true_eps = PLDAccountant().compose(GaussianEvent(1.0)).get_epsilon(delta)
     rng = np.random.default_rng(SEED)
-    r = loss_threshold_attack(rng.normal(0, 1, 100_000), rng.normal(1, 1, 100_000), delta=delta, confidence=STRICT, rng=rng)
+    r = loss_threshold_attack(
+        rng.normal(0, 1, 100_000), rng.normal(1, 1, 100_000), delta=delta, confidence=STRICT, rng=rng
+    )
     assert 0.5 * true_eps < r.epsilon_lower <= true_eps
 
 
@@ -162,8 +164,12 @@ def test_overfit_non_private_model_is_attacked():
 
     Xm, ym, Xn, yn = overfit_data(SEED)
     clf = LogisticRegression(C=1.0, max_iter=5000).fit(Xm, ym)
-    r = loss_threshold_attack(per_example_losses(clf, Xm, ym), per_example_losses(clf, Xn, yn),
-                              confidence=0.95, rng=np.random.default_rng(SEED))
+    r = loss_threshold_attack(
+        per_example_losses(clf, Xm, ym),
+        per_example_losses(clf, Xn, yn),
+        confidence=0.95,
+        rng=np.random.default_rng(SEED),
+    )
     assert r.auc > 0.95
     assert r.tpr_at_1pct_fpr > 0.5
     assert r.epsilon_lower > 1.0
@@ -174,9 +180,16 @@ def test_dp_trained_model_is_not_attacked_beyond_its_epsilon():
     sigma = calibrate_noise_multiplier(target_epsilon=claimed, delta=delta, accountant=RDPAccountant, steps=steps)
     assert RDPAccountant().compose(SelfComposedEvent(GaussianEvent(sigma), steps)).get_epsilon(delta) <= claimed
     Xm, ym, Xn, yn = overfit_data(SEED)
-    w = dp_gradient_descent(Xm, ym, steps=steps, lr=1.0, clip=1.0, noise_multiplier=sigma, rng=np.random.default_rng(SEED))
-    r = loss_threshold_attack(logistic_losses(w, Xm, ym), logistic_losses(w, Xn, yn), delta=delta,
-                              confidence=STRICT, rng=np.random.default_rng(SEED))
+    w = dp_gradient_descent(
+        Xm, ym, steps=steps, lr=1.0, clip=1.0, noise_multiplier=sigma, rng=np.random.default_rng(SEED)
+    )
+    r = loss_threshold_attack(
+        logistic_losses(w, Xm, ym),
+        logistic_losses(w, Xn, yn),
+        delta=delta,
+        confidence=STRICT,
+        rng=np.random.default_rng(SEED),
+    )
     assert r.epsilon_lower <= claimed
     assert r.auc < 0.7
 
@@ -216,7 +229,9 @@ def test_per_example_losses_torch():
     binary = torch.nn.Linear(4, 1)
     yb = torch.randint(0, 2, (30,))
     with torch.no_grad():
-        expected_b = torch.nn.functional.binary_cross_entropy_with_logits(binary(X).reshape(-1).double(), yb.double(), reduction="none").numpy()
+        expected_b = torch.nn.functional.binary_cross_entropy_with_logits(
+            binary(X).reshape(-1).double(), yb.double(), reduction="none"
+        ).numpy()
     np.testing.assert_allclose(per_example_losses(binary, X.numpy(), yb.numpy()), expected_b, rtol=1e-6)
 
 
@@ -243,8 +258,12 @@ def test_bad_attack_input(members, nonmembers, kw, error, name):
 
 @pytest.mark.parametrize(
     "args,name",
-    [((101, 100, 0, 100), "true_positives"), ((1, 100, -1, 100), "false_positives"), ((1, 0, 0, 100), "members"),
-     ((1, 100, 0, 100.0), "nonmembers")],
+    [
+        ((101, 100, 0, 100), "true_positives"),
+        ((1, 100, -1, 100), "false_positives"),
+        ((1, 0, 0, 100), "members"),
+        ((1, 100, 0, 100.0), "nonmembers"),
+    ],
 )
 def test_bad_counts(args, name):
     with pytest.raises(InvalidParameterError) as info:

@@ -1,9 +1,9 @@
 """Child process for the SQLite ledger tests; run as a script, never collected by pytest.
 
-    python _ledger_worker.py debit   LEDGER N READY GO   # N debits of ε = 1/1000, prints counts as JSON
-    python _ledger_worker.py create  LEDGER READY GO     # open (creating) the ledger at the same moment
-    python _ledger_worker.py hang    LEDGER MARKER       # stop a debit between INSERT and COMMIT
-    python _ledger_worker.py stream  LEDGER MARKER       # debit ε = 10⁻⁶ in a loop until killed
+python _ledger_worker.py debit   LEDGER N READY GO   # N debits of ε = 1/1000, prints counts as JSON
+python _ledger_worker.py create  LEDGER READY GO     # open (creating) the ledger at the same moment
+python _ledger_worker.py hang    LEDGER MARKER       # stop a debit between INSERT and COMMIT
+python _ledger_worker.py stream  LEDGER MARKER       # debit ε = 10⁻⁶ in a loop until killed
 """
 
 from __future__ import annotations

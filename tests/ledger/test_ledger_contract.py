@@ -105,7 +105,11 @@ def test_costs_follow_basic_composition(ledger: LedgerBackend) -> None:
     ledger.debit("census", "alice", SelfComposedEvent(LaplaceEvent(noise_multiplier=10), 3))
     ledger.debit("census", "alice", PureDPEvent(0.125))
     ledger.debit("census", "alice", ApproxDPEvent(0.125, 2.5e-7))
-    assert [s.epsilon_cost for s in ledger.list_spends("census", "alice")] == [0.3, 0.125, 0.125]  # 3/10 shown as written
+    assert [s.epsilon_cost for s in ledger.list_spends("census", "alice")] == [
+        0.3,
+        0.125,
+        0.125,
+    ]  # 3/10 shown as written
     record = ledger.get_budget("census", "alice")
     assert record.spent_epsilon == 0.55  # exactly 11/20, shown at its decimal value
     assert record.spent_delta == 2.5e-7
@@ -146,7 +150,11 @@ def test_pure_budget_refuses_any_delta(ledger: LedgerBackend) -> None:
 
 @pytest.mark.parametrize(
     "event",
-    [GaussianEvent(2.0), PoissonSampledEvent(0.1, LaplaceEvent(noise_multiplier=1)), ComposedEvent((MILLI, GaussianEvent(1.0)))],
+    [
+        GaussianEvent(2.0),
+        PoissonSampledEvent(0.1, LaplaceEvent(noise_multiplier=1)),
+        ComposedEvent((MILLI, GaussianEvent(1.0))),
+    ],
 )
 def test_gaussian_and_sampled_events_need_an_explicit_cost(ledger: LedgerBackend, event) -> None:
     with pytest.raises(InvalidParameterError, match="RDPAccountant") as info:
@@ -177,7 +185,9 @@ def test_one_neighbour_relation_per_budget(ledger: LedgerBackend) -> None:
 def test_on_debit_and_on_create_write_in_the_same_transaction(ledger: LedgerBackend) -> None:
     seen: list[tuple[str, object]] = []
     ledger.create_budget("d", "a", epsilon=1.0, on_create=lambda tx, facts: seen.append((tx.dialect, facts.epsilon)))
-    spend = ledger.debit("d", "a", MILLI, "q", on_debit=lambda tx, facts: seen.append(("debit", (facts.spend_id, tx.run("SELECT 1")))))
+    spend = ledger.debit(
+        "d", "a", MILLI, "q", on_debit=lambda tx, facts: seen.append(("debit", (facts.spend_id, tx.run("SELECT 1"))))
+    )
     assert seen[0][1] == 1 and seen[0][0] in ("sqlite", "postgres")
     assert seen[1] == ("debit", (spend.id, [(1,)]))
 
@@ -232,21 +242,18 @@ def test_service_store_reads_writes_and_closes(url: str) -> None:
         try:
             with store.transaction(write=True) as tx:
                 tx.run("INSERT INTO principals (name, role, created_at) VALUES (?, ?, ?)", ("ann", "curator", "t"))
-            with pytest.raises(RuntimeError):
-                with store.transaction(write=True) as tx:
-                    tx.run("INSERT INTO principals (name, role, created_at) VALUES (?, ?, ?)", ("bob", "analyst", "t"))
-                    raise RuntimeError("rolled back")
+            with pytest.raises(RuntimeError), store.transaction(write=True) as tx:
+                tx.run("INSERT INTO principals (name, role, created_at) VALUES (?, ?, ?)", ("bob", "analyst", "t"))
+                raise RuntimeError("rolled back")
             with store.transaction(audit=True) as tx:
                 if tx.dialect == "postgres":
                     tx.run("SELECT pg_advisory_xact_lock(?)", (AUDIT_LOCK,))  # re-entrant within the transaction
                 assert tx.run("SELECT name FROM principals ORDER BY name") == [("ann",)]
-            with pytest.raises(LedgerError, match="service database"):
-                with store.transaction() as tx:
-                    tx.run("SELECT * FROM no_such_table")
+            with pytest.raises(LedgerError, match="service database"), store.transaction() as tx:
+                tx.run("SELECT * FROM no_such_table")
             # Opening again finds the tables and their version.
             open_store(url, timeout=5.0, lock=getattr(ledger, "write_lock", None)).close()
         finally:
             store.close()
-        with pytest.raises(LedgerError):
-            with store.transaction() as tx:
-                tx.run("SELECT 1")
+        with pytest.raises(LedgerError), store.transaction() as tx:
+            tx.run("SELECT 1")

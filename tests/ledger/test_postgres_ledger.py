@@ -34,8 +34,6 @@ from dpkit.errors import BudgetExceededError, InvalidParameterError, LedgerError
 from dpkit.ledger import BudgetRecord, PostgresLedger, SQLiteLedger, open_ledger
 from dpkit.ledger.postgres import mask_url
 
-
-
 MILLI = LaplaceEvent(noise_multiplier=1000)  # ε = 1/1000 exactly
 UNIT = LaplaceEvent(noise_multiplier=1024)  # ε = 1/1024: k of them fill the budget k / 1024, a double exactly
 FORK = multiprocessing.get_context("fork") if hasattr(os, "fork") else None
@@ -60,8 +58,12 @@ def _sql(url: str, query: str, params: tuple = ()) -> list[tuple]:
 
 def _db_spent(url: str, analyst: str = "alice") -> tuple[Fraction, Fraction, list[Fraction]]:
     """(spent ε, spent δ, costs of its spends) of census/``analyst``, read straight from the tables."""
-    ((s_eps, s_dlt),) = _sql(url, "SELECT spent_epsilon, spent_delta FROM budgets WHERE dataset = 'census' AND analyst = %s", (analyst,))
-    costs = [Fraction(c) for (c,) in _sql(url, "SELECT epsilon_cost FROM spends WHERE analyst = %s ORDER BY id", (analyst,))]
+    ((s_eps, s_dlt),) = _sql(
+        url, "SELECT spent_epsilon, spent_delta FROM budgets WHERE dataset = 'census' AND analyst = %s", (analyst,)
+    )
+    costs = [
+        Fraction(c) for (c,) in _sql(url, "SELECT epsilon_cost FROM spends WHERE analyst = %s ORDER BY id", (analyst,))
+    ]
     return Fraction(s_eps), Fraction(s_dlt), costs
 
 
@@ -122,7 +124,10 @@ def test_importing_needs_no_psycopg_until_a_ledger_is_opened() -> None:
 def test_mask_url() -> None:
     assert mask_url("postgresql://alice:s3cret@db:5432/ledger") == "postgresql://alice:***@db:5432/ledger"
     assert mask_url("postgres://alice:p%40ss@db/x?sslmode=require") == "postgres://alice:***@db/x?sslmode=require"
-    assert mask_url("postgresql://db/x?user=a&password=s3cret&sslmode=require") == "postgresql://db/x?user=a&password=***&sslmode=require"
+    assert (
+        mask_url("postgresql://db/x?user=a&password=s3cret&sslmode=require")
+        == "postgresql://db/x?user=a&password=***&sslmode=require"
+    )
     assert mask_url("postgresql://alice:pa/ss@db/x") == "postgresql://alice:***@db/x"
     assert mask_url("postgresql://db/x?sslpassword=s3cret") == "postgresql://db/x?sslpassword=***"
     assert mask_url("postgresql://alice@db/x") == "postgresql://alice@db/x"
@@ -190,7 +195,14 @@ def test_open_ledger_sqlite_urls(tmp_path: Path, monkeypatch) -> None:
 
 @pytest.mark.parametrize(
     "value",
-    ["sqlite://", "sqlite:///", "sqlite://host/ledger.sqlite", "sqlite:///ledger.sqlite?mode=ro", "mysql://u:s3cret@h/db", "http://example.org/x"],
+    [
+        "sqlite://",
+        "sqlite:///",
+        "sqlite://host/ledger.sqlite",
+        "sqlite:///ledger.sqlite?mode=ro",
+        "mysql://u:s3cret@h/db",
+        "http://example.org/x",
+    ],
 )
 def test_open_ledger_refuses_other_urls(value: str, tmp_path: Path, monkeypatch) -> None:
     monkeypatch.chdir(tmp_path)
@@ -201,7 +213,11 @@ def test_open_ledger_refuses_other_urls(value: str, tmp_path: Path, monkeypatch)
 
 
 def test_open_ledger_postgres_urls(pg_url: str) -> None:
-    for url in (pg_url, pg_url.replace("postgresql://", "postgres://", 1), pg_url.replace("postgresql://", "PostgreSQL://", 1)):
+    for url in (
+        pg_url,
+        pg_url.replace("postgresql://", "postgres://", 1),
+        pg_url.replace("postgresql://", "PostgreSQL://", 1),
+    ):
         with open_ledger(url, timeout=5) as ledger:
             assert isinstance(ledger, PostgresLedger)
             ledger.create_budget("census", "alice", epsilon=1.0, exist_ok=True)
@@ -217,7 +233,12 @@ def test_create_and_get_budget(ledger: PostgresLedger, pg_url: str) -> None:
     record = ledger.get_budget("census", "alice")
     assert isinstance(record, BudgetRecord)
     assert (record.dataset, record.analyst, record.epsilon, record.delta) == ("census", "alice", 1.0, 1e-6)
-    assert (record.spent_epsilon, record.spent_delta, record.remaining_epsilon, record.neighbours) == (0.0, 0.0, 1.0, None)
+    assert (record.spent_epsilon, record.spent_delta, record.remaining_epsilon, record.neighbours) == (
+        0.0,
+        0.0,
+        1.0,
+        None,
+    )
     assert record.created_at.tzinfo is not None
     assert ledger.schema == pg_url.rsplit("%3D", 1)[1]
     # stored exactly, as fractions
@@ -350,7 +371,10 @@ def test_password_is_masked_in_repr_and_errors(pg_url: str) -> None:
 
 
 def _tables(url: str) -> list[str]:
-    return [r[0] for r in _sql(url, "SELECT tablename FROM pg_tables WHERE schemaname = current_schema() ORDER BY tablename")]
+    return [
+        r[0]
+        for r in _sql(url, "SELECT tablename FROM pg_tables WHERE schemaname = current_schema() ORDER BY tablename")
+    ]
 
 
 def test_foreign_tables_are_refused_and_left_unchanged(pg_url: str) -> None:
@@ -635,8 +659,9 @@ def test_a_forked_child_uses_its_own_connections(ledger: PostgresLedger, pg_url:
 
 
 def test_fresh_schemas_are_isolated() -> None:
-    with fresh_schema_url() as one, fresh_schema_url() as two:
-        with PostgresLedger(one) as a, PostgresLedger(two) as b:
-            a.create_budget("census", "alice", epsilon=1.0)
-            assert b.list_budgets() == [] and a.schema != b.schema
-    assert _sql(postgres_url(), "SELECT count(*) FROM pg_namespace WHERE nspname IN (%s, %s)", (a.schema, b.schema)) == [(0,)]
+    with fresh_schema_url() as one, fresh_schema_url() as two, PostgresLedger(one) as a, PostgresLedger(two) as b:
+        a.create_budget("census", "alice", epsilon=1.0)
+        assert b.list_budgets() == [] and a.schema != b.schema
+    assert _sql(
+        postgres_url(), "SELECT count(*) FROM pg_namespace WHERE nspname IN (%s, %s)", (a.schema, b.schema)
+    ) == [(0,)]

@@ -53,7 +53,9 @@ def _db_rows(path: Path, sql: str) -> list[tuple]:
 
 def _db_spent(path: Path) -> tuple[Fraction, Fraction, list[Fraction]]:
     """(spent ε, spent δ, costs of all spends) of census/alice, read straight from the file."""
-    (s_eps, s_dlt), = _db_rows(path, "SELECT spent_epsilon, spent_delta FROM budgets WHERE dataset='census' AND analyst='alice'")
+    ((s_eps, s_dlt),) = _db_rows(
+        path, "SELECT spent_epsilon, spent_delta FROM budgets WHERE dataset='census' AND analyst='alice'"
+    )
     costs = [Fraction(c) for (c,) in _db_rows(path, "SELECT epsilon_cost FROM spends ORDER BY id")]
     return Fraction(s_eps), Fraction(s_dlt), costs
 
@@ -67,7 +69,11 @@ def _child_env() -> dict[str, str]:
 
 def _spawn(*args: str) -> subprocess.Popen:
     return subprocess.Popen(
-        [sys.executable, str(WORKER), *args], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=_child_env()
+        [sys.executable, str(WORKER), *args],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        env=_child_env(),
     )
 
 
@@ -89,11 +95,18 @@ def test_create_and_get_budget(ledger: SQLiteLedger, path: Path) -> None:
     record = ledger.get_budget("census", "alice")
     assert isinstance(record, BudgetRecord)
     assert (record.dataset, record.analyst, record.epsilon, record.delta) == ("census", "alice", 1.0, 1e-6)
-    assert (record.spent_epsilon, record.spent_delta, record.remaining_epsilon, record.neighbours) == (0.0, 0.0, 1.0, None)
+    assert (record.spent_epsilon, record.spent_delta, record.remaining_epsilon, record.neighbours) == (
+        0.0,
+        0.0,
+        1.0,
+        None,
+    )
     assert record.created_at.tzinfo is not None
     assert ledger.path == path.absolute()
     # stored exactly, as fractions
-    assert _db_rows(path, "SELECT epsilon, delta FROM budgets") == [("1/1", f"{Fraction(1e-6).numerator}/{Fraction(1e-6).denominator}")]
+    assert _db_rows(path, "SELECT epsilon, delta FROM budgets") == [
+        ("1/1", f"{Fraction(1e-6).numerator}/{Fraction(1e-6).denominator}")
+    ]
 
 
 def test_existing_budget_is_never_changed(ledger: SQLiteLedger) -> None:
@@ -170,7 +183,10 @@ def test_persists_across_reopen_and_lists_budgets(path: Path) -> None:
     with pytest.raises(LedgerError, match="closed"):
         ledger.get_budget("a-data", "yann")
     with SQLiteLedger(path) as again:
-        assert [(b.dataset, b.analyst, b.spent_epsilon) for b in again.list_budgets()] == [("a-data", "yann", 0.5), ("b-data", "zoe", 0.0)]
+        assert [(b.dataset, b.analyst, b.spent_epsilon) for b in again.list_budgets()] == [
+            ("a-data", "yann", 0.5),
+            ("b-data", "zoe", 0.0),
+        ]
         assert [s.query_text for s in again.list_spends("a-data", "yann")] == ["q1"]
         again.verify()
 
@@ -199,7 +215,10 @@ def test_creation_without_hard_links_falls_back_to_an_exclusive_copy(tmp_path: P
         ledger.create_budget("d", "a", epsilon=1.0)
         ledger.debit("d", "a", MILLI)
         ledger.verify()
-    assert sorted(p.name for p in target.parent.iterdir()) == ["ledger.sqlite", "ledger.sqlite.write-lock"]  # the file and its writer queue
+    assert sorted(p.name for p in target.parent.iterdir()) == [
+        "ledger.sqlite",
+        "ledger.sqlite.write-lock",
+    ]  # the file and its writer queue
 
 
 def test_spends_are_append_only(ledger: SQLiteLedger) -> None:

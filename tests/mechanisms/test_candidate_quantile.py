@@ -5,11 +5,10 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
+from _stats import ALPHA, chi2_pvalue
 from dpkit.audit import estimate_epsilon
 from dpkit.errors import InvalidDataError, InvalidParameterError
 from dpkit.mechanisms.candidate_quantile import CandidateQuantile
-
-from _stats import ALPHA, chi2_pvalue
 
 SEED = 20241126
 

@@ -16,17 +16,15 @@ import pytest
 from scipy import stats
 
 import dpkit.noise.lattice as lattice_module
+from _stats import ALPHA, CountingSource
 from dpkit.accounting.analytic_gaussian import analytic_gaussian_sigma, classic_gaussian_sigma, gaussian_delta
 from dpkit.accounting.events import GaussianEvent
 from dpkit.errors import InvalidDataError, InvalidParameterError
 from dpkit.mechanisms.gaussian import Gaussian, GaussianNoisePlan
 
-from _stats import ALPHA, CountingSource
-
 SEED = 20240612
 N = 1_000_000
 _MARGIN = 1.0 - 2.0**-20  # the mechanism calibrates for δ·(1 − 2^-20) (see gaussian.py)
-
 
 
 @pytest.fixture

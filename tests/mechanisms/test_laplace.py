@@ -19,17 +19,15 @@ from scipy import stats
 
 import dpkit.mechanisms.laplace as laplace_module
 import dpkit.noise.lattice as lattice_module
+from _stats import ALPHA, CountingSource, chi2_pvalue
 from dpkit._validate import decimal_fraction
 from dpkit.accounting.events import LaplaceEvent
 from dpkit.errors import InvalidDataError, InvalidParameterError
 from dpkit.mechanisms.laplace import Geometric, Laplace, LaplaceNoisePlan
 
-from _stats import ALPHA, chi2_pvalue, CountingSource
-
 SEED = 20240611
 N = 1_000_000
 MP_PREC = 200
-
 
 
 @pytest.fixture

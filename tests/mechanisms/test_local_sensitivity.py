@@ -126,9 +126,10 @@ def test_median_ls_matches_brute_force() -> None:
 def test_median_ls_at_distance_matches_brute_force() -> None:
     for x in small_datasets(5, 12, 4):
         for k in range(0, 3):
-            assert ls.median_sensitivity_at_distance(x, k, lower=LO, upper=HI) == pytest.approx(
-                brute_median_a(x, k)
-            ), (x, k)
+            assert ls.median_sensitivity_at_distance(x, k, lower=LO, upper=HI) == pytest.approx(brute_median_a(x, k)), (
+                x,
+                k,
+            )
     assert ls.median_sensitivity_at_distance([5.0, 5.0, 5.0], 3, lower=LO, upper=HI) == HI - LO
 
 

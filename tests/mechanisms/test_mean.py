@@ -14,16 +14,14 @@ import pytest
 
 import dpkit.mechanisms.laplace as laplace_module
 import dpkit.noise.lattice as lattice_module
+from _stats import CountingSource
 from dpkit._validate import decimal_fraction
 from dpkit.accounting.events import ComposedEvent, LaplaceEvent
 from dpkit.errors import InvalidDataError, InvalidParameterError
 from dpkit.mechanisms.laplace import Laplace
 from dpkit.mechanisms.mean import BoundedMean, MeanRelease
 
-from _stats import CountingSource
-
 SEED = 20240614
-
 
 
 @pytest.fixture
@@ -179,7 +177,9 @@ def test_noisy_parts_are_unbiased():
 
 
 def test_multidimensional_values_are_flattened():
-    r = BoundedMean(epsilon=5.0, lower=0.0, upper=1.0).release(np.full((100, 100), 0.5), rng=np.random.default_rng(SEED))
+    r = BoundedMean(epsilon=5.0, lower=0.0, upper=1.0).release(
+        np.full((100, 100), 0.5), rng=np.random.default_rng(SEED)
+    )
     assert r.mean == pytest.approx(0.5, abs=0.01)
 
 
@@ -192,7 +192,9 @@ def test_rng_none_is_secure_and_fresh():
 
 def test_seeded_release_reproduces():
     mech = BoundedMean(epsilon=1.0, lower=0.0, upper=1.0)
-    assert mech.release([0.1, 0.2], rng=np.random.default_rng(7)) == mech.release([0.1, 0.2], rng=np.random.default_rng(7))
+    assert mech.release([0.1, 0.2], rng=np.random.default_rng(7)) == mech.release(
+        [0.1, 0.2], rng=np.random.default_rng(7)
+    )
 
 
 # ------------------------------------------------------------------------------------------------

@@ -9,12 +9,11 @@ import math
 import numpy as np
 import pytest
 
-import dpkit as dp
 from dpkit.accounting.events import ApproxDPEvent
 from dpkit.audit import estimate_epsilon
 from dpkit.errors import InvalidDataError, InvalidParameterError
 from dpkit.mechanisms import local_sensitivity as ls
-from dpkit.mechanisms.ptr import PTRMean, PTRMedian, PTRResult, ProposeTestRelease
+from dpkit.mechanisms.ptr import ProposeTestRelease, PTRMean, PTRMedian, PTRResult
 
 STRICT = 1 - 1e-6
 EPS, DELTA = 1.0, 1e-6
@@ -72,8 +71,9 @@ def test_mean_release_and_refusal() -> None:
 
 
 def test_generic_ptr_and_infinite_distance() -> None:
-    ptr = ProposeTestRelease(epsilon=EPS, delta=DELTA, bound=1.0, query=lambda d: float(len(d)),
-                             distance=lambda d, b: math.inf)
+    ptr = ProposeTestRelease(
+        epsilon=EPS, delta=DELTA, bound=1.0, query=lambda d: float(len(d)), distance=lambda d, b: math.inf
+    )
     r = ptr.release([1, 2, 3], rng=np.random.default_rng(0))
     assert r.released and r.noisy_distance == math.inf
     never = ProposeTestRelease(epsilon=EPS, delta=DELTA, bound=1.0, query=lambda d: 0.0, distance=lambda d, b: 0)
@@ -135,7 +135,9 @@ def test_distance_values_are_mapped_not_refused(gamma, as_gamma) -> None:
 
 def test_query_values_nan_and_inf_are_not_refused() -> None:
     def run(value):
-        ptr = ProposeTestRelease(epsilon=EPS, delta=DELTA, bound=1.0, query=lambda d: value, distance=lambda d, b: math.inf)
+        ptr = ProposeTestRelease(
+            epsilon=EPS, delta=DELTA, bound=1.0, query=lambda d: value, distance=lambda d, b: math.inf
+        )
         return ptr.release([1.0], rng=np.random.default_rng(0)).value
 
     from dpkit.noise.lattice import value_limit
@@ -194,7 +196,9 @@ def test_ptr_median_audit_within_claim() -> None:
         return ptr._release_batch(data, n, rng)[1].astype(np.int64)
 
     for s in (sampler, distances):
-        result = estimate_epsilon(s, x, y, trials=200_000, delta=DELTA, confidence=STRICT, rng=np.random.default_rng(12))
+        result = estimate_epsilon(
+            s, x, y, trials=200_000, delta=DELTA, confidence=STRICT, rng=np.random.default_rng(12)
+        )
         assert result.epsilon_lower <= EPS, str(result)
         assert result.epsilon_lower > 0.2, str(result)  # the test's ε/2 = 0.5 is visible
 

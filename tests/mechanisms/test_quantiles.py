@@ -16,12 +16,11 @@ import numpy as np
 import pytest
 from scipy import stats
 
+from _stats import ALPHA, CountingSource
 from dpkit.accounting.events import ComposedEvent, ExponentialEvent
 from dpkit.audit import estimate_epsilon
 from dpkit.errors import InvalidDataError, InvalidParameterError
 from dpkit.mechanisms.quantiles import Median, Quantile, Quantiles, quantile_lattice
-
-from _stats import ALPHA, CountingSource
 
 SEED = 20240614
 STRICT = 1 - 1e-6
@@ -328,8 +327,49 @@ def test_uniform_big_integers() -> None:
 def test_gap_frequencies_match_smith_wide_envelope() -> None:
     # Utilities spread over ~20·ε: envelope exponents up to ~30, proposal totals beyond 2^63
     # (the big-integer path), zero-length gaps from ties.
-    data = [1, 3, 3, 4, 6, 7, 9, 10, 12, 15, 15, 18, 20, 21, 22, 25, 27, 30, 31, 33, 35, 36, 38, 40, 41,
-            44, 46, 47, 49, 50, 52, 55, 56, 58, 60, 61, 63, 64, 66, 69, 70]
+    data = [
+        1,
+        3,
+        3,
+        4,
+        6,
+        7,
+        9,
+        10,
+        12,
+        15,
+        15,
+        18,
+        20,
+        21,
+        22,
+        25,
+        27,
+        30,
+        31,
+        33,
+        35,
+        36,
+        38,
+        40,
+        41,
+        44,
+        46,
+        47,
+        49,
+        50,
+        52,
+        55,
+        56,
+        58,
+        60,
+        61,
+        63,
+        64,
+        66,
+        69,
+        70,
+    ]
     lower, upper, q, eps = 0, 72, 0.4, 2.0
     mech = Quantile(epsilon=eps, q=q, lower=lower, upper=upper)
     prep = mech._prepare(mech._data(data))

@@ -95,7 +95,9 @@ def test_forced_response_asymmetric_coins_epsilon():
     mech = ForcedResponse(p_truth_coin=0.3, p_yes=0.8)
     assert mech.epsilon == pytest.approx(math.log(0.44 / 0.14), abs=1e-12)
     a, y = Fraction(0.3), Fraction(0.8)
-    exact = max(_exact_log((a + (1 - a) * y) / ((1 - a) * y)), _exact_log((a + (1 - a) * (1 - y)) / ((1 - a) * (1 - y))))
+    exact = max(
+        _exact_log((a + (1 - a) * y) / ((1 - a) * y)), _exact_log((a + (1 - a) * (1 - y)) / ((1 - a) * (1 - y)))
+    )
     assert mech.epsilon >= exact
     assert mech.epsilon - exact < 1e-14
     d = Fraction(repr(mech.event.epsilon))  # the amount charged: the decimal value of the event's ε
@@ -396,7 +398,10 @@ def test_k_not_an_integer(k):
     assert _raises_param("k", epsilon=1.0, k=k).name == "k"
 
 
-@pytest.mark.parametrize("name, value", [("p_truth_coin", 0.0), ("p_truth_coin", 1.0), ("p_yes", 0.0), ("p_yes", 1.0), ("p_yes", float("nan"))])
+@pytest.mark.parametrize(
+    "name, value",
+    [("p_truth_coin", 0.0), ("p_truth_coin", 1.0), ("p_yes", 0.0), ("p_yes", 1.0), ("p_yes", float("nan"))],
+)
 def test_forced_response_coins_outside_open_interval(name, value):
     assert _raises_param(name, cls=ForcedResponse, **{name: value}).name == name
 

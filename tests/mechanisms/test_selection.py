@@ -17,15 +17,13 @@ import pytest
 from scipy import integrate, stats
 
 import dpkit.mechanisms.selection as selection_module
+from _stats import ALPHA, CountingSource
 from dpkit._validate import decimal_fraction
 from dpkit.accounting.events import ExponentialEvent, PureDPEvent
 from dpkit.errors import InvalidDataError, InvalidParameterError
 from dpkit.mechanisms.selection import Exponential, ReportNoisyMax
 
-from _stats import ALPHA, CountingSource
-
 SEED = 20240613
-
 
 
 def softmax_reference(u, eps: float, sens: float, monotonic: bool) -> np.ndarray:
@@ -60,7 +58,9 @@ def laplace_noisy_max_reference(u, b: float) -> np.ndarray:
         def integrand(z: float, i: int = i, others: np.ndarray = others) -> float:
             return float(stats.laplace.pdf(z - u[i], scale=b) * np.prod(stats.laplace.cdf(z - others, scale=b)))
 
-        out[i] = integrate.quad(integrand, u.min() - 80 * b, u.max() + 80 * b, points=sorted(u), limit=500, epsabs=1e-13)[0]
+        out[i] = integrate.quad(
+            integrand, u.min() - 80 * b, u.max() + 80 * b, points=sorted(u), limit=500, epsabs=1e-13
+        )[0]
     return out
 
 

@@ -202,7 +202,9 @@ def test_events_and_constants() -> None:
     assert lap.scale(x) == pytest.approx(2 * lap.smooth_sensitivity(x) / 1.0)
     assert cau.scale(x) == pytest.approx(6 * cau.smooth_sensitivity(x) / 1.5)
     # the S used is the smooth sensitivity at (just below) the analysis's β
-    assert lap.smooth_sensitivity(x) == pytest.approx(smooth_sensitivity_median(x, lower=0.0, upper=100.0, beta=lap.beta))
+    assert lap.smooth_sensitivity(x) == pytest.approx(
+        smooth_sensitivity_median(x, lower=0.0, upper=100.0, beta=lap.beta)
+    )
     assert lap.granularity == 2.0**-18  # 2^(⌊log2 100⌋ − 24), from the bounds only
 
 
@@ -239,7 +241,9 @@ X2 = np.array([0.0, 0.0, 1.0, 1.0, 1.0])  # median moves 0 → 1 from X1
 @pytest.mark.parametrize("pair", [(X0, X1), (X1, X2)])
 def test_laplace_variant_audit_within_claim(pair) -> None:
     mech = SmoothSensitivityMedian(epsilon=1.0, delta=1e-6, lower=0.0, upper=1.0)
-    res = estimate_epsilon(_sampler(mech), *pair, trials=200_000, delta=1e-6, confidence=STRICT, rng=np.random.default_rng(SEED))
+    res = estimate_epsilon(
+        _sampler(mech), *pair, trials=200_000, delta=1e-6, confidence=STRICT, rng=np.random.default_rng(SEED)
+    )
     assert res.epsilon_lower <= mech.epsilon
 
 
@@ -258,7 +262,9 @@ def test_broken_local_sensitivity_variant_is_caught(monkeypatch) -> None:
 
     monkeypatch.setattr(ss, "_smooth_sorted", local_only)
     mech = SmoothSensitivityMedian(epsilon=1.0, delta=1e-6, lower=0.0, upper=1.0)
-    res = estimate_epsilon(_sampler(mech), X0, X1, trials=50_000, delta=1e-6, confidence=STRICT, rng=np.random.default_rng(SEED))
+    res = estimate_epsilon(
+        _sampler(mech), X0, X1, trials=50_000, delta=1e-6, confidence=STRICT, rng=np.random.default_rng(SEED)
+    )
     assert res.epsilon_lower > mech.epsilon
 
 

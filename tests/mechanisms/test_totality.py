@@ -101,9 +101,13 @@ RELEASES: dict[str, Callable[[Any, np.random.Generator], Any]] = {
     "Exponential": lambda x, r: Exponential(epsilon=1.0).release(x, rng=r),
     "Exponential probabilities": lambda x, r: Exponential(epsilon=1.0).probabilities(x),
     "ReportNoisyMax laplace": lambda x, r: ReportNoisyMax(epsilon=1.0).release(x, rng=r),
-    "ReportNoisyMax exponential": lambda x, r: ReportNoisyMax(epsilon=1.0, noise="exponential", monotonic=True).release(x, rng=r),
+    "ReportNoisyMax exponential": lambda x, r: ReportNoisyMax(epsilon=1.0, noise="exponential", monotonic=True).release(
+        x, rng=r
+    ),
     "AboveThreshold array": lambda x, r: AboveThreshold(epsilon=1.0, threshold=5.0).run(x, rng=r),
-    "AboveThreshold stream": lambda x, r: AboveThreshold(epsilon=1.0, threshold=5.0, on_fail="random").run(iter(_as_list(x)), rng=r),
+    "AboveThreshold stream": lambda x, r: AboveThreshold(epsilon=1.0, threshold=5.0, on_fail="random").run(
+        iter(_as_list(x)), rng=r
+    ),
     "AboveThreshold callables": lambda x, r: AboveThreshold(epsilon=1.0, threshold=5.0).run(
         [lambda d, i=i: d[i] for i in range(len(_as_list(x)))], data=_as_list(x), rng=r
     ),
@@ -112,7 +116,9 @@ RELEASES: dict[str, Callable[[Any, np.random.Generator], Any]] = {
     "Sparse stream": lambda x, r: Sparse(epsilon=2.0, threshold=5.0, max_positives=2).run(iter(_as_list(x)), rng=r),
     "Sparse batch": lambda x, r: Sparse(epsilon=2.0, threshold=5.0, max_positives=2).run_batch(x, 3, rng=r),
     "NumericSparse array": lambda x, r: NumericSparse(epsilon=9.0, threshold=5.0, max_positives=2).run(x, rng=r),
-    "NumericSparse stream": lambda x, r: NumericSparse(epsilon=9.0, threshold=5.0, max_positives=2).run(iter(_as_list(x)), rng=r),
+    "NumericSparse stream": lambda x, r: NumericSparse(epsilon=9.0, threshold=5.0, max_positives=2).run(
+        iter(_as_list(x)), rng=r
+    ),
     "choose_clipping_bound": lambda x, r: choose_clipping_bound(x, epsilon=1.0, max_bound=50, rng=r),
     "svt_private_mean": lambda x, r: svt_private_mean(x, epsilon=1.0, max_bound=50, rng=r),
     "range_queries_above_threshold": lambda x, r: range_queries_above_threshold(
@@ -130,8 +136,17 @@ RELEASES: dict[str, Callable[[Any, np.random.Generator], Any]] = {
         epsilon=1.0, delta=1e-6, bound=1.0, query=_first, distance=lambda d, b: _first(d)
     ).release(x, rng=r),
     "ProposeTestRelease int distance": lambda x, r: ProposeTestRelease(
-        epsilon=1.0, delta=1e-6, bound=1.0, query=lambda d: np.asarray(d)[:1].reshape(()) if isinstance(d, np.ndarray) else _first(d),
-        distance=lambda d, b: int(_first(d)) if isinstance(_first(d), int) else 0 if math.isnan(_first(d)) else int(max(min(_first(d), 2.0**70), -(2.0**70))),
+        epsilon=1.0,
+        delta=1e-6,
+        bound=1.0,
+        query=lambda d: np.asarray(d)[:1].reshape(()) if isinstance(d, np.ndarray) else _first(d),
+        distance=lambda d, b: (
+            int(_first(d))
+            if isinstance(_first(d), int)
+            else 0
+            if math.isnan(_first(d))
+            else int(max(min(_first(d), 2.0**70), -(2.0**70)))
+        ),
     ).release(x, rng=r),
     "SmoothSensitivityMedian laplace": lambda x, r: SmoothSensitivityMedian(
         epsilon=1.0, delta=1e-6, lower=0.0, upper=10.0
@@ -211,7 +226,10 @@ def test_unclamped_snap_still_raises() -> None:
     "target, victims",
     [
         ("dpkit.noise.lattice", ["Laplace", "Laplace scalar", "Gaussian"]),
-        ("dpkit._validate", ["ReportNoisyMax laplace", "ReportNoisyMax exponential", "AboveThreshold array", "Sparse batch"]),
+        (
+            "dpkit._validate",
+            ["ReportNoisyMax laplace", "ReportNoisyMax exponential", "AboveThreshold array", "Sparse batch"],
+        ),
     ],
 )
 def test_harness_fails_when_a_clamp_is_broken(monkeypatch, target: str, victims: list[str]) -> None:

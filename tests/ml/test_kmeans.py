@@ -18,7 +18,6 @@ scalar (only the lattice, which depends on the length and never on the data, is 
 from __future__ import annotations
 
 import math
-from fractions import Fraction
 from typing import Any
 
 import numpy as np
@@ -31,12 +30,11 @@ from sklearn.preprocessing import FunctionTransformer
 import dpkit as dp
 import dpkit.mechanisms.laplace as laplace_module
 import dpkit.ml.kmeans as km_module
+from _stats import CountingSource
 from dpkit.accounting import BasicAccountant, PLDAccountant, ZCDPAccountant
 from dpkit.audit import estimate_epsilon
 from dpkit.errors import BudgetExceededError, DPError, InvalidDataError, InvalidParameterError
 from dpkit.ml.kmeans import KMeans
-
-from _stats import CountingSource
 
 SEED = 20240620
 STRICT = 1 - 1e-6
@@ -64,7 +62,9 @@ def match_error(found: np.ndarray, truth: np.ndarray) -> float:
 
 
 def model(**kw: Any) -> KMeans:
-    params: dict[str, Any] = dict(n_clusters=3, epsilon=1.0, delta=1e-6, bounds=(-10.0, 10.0), rng=np.random.default_rng(SEED))
+    params: dict[str, Any] = dict(
+        n_clusters=3, epsilon=1.0, delta=1e-6, bounds=(-10.0, 10.0), rng=np.random.default_rng(SEED)
+    )
     params.update(kw)
     return KMeans(**params)
 
@@ -407,7 +407,7 @@ def test_gaussian_event_equals_the_gaussian_noise_drawn(spy_noise, neighbours):
     sizes = [(kind, size) for kind, _, size in spy_noise]
     m = km_module._OVERSEED * k  # the private initialisation's candidate cells
     assert sizes == [("count", m), ("sum", m * d)] + [("count", k), ("sum", k * d)] * (T - 1)
-    for (kind, sigma, size) in spy_noise:
+    for kind, sigma, size in spy_noise:
         if kind == "sum":
             sigma *= plan.sum_mech.noise_plan(size).lattice.granularity
             want = mu_s * ds
@@ -437,7 +437,9 @@ def test_exact_group_sums_match_python_integers():
 
 
 def audit(sampler, x0, x1, *, trials: int, delta: float = 0.0, seed: int = SEED):
-    return estimate_epsilon(sampler, x0, x1, trials=trials, delta=delta, confidence=STRICT, rng=np.random.default_rng(seed))
+    return estimate_epsilon(
+        sampler, x0, x1, trials=trials, delta=delta, confidence=STRICT, rng=np.random.default_rng(seed)
+    )
 
 
 def textbook_sampler(count_mech, sum_mech, neighbours: str):

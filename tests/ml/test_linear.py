@@ -20,12 +20,11 @@ from sklearn.pipeline import make_pipeline
 from sklearn.preprocessing import FunctionTransformer
 
 import dpkit as dp
+from _stats import CountingSource
 from dpkit.accounting import GaussianEvent, RDPAccountant, SelfComposedEvent
 from dpkit.errors import BudgetExceededError, InvalidDataError, InvalidParameterError
 from dpkit.ml import _noisy_gd as gd
 from dpkit.ml.linear import LinearRegression
-
-from _stats import CountingSource
 
 SEED = 20240702
 DELTA = 1e-5
@@ -39,8 +38,14 @@ def task(n: int = 4000, seed: int = 0) -> tuple[np.ndarray, np.ndarray]:
 
 
 def model(**kw) -> LinearRegression:
-    base = dict(epsilon=1.0, delta=DELTA, data_norm=math.sqrt(3), y_bounds=(-5.0, 5.0), steps=100,
-                rng=np.random.default_rng(SEED))
+    base = dict(
+        epsilon=1.0,
+        delta=DELTA,
+        data_norm=math.sqrt(3),
+        y_bounds=(-5.0, 5.0),
+        steps=100,
+        rng=np.random.default_rng(SEED),
+    )
     base.update(kw)
     return LinearRegression(**base)
 

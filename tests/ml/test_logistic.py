@@ -40,14 +40,20 @@ from sklearn.pipeline import make_pipeline
 from sklearn.preprocessing import FunctionTransformer
 
 import dpkit as dp
-from dpkit.accounting import ComposedEvent, GaussianEvent, PLDAccountant, PoissonSampledEvent, RDPAccountant, SelfComposedEvent
+from _stats import CountingSource
+from dpkit.accounting import (
+    ComposedEvent,
+    GaussianEvent,
+    PLDAccountant,
+    PoissonSampledEvent,
+    RDPAccountant,
+    SelfComposedEvent,
+)
 from dpkit.audit import estimate_epsilon
 from dpkit.errors import BudgetExceededError, DPError, InvalidDataError, InvalidParameterError
 from dpkit.ml import _noisy_gd as gd
 from dpkit.ml.logistic import DataDependentWarning, LogisticRegression
 from dpkit.noise.source import resolve_rng
-
-from _stats import CountingSource
 
 SEED = 20240701
 STRICT = 1 - 1e-6
@@ -381,7 +387,9 @@ def test_one_step_of_train_is_the_clipped_sum(monkeypatch: pytest.MonkeyPatch) -
     monkeypatch.setattr(gd, "sample_discrete_gaussian", lambda sigma, n, src: np.zeros(n, dtype=np.int64))
     clf = model(steps=1, momentum=0.0, tail_average=0.0, learning_rate=1.0, max_grad_norm=0.3).fit(X, y)
     Xa = gd.augment(gd.clip_rows(X, 2.0), True)
-    expected = -gd.clipped_gradient_sum(Xa, gd.LOGISTIC.residual(np.zeros((200, 1)), y[:, None].astype(float)), 0.3) / 200
+    expected = (
+        -gd.clipped_gradient_sum(Xa, gd.LOGISTIC.residual(np.zeros((200, 1)), y[:, None].astype(float)), 0.3) / 200
+    )
     theta = np.concatenate([clf.coef_[0], clf.intercept_])
     lattice = clf.plan_.sum_noise.lattice.granularity
     assert np.allclose(theta, expected[:, 0], atol=lattice / 200)
@@ -498,8 +506,9 @@ def claimed(q: float) -> float:
 
 
 def audit(sampler) -> float:
-    return estimate_epsilon(sampler, 0, 1, trials=200_000, delta=DELTA, confidence=STRICT,
-                            rng=np.random.default_rng(SEED)).epsilon_lower
+    return estimate_epsilon(
+        sampler, 0, 1, trials=200_000, delta=DELTA, confidence=STRICT, rng=np.random.default_rng(SEED)
+    ).epsilon_lower
 
 
 @pytest.mark.parametrize("q,floor", [(1.0, 1.45), (0.5, 0.6)])

@@ -85,9 +85,7 @@ def _seeded() -> np.random.Generator:
 ESTIMATORS = [
     KMeans(n_clusters=3, epsilon=1.0, delta=1e-6, bounds=(-10.0, 10.0), rng=_seeded()),
     LogisticRegression(epsilon=1.0, delta=1e-6, data_norm=5.0, steps=20, rng=_seeded()),
-    LinearRegression(
-        epsilon=1.0, delta=1e-6, data_norm=5.0, bounds=(-10.0, 10.0), steps=20, rng=_seeded()
-    ),
+    LinearRegression(epsilon=1.0, delta=1e-6, data_norm=5.0, bounds=(-10.0, 10.0), steps=20, rng=_seeded()),
 ]
 
 

@@ -7,12 +7,11 @@ from fractions import Fraction
 import numpy as np
 import pytest
 
+from _stats import binomial_z
 from dpkit.errors import InvalidParameterError
 from dpkit.noise import bernoulli_exp
 from dpkit.noise.bernoulli_exp import decide_exp_neg
 from dpkit.noise.source import SeededSource
-
-from _stats import binomial_z
 
 
 @pytest.mark.parametrize("num,den", [(0, 1), (1, 3), (1, 1), (5, 2), (17, 4), (49, 1)])
@@ -47,7 +46,12 @@ def test_shape_is_kept() -> None:
 
 @pytest.mark.parametrize(
     "num,den,name",
-    [(-1, 1, "gamma_numerator"), (1, 0, "gamma_denominator"), (1, -2, "gamma_denominator"), (0.5, 1, "gamma_numerator")],
+    [
+        (-1, 1, "gamma_numerator"),
+        (1, 0, "gamma_denominator"),
+        (1, -2, "gamma_denominator"),
+        (0.5, 1, "gamma_numerator"),
+    ],
 )
 def test_bad_gamma_is_rejected(num: object, den: object, name: str) -> None:
     with pytest.raises(InvalidParameterError, match=name):

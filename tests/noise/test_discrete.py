@@ -7,12 +7,11 @@ from fractions import Fraction
 import numpy as np
 import pytest
 
+from _stats import ALPHA, chi2_pvalue
 from dpkit.errors import InvalidParameterError
 from dpkit.noise import discrete_gaussian, discrete_laplace
 from dpkit.noise.discrete import _resolve_count, laplace_plan
 from dpkit.noise.source import SeededSource
-
-from _stats import ALPHA, chi2_pvalue
 
 N = 1_000_000
 

@@ -21,7 +21,15 @@ def _exact_exp(g: Fraction) -> mpmath.mpf:
 
 @pytest.mark.parametrize(
     "gamma",
-    [Fraction(0), Fraction(1, 7), Fraction(1), Fraction(5, 2), Fraction(48), Fraction(2**61 + 3, 2**60), Fraction(10**9, 3)],
+    [
+        Fraction(0),
+        Fraction(1, 7),
+        Fraction(1),
+        Fraction(5, 2),
+        Fraction(48),
+        Fraction(2**61 + 3, 2**60),
+        Fraction(10**9, 3),
+    ],
 )
 @pytest.mark.parametrize("prec", [32, 64, 200])
 def test_exp_neg_bounds_enclose_the_true_value(gamma: Fraction, prec: int) -> None:

@@ -260,7 +260,7 @@ def test_add_lattice_noise_is_the_exact_sum_rounded_once(k: int) -> None:
     noise = (rng.integers(0, 2**62, size=n) >> (62 - bits)) * np.where(rng.random(n) < 0.5, -1, 1)
     # Hand-picked lanes where adding in floating point would round twice: the noise >= 2^53 is
     # not a double, so converting it first and then adding gives a different answer.
-    special_p = [2.0, 0.0, -2.0**63, 2.0**63 - 1024, 3.0, 2.0**60, -(2.0**54), 1.0, 2.0**53]
+    special_p = [2.0, 0.0, -(2.0**63), 2.0**63 - 1024, 3.0, 2.0**60, -(2.0**54), 1.0, 2.0**53]
     special_z = [2**53 + 1, 2**53 + 1, 2**63 - 1, -(2**63), -(2**63), -(2**60) - 3, 2**54 + 3, -(2**62) - 1, 2**53 - 1]
     points = np.concatenate([points, special_p])
     noise = np.concatenate([noise, np.array(special_z, dtype=np.int64)]).astype(np.int64)

@@ -7,10 +7,9 @@ from fractions import Fraction
 import numpy as np
 import pytest
 
+from _stats import ALPHA, binomial_z, chi2_pvalue
 from dpkit.errors import InvalidParameterError
 from dpkit.noise import bernoulli, uniform_below
-
-from _stats import ALPHA, binomial_z, chi2_pvalue
 
 
 @pytest.mark.parametrize("d", [1, 2, 3, 6, 7, 1000, 2**20])

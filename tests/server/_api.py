@@ -40,7 +40,10 @@ PEOPLE_METADATA: dict[str, Any] = {
 }
 SECRET_METADATA: dict[str, Any] = {
     "row_level": True,
-    "columns": {"salary": {"type": "numeric", "lower": 0, "upper": 1000}, "team": {"type": "categorical", "categories": ["x", "y"]}},
+    "columns": {
+        "salary": {"type": "numeric", "lower": 0, "upper": 1000},
+        "team": {"type": "categorical", "categories": ["x", "y"]},
+    },
 }
 
 COUNT_SQL = "SELECT COUNT(*) FROM people"
@@ -141,7 +144,10 @@ class World:
         return {
             "principals": self.service.principals(),
             "datasets": [(d.name, d.source) for d in self.service.datasets()],
-            "budgets": [(b.dataset, b.analyst, b.epsilon, b.delta, b.spent_epsilon, b.spent_delta) for b in self.service.ledger.list_budgets()],
+            "budgets": [
+                (b.dataset, b.analyst, b.epsilon, b.delta, b.spent_epsilon, b.spent_delta)
+                for b in self.service.ledger.list_budgets()
+            ],
             "spends": self.spend_ids(),
             "people": file_digest(self.people),
             "secret": file_digest(self.secret),

@@ -75,7 +75,15 @@ def _arm(point: str, url: str) -> None:
 
 def _serve(point: str, url: str, key_file: str, sock: socket.socket) -> None:
     _arm(point, url)
-    app = create_app(Service(url, audit_key=key_file, dataset_dir=os.path.join(os.path.dirname(key_file), "datasets")), rate=1e9, burst=10**9, _hold_answers=False, answer_seconds=60.0, max_concurrent=10**6, cpu_seconds_per_hour=1e9)
+    app = create_app(
+        Service(url, audit_key=key_file, dataset_dir=os.path.join(os.path.dirname(key_file), "datasets")),
+        rate=1e9,
+        burst=10**9,
+        _hold_answers=False,
+        answer_seconds=60.0,
+        max_concurrent=10**6,
+        cpu_seconds_per_hour=1e9,
+    )
     uvicorn.Server(uvicorn.Config(app, log_level="critical", lifespan="off")).run(sockets=[sock])
 
 

@@ -23,8 +23,19 @@ def _files(tmp_path: Path, meta: dict) -> tuple[Path, Path, str]:
 
 
 def test_register_dataset_prints_the_data_check(tmp_path: Path) -> None:
-    csv, meta, ledger = _files(tmp_path, {"row_level": True, "columns": {"zip": {"type": "categorical", "value_type": "integer"}, "age": {"type": "numeric", "lower": 0, "upper": 60}}})
-    out = CliRunner().invoke(admin_app, ["register-dataset", "people", str(csv), "--metadata", str(meta), "--ledger", ledger])
+    csv, meta, ledger = _files(
+        tmp_path,
+        {
+            "row_level": True,
+            "columns": {
+                "zip": {"type": "categorical", "value_type": "integer"},
+                "age": {"type": "numeric", "lower": 0, "upper": 60},
+            },
+        },
+    )
+    out = CliRunner().invoke(
+        admin_app, ["register-dataset", "people", str(csv), "--metadata", str(meta), "--ledger", ledger]
+    )
     assert out.exit_code == 0, out.output
     assert "registered dataset 'people'" in out.output and "row-level" in out.output
     assert "curator only" in out.output and "'N/A'" in out.output  # the non-conforming value, for the curator
@@ -33,7 +44,9 @@ def test_register_dataset_prints_the_data_check(tmp_path: Path) -> None:
         assert all("N/A" not in json.dumps(e.to_dict()) for e in svc.audit_entries())  # not stored in the log
     csv2 = tmp_path / "people2.csv"
     csv2.write_text(ROWS)
-    out = CliRunner().invoke(admin_app, ["register-dataset", "people2", str(csv2), "--metadata", str(meta), "--ledger", ledger, "--json"])
+    out = CliRunner().invoke(
+        admin_app, ["register-dataset", "people2", str(csv2), "--metadata", str(meta), "--ledger", ledger, "--json"]
+    )
     assert out.exit_code == 0, out.output
     body = json.loads(out.output)
     assert body["name"] == "people2" and body["check"]["curator_only"] is True
@@ -42,7 +55,9 @@ def test_register_dataset_prints_the_data_check(tmp_path: Path) -> None:
 
 def test_register_dataset_without_a_unit_is_refused(tmp_path: Path) -> None:
     csv, meta, ledger = _files(tmp_path, {"columns": {"zip": {"type": "numeric"}}})
-    out = CliRunner().invoke(admin_app, ["register-dataset", "people", str(csv), "--metadata", str(meta), "--ledger", ledger])
+    out = CliRunner().invoke(
+        admin_app, ["register-dataset", "people", str(csv), "--metadata", str(meta), "--ledger", ledger]
+    )
     assert out.exit_code == 1
     assert "privacy_unit" in out.output and "row_level" in out.output
     with Service(ledger) as svc:
@@ -51,9 +66,16 @@ def test_register_dataset_without_a_unit_is_refused(tmp_path: Path) -> None:
 
 def test_admin_errors_are_worded_for_the_command_line(tmp_path: Path) -> None:
     """A refused grant names the option, not the Python keyword, and its text copies whole."""
-    csv, meta, ledger = _files(tmp_path, {"row_level": True, "columns": {"age": {"type": "numeric", "lower": 0, "upper": 60}}})
+    csv, meta, ledger = _files(
+        tmp_path, {"row_level": True, "columns": {"age": {"type": "numeric", "lower": 0, "upper": 60}}}
+    )
     runner = CliRunner()
-    assert runner.invoke(admin_app, ["register-dataset", "people", str(csv), "--metadata", str(meta), "--ledger", ledger]).exit_code == 0
+    assert (
+        runner.invoke(
+            admin_app, ["register-dataset", "people", str(csv), "--metadata", str(meta), "--ledger", ledger]
+        ).exit_code
+        == 0
+    )
     assert runner.invoke(admin_app, ["create-analyst", "alice", "--ledger", ledger]).exit_code == 0
     out = runner.invoke(admin_app, ["grant", "alice", "people", "--epsilon", "0", "--ledger", ledger])
     assert out.exit_code == 1
@@ -62,13 +84,28 @@ def test_admin_errors_are_worded_for_the_command_line(tmp_path: Path) -> None:
 
 
 def test_register_dataset_refuses_bad_spark_options_before_reading(tmp_path: Path) -> None:
-    csv, meta, ledger = _files(tmp_path, {"row_level": True, "columns": {"age": {"type": "numeric", "lower": 0, "upper": 60}}})
-    base = ["register-dataset", "people", str(tmp_path), "--metadata", str(meta), "--ledger", ledger, "--engine", "spark"]
+    csv, meta, ledger = _files(
+        tmp_path, {"row_level": True, "columns": {"age": {"type": "numeric", "lower": 0, "upper": 60}}}
+    )
+    base = [
+        "register-dataset",
+        "people",
+        str(tmp_path),
+        "--metadata",
+        str(meta),
+        "--ledger",
+        ledger,
+        "--engine",
+        "spark",
+    ]
     out = CliRunner().invoke(admin_app, [*base, "--spark-conf", "spark.executor.memory"])
     assert out.exit_code == 1 and "--spark-conf 'spark.executor.memory' is not accepted" in out.output
     out = CliRunner().invoke(admin_app, [*base, "--spark-master", "nowhere"])
     assert out.exit_code == 1 and "spark_master" in out.output and "spark://HOST:PORT" in out.output
-    out = CliRunner().invoke(admin_app, ["register-dataset", "people", str(csv), "--metadata", str(meta), "--ledger", ledger, "--engine", "spark"])
+    out = CliRunner().invoke(
+        admin_app,
+        ["register-dataset", "people", str(csv), "--metadata", str(meta), "--ledger", ledger, "--engine", "spark"],
+    )
     assert out.exit_code == 1 and "source" in out.output and "Parquet" in out.output  # a CSV is not Parquet data
     with Service(ledger) as svc:
         assert svc.datasets() == []
@@ -77,16 +114,32 @@ def test_register_dataset_refuses_bad_spark_options_before_reading(tmp_path: Pat
 def test_list_shows_the_published_releases(tmp_path: Path) -> None:
     from dpkit.server import SynthRequest
 
-    csv, meta, ledger = _files(tmp_path, {"row_level": True, "columns": {"zip": {"type": "categorical", "value_type": "integer", "categories": list(range(10))}, "age": {"type": "numeric", "lower": 0, "upper": 60}}})
+    csv, meta, ledger = _files(
+        tmp_path,
+        {
+            "row_level": True,
+            "columns": {
+                "zip": {"type": "categorical", "value_type": "integer", "categories": list(range(10))},
+                "age": {"type": "numeric", "lower": 0, "upper": 60},
+            },
+        },
+    )
     with Service(ledger) as svc:
         svc.register_dataset("people", csv, meta)
         _, key = svc.create_principal("publisher", "analyst")
         svc.grant("publisher", "people", epsilon=1.0, delta=1e-6)
         svc.allow_publish("publisher")
-        answer, _ = svc.synthesize(svc.authenticate(key), "people", SynthRequest(epsilon=1.0, delta=1e-6, rows=20, publish="people_2026"))
+        answer, _ = svc.synthesize(
+            svc.authenticate(key), "people", SynthRequest(epsilon=1.0, delta=1e-6, rows=20, publish="people_2026")
+        )
     out = CliRunner().invoke(admin_app, ["list", "--json", "--ledger", ledger])
     assert out.exit_code == 0, out.output
     (release,) = json.loads(out.output)["releases"]
-    assert (release["name"], release["published_by"], release["rows"], release["spend_id"]) == ("people_2026", "publisher", 20, answer["spend_id"])
+    assert (release["name"], release["published_by"], release["rows"], release["spend_id"]) == (
+        "people_2026",
+        "publisher",
+        20,
+        answer["spend_id"],
+    )
     table = CliRunner().invoke(admin_app, ["list", "--ledger", ledger])
     assert table.exit_code == 0 and "people_2026" in table.output and "published synthetic tables" in table.output

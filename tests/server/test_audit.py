@@ -73,17 +73,47 @@ def build_log(world: World) -> list[AuditEntry]:
     the entry its debit wrote), a preview, refusals, administrative actions."""
     client = world.client()
     a, cur = world.h("alice"), world.h("curator")
-    assert client.post("/v1/datasets/people/query", headers=a, json={"epsilon": 0.25, "sql": COUNT_SQL}).status_code == 200
-    assert client.post("/v1/datasets/people/query", headers=a, json={"epsilon": 0.5, "delta": 1e-6, "noise": "gaussian", "sql": "SELECT AVG(age) FROM people"}).status_code == 200
-    assert client.post("/v1/datasets/people/query/cost", headers=a, json={"epsilon": 0.1, "sql": COUNT_SQL}).status_code == 200
+    assert (
+        client.post("/v1/datasets/people/query", headers=a, json={"epsilon": 0.25, "sql": COUNT_SQL}).status_code == 200
+    )
+    assert (
+        client.post(
+            "/v1/datasets/people/query",
+            headers=a,
+            json={"epsilon": 0.5, "delta": 1e-6, "noise": "gaussian", "sql": "SELECT AVG(age) FROM people"},
+        ).status_code
+        == 200
+    )
+    assert (
+        client.post("/v1/datasets/people/query/cost", headers=a, json={"epsilon": 0.1, "sql": COUNT_SQL}).status_code
+        == 200
+    )
     assert client.post("/v1/datasets/people/query", headers=a, json={"epsilon": 0, "sql": COUNT_SQL}).status_code == 400
-    assert client.post("/v1/datasets/people/query", headers=world.h("bob"), json={"epsilon": 100, "sql": COUNT_SQL}).status_code == 409
+    assert (
+        client.post(
+            "/v1/datasets/people/query", headers=world.h("bob"), json={"epsilon": 100, "sql": COUNT_SQL}
+        ).status_code
+        == 409
+    )
     assert client.get("/v1/audit", headers=a).status_code == 403
     assert client.post("/v1/analysts", headers=cur, json={"name": "carol"}).status_code == 201
     assert client.get("/v1/budgets", headers=cur).status_code == 200
     svc = world.service
-    svc.audit(actor="curator", action="note", status=0, outcome="ok", dataset="people", detail={"analyst": "carol", "budget_epsilon": 1.0})
-    svc.audit(actor=None, action="verify_log", status=0, outcome="ok", detail={"note": "ünïcödé ✓", "nested": {"x": [1, 2.5, None]}})
+    svc.audit(
+        actor="curator",
+        action="note",
+        status=0,
+        outcome="ok",
+        dataset="people",
+        detail={"analyst": "carol", "budget_epsilon": 1.0},
+    )
+    svc.audit(
+        actor=None,
+        action="verify_log",
+        status=0,
+        outcome="ok",
+        detail={"note": "ünïcödé ✓", "nested": {"x": [1, 2.5, None]}},
+    )
     svc.audit(actor="curator", action="revoke", status=0, outcome="ok", detail={"target": "bob", "third": 1 / 3})
     entries = world.entries()
     assert len(entries) == N
@@ -141,10 +171,23 @@ def test_log_built_through_the_service_verifies(world: World) -> None:
     assert all(e.prev_hash == p.hash for p, e in zip(entries, entries[1:]))
     # the grants, written with the budgets: the exact (ε, δ) granted
     grant = entries[0]
-    assert (grant.action, grant.dataset, grant.epsilon, grant.detail["analyst"], grant.detail["budget_epsilon"]) == ("grant", "people", None, "alice", "10/1")
+    assert (grant.action, grant.dataset, grant.epsilon, grant.detail["analyst"], grant.detail["budget_epsilon"]) == (
+        "grant",
+        "people",
+        None,
+        "alice",
+        "10/1",
+    )
     # what the debits and the HTTP layer wrote: who, what, the status, the exact debit
     first, second, preview, bad, over, forbidden = entries[3:9]
-    assert (first.actor, first.action, first.dataset, first.status, first.epsilon, first.delta) == ("alice", "query", "people", 200, "1/4", "0/1")
+    assert (first.actor, first.action, first.dataset, first.status, first.epsilon, first.delta) == (
+        "alice",
+        "query",
+        "people",
+        200,
+        "1/4",
+        "0/1",
+    )
     assert first.detail["query"] == COUNT_SQL and isinstance(first.detail["spend_id"], int)
     assert second.status == 200 and second.epsilon == "1/2" and second.delta is not None and second.delta != "0/1"
     assert (preview.action, preview.status, preview.epsilon) == ("cost", 200, None)
@@ -161,7 +204,12 @@ def test_verify_endpoint(world: World) -> None:
     assert r.status_code == 200
     body = r.json()
     # (the request's own entry is appended as its answer starts, after the verification)
-    assert body["ok"] is True and body["entries"] == N and body["head"] == entries[-1].hash and body["unlogged_spends"] == []
+    assert (
+        body["ok"] is True
+        and body["entries"] == N
+        and body["head"] == entries[-1].hash
+        and body["unlogged_spends"] == []
+    )
     r = client.get("/v1/audit/verify", params={"head": entries[-1].hash}, headers=world.h("curator"))
     assert r.status_code == 200 and r.json()["ok"] is True
     tamper(world, ("UPDATE audit_log SET outcome = 'ok' WHERE seq = 4", ()))
@@ -193,14 +241,26 @@ EDITS: list[tuple[str, str, Callable[[tuple[Any, ...]], Any]]] = [
     ("dataset", "dataset", lambda r: "secret"),
     ("action", "action", lambda r: "cost"),
     ("at", "at", lambda r: "2000-01-01T00:00:00+00:00"),
-    ("detail", "detail", lambda r: json.dumps({**json.loads(r[9]), "query": "SELECT COUNT(*) FROM people WHERE age > 1"}, sort_keys=True)),
-    ("detail-key-order", "detail", lambda r: json.dumps(json.loads(r[9]), sort_keys=False, indent=1)),  # same content: not a change
+    (
+        "detail",
+        "detail",
+        lambda r: json.dumps(
+            {**json.loads(r[9]), "query": "SELECT COUNT(*) FROM people WHERE age > 1"}, sort_keys=True
+        ),
+    ),
+    (
+        "detail-key-order",
+        "detail",
+        lambda r: json.dumps(json.loads(r[9]), sort_keys=False, indent=1),
+    ),  # same content: not a change
 ]
 
 
 @pytest.mark.parametrize(("what", "column", "new"), EDITS, ids=[e[0] for e in EDITS])
 @pytest.mark.parametrize("seq", [1, 5, 12])
-def test_changed_entry_is_named(what: str, column: str, new: Callable[[tuple[Any, ...]], Any], seq: int, logged: World) -> None:
+def test_changed_entry_is_named(
+    what: str, column: str, new: Callable[[tuple[Any, ...]], Any], seq: int, logged: World
+) -> None:
     world = logged
     old = row(world, seq)
     value = new(old)
@@ -219,9 +279,24 @@ def test_changed_hash_is_named_at_the_next_entry(logged: World) -> None:
     refused(world, 6)
     # … and recomputing that entry's hash over a changed body breaks the link to entry 7
     entries = world.entries()
-    e6 = AuditEntry.new(6, entries[4].hash, key_of(world), at=entries[5].at, actor=entries[5].actor, action=entries[5].action, dataset=entries[5].dataset,
-                        status=200, outcome="ok", epsilon=None, delta=None, detail=entries[5].detail)
-    tamper(world, ("UPDATE audit_log SET status = ?, outcome = ?, hash = ? WHERE seq = 6", (e6.status, e6.outcome, e6.hash)))
+    e6 = AuditEntry.new(
+        6,
+        entries[4].hash,
+        key_of(world),
+        at=entries[5].at,
+        actor=entries[5].actor,
+        action=entries[5].action,
+        dataset=entries[5].dataset,
+        status=200,
+        outcome="ok",
+        epsilon=None,
+        delta=None,
+        detail=entries[5].detail,
+    )
+    tamper(
+        world,
+        ("UPDATE audit_log SET status = ?, outcome = ?, hash = ? WHERE seq = 6", (e6.status, e6.outcome, e6.hash)),
+    )
     message = refused(world, 7)
     assert "does not follow entry 6" in message
 
@@ -263,20 +338,48 @@ def test_swapped_contents_with_kept_links_are_named(logged: World) -> None:
     world = logged
     r3, r4 = row(world, 3), row(world, 4)
     body = "at = ?, actor = ?, action = ?, dataset = ?, status = ?, outcome = ?, epsilon = ?, delta = ?, detail = ?"
-    tamper(world, (f"UPDATE audit_log SET {body} WHERE seq = 3", r4[1:10]), (f"UPDATE audit_log SET {body} WHERE seq = 4", r3[1:10]))
+    tamper(
+        world,
+        (f"UPDATE audit_log SET {body} WHERE seq = 3", r4[1:10]),
+        (f"UPDATE audit_log SET {body} WHERE seq = 4", r3[1:10]),
+    )
     refused(world, 3)
 
 
 def _forged(world: World, after: AuditEntry, seq: int, prev: str) -> AuditEntry:
-    return AuditEntry.new(seq, prev, key_of(world), at=after.at, actor="alice", action="query", dataset="people", status=200, outcome="ok",
-                          epsilon="1/1000", delta="0/1", detail={"query": COUNT_SQL, "spend_id": 999})
+    return AuditEntry.new(
+        seq,
+        prev,
+        key_of(world),
+        at=after.at,
+        actor="alice",
+        action="query",
+        dataset="people",
+        status=200,
+        outcome="ok",
+        epsilon="1/1000",
+        delta="0/1",
+        detail={"query": COUNT_SQL, "spend_id": 999},
+    )
 
 
 def _insert(entry: AuditEntry) -> tuple[str, tuple[Any, ...]]:
     return (
         f"INSERT INTO audit_log ({COLUMNS}) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
-        (entry.seq, entry.at, entry.actor, entry.action, entry.dataset, entry.status, entry.outcome, entry.epsilon, entry.delta,
-         json.dumps(entry.detail, sort_keys=True), entry.prev_hash, entry.hash),
+        (
+            entry.seq,
+            entry.at,
+            entry.actor,
+            entry.action,
+            entry.dataset,
+            entry.status,
+            entry.outcome,
+            entry.epsilon,
+            entry.delta,
+            json.dumps(entry.detail, sort_keys=True),
+            entry.prev_hash,
+            entry.hash,
+        ),
     )
 
 
@@ -329,8 +432,20 @@ def test_rewritten_chain_is_caught_by_the_recorded_head(logged: World) -> None:
     for e in entries:
         outcome = "ok" if e.seq == 5 else e.outcome
         status = 200 if e.seq == 5 else e.status
-        new = AuditEntry.new(e.seq, prev, key_of(world), at=e.at, actor=e.actor, action=e.action, dataset=e.dataset, status=status, outcome=outcome,
-                             epsilon=e.epsilon, delta=e.delta, detail=e.detail)
+        new = AuditEntry.new(
+            e.seq,
+            prev,
+            key_of(world),
+            at=e.at,
+            actor=e.actor,
+            action=e.action,
+            dataset=e.dataset,
+            status=status,
+            outcome=outcome,
+            epsilon=e.epsilon,
+            delta=e.delta,
+            detail=e.detail,
+        )
         rebuilt.append(new)
         prev = new.hash
     tamper(world, ("DELETE FROM audit_log", ()), *[_insert(e) for e in rebuilt])
@@ -415,7 +530,11 @@ def _check_concurrent_log(svc: Service, threads: int = 8, each: int = 50) -> Non
 
 def test_concurrent_appends_form_one_chain(tmp_path: Path) -> None:
     with Service(f"sqlite:///{tmp_path / 'log.sqlite'}") as svc:
-        errors = _hammer(lambda t, i: svc.audit(actor=f"a{t}", action="query", status=200, outcome="ok", detail={"thread": t, "i": i}))
+        errors = _hammer(
+            lambda t, i: svc.audit(
+                actor=f"a{t}", action="query", status=200, outcome="ok", detail={"thread": t, "i": i}
+            )
+        )
         assert errors == []
         _check_concurrent_log(svc)
 
@@ -425,7 +544,11 @@ def test_concurrent_appends_from_separate_services(tmp_path: Path) -> None:
     url = f"sqlite:///{tmp_path / 'log.sqlite'}"
     services = [Service(url) for _ in range(8)]
     try:
-        errors = _hammer(lambda t, i: services[t].audit(actor=f"a{t}", action="query", status=200, outcome="ok", detail={"thread": t, "i": i}))
+        errors = _hammer(
+            lambda t, i: services[t].audit(
+                actor=f"a{t}", action="query", status=200, outcome="ok", detail={"thread": t, "i": i}
+            )
+        )
         assert errors == []
         _check_concurrent_log(services[0])
     finally:
@@ -435,7 +558,10 @@ def test_concurrent_appends_from_separate_services(tmp_path: Path) -> None:
 
 def test_concurrent_http_requests_are_each_logged_once(world: World) -> None:
     client = world.client()
-    bodies = {"alice": {"epsilon": 0.01, "sql": COUNT_SQL}, "bob": {"epsilon": 0.01, "sql": "SELECT AVG(age) FROM people"}}
+    bodies = {
+        "alice": {"epsilon": 0.01, "sql": COUNT_SQL},
+        "bob": {"epsilon": 0.01, "sql": "SELECT AVG(age) FROM people"},
+    }
 
     def append(t: int, i: int) -> None:
         who = ("alice", "bob")[t % 2]

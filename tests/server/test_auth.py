@@ -86,7 +86,9 @@ def concrete(path: str, world: World | None = None) -> str:
 
     def value(m: re.Match[str]) -> str:
         segment = path[: m.start()].rstrip("/").rsplit("/", 1)[-1]
-        assert segment in _FILL, f"no value to fill {{{m.group(1)}}} after /{segment}/ in {path}: extend _FILL in test_auth"
+        assert segment in _FILL, (
+            f"no value to fill {{{m.group(1)}}} after /{segment}/ in {path}: extend _FILL in test_auth"
+        )
         if segment == "keys" and world is not None:
             return key_id(world.keys["bob"])
         return _FILL[segment]
@@ -321,13 +323,27 @@ MARKER = "Zanzibar"  # a value only alice's query texts hold
 
 def _alice_activity(world: World, client: Any) -> None:
     h = world.h("alice")
-    ok = client.post("/v1/datasets/people/query", headers=h, json={"epsilon": 0.1, "sql": f"SELECT COUNT(*) FROM people WHERE city = '{MARKER}'"})
+    ok = client.post(
+        "/v1/datasets/people/query",
+        headers=h,
+        json={"epsilon": 0.1, "sql": f"SELECT COUNT(*) FROM people WHERE city = '{MARKER}'"},
+    )
     assert ok.status_code == 200, ok.text
-    cost = client.post("/v1/datasets/people/query/cost", headers=h, json={"epsilon": 0.1, "query": {"aggregates": [{"kind": "count"}], "where": f"city = '{MARKER}2'"}})
+    cost = client.post(
+        "/v1/datasets/people/query/cost",
+        headers=h,
+        json={"epsilon": 0.1, "query": {"aggregates": [{"kind": "count"}], "where": f"city = '{MARKER}2'"}},
+    )
     assert cost.status_code == 200, cost.text
-    secret = client.post("/v1/datasets/secret/query", headers=h, json={"epsilon": 0.1, "sql": f"SELECT SUM(salary) AS {MARKER}3 FROM secret"})
+    secret = client.post(
+        "/v1/datasets/secret/query",
+        headers=h,
+        json={"epsilon": 0.1, "sql": f"SELECT SUM(salary) AS {MARKER}3 FROM secret"},
+    )
     assert secret.status_code == 200, secret.text
-    bad = client.post("/v1/datasets/people/query", headers=h, json={"epsilon": 0.1, "sql": f"SELECT AVG({MARKER}4) FROM people"})
+    bad = client.post(
+        "/v1/datasets/people/query", headers=h, json={"epsilon": 0.1, "sql": f"SELECT AVG({MARKER}4) FROM people"}
+    )
     assert bad.status_code == 400
 
 
@@ -346,7 +362,11 @@ def test_budgets_are_private(world: World) -> None:
 def test_history_is_private(world: World) -> None:
     client = world.client()
     _alice_activity(world, client)
-    r = client.post("/v1/datasets/people/query", headers=world.h("bob"), json={"epsilon": 0.1, "sql": "SELECT COUNT(*) FROM people WHERE city = 'Lyon'"})
+    r = client.post(
+        "/v1/datasets/people/query",
+        headers=world.h("bob"),
+        json={"epsilon": 0.1, "sql": "SELECT COUNT(*) FROM people WHERE city = 'Lyon'"},
+    )
     assert r.status_code == 200
     for params in ({"analyst_name": "alice"}, {"analyst_name": "curator"}, {"analyst_name": "nobody"}):
         r = client.get("/v1/history", params=params, headers=world.h("bob"))
@@ -384,7 +404,9 @@ def test_ungranted_dataset_looks_like_a_missing_one(world: World) -> None:
         missing = client.request(method, path.format("nosuch"), headers=h, **kwargs)
         assert hidden.status_code == missing.status_code == 404, (path, hidden.text, missing.text)
         assert error_of(hidden)["code"] == error_of(missing)["code"] == "not_found"
-        assert hidden.json()["error"]["message"].replace("secret", "X") == missing.json()["error"]["message"].replace("nosuch", "X")
+        assert hidden.json()["error"]["message"].replace("secret", "X") == missing.json()["error"]["message"].replace(
+            "nosuch", "X"
+        )
         assert "salary" not in hidden.text and "rows" not in hidden.json()
     assert world.snapshot() == before
     # alice, who was granted it, sees it
@@ -395,8 +417,20 @@ def test_query_texts_never_reach_another_analyst(world: World) -> None:
     client = world.client()
     _alice_activity(world, client)
     h = world.h("bob")
-    texts = [client.get(p, headers=h).text for p in ("/v1/me", "/v1/datasets", "/v1/datasets/people", "/v1/budgets", "/v1/history", "/v1/history?after=0&limit=1000")]
-    texts += [client.get(p, headers=h).text for p in ("/v1/audit", "/v1/spending", "/v1/analysts", "/v1/audit/verify")]  # 403s
+    texts = [
+        client.get(p, headers=h).text
+        for p in (
+            "/v1/me",
+            "/v1/datasets",
+            "/v1/datasets/people",
+            "/v1/budgets",
+            "/v1/history",
+            "/v1/history?after=0&limit=1000",
+        )
+    ]
+    texts += [
+        client.get(p, headers=h).text for p in ("/v1/audit", "/v1/spending", "/v1/analysts", "/v1/audit/verify")
+    ]  # 403s
     texts.append(client.post("/v1/datasets/people/query/cost", headers=h, json={"epsilon": 0.1, "sql": COUNT_SQL}).text)
     texts.append(client.post("/v1/datasets/people/query", headers=h, json={"epsilon": 0.1, "sql": COUNT_SQL}).text)
     for text in texts:
@@ -421,10 +455,19 @@ def test_keys_are_stored_only_as_hashes(world: World) -> None:
     for key in (carol, extra, world.keys["alice"], world.keys["curator"]):
         assert client.get("/v1/me", headers={"Authorization": f"Bearer {key}"}).status_code == 200
     assert client.get("/v1/me", headers={"Authorization": f"Bearer {unknown}"}).status_code == 401
-    assert client.post("/v1/datasets/people/query", headers={"Authorization": f"Bearer {carol}"}, json={"epsilon": 0.1, "sql": COUNT_SQL}).status_code == 404
+    assert (
+        client.post(
+            "/v1/datasets/people/query",
+            headers={"Authorization": f"Bearer {carol}"},
+            json={"epsilon": 0.1, "sql": COUNT_SQL},
+        ).status_code
+        == 404
+    )
     keys = [*world.keys.values(), carol, extra]
     world.close()  # checkpoints the WAL into the database file
-    files = sorted(p for p in world.dir.iterdir() if p.name.startswith(world.db.name) and p.is_file())  # (not the dataset copies' directory)
+    files = sorted(
+        p for p in world.dir.iterdir() if p.name.startswith(world.db.name) and p.is_file()
+    )  # (not the dataset copies' directory)
     data = b"".join(p.read_bytes() for p in files)
     assert world.db.stat().st_size > 0
     for key in keys:
@@ -461,7 +504,12 @@ def test_revoke_by_key_id(world: World) -> None:
     assert r.status_code == 200 and r.json() == {"revoked": [first_id]}
     assert client.get("/v1/me", headers=world.h("bob")).status_code == 401
     assert client.get("/v1/me", headers={"X-API-Key": second["key"]}).json()["key_id"] == second["key_id"]
-    keys = {k["id"]: k for p in client.get("/v1/analysts", headers=cur).json()["principals"] if p["name"] == "bob" for k in p["keys"]}
+    keys = {
+        k["id"]: k
+        for p in client.get("/v1/analysts", headers=cur).json()["principals"]
+        if p["name"] == "bob"
+        for k in p["keys"]
+    }
     assert keys[first_id]["revoked_at"] is not None and keys[second["key_id"]]["revoked_at"] is None
     # revoking again revokes nothing new; an unknown id is 404; a name is not a key id (400)
     assert client.post(f"/v1/keys/{first_id}/revoke", headers=cur).json() == {"revoked": []}
@@ -479,7 +527,11 @@ def test_revoke_by_name_then_issue_a_new_key(world: World) -> None:
     r = client.post("/v1/principals/bob/revoke", headers=cur)
     assert r.status_code == 200 and sorted(r.json()["revoked"]) == sorted([key_id(world.keys["bob"]), key_id(second)])
     for key in (world.keys["bob"], second):
-        r = client.post("/v1/datasets/people/query", headers={"Authorization": f"Bearer {key}"}, json={"epsilon": 0.1, "sql": COUNT_SQL})
+        r = client.post(
+            "/v1/datasets/people/query",
+            headers={"Authorization": f"Bearer {key}"},
+            json={"epsilon": 0.1, "sql": COUNT_SQL},
+        )
         assert r.status_code == 401
     assert world.spent("bob") == (0.0, 0.0)
     assert client.get("/v1/me", headers=world.h("alice")).status_code == 200, "other analysts keep their keys"

@@ -61,7 +61,9 @@ def _ask(port: int, key: str) -> tuple[int | None, dict | None]:
 
 class _Factory:
     def __init__(self) -> None:
-        self.proc = subprocess.Popen([sys.executable, str(FACTORY)], stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True, bufsize=1)
+        self.proc = subprocess.Popen(
+            [sys.executable, str(FACTORY)], stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True, bufsize=1
+        )
 
     def send(self, line: str) -> list[str]:
         assert self.proc.stdin is not None and self.proc.stdout is not None
@@ -81,7 +83,11 @@ def _trials(tmp_path: Path, url: str, trials: int, seed: int) -> None:
     pd.DataFrame({"age": np.arange(300) % 70 + 18}).to_csv(tmp_path / "people.csv", index=False)
     key_file = tmp_path / "audit.key"
     with Service(url, audit_key=key_file, dataset_dir=tmp_path / "datasets") as service:
-        service.register_dataset("people", tmp_path / "people.csv", {"row_level": True, "columns": {"age": {"type": "numeric", "lower": 0, "upper": 100}}})
+        service.register_dataset(
+            "people",
+            tmp_path / "people.csv",
+            {"row_level": True, "columns": {"age": {"type": "numeric", "lower": 0, "upper": 100}}},
+        )
         _, key = service.create_principal("mallory", "analyst")
         service.grant("mallory", "people", epsilon=10.0)
     rng = np.random.default_rng(seed)
@@ -102,16 +108,26 @@ def _trials(tmp_path: Path, url: str, trials: int, seed: int) -> None:
                 assert service.unlogged_spends() == [], f"trial {trial} ({point}): a spend without its entry"
                 spends = service.ledger.list_spends("people", "mallory")
                 ids = {s.id for s in spends}
-                assert len(spends) == spends_before + COMMITTED[point], f"trial {trial} ({point}): {len(spends) - spends_before} new spends"
+                assert len(spends) == spends_before + COMMITTED[point], (
+                    f"trial {trial} ({point}): {len(spends) - spends_before} new spends"
+                )
                 if point == "none":
                     assert status == 200 and body is not None, f"trial {trial}: no answer without a crash ({status})"
                 else:
                     assert status is None, f"trial {trial} ({point}): a response was sent ({status})"
                 if status == 200:
-                    assert body["spend_id"] in ids, f"trial {trial}: an answer was sent for spend {body['spend_id']}, which is not committed"
-                paid = [e.detail.get("spend_id") for e in service.audit_entries(actor="mallory", actions=["query"], limit=10**6) if e.epsilon is not None]
+                    assert body["spend_id"] in ids, (
+                        f"trial {trial}: an answer was sent for spend {body['spend_id']}, which is not committed"
+                    )
+                paid = [
+                    e.detail.get("spend_id")
+                    for e in service.audit_entries(actor="mallory", actions=["query"], limit=10**6)
+                    if e.epsilon is not None
+                ]
                 # exactly one paying entry per committed spend, and none for a spend that is not
-                assert sorted(paid) == sorted(ids), f"trial {trial} ({point}): entries {sorted(paid)} for spends {sorted(ids)}"
+                assert sorted(paid) == sorted(ids), (
+                    f"trial {trial} ({point}): entries {sorted(paid)} for spends {sorted(ids)}"
+                )
     finally:
         factory.close()
     assert set(seen) == set(POINTS), f"not every point was drawn: {dict(seen)}"

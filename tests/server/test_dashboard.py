@@ -20,7 +20,9 @@ import pytest
 
 pytest.importorskip("fastapi", reason="the dashboard test needs the server extra (fastapi)")
 uvicorn = pytest.importorskip("uvicorn", reason="the dashboard test needs the server extra (uvicorn)")
-sync_api = pytest.importorskip("playwright.sync_api", reason="the dashboard test needs Playwright: pip install playwright")
+sync_api = pytest.importorskip(
+    "playwright.sync_api", reason="the dashboard test needs Playwright: pip install playwright"
+)
 expect = sync_api.expect
 
 import httpx  # noqa: E402
@@ -51,7 +53,9 @@ def _chromium_path() -> str:
     except (OSError, subprocess.TimeoutExpired) as exc:
         pytest.skip(f"no system Chromium: scripts/chromium.sh did not run ({exc})")
     if found.returncode != 0 or not found.stdout.strip():
-        pytest.skip(f"no system Chromium (scripts/chromium.sh: {found.stderr.strip() or 'no path printed'}); set DPKIT_CHROMIUM")
+        pytest.skip(
+            f"no system Chromium (scripts/chromium.sh: {found.stderr.strip() or 'no path printed'}); set DPKIT_CHROMIUM"
+        )
     return found.stdout.strip().splitlines()[-1]
 
 
@@ -66,7 +70,9 @@ class _Server:
 
     def __init__(self, app) -> None:
         self.port = _free_port()
-        config = uvicorn.Config(app, host="127.0.0.1", port=self.port, log_level="warning", lifespan="off", access_log=False)
+        config = uvicorn.Config(
+            app, host="127.0.0.1", port=self.port, log_level="warning", lifespan="off", access_log=False
+        )
         self.server = uvicorn.Server(config)
         self.thread = threading.Thread(target=self.server.run, name="dashboard-uvicorn", daemon=True)
 
@@ -107,7 +113,13 @@ def env(tmp_path_factory: pytest.TempPathFactory):
     service.register_dataset(
         "people",
         d / "people.csv",
-        {"row_level": True, "columns": {"age": {"type": "numeric", "lower": 0, "upper": 100}, "sex": {"type": "categorical", "categories": ["F", "M"]}}},
+        {
+            "row_level": True,
+            "columns": {
+                "age": {"type": "numeric", "lower": 0, "upper": 100},
+                "sex": {"type": "categorical", "categories": ["F", "M"]},
+            },
+        },
     )
     keys = {}
     _, keys["carol"] = service.create_principal("carol", "curator")
@@ -133,7 +145,11 @@ def browser():
         pytest.skip(f"Playwright could not start: {exc}")
     try:
         try:
-            instance = pw.chromium.launch(executable_path=executable, headless=True, args=["--no-sandbox", "--disable-gpu", "--disable-dev-shm-usage"])
+            instance = pw.chromium.launch(
+                executable_path=executable,
+                headless=True,
+                args=["--no-sandbox", "--disable-gpu", "--disable-dev-shm-usage"],
+            )
         except Exception as exc:  # pragma: no cover - depends on the installation
             pytest.skip(f"the system Chromium at {executable} could not be launched by Playwright: {exc}")
         yield instance
@@ -190,7 +206,9 @@ def open_page(browser, env):
 
 def _budget(page, dataset: str = "people"):
     view = page.locator("#analyst-view")
-    return view.locator(f'.budget-bar[data-dataset="{dataset}"] .budget-fill'), view.locator(f'.budget-remaining[data-dataset="{dataset}"]')
+    return view.locator(f'.budget-bar[data-dataset="{dataset}"] .budget-fill'), view.locator(
+        f'.budget-remaining[data-dataset="{dataset}"]'
+    )
 
 
 def _width(pct: int):
@@ -286,7 +304,9 @@ def test_wrong_key_shows_login_error(open_page):
 
 def test_curator_overview(open_page, env):
     with env.api("bob") as bob:
-        r = bob.post("/v1/datasets/people/query", json={"epsilon": 0.3, "delta": 0, "sql": "SELECT COUNT(*) FROM people"})
+        r = bob.post(
+            "/v1/datasets/people/query", json={"epsilon": 0.3, "delta": 0, "sql": "SELECT COUNT(*) FROM people"}
+        )
         assert r.status_code == 200, r.text
     p = open_page()
     page = p.page

@@ -67,7 +67,9 @@ def refused(env: Root, source: Any, metadata: dict[str, Any] = AGE_ONLY, **kwarg
     err = info.value
     assert err.name == "source", err
     text = str(err)
-    assert str(env.outside) not in text and str(env.root) not in text and SHADOW_LINE not in text and "root:*" not in text, text
+    assert (
+        str(env.outside) not in text and str(env.root) not in text and SHADOW_LINE not in text and "root:*" not in text
+    ), text
     assert "data root" in text, text  # says what is accepted
     assert env.service.datasets() == before
     assert not list(default_dataset_dir(env.url).glob("leak-*"))  # nothing was copied
@@ -91,7 +93,10 @@ def test_a_symlink_leaving_the_root_is_refused(env: Root) -> None:
     nested.mkdir()
     (nested / "up").symlink_to(env.outside, target_is_directory=True)
     refused(env, "sub/up/shadow.csv")  # a directory link out of the root, then a plain name
-    with Service(f"sqlite:///{env.ledger.with_name('admin.sqlite')}") as admin, pytest.raises(InvalidParameterError) as info:
+    with (
+        Service(f"sqlite:///{env.ledger.with_name('admin.sqlite')}") as admin,
+        pytest.raises(InvalidParameterError) as info,
+    ):
         admin.register_dataset("leak", link, AGE_ONLY)
     assert info.value.name == "metadata.columns.age"  # read: only the metadata check stopped it
 
@@ -168,9 +173,15 @@ def test_metadata_mismatch_names_declared_columns_only(env: Root) -> None:
     without naming them."""
     (env.root / "headerless.csv").write_text(f"{SHADOW_LINE}\ndaemon:*:20228:0:99999:7:::\n")
     with pytest.raises(InvalidParameterError) as info:
-        env.service.register_dataset("leak", "headerless.csv", {"privacy_unit": "uid", "columns": {"age": {"type": "numeric", "lower": 0, "upper": 1}}})
+        env.service.register_dataset(
+            "leak",
+            "headerless.csv",
+            {"privacy_unit": "uid", "columns": {"age": {"type": "numeric", "lower": 0, "upper": 1}}},
+        )
     text = str(info.value)
-    assert info.value.name == "metadata.columns.age" and "'age'" in text and "'uid'" in text and "1 other column" in text, text
+    assert (
+        info.value.name == "metadata.columns.age" and "'age'" in text and "'uid'" in text and "1 other column" in text
+    ), text
     assert "root" not in text and "20228" not in text and str(env.root) not in text, text
     assert env.service.datasets() == []
     # the failed registration leaves no copy behind
@@ -180,7 +191,9 @@ def test_metadata_mismatch_names_declared_columns_only(env: Root) -> None:
 def test_an_unreadable_source_names_no_path(env: Root) -> None:
     (env.root / "dup.csv").write_text("a,a\n1,2\n")  # the header does not name every column once
     with pytest.raises(InvalidDataError) as info:
-        env.service.register_dataset("dup", "dup.csv", {"row_level": True, "columns": {"a": {"type": "numeric", "lower": 0, "upper": 1}}})
+        env.service.register_dataset(
+            "dup", "dup.csv", {"row_level": True, "columns": {"a": {"type": "numeric", "lower": 0, "upper": 1}}}
+        )
     assert "dup.csv" in str(info.value) and str(env.root) not in str(info.value)
 
 
@@ -194,7 +207,12 @@ def test_a_deleted_source_and_copy_is_unavailable_with_nothing_spent(env: Root) 
     svc.grant("alice", "people", epsilon=5.0)
     who = svc.authenticate(key)
     (env.root / "people.csv").unlink()
-    assert svc.query(who, "people", QueryRequest(epsilon=0.5, sql="SELECT COUNT(*) FROM people"))["budget"]["spent_epsilon"] == 0.5
+    assert (
+        svc.query(who, "people", QueryRequest(epsilon=0.5, sql="SELECT COUNT(*) FROM people"))["budget"][
+            "spent_epsilon"
+        ]
+        == 0.5
+    )
     svc.close()
     default_dataset_dir(env.url).joinpath(copy_name("people", info.created_at)).unlink()
     with Service(env.url, data_root=env.root) as fresh:
@@ -256,7 +274,11 @@ def test_a_copy_is_not_recreated_from_a_source_that_now_leaves_the_root(env: Roo
 
 
 def _in_memory_table_bytes(conn: Any) -> int:
-    return int(conn.execute("SELECT coalesce(sum(memory_usage_bytes), 0) FROM duckdb_memory() WHERE tag = 'IN_MEMORY_TABLE'").fetchone()[0])
+    return int(
+        conn.execute(
+            "SELECT coalesce(sum(memory_usage_bytes), 0) FROM duckdb_memory() WHERE tag = 'IN_MEMORY_TABLE'"
+        ).fetchone()[0]
+    )
 
 
 @pytest.mark.parametrize("copy_present", [True, False], ids=["copy present", "copy re-created by both at once"])
@@ -280,7 +302,10 @@ def test_two_processes_query_one_shared_copy(env: Root, copy_present: bool) -> N
     barrier, out = ctx.Barrier(2), ctx.Queue()
     from server._dataset_worker import query_and_report
 
-    procs = [ctx.Process(target=query_and_report, args=(env.url, str(env.root), str(copy.parent), key, "big", barrier, out)) for _ in range(2)]
+    procs = [
+        ctx.Process(target=query_and_report, args=(env.url, str(env.root), str(copy.parent), key, "big", barrier, out))
+        for _ in range(2)
+    ]
     for p in procs:
         p.start()
     try:
@@ -293,7 +318,9 @@ def test_two_processes_query_one_shared_copy(env: Root, copy_present: bool) -> N
         assert r["databases"] == [(copy.stem, str(copy), True)], r
         assert r["in_memory_table_bytes"] == 0, r
     assert svc.ledger.get_budget("big", "alice").spent_epsilon == pytest.approx(0.2)
-    assert sorted(p.name for p in copy.parent.iterdir() if not p.name.endswith(".lock")) == [copy.name]  # no temporaries left
+    assert sorted(p.name for p in copy.parent.iterdir() if not p.name.endswith(".lock")) == [
+        copy.name
+    ]  # no temporaries left
     # power check: the measure sees a private in-memory copy of the same table
     private = duckdb.connect()
     try:
@@ -356,7 +383,9 @@ def test_spark_registration_options_are_checked_before_anything_is_read(env: Roo
         ({"spark_conf": {"spark.executor.memory": 2}}, "spark_conf['spark.executor.memory']"),
     ],
 )
-def test_bad_spark_settings_are_refused_before_the_ledger_is_opened(tmp_path: Path, kwargs: dict[str, Any], name: str) -> None:
+def test_bad_spark_settings_are_refused_before_the_ledger_is_opened(
+    tmp_path: Path, kwargs: dict[str, Any], name: str
+) -> None:
     ledger = tmp_path / "ledger.sqlite"
     with pytest.raises(InvalidParameterError) as err:
         Service(f"sqlite:///{ledger}", **kwargs)

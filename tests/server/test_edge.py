@@ -31,10 +31,14 @@ def world(tmp_path: Path) -> Iterator[World]:
 
 
 def _raw(client: Any, world: World, body: bytes, who: str = "alice", endpoint: str = "query") -> Any:
-    return client.post(f"/v1/datasets/people/{endpoint}", content=body, headers={**world.h(who), "Content-Type": "application/json"})
+    return client.post(
+        f"/v1/datasets/people/{endpoint}", content=body, headers={**world.h(who), "Content-Type": "application/json"}
+    )
 
 
-def _refused_and_logged(world: World, r: Any, n_before: int, *, who: str = "alice", code: str = "invalid_request") -> dict[str, Any]:
+def _refused_and_logged(
+    world: World, r: Any, n_before: int, *, who: str = "alice", code: str = "invalid_request"
+) -> dict[str, Any]:
     assert r.status_code == 400, (r.status_code, r.text)
     err = error_of(r)
     assert err["code"] == code, err
@@ -59,7 +63,10 @@ POISON_BODIES = {
     "latin1-bytes": b'{"epsilon": 0.1, "sql": "SELECT COUNT(*) FROM people WHERE city = \'\xe9\'"}',
     "deep-arrays": b"[" * 65_000,
     "deep-objects": b'{"a":' * 10_000 + b"1" + b"}" * 10_000,
-    "deep-in-keys": b'{"epsilon": 0.1, "query": {"aggregates": [{"kind": "count"}], "keys": ' + b"[" * 5000 + b"]" * 5000 + b"}}",
+    "deep-in-keys": b'{"epsilon": 0.1, "query": {"aggregates": [{"kind": "count"}], "keys": '
+    + b"[" * 5000
+    + b"]" * 5000
+    + b"}}",
 }
 
 
@@ -104,7 +111,9 @@ def test_the_poisoned_bodies_cannot_fail_a_concurrent_victim(world: World) -> No
 
     def victim() -> None:
         for _ in range(40):
-            r = client.post("/v1/datasets/people/query", headers=world.h("alice"), json={"epsilon": 0.01, "sql": COUNT_SQL})
+            r = client.post(
+                "/v1/datasets/people/query", headers=world.h("alice"), json={"epsilon": 0.01, "sql": COUNT_SQL}
+            )
             with lock:
                 statuses["victim"].append(r.status_code)
 
@@ -134,7 +143,18 @@ def test_the_poisoned_bodies_cannot_fail_a_concurrent_victim(world: World) -> No
 
 
 @pytest.mark.parametrize("path", ["/v1/history", "/v1/audit"])
-@pytest.mark.parametrize("query", ["after=99999999999999999999999", "after=-1", "after=9223372036854775808", "limit=0", "limit=1001", "limit=99999999999999999999999", "after=1e3"])
+@pytest.mark.parametrize(
+    "query",
+    [
+        "after=99999999999999999999999",
+        "after=-1",
+        "after=9223372036854775808",
+        "limit=0",
+        "limit=1001",
+        "limit=99999999999999999999999",
+        "after=1e3",
+    ],
+)
 def test_integers_out_of_range_are_400(path: str, query: str, world: World) -> None:
     client = world.client()
     n = len(world.entries())
@@ -165,7 +185,11 @@ def test_integers_in_range_are_accepted(path: str, world: World) -> None:
     ],
 )
 def test_path_parameters_are_checked_before_use(method: str, path: str, parameter: str, world: World) -> None:
-    who = "curator" if "/analysts/" in path or "/principals/" in path or "/keys/" in path or path.startswith("/v1/history") else "alice"
+    who = (
+        "curator"
+        if "/analysts/" in path or "/principals/" in path or "/keys/" in path or path.startswith("/v1/history")
+        else "alice"
+    )
     client = world.client()
     n = len(world.entries())
     body = {"epsilon": 0.1, "sql": COUNT_SQL} if method == "POST" and "/query" in path else None
@@ -190,7 +214,18 @@ def test_an_unknown_route_with_a_nul_is_logged_printably(world: World) -> None:
 # ------------------------------------------------------------------------------------------------
 
 
-@pytest.mark.parametrize("asset", ["dashboard.js%00.css", "dashboard.js%00", "..%2Findex.html", "%2E%2E", "index.html", "nope.js", "dashboard.css%20"])
+@pytest.mark.parametrize(
+    "asset",
+    [
+        "dashboard.js%00.css",
+        "dashboard.js%00",
+        "..%2Findex.html",
+        "%2E%2E",
+        "index.html",
+        "nope.js",
+        "dashboard.css%20",
+    ],
+)
 def test_only_shipped_assets_are_served(asset: str, world: World) -> None:
     client = world.client()
     r = client.get(f"/dashboard/{asset}")
@@ -210,7 +245,9 @@ def test_the_shipped_assets_are_served(world: World) -> None:
     [LimitExceededError("keys", 10**9, 100_000, "max_keys"), RecursionError("maximum recursion depth exceeded")],
     ids=["limit", "recursion"],
 )
-def test_a_refusal_in_validation_is_400_limit_exceeded_and_unpaid(world: World, monkeypatch: pytest.MonkeyPatch, raised: Exception) -> None:
+def test_a_refusal_in_validation_is_400_limit_exceeded_and_unpaid(
+    world: World, monkeypatch: pytest.MonkeyPatch, raised: Exception
+) -> None:
     """A limit exceeded is 400 ``limit_exceeded`` naming the limit and its setting; the power
     check of the fallback: whatever part of validation recurses too deeply, the answer is the
     same kind of 400 and nothing is spent (not a 500 or query_failed)."""
@@ -224,7 +261,9 @@ def test_a_refusal_in_validation_is_400_limit_exceeded_and_unpaid(world: World, 
     client = world.client()
     for endpoint in ("query", "query/cost"):
         before, n = world.snapshot(), len(world.entries())
-        r = client.post(f"/v1/datasets/people/{endpoint}", headers=world.h("alice"), json={"epsilon": 0.1, "sql": COUNT_SQL})
+        r = client.post(
+            f"/v1/datasets/people/{endpoint}", headers=world.h("alice"), json={"epsilon": 0.1, "sql": COUNT_SQL}
+        )
         err = _refused_and_logged(world, r, n, code="limit_exceeded")
         if isinstance(raised, LimitExceededError):
             assert err["parameter"] == "keys" and err["limit"] == 100_000 and err["setting"] == "max_keys"
@@ -241,7 +280,11 @@ def test_deeply_nested_sql_is_a_4xx(where: str, world: World) -> None:
     client = world.client(max_body_bytes=256 * 1024)
     before = world.snapshot()
     for endpoint in ("query", "query/cost"):
-        r = client.post(f"/v1/datasets/people/{endpoint}", headers=world.h("alice"), json={"epsilon": 0.1, "sql": f"SELECT COUNT(*) FROM people WHERE {where}"})
+        r = client.post(
+            f"/v1/datasets/people/{endpoint}",
+            headers=world.h("alice"),
+            json={"epsilon": 0.1, "sql": f"SELECT COUNT(*) FROM people WHERE {where}"},
+        )
         assert r.status_code == 400, (r.status_code, r.text[:300])
         assert error_of(r)["code"] in ("limit_exceeded", "invalid_request")
     assert world.snapshot() == before
@@ -289,7 +332,10 @@ def test_an_exhausted_budget_names_no_url_postgres(tmp_path: Path, pg_url: str) 
     try:
         people = write_people(tmp_path / "people.csv")
         service.register_dataset("people", people, PEOPLE_METADATA)
-        keys = {"curator": service.create_principal("curator", "curator")[1], "bob": service.create_principal("bob", "analyst")[1]}
+        keys = {
+            "curator": service.create_principal("curator", "curator")[1],
+            "bob": service.create_principal("bob", "analyst")[1],
+        }
         service.grant("bob", "people", epsilon=10.0)
         w = World(tmp_path, tmp_path / "unused", service, keys, people, people)
         from fastapi.testclient import TestClient

@@ -65,7 +65,9 @@ class Backend:
     """One world to tamper with: its service (reopened after tampering) and raw SQL access as an
     attacker with write access to the database (but not to the key) would have."""
 
-    def __init__(self, open_service: Callable[[], Service], execute: Callable[[str, tuple[Any, ...]], list[tuple[Any, ...]]]) -> None:
+    def __init__(
+        self, open_service: Callable[[], Service], execute: Callable[[str, tuple[Any, ...]], list[tuple[Any, ...]]]
+    ) -> None:
         self.open_service, self.execute = open_service, execute
 
     def verify(self, head: str | None = None) -> Any:
@@ -111,19 +113,25 @@ def test_untampered_world_verifies(world: Backend) -> None:
     assert report.entries == 7
     entries = world.entries()
     assert [e.action for e in entries] == ["grant", "grant"] + ["query"] * 5
-    assert sorted(e.detail["spend_id"] for e in entries if e.epsilon is not None) == [r[0] for r in world.execute("SELECT id FROM spends ORDER BY id", ())]
+    assert sorted(e.detail["spend_id"] for e in entries if e.epsilon is not None) == [
+        r[0] for r in world.execute("SELECT id FROM spends ORDER BY id", ())
+    ]
 
 
 def test_deleted_spend_with_lowered_totals_is_found(world: Backend) -> None:
     """Issue item 5: deleting a spend and lowering spent_* keeps the ledger self-consistent —
     only the chain still names the spend."""
-    sid, eps, dlt, analyst = world.execute("SELECT id, epsilon_cost, delta_cost, analyst FROM spends ORDER BY id DESC LIMIT 1", ())[0]
+    sid, eps, dlt, analyst = world.execute(
+        "SELECT id, epsilon_cost, delta_cost, analyst FROM spends ORDER BY id DESC LIMIT 1", ()
+    )[0]
     world.execute("DELETE FROM spends WHERE id = ?", (sid,))
     total = world.execute("SELECT epsilon_cost FROM spends WHERE analyst = ?", (analyst,))
     from fractions import Fraction
 
     spent = sum((Fraction(r[0]) for r in total), Fraction(0))
-    world.execute("UPDATE budgets SET spent_epsilon = ? WHERE analyst = ?", (f"{spent.numerator}/{spent.denominator}", analyst))
+    world.execute(
+        "UPDATE budgets SET spent_epsilon = ? WHERE analyst = ?", (f"{spent.numerator}/{spent.denominator}", analyst)
+    )
     message = world.refused()
     assert f"records spend {sid}" in message and "not in the ledger" in message
     assert "chained spends add up to" in message
@@ -132,24 +140,42 @@ def test_deleted_spend_with_lowered_totals_is_found(world: Backend) -> None:
 def test_raised_budget_is_found(world: Backend) -> None:
     world.execute("UPDATE budgets SET epsilon = '1000/1' WHERE analyst = 'alice'", ())
     message = world.refused()
-    assert "analyst 'alice'" in message and "ε=1000, δ=1e-06 in the ledger but its grant" in message and "says ε=1," in message
+    assert (
+        "analyst 'alice'" in message
+        and "ε=1000, δ=1e-06 in the ledger but its grant" in message
+        and "says ε=1," in message
+    )
 
 
 def test_spend_without_entry_is_found(world: Backend) -> None:
     """What a crash between two separate transactions would have left: a spend no entry names."""
-    row = world.execute("SELECT dataset, analyst, event, query_text, epsilon_cost, delta_cost, created_at FROM spends ORDER BY id LIMIT 1", ())[0]
-    world.execute("INSERT INTO spends (dataset, analyst, event, query_text, epsilon_cost, delta_cost, created_at) VALUES (?, ?, ?, ?, ?, ?, ?)", row)
+    row = world.execute(
+        "SELECT dataset, analyst, event, query_text, epsilon_cost, delta_cost, created_at FROM spends ORDER BY id LIMIT 1",
+        (),
+    )[0]
+    world.execute(
+        "INSERT INTO spends (dataset, analyst, event, query_text, epsilon_cost, delta_cost, created_at) VALUES (?, ?, ?, ?, ?, ?, ?)",
+        row,
+    )
     from fractions import Fraction
 
-    spent = sum((Fraction(r[0]) for r in world.execute("SELECT epsilon_cost FROM spends WHERE analyst = ?", (row[1],))), Fraction(0))
-    world.execute("UPDATE budgets SET spent_epsilon = ? WHERE analyst = ?", (f"{spent.numerator}/{spent.denominator}", row[1]))
+    spent = sum(
+        (Fraction(r[0]) for r in world.execute("SELECT epsilon_cost FROM spends WHERE analyst = ?", (row[1],))),
+        Fraction(0),
+    )
+    world.execute(
+        "UPDATE budgets SET spent_epsilon = ? WHERE analyst = ?", (f"{spent.numerator}/{spent.denominator}", row[1])
+    )
     assert "has no audit entry" in world.refused()
     with world.open_service() as svc:
         assert len(svc.unlogged_spends()) == 1
 
 
 def test_budget_without_grant_is_found(world: Backend) -> None:
-    world.execute("INSERT INTO budgets (dataset, analyst, epsilon, delta, spent_epsilon, spent_delta, created_at) VALUES ('people', 'mallory', '5/1', '0/1', '0/1', '0/1', '2026-01-01T00:00:00+00:00')", ())
+    world.execute(
+        "INSERT INTO budgets (dataset, analyst, epsilon, delta, spent_epsilon, spent_delta, created_at) VALUES ('people', 'mallory', '5/1', '0/1', '0/1', '0/1', '2026-01-01T00:00:00+00:00')",
+        (),
+    )
     assert "analyst 'mallory' on dataset 'people' has 0 grant entries" in world.refused()
 
 
@@ -157,10 +183,14 @@ def _rechain(world: Backend, start: int, digest: Callable[[str, list[Any]], str]
     """Rewrite entries ``start``.. with changed content, re-linking every hash with ``digest``."""
     entries = world.entries()
     prev = entries[start - 2].hash if start > 1 else GENESIS
-    for e in entries[start - 1:]:
-        changed = AuditEntry(e.seq, e.at, e.actor, e.action, e.dataset, e.status, "rewritten", e.epsilon, e.delta, e.detail, prev, "")
+    for e in entries[start - 1 :]:
+        changed = AuditEntry(
+            e.seq, e.at, e.actor, e.action, e.dataset, e.status, "rewritten", e.epsilon, e.delta, e.detail, prev, ""
+        )
         h = digest(prev, changed.body())
-        world.execute("UPDATE audit_log SET outcome = ?, prev_hash = ?, hash = ? WHERE seq = ?", ("rewritten", prev, h, e.seq))
+        world.execute(
+            "UPDATE audit_log SET outcome = ?, prev_hash = ?, hash = ? WHERE seq = ?", ("rewritten", prev, h, e.seq)
+        )
         prev = h
 
 
@@ -173,7 +203,9 @@ def test_rechained_log_is_found_without_a_head(world: Backend, how: str) -> None
 
     digests: dict[str, Callable[[str, list[Any]], str]] = {
         "sha256": lambda prev, body: hashlib.sha256((prev + canonical(body)).encode()).hexdigest(),
-        "another_key": lambda prev, body: hmac.new(b"k" * 32, (prev + canonical(body)).encode(), hashlib.sha256).hexdigest(),
+        "another_key": lambda prev, body: hmac.new(
+            b"k" * 32, (prev + canonical(body)).encode(), hashlib.sha256
+        ).hexdigest(),
     }
     _rechain(world, 4, digests[how])
     message = world.refused()
@@ -203,8 +235,13 @@ def test_cut_tail_with_its_spends_is_found_by_the_head(world: Backend) -> None:
     world.execute("DELETE FROM spends WHERE id = ?", (sid,))
     from fractions import Fraction
 
-    spent = sum((Fraction(r[0]) for r in world.execute("SELECT epsilon_cost FROM spends WHERE analyst = ?", (last.actor,))), Fraction(0))
-    world.execute("UPDATE budgets SET spent_epsilon = ? WHERE analyst = ?", (f"{spent.numerator}/{spent.denominator}", last.actor))
+    spent = sum(
+        (Fraction(r[0]) for r in world.execute("SELECT epsilon_cost FROM spends WHERE analyst = ?", (last.actor,))),
+        Fraction(0),
+    )
+    world.execute(
+        "UPDATE budgets SET spent_epsilon = ? WHERE analyst = ?", (f"{spent.numerator}/{spent.denominator}", last.actor)
+    )
     assert eps and world.verify().entries == 6
     assert "removed from its end" in world.refused(head)
 
@@ -257,7 +294,9 @@ def test_a_release_is_stored_and_a_name_taken_after_the_first_check_is_refused_b
     assert rows == answer["rows"] and report == answer["report"]
     assert [r.name for r in service.releases()] == ["p1"]
     plan = Releases.plan
-    monkeypatch.setattr(Releases, "plan", lambda self, *a: replace(plan(self, a[0], "p2", *a[2:]), name="p1", folded="p1"))
+    monkeypatch.setattr(
+        Releases, "plan", lambda self, *a: replace(plan(self, a[0], "p2", *a[2:]), name="p1", folded="p1")
+    )
     with pytest.raises(InvalidParameterError, match="taken"):
         service.synthesize(who, "people", request)
     monkeypatch.undo()
@@ -302,7 +341,14 @@ def test_hostile_text_cannot_fail_the_batch(service: Service) -> None:
     def attack() -> None:
         while not stop.is_set():
             try:
-                service.audit(actor="\ud800evil", action="query\x00", status=400, outcome="\udfff", dataset="people\ud800", detail={"sql": "SELECT \ud800", "\ud800": ["\x00"]})
+                service.audit(
+                    actor="\ud800evil",
+                    action="query\x00",
+                    status=400,
+                    outcome="\udfff",
+                    dataset="people\ud800",
+                    detail={"sql": "SELECT \ud800", "\ud800": ["\x00"]},
+                )
             except BaseException as exc:  # pragma: no cover - the failure this test looks for
                 errors.append(exc)
 
@@ -352,7 +398,10 @@ def test_a_wrong_key_fails_verification_at_the_first_entry(tmp_path: Path) -> No
     db = tmp_path / "ledger.sqlite"
     with Service(f"sqlite:///{db}", audit_key=KEY) as svc:
         svc.audit(actor="curator", action="start", status=200, outcome="ok")
-    with Service(f"sqlite:///{db}", audit_key=b"x" * 32) as svc, pytest.raises(LedgerError, match="entry 1 does not match its keyed hash"):
+    with (
+        Service(f"sqlite:///{db}", audit_key=b"x" * 32) as svc,
+        pytest.raises(LedgerError, match="entry 1 does not match its keyed hash"),
+    ):
         svc.verify_log()
 
 
@@ -366,6 +415,19 @@ def test_malformed_key_file_is_refused_without_its_contents(tmp_path: Path) -> N
 
 def test_entries_hash_as_ascii_json() -> None:
     """Any text has one canonical encoding (no UnicodeEncodeError on lone surrogates)."""
-    e = AuditEntry.new(1, GENESIS, KEY, at="t", actor="\ud800", action="a", dataset=None, status=400, outcome="o", epsilon=None, delta=None, detail={"x": "\udfff"})
+    e = AuditEntry.new(
+        1,
+        GENESIS,
+        KEY,
+        at="t",
+        actor="\ud800",
+        action="a",
+        dataset=None,
+        status=400,
+        outcome="o",
+        epsilon=None,
+        delta=None,
+        detail={"x": "\udfff"},
+    )
     assert verify_chain([e], key=KEY).entries == 1
     assert json.loads(canonical(e.body()))[1] == "t"

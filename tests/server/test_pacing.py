@@ -111,11 +111,19 @@ def test_a_paid_answer_never_leaves_before_its_budget(world: World) -> None:
     with live_server(_app(world, answer_seconds=0.6)) as base, httpx.Client(base_url=base, timeout=60) as c:
         for _ in range(3):
             t0 = time.monotonic()
-            r = c.post("/v1/datasets/people/query", json={"sql": "SELECT COUNT(*) FROM people", "epsilon": 0.01}, headers=world.h("alice"))
+            r = c.post(
+                "/v1/datasets/people/query",
+                json={"sql": "SELECT COUNT(*) FROM people", "epsilon": 0.01},
+                headers=world.h("alice"),
+            )
             assert r.status_code == 200, r.text
             assert time.monotonic() - t0 >= 0.6
         t0 = time.monotonic()
-        r = c.post("/v1/datasets/people/query", json={"sql": "SELECT COUNT(*) FROM people", "epsilon": 100.0}, headers=world.h("alice"))
+        r = c.post(
+            "/v1/datasets/people/query",
+            json={"sql": "SELECT COUNT(*) FROM people", "epsilon": 100.0},
+            headers=world.h("alice"),
+        )
         assert r.status_code == 409
 
 
@@ -124,7 +132,9 @@ def test_work_past_its_time_is_cancelled_and_the_spend_stands(world: World) -> N
     the pool: nothing left in flight) and answered with the fixed query_failed naming its spend."""
     app = _app(world, synth_seconds=0.01)
     with live_server(app) as base, httpx.Client(base_url=base, timeout=60) as c:
-        r = c.post("/v1/datasets/people/synthetic", json={**SYNTH, "method": "aim", "rounds": 20}, headers=world.h("alice"))
+        r = c.post(
+            "/v1/datasets/people/synthetic", json={**SYNTH, "method": "aim", "rounds": 20}, headers=world.h("alice")
+        )
         assert r.status_code == 500, r.text
         err = error_of(r)
         assert err["code"] == "query_failed" and isinstance(err["spend_id"], int)
@@ -172,7 +182,9 @@ def test_a_thousand_rounds_are_refused_before_paying(world: World) -> None:
     """Item 2: ``rounds: 1000`` ran 510 s of CPU and answered 200; now the service's limit
     refuses it, unpaid, naming the setting."""
     c = world.client(max_synth_rounds=100)
-    r = c.post("/v1/datasets/people/synthetic", json={**SYNTH, "epsilon": 0.003, "rounds": 1000}, headers=world.h("alice"))
+    r = c.post(
+        "/v1/datasets/people/synthetic", json={**SYNTH, "epsilon": 0.003, "rounds": 1000}, headers=world.h("alice")
+    )
     assert r.status_code == 400
     err = error_of(r)
     assert err["code"] == "limit_exceeded" and err["setting"] == "max_synth_rounds" and err["limit"] == 100
@@ -239,6 +251,7 @@ def test_me_does_not_wait_behind_held_answers(world: World) -> None:
     with live_server(app) as base:
         done: list[float] = []
         pool = concurrent.futures.ThreadPoolExecutor(8)
+
         def held_request() -> None:
             _post_all(base, world.keys["alice"], 1)
             done.append(time.monotonic())
@@ -276,7 +289,9 @@ def _timing_service(tmp_path: Path) -> tuple[Service, str]:
     return service, key
 
 
-def _latencies(service: Service, key: str, *, hold: bool, samples: int = SAMPLES, clients: int = 20) -> dict[str, list[float]]:
+def _latencies(
+    service: Service, key: str, *, hold: bool, samples: int = SAMPLES, clients: int = 20
+) -> dict[str, list[float]]:
     """``samples`` paid COUNTs on each dataset, from ``clients`` threads each alternating between
     the two (so both see the same load), after two warm-up queries each."""
     settings = {"answer_seconds": 3.0, "max_concurrent": 1000, "cpu_seconds_per_hour": 1e9}
@@ -290,7 +305,9 @@ def _latencies(service: Service, key: str, *, hold: bool, samples: int = SAMPLES
                 for i in range(2 * samples // clients):
                     name = ("d", "d_plus")[(i + k) % 2]
                     t0 = time.perf_counter()
-                    r = c.post(f"/v1/datasets/{name}/query", json={"sql": f"SELECT COUNT(*) FROM {name}", "epsilon": 1e-4})
+                    r = c.post(
+                        f"/v1/datasets/{name}/query", json={"sql": f"SELECT COUNT(*) FROM {name}", "epsilon": 1e-4}
+                    )
                     took = time.perf_counter() - t0
                     assert r.status_code == 200, r.text
                     with lock:
@@ -298,7 +315,12 @@ def _latencies(service: Service, key: str, *, hold: bool, samples: int = SAMPLES
 
         with httpx.Client(base_url=base, timeout=120, headers={"Authorization": f"Bearer {key}"}) as c:
             for name in ("d", "d_plus", "d", "d_plus"):  # warm-up: each dataset's copy opened
-                assert c.post(f"/v1/datasets/{name}/query", json={"sql": f"SELECT COUNT(*) FROM {name}", "epsilon": 1e-4}).status_code == 200
+                assert (
+                    c.post(
+                        f"/v1/datasets/{name}/query", json={"sql": f"SELECT COUNT(*) FROM {name}", "epsilon": 1e-4}
+                    ).status_code
+                    == 200
+                )
         threads = [threading.Thread(target=client, args=(k,)) for k in range(clients)]
         for t in threads:
             t.start()

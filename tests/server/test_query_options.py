@@ -31,7 +31,14 @@ def test_the_body_reaches_the_session_with_every_option() -> None:
     body = QueryBody.model_validate({"epsilon": 0.5, "sql": "SELECT COUNT(*) FROM people", "split": [1, 2]})
     request = body.request()
     assert request.split == (1, 2) and request.delta == QueryOptions.delta
-    assert query_options(request) == {"epsilon": 0.5, "delta": 0.0, "noise": "laplace", "confidence": 0.95, "key_selection": "truncated_geometric", "split": (1, 2)}
+    assert query_options(request) == {
+        "epsilon": 0.5,
+        "delta": 0.0,
+        "noise": "laplace",
+        "confidence": 0.95,
+        "key_selection": "truncated_geometric",
+        "split": (1, 2),
+    }
     assert "split" not in query_options(QueryRequest(epsilon=0.5, sql="SELECT COUNT(*) FROM people"))
     # what the session receives is accepted by QueryOptions as it stands
     assert QueryOptions(**query_options(request)).split == (1, 2)

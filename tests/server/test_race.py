@@ -53,7 +53,9 @@ async def _post(host: str, port: int, path: str, body: bytes, key: str) -> int:
 async def _fire(base: str, key: str, n: int) -> list[int]:
     host, port = base.removeprefix("http://").split(":")
     body = json.dumps({"epsilon": COST, "sql": "SELECT COUNT(*) FROM people"}).encode()
-    return list(await asyncio.gather(*(_post(host, int(port), "/v1/datasets/people/query", body, key) for _ in range(n))))
+    return list(
+        await asyncio.gather(*(_post(host, int(port), "/v1/datasets/people/query", body, key) for _ in range(n)))
+    )
 
 
 def _race(service: Service, base: str, rng: np.random.Generator, rep: int, requests: int = REQUESTS) -> None:
@@ -63,7 +65,9 @@ def _race(service: Service, base: str, rng: np.random.Generator, rep: int, reque
     service.grant(name, "people", epsilon=k * COST)
     statuses = asyncio.run(_fire(base, key, requests))
     seen = {code: statuses.count(code) for code in sorted(set(statuses))}
-    assert statuses.count(200) == k, f"repetition {rep}: {statuses.count(200)} answered, budget admits {k} (statuses {seen})"
+    assert statuses.count(200) == k, (
+        f"repetition {rep}: {statuses.count(200)} answered, budget admits {k} (statuses {seen})"
+    )
     assert statuses.count(409) == requests - k, sorted(set(statuses))
     spends = service.ledger.list_spends("people", name)
     assert len(spends) == k
@@ -84,14 +88,27 @@ def _setup(tmp_path: Path, url: str) -> Service:
     rng = np.random.default_rng(1)
     pd.DataFrame({"age": rng.integers(18, 90, 200)}).to_csv(tmp_path / "people.csv", index=False)
     service = Service(url, audit_key=tmp_path / "audit.key", dataset_dir=tmp_path / "datasets")
-    service.register_dataset("people", tmp_path / "people.csv", {"row_level": True, "columns": {"age": {"type": "numeric", "lower": 0, "upper": 100}}})
+    service.register_dataset(
+        "people",
+        tmp_path / "people.csv",
+        {"row_level": True, "columns": {"age": {"type": "numeric", "lower": 0, "upper": 100}}},
+    )
     return service
 
 
 def _run(service: Service, tmp_path: Path) -> None:
     rng = np.random.default_rng(2026)
-    where = ("--audit-key", str(tmp_path / "audit.key"), "--dataset-dir", str(tmp_path / "datasets"), "--data-root", str(tmp_path))
-    with dpkit_serve(service.url, "--rate", "1e9", "--burst", "1000000000", "--workers", "2", *UNPACED_FLAGS, *where) as base:
+    where = (
+        "--audit-key",
+        str(tmp_path / "audit.key"),
+        "--dataset-dir",
+        str(tmp_path / "datasets"),
+        "--data-root",
+        str(tmp_path),
+    )
+    with dpkit_serve(
+        service.url, "--rate", "1e9", "--burst", "1000000000", "--workers", "2", *UNPACED_FLAGS, *where
+    ) as base:
         for rep in range(REPEATS):
             _race(service, base, rng, rep)
     service.verify_log()
@@ -131,7 +148,9 @@ class _CheckThenPay(SQLiteLedger):
 def test_the_race_test_catches_a_check_then_pay_ledger(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """Power: the same race, against a ledger whose check and debit are separate transactions,
     answers more queries than the budget admits — and the assertion above catches it."""
-    monkeypatch.setattr(service_module, "_open_ledger", lambda url, timeout: _CheckThenPay(sqlite_path(url), timeout=timeout))
+    monkeypatch.setattr(
+        service_module, "_open_ledger", lambda url, timeout: _CheckThenPay(sqlite_path(url), timeout=timeout)
+    )
     service = _setup(tmp_path, f"sqlite:///{tmp_path / 'ledger.sqlite'}")
     try:
         with live_server(create_app(service, rate=1e9, burst=10**9, **UNPACED)) as base:

@@ -52,7 +52,9 @@ class HTTPCurator(Curator):
                 continue  # the empty sum is 0: nothing to ask
             sql = f"SELECT SUM(secret) FROM people WHERE id IN ({', '.join(map(str, ids))})"
             r = self._client.post(
-                "/v1/datasets/people/query", json={"epsilon": self._epsilon, "sql": sql}, headers={"Authorization": f"Bearer {self._key}"}
+                "/v1/datasets/people/query",
+                json={"epsilon": self._epsilon, "sql": sql},
+                headers={"Authorization": f"Bearer {self._key}"},
             )
             self.statuses.append(r.status_code)
             if r.status_code == 200:
@@ -62,7 +64,13 @@ class HTTPCurator(Curator):
 
 
 #: Every row is a different person; ``id`` is declared (an integer the analyst may filter on).
-METADATA = {"row_level": True, "columns": {"id": {"type": "categorical", "value_type": "integer"}, "secret": {"type": "numeric", "lower": 0, "upper": 1}}}
+METADATA = {
+    "row_level": True,
+    "columns": {
+        "id": {"type": "categorical", "value_type": "integer"},
+        "secret": {"type": "numeric", "lower": 0, "upper": 1},
+    },
+}
 
 
 def _attack_service(tmp_path, x: np.ndarray, budget: float, seed: int) -> tuple[float, list[int], Service]:
@@ -72,7 +80,10 @@ def _attack_service(tmp_path, x: np.ndarray, budget: float, seed: int) -> tuple[
     service.register_dataset("people", tmp_path / "people.csv", METADATA)
     _, key = service.create_principal("eve", "analyst")
     service.grant("eve", "people", epsilon=budget)
-    with live_server(create_app(service, rate=1e9, burst=10**9, **UNPACED)) as base, httpx.Client(base_url=base, timeout=60) as client:
+    with (
+        live_server(create_app(service, rate=1e9, burst=10**9, **UNPACED)) as base,
+        httpx.Client(base_url=base, timeout=60) as client,
+    ):
         curator = HTTPCurator(x, client, key, split_epsilon(budget, QUERIES))
         result = dinur_nissim_attack(curator, N, rng=np.random.default_rng(seed + 1))
     return result.recovered_fraction, curator.statuses, service
@@ -90,7 +101,9 @@ def test_dinur_nissim_over_http_is_reduced_to_guessing(tmp_path) -> None:
         service.verify_log()
     finally:
         service.close()
-    naive = dinur_nissim_attack(NaiveCurator(x, noise=2.0, rng=np.random.default_rng(12)), N, rng=np.random.default_rng(13))
+    naive = dinur_nissim_attack(
+        NaiveCurator(x, noise=2.0, rng=np.random.default_rng(12)), N, rng=np.random.default_rng(13)
+    )
     assert naive.recovered_fraction >= 0.95, f"the naive curator leaked only {naive.recovered_fraction:.1%}"
 
 

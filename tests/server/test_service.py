@@ -56,7 +56,24 @@ def test_duplicate_principal_is_refused(world: World) -> None:
     assert world.service.principals() == before
 
 
-@pytest.mark.parametrize("name", ["", " ", "bad name", "-leading", ".dot", "a" * 65, "x;DROP TABLE principals", "o'brien", "naïve", "tab\there", None, 42, ["alice"]])
+@pytest.mark.parametrize(
+    "name",
+    [
+        "",
+        " ",
+        "bad name",
+        "-leading",
+        ".dot",
+        "a" * 65,
+        "x;DROP TABLE principals",
+        "o'brien",
+        "naïve",
+        "tab\there",
+        None,
+        42,
+        ["alice"],
+    ],
+)
 def test_bad_principal_names_are_refused(name: Any, world: World) -> None:
     before = world.service.principals()
     with pytest.raises(InvalidParameterError) as info:
@@ -143,7 +160,13 @@ def test_register_reports_nonconforming_data_to_the_curator(world: World) -> Non
     """The check reads the loaded copy as queries do: values outside the declared categories and
     bounds are counted for the curator, and registration still succeeds (queries treat them by
     the declared rules)."""
-    meta = {"row_level": True, "columns": {"age": {"type": "numeric", "lower": 0, "upper": 50}, "sex": {"type": "categorical", "categories": ["F", "M"]}}}
+    meta = {
+        "row_level": True,
+        "columns": {
+            "age": {"type": "numeric", "lower": 0, "upper": 50},
+            "sex": {"type": "categorical", "categories": ["F", "M"]},
+        },
+    }
     info = world.service.register_dataset("p2", world.people, meta)
     frame = pd.read_csv(world.people)
     assert info.check is not None and not info.check.ok
@@ -153,19 +176,31 @@ def test_register_reports_nonconforming_data_to_the_curator(world: World) -> Non
 
 
 def test_register_refuses_metadata_without_a_privacy_unit(world: World) -> None:
-    for meta in ({"columns": {"age": {"type": "numeric", "lower": 0, "upper": 100}}}, {"row_level": False, "columns": {}}):
+    for meta in (
+        {"columns": {"age": {"type": "numeric", "lower": 0, "upper": 100}}},
+        {"row_level": False, "columns": {}},
+    ):
         err = _register_refused(world, "metadata.privacy_unit", "p2", world.people, meta)
         assert "row_level" in str(err) and "privacy_unit" in str(err)
 
 
 def test_register_with_a_privacy_unit_column(world: World) -> None:
-    meta = {"privacy_unit": "city", "max_rows": 2, "columns": {"age": {"type": "numeric", "lower": 0, "upper": 100}, "sex": {"type": "categorical", "categories": ["F", "M", "O'Brien"]}}}
+    meta = {
+        "privacy_unit": "city",
+        "max_rows": 2,
+        "columns": {
+            "age": {"type": "numeric", "lower": 0, "upper": 100},
+            "sex": {"type": "categorical", "categories": ["F", "M", "O'Brien"]},
+        },
+    }
     info = world.service.register_dataset("by_city", world.people, meta)
     assert info.public()["privacy_unit"] == "city"
     assert info.check is not None and info.check.unit is not None and info.check.unit.units == 3
 
 
-def test_a_failing_data_check_does_not_block_registration(world: World, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture) -> None:
+def test_a_failing_data_check_does_not_block_registration(
+    world: World, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
     import dpkit.server.catalog as service_module
 
     def broken(*args: Any, **kwargs: Any) -> Any:
@@ -175,7 +210,10 @@ def test_a_failing_data_check_does_not_block_registration(world: World, monkeypa
     with caplog.at_level(logging.ERROR, logger="dpkit.curator"):
         info = world.service.register_dataset("p2", world.people, PEOPLE_METADATA)
     assert info.check is None and world.service.dataset("p2").name == "p2"
-    assert any("the check broke" in (r.exc_text or "") or r.exc_info and "the check broke" in str(r.exc_info[1]) for r in caplog.records)
+    assert any(
+        "the check broke" in (r.exc_text or "") or r.exc_info and "the check broke" in str(r.exc_info[1])
+        for r in caplog.records
+    )
 
 
 @pytest.mark.parametrize("rng", [np.random.default_rng(0), 0, SeededSource(np.random.default_rng(1)), "secure"])
@@ -219,7 +257,13 @@ def test_register_unsupported_suffix(suffix: str, world: World) -> None:
 
 
 def test_register_metadata_naming_a_missing_column(world: World) -> None:
-    err = _register_refused(world, "metadata.columns.height", "p2", world.people, {"row_level": True, "columns": {"height": {"type": "numeric", "lower": 0, "upper": 3}}})
+    err = _register_refused(
+        world,
+        "metadata.columns.height",
+        "p2",
+        world.people,
+        {"row_level": True, "columns": {"height": {"type": "numeric", "lower": 0, "upper": 3}}},
+    )
     assert "height" in str(err)
     err = _register_refused(world, "privacy_unit", "p2", world.people, {"privacy_unit": "person", "columns": {}})
     assert "person" in str(err)
@@ -228,7 +272,9 @@ def test_register_metadata_naming_a_missing_column(world: World) -> None:
 def test_numeric_metadata_on_a_text_column_is_read_by_the_declared_rule(world: World) -> None:
     """Types are never inferred from the rows: a text column declared numeric is read as numbers,
     every value that is not one becomes NULL, and the curator's check says so."""
-    info = world.service.register_dataset("p2", world.people, {"row_level": True, "columns": {"city": {"type": "numeric", "lower": 0, "upper": 1}}})
+    info = world.service.register_dataset(
+        "p2", world.people, {"row_level": True, "columns": {"city": {"type": "numeric", "lower": 0, "upper": 1}}}
+    )
     assert info.check is not None and not info.check.ok
     city = info.check.column("city")
     assert city.unreadable == 300 and city.conforming == 0
@@ -236,7 +282,9 @@ def test_numeric_metadata_on_a_text_column_is_read_by_the_declared_rule(world: W
 
 def test_register_bad_metadata(world: World) -> None:
     with pytest.raises(InvalidParameterError):
-        world.service.register_dataset("p2", world.people, {"columns": {"age": {"type": "numeric", "lower": 5, "upper": 1}}})
+        world.service.register_dataset(
+            "p2", world.people, {"columns": {"age": {"type": "numeric", "lower": 5, "upper": 1}}}
+        )
     with pytest.raises(InvalidParameterError):
         world.service.register_dataset("p2", world.people, {"columns": {"age": {"type": "numeric"}}})
     with pytest.raises(InvalidParameterError):
@@ -304,7 +352,9 @@ def test_grant_to_unknown_analyst_or_dataset(world: World) -> None:
     assert world.service.budgets() == before
 
 
-@pytest.mark.parametrize(("epsilon", "delta"), [(0.0, 0.0), (-1.0, 0.0), (float("nan"), 0.0), (float("inf"), 0.0), (1.0, 1.0), (1.0, -0.1)])
+@pytest.mark.parametrize(
+    ("epsilon", "delta"), [(0.0, 0.0), (-1.0, 0.0), (float("nan"), 0.0), (float("inf"), 0.0), (1.0, 1.0), (1.0, -0.1)]
+)
 def test_grant_bad_amounts(epsilon: float, delta: float, world: World) -> None:
     with pytest.raises(InvalidParameterError):
         world.service.grant("bob", "secret", epsilon=epsilon, delta=delta)
@@ -323,7 +373,11 @@ def test_budgets_are_immutable(world: World) -> None:
 
 def test_budgets_seen_by_each(world: World) -> None:
     svc = world.service
-    assert sorted((b.dataset, b.analyst) for b in svc.budgets()) == [("people", "alice"), ("people", "bob"), ("secret", "alice")]
+    assert sorted((b.dataset, b.analyst) for b in svc.budgets()) == [
+        ("people", "alice"),
+        ("people", "bob"),
+        ("secret", "alice"),
+    ]
     assert [(b.dataset, b.analyst) for b in svc.budgets(who(world, "bob"))] == [("people", "bob")]
     assert len(svc.budgets(who(world, "curator"))) == 3
 
@@ -335,7 +389,11 @@ def test_budgets_seen_by_each(world: World) -> None:
 
 def test_query_via_sql(world: World) -> None:
     svc = world.service
-    answer = svc.query(who(world, "alice"), "people", QueryRequest(epsilon=2.0, sql="SELECT sex, COUNT(*) AS n, AVG(age) FROM people GROUP BY sex"))
+    answer = svc.query(
+        who(world, "alice"),
+        "people",
+        QueryRequest(epsilon=2.0, sql="SELECT sex, COUNT(*) AS n, AVG(age) FROM people GROUP BY sex"),
+    )
     assert answer["dataset"] == "people" and answer["groups"] == ["sex"]
     assert sorted(r["sex"] for r in answer["rows"]) == ["F", "M", "O'Brien"]  # the declared categories
     assert answer["cost"] == {"epsilon": 2.0, "delta": 0.0}
@@ -352,10 +410,19 @@ def test_query_via_sql(world: World) -> None:
 
 def test_query_via_spec(world: World) -> None:
     svc = world.service
-    spec = QuerySpec(aggregates=({"kind": "count"}, {"kind": "mean", "column": "age", "name": "avg_age"}, {"kind": "quantile", "column": "age", "q": 0.5}), where="sex IN ('F', 'M')")
+    spec = QuerySpec(
+        aggregates=(
+            {"kind": "count"},
+            {"kind": "mean", "column": "age", "name": "avg_age"},
+            {"kind": "quantile", "column": "age", "q": 0.5},
+        ),
+        where="sex IN ('F', 'M')",
+    )
     answer = svc.query(who(world, "alice"), "people", QueryRequest(epsilon=3.0, spec=spec))
     row = answer["rows"][0]
-    assert set(row) >= {"count", "avg_age"} and 0 <= row["avg_age"] <= 100  # released means are clamped to the declared bounds
+    assert (
+        set(row) >= {"count", "avg_age"} and 0 <= row["avg_age"] <= 100
+    )  # released means are clamped to the declared bounds
     assert answer["cost"]["epsilon"] == pytest.approx(3.0)
     assert world.spent("alice")[0] == pytest.approx(3.0)
     text = svc.ledger.list_spends("people", "alice")[0].query_text
@@ -401,7 +468,9 @@ REQUESTS = [
     QueryRequest(epsilon=0.5, sql=COUNT_SQL),
     QueryRequest(epsilon=0.7, sql="SELECT COUNT(*), SUM(age), AVG(age), STDDEV(age) FROM people WHERE city = 'Paris'"),
     QueryRequest(epsilon=0.3, sql="SELECT sex, AVG(age) FROM people GROUP BY sex"),
-    QueryRequest(epsilon=0.4, delta=1e-6, sql="SELECT city, COUNT(*) FROM people GROUP BY city"),  # private key selection
+    QueryRequest(
+        epsilon=0.4, delta=1e-6, sql="SELECT city, COUNT(*) FROM people GROUP BY city"
+    ),  # private key selection
     QueryRequest(epsilon=0.6, delta=1e-6, noise="gaussian", sql="SELECT AVG(age) FROM people"),
     QueryRequest(epsilon=0.2, sql="SELECT MEDIAN(age) FROM people"),
     QueryRequest(epsilon=0.5, spec=QuerySpec(aggregates=({"kind": "variance", "column": "age"}, {"kind": "count"}))),
@@ -485,8 +554,12 @@ def test_audit_entries_and_filters(world: World) -> None:
     assert svc.unlogged_spends() == []
     assert (e1.actor, e1.action, e1.outcome, e1.epsilon, e1.delta) == ("alice", "query", "paid", "1/2", "0/1")
     assert e1.detail["spend_id"] == answer["spend_id"] and e1.detail["query"] == COUNT_SQL
-    e2 = svc.audit(actor="bob", action="cost", status=200, outcome="ok (preview)", dataset="people", detail={"query": "x"})
-    e3 = svc.audit(actor="curator", action="note", status=0, outcome="ok", detail={"bad": float("nan"), "obj": object.__name__})
+    e2 = svc.audit(
+        actor="bob", action="cost", status=200, outcome="ok (preview)", dataset="people", detail={"query": "x"}
+    )
+    e3 = svc.audit(
+        actor="curator", action="note", status=0, outcome="ok", detail={"bad": float("nan"), "obj": object.__name__}
+    )
     e4 = svc.audit(actor=None, action="GET /v1/me", status=401, outcome="unauthenticated")
     assert [e.seq for e in (e1, e2, e3, e4)] == [n + 1, n + 2, n + 3, n + 4]
     assert e2.epsilon is None and e3.epsilon is None

@@ -47,16 +47,26 @@ ROWS = 30_000  # the poisoned row is row 30,001: past DuckDB's sniffing sample (
 class Env:
     """A service over one CSV dataset ``people``, a curator and the analyst ``alice``."""
 
-    def __init__(self, directory: Path, csv: Path, metadata: dict[str, Any], *, epsilon: float = 10.0, delta: float = 1e-5) -> None:
+    def __init__(
+        self, directory: Path, csv: Path, metadata: dict[str, Any], *, epsilon: float = 10.0, delta: float = 1e-5
+    ) -> None:
         self.dir = directory
         self.service = Service(f"sqlite:///{directory / 'ledger.sqlite'}")
         _, self.curator_key = self.service.create_principal("carol", "curator")
         _, self.alice_key = self.service.create_principal("alice", "analyst")
-        self.client = TestClient(create_app(self.service, rate=1e9, burst=10**9, **UNPACED), raise_server_exceptions=False)
-        r = self.client.post("/v1/datasets", headers=self.h("carol"), json={"name": "people", "source": str(csv), "metadata": metadata})
+        self.client = TestClient(
+            create_app(self.service, rate=1e9, burst=10**9, **UNPACED), raise_server_exceptions=False
+        )
+        r = self.client.post(
+            "/v1/datasets", headers=self.h("carol"), json={"name": "people", "source": str(csv), "metadata": metadata}
+        )
         assert r.status_code == 201, r.text
         self.registration = r.json()
-        r = self.client.post("/v1/grants", headers=self.h("carol"), json={"analyst": "alice", "dataset": "people", "epsilon": epsilon, "delta": delta})
+        r = self.client.post(
+            "/v1/grants",
+            headers=self.h("carol"),
+            json={"analyst": "alice", "dataset": "people", "epsilon": epsilon, "delta": delta},
+        )
         assert r.status_code == 201, r.text
         self.analyst_texts: list[str] = []  # every body an analyst received
 
@@ -123,9 +133,14 @@ ZIP_DECLARATIONS = {
 
 
 @pytest.mark.parametrize("declaration", list(ZIP_DECLARATIONS), ids=str)
-def test_a_poisoned_row_cannot_fail_a_query_or_reach_an_analyst(declaration: str, tmp_path: Path, engine_calls: list[str]) -> None:
+def test_a_poisoned_row_cannot_fail_a_query_or_reach_an_analyst(
+    declaration: str, tmp_path: Path, engine_calls: list[str]
+) -> None:
     csv, truth = _write_poisoned(tmp_path / "people.csv")
-    meta = {"row_level": True, "columns": {"zip": ZIP_DECLARATIONS[declaration], "age": {"type": "numeric", "lower": 0, "upper": 100}}}
+    meta = {
+        "row_level": True,
+        "columns": {"zip": ZIP_DECLARATIONS[declaration], "age": {"type": "numeric", "lower": 0, "upper": 100}},
+    }
     env = Env(tmp_path, csv, meta)
     try:
         # The curator — and only the curator — sees the poisoned value, in the data check.
@@ -142,7 +157,14 @@ def test_a_poisoned_row_cannot_fail_a_query_or_reach_an_analyst(declaration: str
         assert env.query("SELECT AVG(age), COUNT(*) FROM people WHERE zip = 9 OR zip IS NULL").status_code == 200
         assert env.query("SELECT zip, COUNT(*) FROM people GROUP BY zip", epsilon=1.0, delta=1e-6).status_code == 200
         assert env.query("SELECT MEDIAN(age) FROM people WHERE zip IN (1, 2, 3)").status_code == 200
-        assert env.ask("POST", "/v1/datasets/people/query/cost", {"epsilon": 1.0, "sql": "SELECT COUNT(*) FROM people WHERE zip = 5"}).status_code == 200
+        assert (
+            env.ask(
+                "POST",
+                "/v1/datasets/people/query/cost",
+                {"epsilon": 1.0, "sql": "SELECT COUNT(*) FROM people WHERE zip = 5"},
+            ).status_code
+            == 200
+        )
         for path in ("/v1/datasets", "/v1/datasets/people", "/v1/budgets", "/v1/history"):
             assert env.ask("GET", path).status_code == 200
         assert not any(_leaks(t) for t in env.analyst_texts), [t for t in env.analyst_texts if _leaks(t)]
@@ -159,10 +181,16 @@ def test_the_poisoned_csv_is_copied_with_the_engines_fixed_read(tmp_path: Path) 
 
     csv, _ = _write_poisoned(tmp_path / "people.csv")
     with Service(f"sqlite:///{tmp_path / 'ledger.sqlite'}") as svc:
-        info = svc.register_dataset("people", csv, {"row_level": True, "columns": {"zip": {"type": "categorical", "value_type": "integer"}}})
+        info = svc.register_dataset(
+            "people", csv, {"row_level": True, "columns": {"zip": {"type": "categorical", "value_type": "integer"}}}
+        )
         conn = duckdb.connect(str(svc._load(info)), read_only=True)
         try:
-            types = dict(conn.execute("SELECT column_name, data_type FROM information_schema.columns WHERE table_name = 'people'").fetchall())
+            types = dict(
+                conn.execute(
+                    "SELECT column_name, data_type FROM information_schema.columns WHERE table_name = 'people'"
+                ).fetchall()
+            )
             assert types == {"zip": "VARCHAR", "age": "VARCHAR"}
             assert conn.execute("SELECT count(*) FROM people").fetchone()[0] == ROWS + 1
         finally:
@@ -185,7 +213,11 @@ def test_metadata_without_a_unit_is_refused_at_registration(tmp_path: Path) -> N
         assert svc.datasets() == []
         _, key = svc.create_principal("carol", "curator")
         with TestClient(create_app(svc), raise_server_exceptions=False) as client:
-            r = client.post("/v1/datasets", headers={"Authorization": f"Bearer {key}"}, json={"name": "people", "source": str(csv), "metadata": {"columns": {}}})
+            r = client.post(
+                "/v1/datasets",
+                headers={"Authorization": f"Bearer {key}"},
+                json={"name": "people", "source": str(csv), "metadata": {"columns": {}}},
+            )
         assert r.status_code == 400 and r.json()["error"]["parameter"] == "metadata.privacy_unit"
         assert svc.datasets() == []
 
@@ -206,12 +238,17 @@ def _write_people(path: Path, target_rows: int) -> Path:
 UNIT_METADATA = {
     "privacy_unit": "person",
     "max_rows": 2,
-    "columns": {"person": {"type": "categorical", "value_type": "string"}, "age": {"type": "numeric", "lower": 0, "upper": 100}},
+    "columns": {
+        "person": {"type": "categorical", "value_type": "string"},
+        "age": {"type": "numeric", "lower": 0, "upper": 100},
+    },
 }
 TARGET_SQL = "SELECT COUNT(*), AVG(age), MEDIAN(age) FROM people WHERE person = 'target'"
 
 
-def _refusals(tmp_path: Path, target_rows: int, engine_calls: list[str], debits: list[str]) -> list[tuple[int, dict[str, Any]]]:
+def _refusals(
+    tmp_path: Path, target_rows: int, engine_calls: list[str], debits: list[str]
+) -> list[tuple[int, dict[str, Any]]]:
     """Spend part of the budget, then ask what it cannot pay for: refused by the service's early
     check, and (ε a hair above the rest, within that check's slack) by the ledger's atomic debit
     inside the session. Each refusal must leave the engine uncalled."""
@@ -261,7 +298,9 @@ def debits(monkeypatch: pytest.MonkeyPatch) -> list[str]:
     return seen
 
 
-def test_a_refused_query_does_not_run_and_does_not_depend_on_the_data(tmp_path: Path, engine_calls: list[str], debits: list[str]) -> None:
+def test_a_refused_query_does_not_run_and_does_not_depend_on_the_data(
+    tmp_path: Path, engine_calls: list[str], debits: list[str]
+) -> None:
     one = _refusals(tmp_path, 1, engine_calls, debits)
     many = _refusals(tmp_path, 150_000, engine_calls, debits)
     assert one == many  # status and body, byte for byte (a refusal carries no volatile id)
@@ -276,7 +315,13 @@ def test_a_refused_query_does_not_run_and_does_not_depend_on_the_data(tmp_path: 
 @pytest.fixture
 def people_env(tmp_path: Path) -> Iterator[Env]:
     csv, _ = _write_poisoned(tmp_path / "people.csv")
-    meta = {"row_level": True, "columns": {"zip": {"type": "categorical", "value_type": "integer"}, "age": {"type": "numeric", "lower": 0, "upper": 100}}}
+    meta = {
+        "row_level": True,
+        "columns": {
+            "zip": {"type": "categorical", "value_type": "integer"},
+            "age": {"type": "numeric", "lower": 0, "upper": 100},
+        },
+    }
     env = Env(tmp_path, csv, meta)
     yield env
     env.close()
@@ -293,9 +338,17 @@ def _assert_query_failed(env: Env, r: Any, epsilon: float, caplog: pytest.LogCap
     spends = env.spends()
     assert [s.id for s in spends] == [spend_id] and spends[0].epsilon_cost == pytest.approx(epsilon)
     paid, entry = env.service.audit_entries(limit=10**6)[-2:]
-    assert (paid.action, paid.outcome, paid.detail.get("spend_id")) == ("query", "paid", spend_id) and paid.epsilon is not None
+    assert (paid.action, paid.outcome, paid.detail.get("spend_id")) == (
+        "query",
+        "paid",
+        spend_id,
+    ) and paid.epsilon is not None
     assert (entry.action, entry.status, entry.detail.get("spend_id")) == ("query_failed", 500, spend_id)
-    assert entry.outcome.startswith("query_failed") and entry.epsilon is None and "SECRET" not in json.dumps(entry.to_dict())
+    assert (
+        entry.outcome.startswith("query_failed")
+        and entry.epsilon is None
+        and "SECRET" not in json.dumps(entry.to_dict())
+    )
     env.service.verify_log()
     assert env.service.unlogged_spends() == []
     history = env.ask("GET", "/v1/history")
@@ -306,20 +359,32 @@ def _assert_query_failed(env: Env, r: Any, epsilon: float, caplog: pytest.LogCap
 
 
 @pytest.mark.parametrize("query", ["count", "median"])
-def test_a_failure_after_the_debit_is_one_generic_answer(query: str, people_env: Env, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture) -> None:
+def test_a_failure_after_the_debit_is_one_generic_answer(
+    query: str, people_env: Env, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
     def fail(self: DuckDBEngine, plan: Any) -> Any:
-        raise RuntimeError(f"Conversion Error: could not convert string {POISON!r} on line 30002 of {people_env.dir}/people.csv")
+        raise RuntimeError(
+            f"Conversion Error: could not convert string {POISON!r} on line 30002 of {people_env.dir}/people.csv"
+        )
 
     monkeypatch.setattr(DuckDBEngine, "compute", fail)
-    sql = "SELECT COUNT(*) FROM people WHERE zip = 5" if query == "count" else "SELECT MEDIAN(age) FROM people WHERE zip = 5"
+    sql = (
+        "SELECT COUNT(*) FROM people WHERE zip = 5"
+        if query == "count"
+        else "SELECT MEDIAN(age) FROM people WHERE zip = 5"
+    )
     with caplog.at_level(logging.ERROR, logger="dpkit.curator"):
         r = people_env.query(sql, epsilon=0.5)
     _assert_query_failed(people_env, r, 0.5, caplog)
     assert str(people_env.dir) not in r.text
-    assert any(POISON in (rec.exc_text or "") or (rec.exc_info and POISON in str(rec.exc_info[1])) for rec in caplog.records)
+    assert any(
+        POISON in (rec.exc_text or "") or (rec.exc_info and POISON in str(rec.exc_info[1])) for rec in caplog.records
+    )
 
 
-def test_a_failure_while_answering_after_the_debit_is_the_same_answer(people_env: Env, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture) -> None:
+def test_a_failure_while_answering_after_the_debit_is_the_same_answer(
+    people_env: Env, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
     def fail(self: QueryResult) -> Any:
         raise ValueError(f"cannot encode {POISON}")
 
@@ -329,7 +394,9 @@ def test_a_failure_while_answering_after_the_debit_is_the_same_answer(people_env
     _assert_query_failed(people_env, r, 0.25, caplog)
 
 
-def test_an_unexpected_error_before_the_debit_is_a_fixed_answer(people_env: Env, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture) -> None:
+def test_an_unexpected_error_before_the_debit_is_a_fixed_answer(
+    people_env: Env, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
     def fail(*args: Any, **kwargs: Any) -> Any:
         raise RuntimeError(f"bug near {POISON}")
 
@@ -337,13 +404,17 @@ def test_an_unexpected_error_before_the_debit_is_a_fixed_answer(people_env: Env,
     with caplog.at_level(logging.ERROR, logger="dpkit.curator"):
         for path in ("/v1/datasets/people/query", "/v1/datasets/people/query/cost"):
             r = people_env.ask("POST", path, {"epsilon": 0.5, "sql": "SELECT COUNT(*) FROM people"})
-            assert r.status_code == 500 and r.json() == {"error": {"code": "query_failed", "message": QueryFailedError.MESSAGE, "spend_id": None}}
+            assert r.status_code == 500 and r.json() == {
+                "error": {"code": "query_failed", "message": QueryFailedError.MESSAGE, "spend_id": None}
+            }
             assert "SECRET" not in r.text
     assert people_env.spends() == []
     assert any(rec.name == "dpkit.curator" for rec in caplog.records)
 
 
-def test_a_source_that_can_no_longer_be_read_is_a_fixed_answer(tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
+def test_a_source_that_can_no_longer_be_read_is_a_fixed_answer(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
     """The CSV and the service's copy of it disappear between registration and the first query
     (the copy alone would still answer, and a missing copy alone is re-made from the CSV): a
     fixed 503 before any spend, naming no path (the curator's log says what happened)."""

@@ -93,7 +93,9 @@ def test_a_synthetic_table_of_a_spark_dataset_is_counted_by_spark_and_paid_once(
 
     used: list[str] = []
     spark_prepare, duck_prepare = SparkTableCounts.prepare, TableCounts.prepare
-    monkeypatch.setattr(SparkTableCounts, "prepare", lambda self, salt: (used.append("spark"), spark_prepare(self, salt))[1])
+    monkeypatch.setattr(
+        SparkTableCounts, "prepare", lambda self, salt: (used.append("spark"), spark_prepare(self, salt))[1]
+    )
     monkeypatch.setattr(TableCounts, "prepare", lambda self, salt: (used.append("duckdb"), duck_prepare(self, salt))[1])
     service.register_dataset("people", "people", PEOPLE_METADATA, engine="spark")
     who = _analyst(service, "people", 5.0, delta=1e-5)
@@ -115,7 +117,10 @@ def test_a_single_parquet_file_and_a_glob_are_sources(service: Service, root: Pa
 
 
 def test_a_declared_column_the_files_lack_is_named_and_nothing_is_registered(service: Service) -> None:
-    meta = {**PEOPLE_METADATA, "columns": {**PEOPLE_METADATA["columns"], "zip": {"type": "categorical", "value_type": "integer"}}}
+    meta = {
+        **PEOPLE_METADATA,
+        "columns": {**PEOPLE_METADATA["columns"], "zip": {"type": "categorical", "value_type": "integer"}},
+    }
     with pytest.raises(InvalidParameterError) as err:
         service.register_dataset("people", "people", meta, engine="spark")
     assert err.value.name == "metadata.columns.zip" and "not named here" in str(err.value)
@@ -157,7 +162,10 @@ def test_files_are_pinned_at_registration(
     spent = service.ledger.get_budget("people", "alice").spent_epsilon
     with caplog.at_level(logging.WARNING, logger="dpkit.curator"), pytest.raises(DatasetUnavailableError):
         service.query(who, "people", QueryRequest(epsilon=2e5, sql=count))  # the process already reading it
-    assert "changed since registration (1 file(s) added, 0 removed, 0 rewritten (first: part=3/rows.parquet))" in caplog.text
+    assert (
+        "changed since registration (1 file(s) added, 0 removed, 0 rewritten (first: part=3/rows.parquet))"
+        in caplog.text
+    )
     assert service.ledger.get_budget("people", "alice").spent_epsilon == spent
 
     def fresh_query() -> Any:
@@ -169,7 +177,9 @@ def test_files_are_pinned_at_registration(
     assert service.ledger.get_budget("people", "alice").spent_epsilon == spent
     extra.unlink()
     assert fresh_query()["rows"][0]["n"] == pytest.approx(before, abs=0.05)
-    assert service.query(who, "people", QueryRequest(epsilon=2e5, sql=count))["rows"][0]["n"] == pytest.approx(before, abs=0.05)
+    assert service.query(who, "people", QueryRequest(epsilon=2e5, sql=count))["rows"][0]["n"] == pytest.approx(
+        before, abs=0.05
+    )
     one = root / "people" / "part=1" / "rows.parquet"
     os.utime(one, ns=(one.stat().st_atime_ns, one.stat().st_mtime_ns + 1_000_000_000))  # rewritten: a new mtime
     spent = service.ledger.get_budget("people", "alice").spent_epsilon
@@ -192,7 +202,11 @@ def _write_xs(path: Path, values: np.ndarray) -> None:
     import pyarrow.parquet as pq
 
     pq.write_table(
-        pa.table({"x": values.astype(np.float64)}), path, compression="none", use_dictionary=False, write_statistics=False
+        pa.table({"x": values.astype(np.float64)}),
+        path,
+        compression="none",
+        use_dictionary=False,
+        write_statistics=False,
     )
 
 
@@ -222,7 +236,10 @@ def test_a_file_rewritten_to_the_same_size_and_time_is_caught_by_its_fingerprint
     assert len(json.loads(hashed.files)[0]) == 4 and len(json.loads(cheap.files)[0]) == 3  # type: ignore[arg-type]
     who = _analyst(service, "xs", 1e8)
     _analyst(service, "xs_hashed", 1e8)
-    mean = {d: service.query(who, d, QueryRequest(epsilon=1e6, sql=MEAN.replace("xs", d)))["rows"][0]["m"] for d in ("xs", "xs_hashed")}
+    mean = {
+        d: service.query(who, d, QueryRequest(epsilon=1e6, sql=MEAN.replace("xs", d)))["rows"][0]["m"]
+        for d in ("xs", "xs_hashed")
+    }
     assert abs(mean["xs"] - 50) < 5 and abs(mean["xs"] - mean["xs_hashed"]) < 1
     f = xs / "part-0.parquet"
     original, st = f.read_bytes(), f.stat()
@@ -308,7 +325,11 @@ def test_a_file_changing_while_spark_reads_it_fails_the_paid_query_and_is_logged
 
 
 def test_a_fingerprint_is_for_pinned_spark_files_only(service: Service, xs: Path) -> None:
-    for kwargs in ({"fingerprint": "md5", "engine": "spark"}, {"fingerprint": "sha256"}, {"fingerprint": True, "engine": "spark"}):
+    for kwargs in (
+        {"fingerprint": "md5", "engine": "spark"},
+        {"fingerprint": "sha256"},
+        {"fingerprint": True, "engine": "spark"},
+    ):
         with pytest.raises(InvalidParameterError) as err:
             service.register_dataset("xs", "xs" if kwargs.get("engine") else "people.csv", XS_META, **kwargs)  # type: ignore[arg-type]
         assert err.value.name == "fingerprint"
@@ -345,7 +366,17 @@ def test_admin_registers_a_spark_dataset(tmp_path: Path, root: Path) -> None:
     meta = tmp_path / "meta.json"
     meta.write_text(json.dumps(PEOPLE_METADATA))
     ledger = f"sqlite:///{tmp_path / 'admin.sqlite'}"
-    args = ["register-dataset", "people", str(root / "people"), "--metadata", str(meta), "--engine", "spark", "--ledger", ledger]
+    args = [
+        "register-dataset",
+        "people",
+        str(root / "people"),
+        "--metadata",
+        str(meta),
+        "--engine",
+        "spark",
+        "--ledger",
+        ledger,
+    ]
     out = CliRunner().invoke(admin_app, args)
     assert out.exit_code == 0, out.output
     assert "registered dataset 'people'" in out.output and "curator only" in out.output

@@ -79,7 +79,12 @@ def test_a_budget_that_cannot_pay_is_refused_with_409(world: World) -> None:
 def test_only_analysts_with_a_grant(world: World) -> None:
     client = world.client()
     assert client.post("/v1/datasets/people/synthetic", json=BODY, headers=world.h("curator")).status_code == 403
-    assert client.post("/v1/datasets/secret/synthetic", json={**BODY, "columns": None, "bins": None}, headers=world.h("bob")).status_code == 404
+    assert (
+        client.post(
+            "/v1/datasets/secret/synthetic", json={**BODY, "columns": None, "bins": None}, headers=world.h("bob")
+        ).status_code
+        == 404
+    )
 
 
 # -- published releases -------------------------------------------------------------------------------
@@ -120,7 +125,9 @@ def test_a_taken_or_bad_release_name_is_refused_before_paying(world: World, name
     client = world.client()
     world.service.allow_publish("alice")
     world.service.allow_publish("bob")
-    first = client.post("/v1/datasets/people/synthetic", json={**BODY, "publish": "people_2026"}, headers=world.h("alice"))
+    first = client.post(
+        "/v1/datasets/people/synthetic", json={**BODY, "publish": "people_2026"}, headers=world.h("alice")
+    )
     assert first.status_code == 200
     r = client.post("/v1/datasets/people/synthetic", json={**BODY, "publish": name}, headers=world.h("bob"))
     assert r.status_code == 400 and error_of(r)["parameter"] == "publish", r.text
@@ -159,8 +166,16 @@ def _widest_world(directory: Path) -> tuple[Any, Any]:
     n = 20_000
     wide = ["\u00e9\U0001f600" * 8 + f"{i:02d}" for i in range(12)]  # 18 characters, 16 escaped
     x, c = "x\u00e9" * 20, "c\u00e9" * 20
-    pd.DataFrame({x: rng.uniform(-2e-250, -1e-250, n), c: rng.choice(wide, n)}).to_csv(directory / "wide.csv", index=False)
-    meta = {"row_level": True, "columns": {x: {"type": "numeric", "lower": -2e-250, "upper": -1e-250}, c: {"type": "categorical", "categories": wide}}}
+    pd.DataFrame({x: rng.uniform(-2e-250, -1e-250, n), c: rng.choice(wide, n)}).to_csv(
+        directory / "wide.csv", index=False
+    )
+    meta = {
+        "row_level": True,
+        "columns": {
+            x: {"type": "numeric", "lower": -2e-250, "upper": -1e-250},
+            c: {"type": "categorical", "categories": wide},
+        },
+    }
     service = Service(f"sqlite:///{directory / 'wide.sqlite'}", limits=QueryLimits(max_response_bytes=LIMIT))
     service.register_dataset("wide", directory / "wide.csv", meta)
     _, key = service.create_principal("alice", "analyst")
@@ -190,7 +205,9 @@ def test_a_synthetic_answer_never_exceeds_max_response_bytes(tmp_path: Path) -> 
         fill = len(encoded) / LIMIT
         assert fill > 0.5, fill  # the bound is not so loose that the limit means half of itself
         meta = service.dataset("wide").metadata
-        size = SynthSize.of(Synthesizer(epsilon=1.0, delta=1e-6, metadata=meta, bins=request.bins, rounds=20).domain, rounds=20)
+        size = SynthSize.of(
+            Synthesizer(epsilon=1.0, delta=1e-6, metadata=meta, bins=request.bins, rounds=20).domain, rounds=20
+        )
         most = size.most_rows(service._queries.limits)
         assert len(answer["rows"]) == most
         exact, encoded = service.synthesize(alice, "wide", SynthRequest(**{**request.__dict__, "rows": most}))
@@ -218,8 +235,15 @@ def test_an_oversized_synthetic_request_is_refused_over_http_naming_the_setting(
         with TestClient(app, raise_server_exceptions=False) as client:
             r = client.post("/v1/datasets/wide/synthetic", json=body, headers={"Authorization": f"Bearer {key}"})
             err = error_of(r)
-            assert (r.status_code, err["code"], err["setting"], err["limit"]) == (400, "limit_exceeded", "max_response_bytes", LIMIT)
-            ok = client.post("/v1/datasets/wide/synthetic", json={**body, "rows": None}, headers={"Authorization": f"Bearer {key}"})
+            assert (r.status_code, err["code"], err["setting"], err["limit"]) == (
+                400,
+                "limit_exceeded",
+                "max_response_bytes",
+                LIMIT,
+            )
+            ok = client.post(
+                "/v1/datasets/wide/synthetic", json={**body, "rows": None}, headers={"Authorization": f"Bearer {key}"}
+            )
             assert ok.status_code == 200 and len(ok.content) <= LIMIT, ok.text[:200]
         assert service.ledger.get_budget("wide", "alice").spent_epsilon == 1.0
     finally:

@@ -138,7 +138,9 @@ def test_spark_refusals_spend_nothing(spark, monkeypatch: pytest.MonkeyPatch) ->
     with pytest.raises(InvalidParameterError, match="metadata.columns.city"):
         Synthesizer(epsilon=1.0, delta=1e-9, metadata=META, budget=budget).fit(sdf)
     with pytest.raises(InvalidParameterError, match="table"):
-        Synthesizer(epsilon=1.0, delta=1e-9, metadata=META, budget=budget).fit(spark.createDataFrame(_frame(200)), table="t")
+        Synthesizer(epsilon=1.0, delta=1e-9, metadata=META, budget=budget).fit(
+            spark.createDataFrame(_frame(200)), table="t"
+        )
     assert not budget.events and not read
 
 

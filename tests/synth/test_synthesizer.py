@@ -43,17 +43,35 @@ def test_the_domain_is_the_metadatas() -> None:
 @pytest.mark.parametrize(
     ("meta", "bins", "name"),
     [
-        (Metadata(columns={"a": Categorical(), "b": Categorical(("x",))}, row_level=True), None, "metadata.columns.a.categories"),
+        (
+            Metadata(columns={"a": Categorical(), "b": Categorical(("x",))}, row_level=True),
+            None,
+            "metadata.columns.a.categories",
+        ),
         (Metadata(columns={"a": Numeric(), "b": Categorical(("x",))}, row_level=True), None, "bins.a"),
         (META, {"age": [3, 2]}, "bins.age"),
         (META, {"age": 0}, "bins.age"),
         (META, {"sex": 3}, "bins.sex"),
         (META, {"nope": 3}, "bins.nope"),
         (Metadata(columns={"a": Categorical(("x",))}, row_level=True), None, "columns"),
-        (Metadata(columns={"a": Categorical(tuple(range(20_000))), "b": Categorical(("x",))}, row_level=True), None, "metadata.columns.a"),
-        (Metadata(columns={"a": Categorical(tuple(range(3_000))), "b": Categorical(tuple(range(3_000)))}, row_level=True), None, "bins"),
+        (
+            Metadata(columns={"a": Categorical(tuple(range(20_000))), "b": Categorical(("x",))}, row_level=True),
+            None,
+            "metadata.columns.a",
+        ),
+        (
+            Metadata(
+                columns={"a": Categorical(tuple(range(3_000))), "b": Categorical(tuple(range(3_000)))}, row_level=True
+            ),
+            None,
+            "bins",
+        ),
         # one pair of 3,001² ≈ 9·10⁶ cells is refused by the pair cap; 30 columns of 1,999 cells by the total (1.7·10⁹)
-        (Metadata(columns={f"c{i}": Categorical(tuple(range(1_998))) for i in range(30)}, row_level=True), None, "columns"),
+        (
+            Metadata(columns={f"c{i}": Categorical(tuple(range(1_998))) for i in range(30)}, row_level=True),
+            None,
+            "columns",
+        ),
     ],
 )
 def test_a_domain_the_metadata_cannot_give_is_refused(meta: Metadata, bins: dict | None, name: str) -> None:
@@ -92,7 +110,11 @@ def test_the_budget_pays_once_before_the_data_is_read(monkeypatch: pytest.Monkey
     budget = dp.Budget(epsilon=2.0, delta=1e-6, accountant="zcdp")
     original_spend, original_prepare = dp.Budget.spend, measure_module.TableCounts.prepare
     monkeypatch.setattr(dp.Budget, "spend", lambda self, e, **k: (order.append("pay"), original_spend(self, e, **k))[1])
-    monkeypatch.setattr(measure_module.TableCounts, "prepare", lambda self, salt: (order.append("read"), original_prepare(self, salt))[1])
+    monkeypatch.setattr(
+        measure_module.TableCounts,
+        "prepare",
+        lambda self, salt: (order.append("read"), original_prepare(self, salt))[1],
+    )
     syn = Synthesizer(epsilon=1.0, delta=1e-9, metadata=META, budget=budget, rng=np.random.default_rng(1)).fit(_frame())
     assert order == ["pay", "read"]
     assert budget.events == (syn.event,) and syn.event_ == syn.event
@@ -123,7 +145,9 @@ def test_the_rows_keep_the_tables_structure(tmp_path, method: str) -> None:  # t
     frame = _frame(20_000)
     path = tmp_path / "people.csv"
     frame.to_csv(path, index=False)
-    syn = Synthesizer(epsilon=2.0, delta=1e-9, metadata=META, bins={"age": 10}, method=method, rng=np.random.default_rng(3))
+    syn = Synthesizer(
+        epsilon=2.0, delta=1e-9, metadata=META, bins={"age": 10}, method=method, rng=np.random.default_rng(3)
+    )
     syn.fit(str(path))
     out = syn.sample()
     assert abs(len(out) - 20_000) < 300  # the measured row count (noise σ ≈ 25 per one-way cell)

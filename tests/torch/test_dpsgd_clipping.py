@@ -14,12 +14,12 @@ import copy
 import pytest
 
 torch = pytest.importorskip("torch")
-from torch import nn  # noqa: E402
 from torch.utils.data import DataLoader, TensorDataset  # noqa: E402
 
 from dpkit.errors import DPError, InvalidParameterError  # noqa: E402
 from dpkit.torch import make_private  # noqa: E402
 from dpkit.torch.per_example import CLIP_MARGIN  # noqa: E402
+from torch import nn  # noqa: E402
 
 MODES = ("fast", "vmap")
 
@@ -102,7 +102,9 @@ class Conv1dModel(nn.Module):
         return self.fc(torch.relu(self.conv(x)).flatten(1))
 
 
-def oracle(model: nn.Module, x: torch.Tensor, y: torch.Tensor, clip: float, margin: float = CLIP_MARGIN) -> list[torch.Tensor]:
+def oracle(
+    model: nn.Module, x: torch.Tensor, y: torch.Tensor, clip: float, margin: float = CLIP_MARGIN
+) -> list[torch.Tensor]:
     params = [p for p in model.parameters() if p.requires_grad]
     total = [torch.zeros(p.shape, dtype=torch.float64) for p in params]
     loss_fn = nn.CrossEntropyLoss()
@@ -115,10 +117,14 @@ def oracle(model: nn.Module, x: torch.Tensor, y: torch.Tensor, clip: float, marg
     return total
 
 
-def private_sum(model: nn.Module, x: torch.Tensor, y: torch.Tensor, clip: float, mode: str) -> tuple[list[torch.Tensor], float]:
+def private_sum(
+    model: nn.Module, x: torch.Tensor, y: torch.Tensor, clip: float, mode: str
+) -> tuple[list[torch.Tensor], float]:
     data = DataLoader(TensorDataset(x, y), batch_size=4)
     opt = torch.optim.SGD([p for p in model.parameters() if p.requires_grad], lr=0.1)
-    private = make_private(model, opt, data, noise_multiplier=1.0, target_delta=1e-5, epochs=1, max_grad_norm=clip, grad_mode=mode)
+    private = make_private(
+        model, opt, data, noise_multiplier=1.0, target_delta=1e-5, epochs=1, max_grad_norm=clip, grad_mode=mode
+    )
     nn.CrossEntropyLoss()(model(x), y).backward()
     engine = private.optimizer.engine
     sums, batch, _ = engine.clipped_sum(clip, torch.float64)
@@ -161,7 +167,15 @@ def test_clipped_sum_matches_one_example_at_a_time(case: str, mode: str, clip: f
 def test_fast_path_is_used_where_promised() -> None:
     model = SmallCNN()
     data = DataLoader(TensorDataset(torch.randn(8, 1, 8, 8), torch.zeros(8, dtype=torch.long)), batch_size=4)
-    private = make_private(model, torch.optim.SGD(model.parameters(), lr=0.1), data, noise_multiplier=1.0, target_delta=1e-5, epochs=1, max_grad_norm=1.0)
+    private = make_private(
+        model,
+        torch.optim.SGD(model.parameters(), lr=0.1),
+        data,
+        noise_multiplier=1.0,
+        target_delta=1e-5,
+        epochs=1,
+        max_grad_norm=1.0,
+    )
     kinds = {name: kind for name, kind, _ in private.optimizer.engine.describe()}
     assert kinds == {"conv1": "fast", "conv2": "fast", "gn": "vmap", "fc": "fast"}
 
@@ -184,7 +198,15 @@ def test_sum_then_clip_is_impossible() -> None:
     """Two forward/backward passes before a step would clip sums of examples: refused."""
     model = nn.Linear(3, 2)
     data = DataLoader(TensorDataset(torch.randn(8, 3), torch.zeros(8, dtype=torch.long)), batch_size=4)
-    _, opt, _ = make_private(model, torch.optim.SGD(model.parameters(), lr=0.1), data, noise_multiplier=1.0, target_delta=1e-5, epochs=1, max_grad_norm=1.0)
+    _, opt, _ = make_private(
+        model,
+        torch.optim.SGD(model.parameters(), lr=0.1),
+        data,
+        noise_multiplier=1.0,
+        target_delta=1e-5,
+        epochs=1,
+        max_grad_norm=1.0,
+    )
     x = torch.randn(4, 3)
     for _ in range(2):
         nn.CrossEntropyLoss()(model(x), torch.zeros(4, dtype=torch.long)).backward()
@@ -196,7 +218,15 @@ def test_sum_then_clip_is_impossible() -> None:
 def test_no_unclipped_gradient_is_ever_formed() -> None:
     model = nn.Sequential(nn.Linear(3, 4), nn.Tanh(), nn.Linear(4, 2))
     data = DataLoader(TensorDataset(torch.randn(8, 3), torch.zeros(8, dtype=torch.long)), batch_size=4)
-    make_private(model, torch.optim.SGD(model.parameters(), lr=0.1), data, noise_multiplier=1.0, target_delta=1e-5, epochs=1, max_grad_norm=1.0)
+    make_private(
+        model,
+        torch.optim.SGD(model.parameters(), lr=0.1),
+        data,
+        noise_multiplier=1.0,
+        target_delta=1e-5,
+        epochs=1,
+        max_grad_norm=1.0,
+    )
     nn.CrossEntropyLoss()(model(torch.randn(4, 3)), torch.zeros(4, dtype=torch.long)).backward()
     assert all(p.grad is None for p in model.parameters())
 
@@ -208,7 +238,15 @@ def test_non_finite_example_contributes_nothing() -> None:
     x, y = torch.randn(6, 3), torch.randint(0, 2, (6,))
     x[2, 1] = float("inf")
     data = DataLoader(TensorDataset(x, y), batch_size=3)
-    private = make_private(model, torch.optim.SGD(model.parameters(), lr=0.1), data, noise_multiplier=1.0, target_delta=1e-5, epochs=1, max_grad_norm=1.0)
+    private = make_private(
+        model,
+        torch.optim.SGD(model.parameters(), lr=0.1),
+        data,
+        noise_multiplier=1.0,
+        target_delta=1e-5,
+        epochs=1,
+        max_grad_norm=1.0,
+    )
     nn.CrossEntropyLoss()(model(x), y).backward()
     sums, _, _ = private.optimizer.engine.clipped_sum(1.0, torch.float64)
     keep = torch.tensor([0, 1, 3, 4, 5])
@@ -230,9 +268,15 @@ def test_randomness_inside_a_recomputed_unit_is_refused() -> None:
 
     model = Noisy()
     data = DataLoader(TensorDataset(torch.randn(8, 3), torch.zeros(8, dtype=torch.long)), batch_size=4)
-    _, opt, _ = make_private(model, torch.optim.SGD(model.parameters(), lr=0.1), data, noise_multiplier=1.0, target_delta=1e-5, epochs=1, max_grad_norm=1.0)
+    _, opt, _ = make_private(
+        model,
+        torch.optim.SGD(model.parameters(), lr=0.1),
+        data,
+        noise_multiplier=1.0,
+        target_delta=1e-5,
+        epochs=1,
+        max_grad_norm=1.0,
+    )
     nn.CrossEntropyLoss()(model(torch.randn(4, 3)), torch.zeros(4, dtype=torch.long)).backward()
     with pytest.raises(InvalidParameterError, match="Dropout"):
         opt.step()
-
-

@@ -13,11 +13,9 @@ import numpy as np
 import pytest
 
 torch = pytest.importorskip("torch")
-from torch import nn  # noqa: E402
 from torch.utils.data import DataLoader, IterableDataset, TensorDataset  # noqa: E402
 
 from _stats import CountingSource  # noqa: E402
-
 from dpkit.accounting import (  # noqa: E402
     GaussianEvent,
     PLDAccountant,
@@ -31,6 +29,7 @@ from dpkit.budget import Budget  # noqa: E402
 from dpkit.errors import BudgetExceededError, DPError, InvalidDataError, InvalidParameterError  # noqa: E402
 from dpkit.torch import DPOptimizer, make_private  # noqa: E402
 from dpkit.torch.privacy import LATTICE_DELTA_SHARE  # noqa: E402
+from torch import nn  # noqa: E402
 
 SEED = 20240611
 N, BATCH = 400, 40
@@ -306,7 +305,9 @@ def test_bad_objects_raise_dpkit_errors() -> None:
         make_private(nn.Linear(4, 2), DPOptimizer.__new__(DPOptimizer), loader, **common)
 
 
-@pytest.mark.parametrize("norm", [nn.BatchNorm1d(8), nn.BatchNorm2d(8), nn.SyncBatchNorm(8), nn.InstanceNorm1d(8, track_running_stats=True)])
+@pytest.mark.parametrize(
+    "norm", [nn.BatchNorm1d(8), nn.BatchNorm2d(8), nn.SyncBatchNorm(8), nn.InstanceNorm1d(8, track_running_stats=True)]
+)
 def test_layers_that_mix_examples_are_refused_with_the_fix(norm) -> None:
     model = nn.Sequential()
     model.add_module("fc", nn.Linear(4, 8))

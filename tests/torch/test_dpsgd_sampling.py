@@ -21,7 +21,6 @@ torch = pytest.importorskip("torch")
 from scipy import stats  # noqa: E402
 
 from _stats import ALPHA, binomial_z  # noqa: E402
-
 from dpkit.accounting import GaussianEvent, PoissonSampledEvent  # noqa: E402
 from dpkit.errors import InvalidParameterError  # noqa: E402
 from dpkit.noise.integers import bernoulli  # noqa: E402
@@ -75,7 +74,7 @@ def test_uniform_sampler_is_uniform_without_replacement() -> None:
     n, b, steps = 60, 12, 3000
     s = UniformBatchSampler(population=n, batch_size=b, steps_per_epoch=steps, rng=np.random.default_rng(SEED))
     batches = list(s)
-    assert all(len(x) == b and len(set(x)) == b and 0 <= min(x) and max(x) < n for x in batches)
+    assert all(len(x) == b and len(set(x)) == b and min(x) >= 0 and max(x) < n for x in batches)
     counts = np.bincount(np.concatenate(batches), minlength=n)
     expected = steps * b / n
     chi2 = ((counts - expected) ** 2 / (expected * (1 - b / n))).sum()

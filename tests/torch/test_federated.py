@@ -16,7 +16,6 @@ import pytest
 torch = pytest.importorskip("torch")
 
 from _stats import CountingSource  # noqa: E402
-
 from dpkit.accounting import GaussianEvent, PLDAccountant, RDPAccountant, SelfComposedEvent, dp_sgd_event  # noqa: E402
 from dpkit.budget import Budget  # noqa: E402
 from dpkit.errors import BudgetExceededError, InvalidDataError, InvalidParameterError  # noqa: E402
@@ -44,8 +43,17 @@ def make_clients(n_clients: int = 50, per_client: int = 40, seed: int = SEED):
 
 def fed(clients, **kw):
     torch.manual_seed(0)
-    args = dict(clients=clients, client_rate=0.5, rounds=5, local_steps=5, local_lr=0.5, clip=1.0,
-                noise_multiplier=1.0, delta=1e-5, rng=np.random.default_rng(SEED))
+    args = dict(
+        clients=clients,
+        client_rate=0.5,
+        rounds=5,
+        local_steps=5,
+        local_lr=0.5,
+        clip=1.0,
+        noise_multiplier=1.0,
+        delta=1e-5,
+        rng=np.random.default_rng(SEED),
+    )
     args.update(kw)
     return FederatedAveraging(torch.nn.Linear(D, 2), **args)
 
@@ -101,9 +109,17 @@ def test_event_matches_the_noise_drawn(rate):
     assert 1.3 <= f.lattice_noise_multiplier <= 1.3 * (1 + 1e-9)
     # Empirically: the noise added to an empty sum has standard deviation σ·clip.
     torch.manual_seed(0)
-    big = FederatedAveraging(torch.nn.Linear(100, 200), clients=[(np.zeros((1, 100), np.float32), np.zeros(1, np.int64))],
-                             client_rate=rate, rounds=1, local_lr=0.1, clip=2.0, noise_multiplier=1.3, delta=1e-5,
-                             rng=np.random.default_rng(SEED))
+    big = FederatedAveraging(
+        torch.nn.Linear(100, 200),
+        clients=[(np.zeros((1, 100), np.float32), np.zeros(1, np.int64))],
+        client_rate=rate,
+        rounds=1,
+        local_lr=0.1,
+        clip=2.0,
+        noise_multiplier=1.3,
+        delta=1e-5,
+        rng=np.random.default_rng(SEED),
+    )
     noise = big._noisy_sum([])
     assert noise.size == 100 * 200 + 200
     se = 1.0 / math.sqrt(2 * noise.size)  # relative standard error of a sample standard deviation
@@ -134,7 +150,9 @@ def test_learns_on_simulated_clients_at_large_epsilon():
     clients, (Xt, yt) = make_clients()
     f = fed(clients, rounds=30, noise_multiplier=0.5, delta=1e-4)
     accuracy = []
-    model = f.fit(on_round=lambda t, m: accuracy.append(float((m(torch.from_numpy(Xt)).argmax(1).numpy() == yt).mean())))
+    model = f.fit(
+        on_round=lambda t, m: accuracy.append(float((m(torch.from_numpy(Xt)).argmax(1).numpy() == yt).mean()))
+    )
     assert model is f.model_ and len(accuracy) == 30
     assert accuracy[-1] > 0.9  # the Bayes rate here is about 0.94; chance is about 0.5
     assert f.epsilon_ < 100
@@ -147,8 +165,19 @@ def test_seeded_runs_reproduce_and_inputs_are_not_modified():
     before = params(original)
     runs = []
     for _ in range(2):
-        f = FederatedAveraging(original, clients=clients, client_rate=0.5, rounds=3, local_epochs=2, batch_size=16,
-                               local_lr=0.5, clip=1.0, noise_multiplier=1.0, delta=1e-5, rng=np.random.default_rng(3))
+        f = FederatedAveraging(
+            original,
+            clients=clients,
+            client_rate=0.5,
+            rounds=3,
+            local_epochs=2,
+            batch_size=16,
+            local_lr=0.5,
+            clip=1.0,
+            noise_multiplier=1.0,
+            delta=1e-5,
+            rng=np.random.default_rng(3),
+        )
         runs.append(params(f.fit()))
     np.testing.assert_array_equal(runs[0], runs[1])
     np.testing.assert_array_equal(params(original), before)  # the passed module was copied
@@ -157,8 +186,17 @@ def test_seeded_runs_reproduce_and_inputs_are_not_modified():
 
 def test_secure_default_model_factory_and_dataset_clients():
     data = [torch.utils.data.TensorDataset(torch.randn(6, D), torch.randint(0, 2, (6,))) for _ in range(5)]
-    f = FederatedAveraging(lambda: torch.nn.Linear(D, 2), clients=data, client_rate=1.0, rounds=2, local_lr=0.1,
-                           clip=1.0, noise_multiplier=2.0, delta=1e-5, progress=False)
+    f = FederatedAveraging(
+        lambda: torch.nn.Linear(D, 2),
+        clients=data,
+        client_rate=1.0,
+        rounds=2,
+        local_lr=0.1,
+        clip=1.0,
+        noise_multiplier=2.0,
+        delta=1e-5,
+        progress=False,
+    )
     assert isinstance(f.fit(), torch.nn.Linear)  # rng=None: client coins and noise from the CSPRNG
 
 
