@@ -37,6 +37,7 @@ from pathlib import Path
 from typing import Any
 
 import _report  # benchmarks/_report.py: shared table and version helpers
+import _smoke
 import numpy as np
 
 REPO = Path(__file__).resolve().parent.parent
@@ -338,7 +339,11 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument(
         "--markdown", action="store_true", help="print a Markdown table on stdout (the rich table then goes to stderr)"
     )
+    _smoke.add_flag(ap)
     args = ap.parse_args(argv)
+    if args.smoke:
+        args.epochs, args.repeats, args.budget, args.out = "1", 1, 1.0, _smoke.out_path("accounting.json")
+        args.libs = ",".join(_smoke.present(args.libs.split(",")))
     try:
         epochs = [int(e) for e in args.epochs.split(",") if e.strip()]
     except ValueError:
@@ -354,6 +359,10 @@ def main(argv: list[str] | None = None) -> int:
         cands += dp_accounting_candidates()
     if "opacus" in libs:
         cands += opacus_candidates()
+    if args.smoke:  # a peer's PLD takes seconds (dpkit's own: a third of one); its RDP checks the plumbing
+        for c in [c for c in cands if c.library != "dpkit" and c.label.startswith("PLD")]:
+            _smoke.skip(f"{c.library} {c.label}", "seconds of work")
+            cands.remove(c)
 
     rows: list[dict[str, Any]] = []
     for ep in epochs:
@@ -394,6 +403,12 @@ def main(argv: list[str] | None = None) -> int:
     print(f"[bench] wrote {_display_path(args.out)}", file=sys.stderr)
     if args.markdown:
         print(markdown(rows, meta))
+    if args.smoke:
+        return _smoke.finish(
+            f"dpkit {r['accountant']}: {r['status']} {r.get('error', '')}"
+            for r in rows
+            if r["library"] == "dpkit" and r["status"] != "ok"
+        )
     return 0
 
 

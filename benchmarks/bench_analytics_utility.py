@@ -57,6 +57,7 @@ from pathlib import Path
 from typing import Any
 
 import _report
+import _smoke
 import numpy as np
 
 REPO = Path(__file__).resolve().parent.parent
@@ -108,10 +109,10 @@ LIB_NAMES = {"dpkit": "dpkit", "pipelinedp": "PipelineDP 0.3.1", "opendp": "Open
 Release = Callable[[], dict[str, float]]  # one private release: key -> value
 
 
-def load_adult():
+def load_adult(path: Path = ADULT):
     import pandas as pd  # noqa: PLC0415
 
-    df = pd.read_csv(ADULT, skipinitialspace=True, usecols=["age", "education", "marital-status", "sex"])
+    df = pd.read_csv(path, skipinitialspace=True, usecols=["age", "education", "marital-status", "sex"])
     df = df.dropna().reset_index(drop=True)
     df["age"] = df["age"].astype("float64")
     for col, keys in (("sex", SEX), ("education", EDUCATION), ("marital-status", MARITAL)):
@@ -163,7 +164,7 @@ def dpkit_release(df, query: str) -> Release:
         else:
             t = s.histogram("marital-status", epsilon=EPSILON).table
             vcol = "count"
-        return dict(zip(t[col].tolist(), t[vcol].astype(float).tolist()))
+        return dict(zip(t[col].tolist(), t[vcol].astype(float).tolist(), strict=True))
 
     return release
 
@@ -172,7 +173,7 @@ def pipelinedp_release(df, query: str) -> Release:
     import pipeline_dp  # noqa: PLC0415
 
     _, col, keys, agg = QUERIES[query]
-    rows = list(zip(range(len(df)), df[col].tolist(), df["age"].tolist()))
+    rows = list(zip(range(len(df)), df[col].tolist(), df["age"].tolist(), strict=True))
     M = pipeline_dp.Metrics
 
     def release() -> dict[str, float]:
@@ -218,7 +219,8 @@ def opendp_release(df, query: str) -> Release:
         )
         out = ctx.query().group_by(col).agg(expr).with_keys(key_frame).release().collect()
         vcol = "age" if agg == "mean" else "len"
-        return dict(zip(out[col].to_list(), [float("nan") if v is None else float(v) for v in out[vcol].to_list()]))
+        values = [float("nan") if v is None else float(v) for v in out[vcol].to_list()]
+        return dict(zip(out[col].to_list(), values, strict=True))
 
     return release
 
@@ -252,7 +254,7 @@ def measure(release: Release, true: dict[str, float], runs: int) -> dict[str, An
         "missing_or_nan": int(np.isinf(err).sum()),
         "worst_key": keys[worst],
         "worst_key_median_rel_error": float(per_key[worst]),
-        "per_key_median_rel_error": {k: float(e) for k, e in zip(keys, per_key)},
+        "per_key_median_rel_error": {k: float(e) for k, e in zip(keys, per_key, strict=True)},
     }
 
 
@@ -305,12 +307,17 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument(
         "--render", type=Path, metavar="JSON", help="print the tables of an earlier results file; run nothing"
     )
+    _smoke.add_flag(ap)
     args = ap.parse_args(argv)
     if args.render:
         saved = json.loads(args.render.read_text())
         render(saved["meta"], saved["rows"])
         return 0
-    if not ADULT.exists():
+    adult = ADULT
+    if args.smoke:
+        args.runs, args.out, adult = 3, _smoke.out_path("analytics_utility.json"), _smoke.adult_dir() / "adult.data"
+        args.libs = ",".join(_smoke.present(args.libs.split(","), {"pipelinedp": "pipeline_dp"}))
+    if not adult.exists():
         print(
             f"[bench] UCI Adult not found at {ADULT}: nothing to measure (this benchmark only runs where ../shared/data/adult/ exists).",
             file=sys.stderr,
@@ -320,7 +327,7 @@ def main(argv: list[str] | None = None) -> int:
     if set(libs) - set(LIBS):
         ap.error(f"unknown libraries {sorted(set(libs) - set(LIBS))}; choose from {', '.join(LIBS)}")
     warnings.filterwarnings("ignore", category=FutureWarning)
-    df = load_adult()
+    df = load_adult(adult)
     rows: list[dict[str, Any]] = []
     for query in QUERIES:
         true = truth(df, query)
@@ -355,6 +362,10 @@ def main(argv: list[str] | None = None) -> int:
     args.out.write_text(json.dumps({"meta": meta, "rows": rows}, indent=2, ensure_ascii=False) + "\n")
     print(f"[bench] wrote {args.out.relative_to(REPO) if args.out.is_relative_to(REPO) else args.out}", file=sys.stderr)
     render(meta, rows)
+    if args.smoke:
+        return _smoke.finish(
+            f"{r['query']}: dpkit: {r['status']}" for r in rows if r["library"] == "dpkit" and r["status"] != "ok"
+        )
     return 0
 
 
@@ -366,7 +377,7 @@ def render(meta: dict[str, Any], rows: list[dict[str, Any]]) -> None:
         title,
         HEADERS,
         LEFT,
-        ((c, r["query"], r["library"] == "dpkit") for c, r in zip(table, rows)),
+        ((c, r["query"], r["library"] == "dpkit") for c, r in zip(table, rows, strict=True)),
         NOTES,
         to_stderr=True,
         width=200,

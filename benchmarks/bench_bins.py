@@ -37,6 +37,7 @@ import pandas as pd
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 import _report  # noqa: E402
+import _smoke  # noqa: E402
 
 import dpkit as dp  # noqa: E402
 from dpkit.analytics import Metadata, Numeric, QueryLimits  # noqa: E402
@@ -130,7 +131,15 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--case", action="store_true", help="also time the statement of earlier versions (DuckDB)")
     ap.add_argument("--case-max", type=int, default=5000)
     ap.add_argument("--json", type=Path, default=None)
+    _smoke.add_flag(ap)
     args = ap.parse_args(argv)
+    failures: list[str] = []
+    if args.smoke:
+        args.rows, args.bins, args.repeats, args.case, args.case_max, args.json = 2_000, "10,100", 1, True, 100, None
+        if "spark" in args.engines.split(","):
+            _smoke.skip("spark", "a Spark session takes longer to start than a whole smoke run")
+            failures += _smoke.missing("dpkit.analytics.engines.spark", "spark_session")
+            args.engines = ",".join(e for e in args.engines.split(",") if e != "spark")
     counts = [int(b) for b in args.bins.split(",")]
     engines = args.engines.split(",")
     data = ages(args.rows)
@@ -174,7 +183,7 @@ def main(argv: list[str] | None = None) -> int:
             "seconds": {k: {str(n): t for n, t in v.items()} for k, v in results.items()},
         }
         args.json.write_text(json.dumps(payload, indent=2) + "\n")
-    return 0
+    return _smoke.finish(failures)
 
 
 if __name__ == "__main__":

@@ -74,6 +74,7 @@ from pathlib import Path
 from typing import Any
 
 import _report
+import _smoke
 import numpy as np
 
 REPO = Path(__file__).resolve().parent.parent
@@ -597,32 +598,37 @@ def noise_group(size: int, device: str = "cpu") -> Group:
     return g
 
 
-def cpu_groups(keys: set[str], libs: set[str], opacus_modes: tuple[str, ...]) -> list[Group]:
+#: The GPT-2 of the transformer group (the smoke run shrinks it).
+GPT2_SIZE = {"n_layer": 2, "n_embd": 128, "n_head": 4, "vocab": 1000, "seq": 64, "batch": 32}
+
+
+def cpu_groups(
+    keys: set[str],
+    libs: set[str],
+    opacus_modes: tuple[str, ...],
+    noise_sizes: tuple[int, ...] = NOISE_SIZES,
+    batch: int = BATCH,
+    gpt2: dict[str, int] = GPT2_SIZE,
+) -> list[Group]:
     groups: list[Group] = []
     if "noise" in keys:
-        groups += [noise_group(n) for n in NOISE_SIZES]
+        groups += [noise_group(n) for n in noise_sizes]
+    gpt2_name = f"GPT-2, {gpt2['n_layer']} layers"
     tasks: list[tuple[str, Callable[[], Task], tuple[str, ...], tuple[str, ...]]] = [
-        ("mlp", lambda: classifier_task("mlp", "MLP 784-256-10", mlp, (784,)), opacus_modes, ("fast", "vmap")),
+        ("mlp", lambda: classifier_task("mlp", "MLP 784-256-10", mlp, (784,), batch), opacus_modes, ("fast", "vmap")),
         (
             "cnn",
-            lambda: classifier_task("cnn", "CNN (Opacus MNIST)", mnist_cnn, (1, 28, 28)),
+            lambda: classifier_task("cnn", "CNN (Opacus MNIST)", mnist_cnn, (1, 28, 28), batch),
             opacus_modes,
             ("fast", "vmap"),
         ),
-        (
-            "transformer",
-            lambda: gpt2_task(
-                "transformer", "GPT-2, 2 layers", n_layer=2, n_embd=128, n_head=4, vocab=1000, seq=64, batch=32
-            ),
-            ("ghost",),
-            ("fast",),
-        ),
+        ("transformer", lambda: gpt2_task("transformer", gpt2_name, **gpt2), ("ghost",), ("fast",)),
     ]
     for key, make_task, modes, dmodes in tasks:
         if key not in keys:
             continue
         if key == "transformer" and not _have("transformers"):
-            g = Group(key, "GPT-2, 2 layers", "tokens/s", 32 * 64, ("torch", "non-private"))
+            g = Group(key, gpt2_name, "tokens/s", gpt2["batch"] * gpt2["seq"], ("torch", "non-private"))
             g.configs = [Config("all", "all", None, "skipped: transformers not installed (pip install transformers)")]
             groups.append(g)
             continue
@@ -630,7 +636,7 @@ def cpu_groups(keys: set[str], libs: set[str], opacus_modes: tuple[str, ...]) ->
         g = Group(key, task.name, task.unit, task.items, ("torch", "non-private"), note=task.note)
         g.configs = training_configs(task, libs, modes, dmodes)
         if key == "transformer":
-            g.configs += stock_gpt2_configs(libs, n_layer=2, n_embd=128, n_head=4, vocab=1000, seq=64, batch=32)
+            g.configs += stock_gpt2_configs(libs, **gpt2)
         groups.append(g)
     return groups
 
@@ -1098,9 +1104,23 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--digits-epochs", type=int, default=ACC_SETUPS["digits"].epochs)
     ap.add_argument("--libs", default="dpkit,opacus")
     ap.add_argument("--out", type=Path, default=DEFAULT_OUT)
+    _smoke.add_flag(ap)
     args = ap.parse_args(argv)
+    noise_sizes, steps, sizes, smoke_failures = NOISE_SIZES, {}, {}, []
+    if args.smoke:
+        args.rounds, args.round_seconds, args.max_wait, args.seeds, args.epsilons = 1, 0.0, 0.0, 1, "8"
+        args.adult_epochs, args.digits_epochs, args.out = 1, 1, _smoke.out_path("dpsgd.json")
+        args.libs = ",".join(_smoke.present(args.libs.split(",")))
+        noise_sizes, steps = (10_000,), {"warmup": 1, "min_steps": 1, "max_steps": 1}
+        sizes = {"batch": 8, "gpt2": {"n_layer": 1, "n_embd": 32, "n_head": 2, "vocab": 100, "seq": 16, "batch": 4}}
     libs = set(args.libs.split(","))
     keys = parse_only("accuracy" if args.accuracy else args.only)
+    if args.smoke:  # each group costs seconds; these two run the code paths of mlp and digits again
+        for key, like in (("cnn", "mlp"), ("adult", "digits")):
+            if key in keys:
+                _smoke.skip(key, f"the code paths of {like}, at seconds more")
+                keys.remove(key)
+        smoke_failures += _smoke.missing("dpkit.datasets", "adult_features")  # what adult would use
     if args.skip_throughput:
         keys = [k for k in keys if k not in THROUGHPUT_GROUPS]
     if args.skip_accuracy:
@@ -1113,13 +1133,14 @@ def main(argv: list[str] | None = None) -> int:
     thr: list[dict[str, Any]] = []
     torch = _torch()
     torch.set_num_threads(2)
-    for g in cpu_groups(set(keys), libs, tuple(args.opacus_modes.split(","))):
+    for g in cpu_groups(set(keys), libs, tuple(args.opacus_modes.split(",")), noise_sizes, **sizes):
         before = os.getloadavg()[0]
         got = measure_group(
             g,
             rounds=args.rounds,
             round_seconds=args.round_seconds,
             wait=lambda: wait_for_quiet(args.max_load, args.max_wait),
+            **steps,
         )
         thr += got
         group_meta[g.key] = {
@@ -1162,6 +1183,15 @@ def main(argv: list[str] | None = None) -> int:
     )
     print(f"[bench] wrote {args.out}", file=sys.stderr)
     print(render(thr, acc, meta))
+    if args.smoke:
+        return _smoke.finish(
+            smoke_failures
+            + [
+                f"{r['group']}: {r['library']} {r.get('config', r.get('epsilon'))}: {r['status']}"
+                for r in thr + acc
+                if r["library"] in ("dpkit", "torch (non-private)") and r["status"] != "ok"
+            ]
+        )
     return 0
 
 

@@ -44,10 +44,13 @@ import gc
 import json
 import os
 import platform
+import shutil
 import sys
 import time
 from pathlib import Path
 from typing import Any
+
+import _smoke
 
 REPO = Path(__file__).resolve().parent.parent
 
@@ -58,6 +61,11 @@ def _out_default() -> Path:
 
 
 GROUPS = ("noise", "gpt2", "bert", "bert-lora", "resnet")
+#: What this benchmark takes from bench_dpsgd.py (checked by a smoke run without a GPU).
+SHARED = (
+    "Task", "Group", "Config", "measure_group", "noise_group", "classifier_task", "gpt2_task", "stock_gpt2_configs",
+    "step_nonprivate", "step_opacus", "step_dpkit", "_err",
+)  # fmt: skip
 
 
 def resnet18_gn(num_classes: int = 10, width: int = 64, groups: int = 32):
@@ -327,6 +335,12 @@ def markdown(meta: dict[str, Any], rows: list[dict[str, Any]]) -> str:
     return _report.markdown(lines[0], headers, headers[:3], cells, notes)
 
 
+def _smoke_without_gpu() -> int:
+    """A smoke run without a CUDA device: what this benchmark takes from bench_dpsgd.py must exist."""
+    _smoke.skip("every GPU row", "no CUDA device (on a CPU, bench_dpsgd.py --smoke runs the same code paths)")
+    return _smoke.finish(_smoke.missing("bench_dpsgd", *SHARED))
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--only", default=",".join(GROUPS), help=f"comma-separated subset of {', '.join(GROUPS)}")
@@ -337,12 +351,18 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--warmup", type=int, default=2)
     ap.add_argument("--allow-cpu", action="store_true", help="run without CUDA (plumbing check only)")
     ap.add_argument("--tiny", action="store_true", help="tiny models and sizes (plumbing check)")
+    _smoke.add_flag(ap)
     args = ap.parse_args(argv)
+    if args.smoke:
+        args.rounds, args.max_steps, args.warmup, args.round_seconds, args.tiny = 1, 1, 1, 0.0, True
+        args.out = _smoke.out_path("dpsgd_gpu.json")
     keys = [k.strip() for k in args.only.split(",") if k.strip()]
     bad = [k for k in keys if k not in GROUPS]
     if bad:
         print(f"bench_dpsgd_gpu: unknown group(s) {bad}; choose from {', '.join(GROUPS)}", file=sys.stderr)
         return 2
+    if args.smoke and shutil.which("nvidia-smi") is None:  # no NVIDIA driver, no CUDA: spare the torch import
+        return _smoke_without_gpu()
     try:
         import torch
     except ImportError as exc:
@@ -352,6 +372,8 @@ def main(argv: list[str] | None = None) -> int:
             file=sys.stderr,
         )
         return 2
+    if args.smoke and not torch.cuda.is_available():
+        return _smoke_without_gpu()
     if not torch.cuda.is_available() and not args.allow_cpu:
         print(
             f"bench_dpsgd_gpu: no CUDA device (torch {torch.__version__}, built for CUDA {torch.version.cuda}): the GPU "

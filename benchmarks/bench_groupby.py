@@ -108,7 +108,9 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+import _plan
 import _report
+import _smoke
 import numpy as np
 
 REPO = Path(__file__).resolve().parent.parent
@@ -301,10 +303,8 @@ class ChildSampler:
         while not self._stop.is_set():
             total = 0
             for c in self._proc.children(recursive=True):
-                try:
+                with contextlib.suppress(Exception):  # a child that just exited
                     total += c.memory_info().rss
-                except Exception:  # noqa: BLE001  (a child that just exited)
-                    pass
             self.peak = max(self.peak, total / 2**20)
             if self.app_id:
                 self.executors_peak = max(self.executors_peak, self._executor_rss())
@@ -435,17 +435,7 @@ def _session(data, **kw):
 
 def dpkit_plan(session):
     """The AggregationPlan dpkit builds for query (f) (through the session's own planner)."""
-    q = session.group_by("category")
-    try:  # the planner of the query/pricing split (dpkit.analytics.pricing._plan)
-        from dpkit.analytics.pricing import _plan  # noqa: PLC0415
-
-        plan, _ = _plan(session._declared, q._built(), _aggregates(), SALT_G >> 2)
-    except ImportError:  # the older session-level runner
-        from dpkit.analytics.session import _Runner  # noqa: PLC0415
-
-        runner = _Runner(q, _aggregates(), EPSILON, 0.0, "laplace", 0.95, "truncated_geometric", None, None, None)
-        plan, _ = runner._plan(SALT_G >> 2)
-    return plan
+    return _plan.plan_of(session.group_by("category"), _aggregates(), epsilon=EPSILON, salt=SALT_G >> 2)
 
 
 def _duckdb_kw() -> dict[str, Any]:
@@ -549,7 +539,7 @@ def setup_dpkit(df, ctx):
 def setup_pipelinedp(df, ctx):
     import pipeline_dp  # noqa: PLC0415
 
-    rows = list(zip(df["user_id"].tolist(), df["category"].tolist(), df["value"].tolist()))
+    rows = list(zip(df["user_id"].tolist(), df["category"].tolist(), df["value"].tolist(), strict=True))
     M = pipeline_dp.Metrics
 
     def run():
@@ -974,6 +964,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--child", help=argparse.SUPPRESS)
     ap.add_argument("--data", type=Path, help=argparse.SUPPRESS)
     ap.add_argument("--child-opts", default="{}", help=argparse.SUPPRESS)
+    _smoke.add_flag(ap)
     args = ap.parse_args(argv)
 
     if args.render:
@@ -989,6 +980,12 @@ def main(argv: list[str] | None = None) -> int:
     unknown = set(names) - set(CONTENDERS)
     if unknown:
         ap.error(f"unknown contenders {sorted(unknown)}; choose from {', '.join(CONTENDERS)}")
+    if args.smoke:
+        args.rows, args.repeats, args.out, args.cache = 20_000, 1, _smoke.out_path("groupby.json"), _smoke.temp_dir()
+        for name in [n for n in names if n in SPARK]:
+            _smoke.skip(name, "a Spark session takes longer to start than a whole smoke run")
+            names.remove(name)
+        names = [n for n in names if n not in IMPORTS or _smoke.present([n], IMPORTS)]
     load_start = os.getloadavg()
     started = _dt.datetime.now(_dt.UTC).isoformat(timespec="seconds")
     print(
@@ -1019,7 +1016,10 @@ def main(argv: list[str] | None = None) -> int:
         label, slow = CONTENDERS[name]
         repeats = args.spark_repeats if name in SPARK else 1 if slow else args.repeats
         print(f"[bench] {label} on {args.rows:,} rows (load {os.getloadavg()[0]:.2f})", file=sys.stderr, flush=True)
-        r = run_child(name, data, repeats, args.slow_timeout if slow else args.fast_timeout, opts)
+        if args.smoke:  # in this process: a child's start-up would be most of a smoke run's time
+            r = child(name, data, repeats, opts)
+        else:
+            r = run_child(name, data, repeats, args.slow_timeout if slow else args.fast_timeout, opts)
         r.update(name=name, label=label, rows=args.rows, fallback=False)
         if slow and r["status"].startswith("timeout") and args.fallback_rows < args.rows:
             rows.append(r)
@@ -1092,6 +1092,10 @@ def main(argv: list[str] | None = None) -> int:
     args.out.write_text(json.dumps({"meta": meta, "rows": rows}, indent=2, ensure_ascii=False) + "\n")
     print(f"[bench] wrote {args.out.relative_to(REPO) if args.out.is_relative_to(REPO) else args.out}", file=sys.stderr)
     render(meta, rows)
+    if args.smoke:
+        return _smoke.finish(
+            f"{r['name']}: {r['status']}" for r in rows if r["name"].startswith("dpkit") and r["status"] != "ok"
+        )
     return 0
 
 
@@ -1117,7 +1121,7 @@ def render(meta: dict[str, Any], rows: list[dict[str, Any]]) -> None:
         title,
         HEADERS,
         LEFT,
-        ((c, 0, r["name"].startswith("dpkit")) for c, r in zip(table, rows)),
+        ((c, 0, r["name"].startswith("dpkit")) for c, r in zip(table, rows, strict=True)),
         notes,
         to_stderr=True,
         width=220,

@@ -37,6 +37,7 @@ from pathlib import Path
 from typing import Any
 
 import _report
+import _smoke
 import numpy as np
 
 REPO = Path(__file__).resolve().parent.parent
@@ -52,7 +53,7 @@ def cost(X: np.ndarray, C: np.ndarray) -> float:
     return float(np.maximum(d2, 0.0).min(axis=1).sum())
 
 
-def fitters(k: int, d: int, eps: float) -> list[tuple[str, Callable[[np.ndarray], np.ndarray]]]:
+def fitters(k: int, d: int, eps: float, peers: list[str]) -> list[tuple[str, Callable[[np.ndarray], np.ndarray]]]:
     lo, hi = np.full(d, -BOX), np.full(d, BOX)
 
     def dpkit_gaussian(X: np.ndarray) -> np.ndarray:
@@ -77,7 +78,7 @@ def fitters(k: int, d: int, eps: float) -> list[tuple[str, Callable[[np.ndarray]
     return [
         (f"dpkit gaussian (δ={DELTA:g})", dpkit_gaussian),
         ("dpkit textbook", dpkit_textbook),
-        ("diffprivlib", diffprivlib),
+        *([("diffprivlib", diffprivlib)] if "diffprivlib" in peers else []),
     ]
 
 
@@ -86,13 +87,18 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--seeds", type=int, default=20)
     ap.add_argument("--out", type=Path, default=DEFAULT_OUT)
     ap.add_argument("--markdown", action="store_true")
+    _smoke.add_flag(ap)
     args = ap.parse_args(argv)
+    settings, epsilons, peers = SETTINGS, EPSILONS, ["diffprivlib"]
+    if args.smoke:
+        settings, epsilons, args.seeds, args.out = ((500, 2, 3),), (1.0,), 1, _smoke.out_path("kmeans.json")
+        peers = _smoke.present(peers)
     warnings.filterwarnings("ignore", module="diffprivlib")
     from sklearn.cluster import KMeans as SkKMeans  # noqa: PLC0415
     from sklearn.datasets import make_blobs  # noqa: PLC0415
 
     rows: list[dict[str, Any]] = []
-    for n, d, k in SETTINGS:
+    for n, d, k in settings:
         ratios: dict[tuple[float, str], list[float]] = {}
         seconds: dict[tuple[float, str], float] = {}
         errors: dict[tuple[float, str], str] = {}
@@ -102,8 +108,8 @@ def main(argv: list[str] | None = None) -> int:
                 n_samples=n, n_features=d, centers=k, cluster_std=1.0, center_box=(-10, 10), random_state=seed
             )
             base = cost(X, SkKMeans(n_clusters=k, n_init=10, random_state=0).fit(X).cluster_centers_)
-            for eps in EPSILONS:
-                for name, fit in fitters(k, d, eps):
+            for eps in epsilons:
+                for name, fit in fitters(k, d, eps, peers):
                     key = (eps, name)
                     if key in errors:
                         continue
@@ -115,8 +121,8 @@ def main(argv: list[str] | None = None) -> int:
                         errors[key] = f"n/a ({type(exc).__name__}: {str(exc)[:80]})"
                         continue
                     ratios.setdefault(key, []).append(cost(X, C) / base)
-        for eps in EPSILONS:
-            for name, _ in fitters(k, d, eps):
+        for eps in epsilons:
+            for name, _ in fitters(k, d, eps, peers):
                 key = (eps, name)
                 row: dict[str, Any] = {"n": n, "d": d, "k": k, "epsilon": eps, "method": name}
                 if key in errors:
@@ -149,11 +155,11 @@ def main(argv: list[str] | None = None) -> int:
     args.out.parent.mkdir(parents=True, exist_ok=True)
     args.out.write_text(json.dumps({"meta": meta, "rows": rows}, indent=2, ensure_ascii=False) + "\n")
 
-    names = [name for name, _ in fitters(2, 2, 1.0)]
+    names = [name for name, _ in fitters(2, 2, 1.0, peers)]
     headers = ["data", "ε", *names]
     cells = []
-    for n, d, k in SETTINGS:
-        for eps in EPSILONS:
+    for n, d, k in settings:
+        for eps in epsilons:
             line = [f"n={n:,} d={d} k={k}", f"{eps:g}"]
             for name in names:
                 r = next(r for r in rows if (r["n"], r["d"], r["k"], r["epsilon"], r["method"]) == (n, d, k, eps, name))
@@ -186,6 +192,12 @@ def main(argv: list[str] | None = None) -> int:
                 cells,
                 notes,
             )
+        )
+    if args.smoke:
+        return _smoke.finish(
+            f"{r['method']} ε={r['epsilon']}: {r['status']}"
+            for r in rows
+            if r["method"].startswith("dpkit") and r["status"] != "ok"
         )
     return 0
 

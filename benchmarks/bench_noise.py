@@ -34,6 +34,7 @@ from pathlib import Path
 from typing import Any
 
 import _report  # benchmarks/_report.py: shared table and version helpers
+import _smoke
 import numpy as np
 
 REPO = Path(__file__).resolve().parent.parent
@@ -558,7 +559,11 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument(
         "--markdown", action="store_true", help="print a Markdown table on stdout (the rich table then goes to stderr)"
     )
+    _smoke.add_flag(ap)
     args = ap.parse_args(argv)
+    if args.smoke:
+        args.n, args.peer_n, args.repeats, args.out = 10_000, 1_000, 1, _smoke.out_path("noise.json")
+        args.libs = ",".join(_smoke.present(args.libs.split(",")))
     if args.n <= 0 or args.peer_n <= 0 or args.repeats <= 0:
         ap.error("--n, --peer-n and --repeats must be positive")
     peer_n = min(args.peer_n, args.n)
@@ -599,6 +604,12 @@ def main(argv: list[str] | None = None) -> int:
     print(f"[bench] wrote {args.out}", file=sys.stderr)
     if args.markdown:
         print(markdown(rows, meta))
+    if args.smoke:
+        return _smoke.finish(
+            f"{r['work']}: dpkit {r['impl']}: {r['status']} {r.get('error', '')}"
+            for r in rows
+            if r["library"] == "dpkit" and r["status"] != "ok"
+        )
     return 0
 
 

@@ -27,6 +27,7 @@ from __future__ import annotations
 import argparse
 import json
 import sys
+import tempfile
 from pathlib import Path
 from typing import Any
 
@@ -35,6 +36,7 @@ import pandas as pd
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 import _report  # noqa: E402
+import _smoke  # noqa: E402
 
 from dpkit.analytics.engines.base import sql_string  # noqa: E402
 from dpkit.analytics.engines.csv_source import CsvFile, CsvOptions  # noqa: E402
@@ -119,10 +121,19 @@ def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--rows", type=int, default=2_000_000)
     ap.add_argument("--repeats", type=int, default=7)
-    ap.add_argument("--cache", type=Path, default=Path("/tmp") / "dpkit-bench")
+    ap.add_argument("--cache", type=Path, default=Path(tempfile.gettempdir()) / "dpkit-bench")
     ap.add_argument("--spark", action="store_true", help="also read the plain file on a local Spark session")
     ap.add_argument("--json", type=Path, default=None)
+    _smoke.add_flag(ap)
     args = ap.parse_args(argv)
+    failures: list[str] = []
+    if args.smoke:
+        args.rows, args.repeats, args.cache, args.json = 2_000, 1, _smoke.temp_dir(), None
+        if args.spark:
+            _smoke.skip("spark", "a Spark session takes longer to start than a whole smoke run")
+            args.spark = False
+        failures += _smoke.missing("dpkit.analytics.engines.csv_source", "read_csv_spark")
+        failures += _smoke.missing("dpkit.analytics.engines.spark", "spark_session")
     args.cache.mkdir(parents=True, exist_ok=True)
     results: dict[str, dict[str, float]] = {}
     rows = []
@@ -150,7 +161,7 @@ def main(argv: list[str] | None = None) -> int:
         ))  # fmt: skip
     if args.json:
         args.json.write_text(json.dumps(results, indent=2) + "\n")
-    return 0
+    return _smoke.finish(failures)
 
 
 if __name__ == "__main__":

@@ -22,6 +22,7 @@ from pathlib import Path
 import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
+import _smoke  # noqa: E402
 from _report import markdown, version  # noqa: E402
 
 from dpkit.attacks.reconstruction import NaiveCurator, dinur_nissim_attack  # noqa: E402
@@ -32,7 +33,7 @@ def run(n: int, noise: float, method: str, seeds: list[int]) -> dict[str, float]
     for seed in seeds:
         rng = np.random.default_rng([seed, n])
         x = rng.integers(0, 2, n)
-        res = dinur_nissim_attack(NaiveCurator(x, noise=noise, rng=rng), n, method=method, rng=rng)  # type: ignore[arg-type]
+        res = dinur_nissim_attack(NaiveCurator(x, noise_bound=noise, rng=rng), n, method=method, rng=rng)  # type: ignore[arg-type]
         fracs.append(res.recovered_fraction)
         times.append(res.seconds)
     return {"recovered_fraction": statistics.median(fracs), "seconds": statistics.median(times)}
@@ -44,7 +45,10 @@ def main() -> None:
     ap.add_argument("--seeds", type=int, default=3)
     ap.add_argument("--lp-max-n", type=int, default=100)
     ap.add_argument("--out", default=str(Path(__file__).resolve().parent / "results" / "reconstruction.json"))
+    _smoke.add_flag(ap)
     args = ap.parse_args()
+    if args.smoke:
+        args.sizes, args.seeds, args.lp_max_n, args.out = "40", 1, 40, str(_smoke.out_path("reconstruction.json"))
     seeds = list(range(args.seeds))
     rows = []
     for n in (int(s) for s in args.sizes.split(",")):
@@ -69,7 +73,7 @@ def main() -> None:
     Path(args.out).write_text(json.dumps(result, indent=2) + "\n")
     print(
         markdown(
-            "### Dinur–Nissim reconstruction (4n queries, median of %d seeds)" % len(seeds),
+            f"### Dinur–Nissim reconstruction (4n queries, median of {len(seeds)} seeds)",
             ["n", "noise", "method", "recovered", "time (s)"],
             ["noise", "method"],
             (
@@ -84,8 +88,7 @@ def main() -> None:
             ),
             [
                 "time = querying the curator + fitting + rounding, one attack",
-                "LP (L1, scipy HiGHS) only for n <= %d; larger n use least squares (LP too slow at n = 1000)"
-                % args.lp_max_n,
+                f"LP (L1, scipy HiGHS) only for n <= {args.lp_max_n}; larger n use least squares (LP too slow at n = 1000)",
                 f"written to {Path(args.out).resolve().relative_to(Path.cwd().resolve()) if Path(args.out).resolve().is_relative_to(Path.cwd().resolve()) else args.out}",
             ],
         )

@@ -75,6 +75,7 @@ import time
 from pathlib import Path
 from typing import Any
 
+import _smoke
 import numpy as np
 
 SEED = 20261126
@@ -404,11 +405,20 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--out", type=Path, default=Path(__file__).parent / "results" / "scale.json")
     ap.add_argument("--child", help=argparse.SUPPRESS)
     ap.add_argument("--data", type=Path, help=argparse.SUPPRESS)
+    _smoke.add_flag(ap)
     args = ap.parse_args(argv)
     if args.child:
         print(json.dumps(child(args.child, args.data, args)))
         return 0
     engines = set(args.engines.split(","))
+    failures: list[str] = []
+    if args.smoke:
+        args.rows, args.cache, args.tumult_python = 20_000, _smoke.temp_dir(), None
+        args.out = _smoke.out_path("scale.json")
+        if "spark" in engines:
+            _smoke.skip("the Spark contenders", "a Spark session takes longer to start than a whole smoke run")
+            failures += _smoke.missing("dpkit.analytics.engines.spark", "_ensure_java")
+            engines.discard("spark")
     names = [n for n in args.only.split(",") if n.split("-")[1] in engines]
     if "tumult-spark" in names and args.tumult_python is None:
         names.remove("tumult-spark")
@@ -429,6 +439,11 @@ def main(argv: list[str] | None = None) -> int:
         # PySpark's Python workers (PipelineDP's and Tumult's functions) run the contender's interpreter
         env = {**os.environ, "PYSPARK_PYTHON": python, "PYSPARK_DRIVER_PYTHON": python}
         started = _dt.datetime.now(_dt.UTC).isoformat(timespec="seconds")
+        if args.smoke:  # in this process: a child's start-up would be most of a smoke run's time
+            got = child(name, data, args)
+            got.update(load=load, started=started, spark_master=None)
+            rows.append(got)
+            continue
         try:
             done = subprocess.run(cmd, capture_output=True, text=True, timeout=args.timeout, check=False, env=env)
             got = (
@@ -462,7 +477,8 @@ def main(argv: list[str] | None = None) -> int:
         b = by.get(peer, {})
         if "seconds" in a and "seconds" in b:
             print(f"{peer} / dpkit-spark: {b['seconds'] / a['seconds']:.2f}×")
-    return 0
+    failures += [f"{r['name']}: {r['error']}" for r in rows if r["name"].startswith("dpkit") and "error" in r]
+    return _smoke.finish(failures)
 
 
 if __name__ == "__main__":

@@ -82,6 +82,7 @@ import numpy as np
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 import _report  # noqa: E402
 import _slow_readers  # noqa: E402
+import _smoke  # noqa: E402
 from _server_load import (  # noqa: E402
     REPO,
     Connection,
@@ -94,6 +95,7 @@ from _server_load import (  # noqa: E402
     threads_of,
     timed_load,
 )
+from _server_report import fs_type, merge, render, run_label, service_goals  # noqa: E402
 
 DEFAULT_OUT = REPO / "benchmarks" / "results" / "server.json"
 SEED = 20261127
@@ -116,6 +118,7 @@ QUERIES = {
     "GROUP BY region, COUNT": f"SELECT region, COUNT(*) FROM {DATASET} GROUP BY region",
 }
 WARMUP = 1  # queries per connection before the clock starts
+REST_S = 3.0  # seconds the server's CPU at rest is measured for, before the runs
 PER_ANALYST = 8  # connections per analyst at most: ``--max-concurrent``'s default (per worker)
 
 # ------------------------------------------------------------------------------------------------
@@ -299,6 +302,7 @@ def http_load(
     label: str,
     runs: list[tuple[str, int]],
     budget: dict[str, float | None],
+    rest_s: float = REST_S,
 ) -> tuple[list[dict[str, Any]], list[Any]]:
     """The rows of ``runs`` ((query kind, clients)) against one server, and every 200's spend id.
 
@@ -309,7 +313,7 @@ def http_load(
     path = f"/v1/datasets/{DATASET}/query"
     assert server.proc is not None
     c0, t0 = cpu_seconds(server.proc.pid) or 0.0, time.perf_counter()
-    time.sleep(3.0)
+    time.sleep(rest_s)
     idle_per_s = ((cpu_seconds(server.proc.pid) or 0.0) - c0) / (time.perf_counter() - t0)
     print(f"[bench] the server at rest: {1e3 * idle_per_s:.1f} ms of CPU a second", file=sys.stderr)
     for kind, clients in runs:
@@ -415,10 +419,12 @@ def _timed_threads(fn: Any, threads: int, per_thread: int, warmup: int) -> tuple
 
 
 def in_process(
-    url: str, backend: str, keys: list[str], debits: int, kwargs: dict[str, Any], label: str
+    url: str, backend: str, keys: list[str], debits: int, kwargs: dict[str, Any], label: str, queries: int = 50
 ) -> list[dict[str, Any]]:
+    """Service.query without HTTP (``queries`` COUNTs, half as many AVGs, a third as many GROUP BYs)
+    and the ledger's writes alone (``debits`` of each), from one thread and from one per key."""
     from dpkit.accounting import LaplaceEvent
-    from dpkit.server.service import QueryRequest, Service
+    from dpkit.server import QueryRequest, Service
 
     rows: list[dict[str, Any]] = []
     threads = len(keys)
@@ -449,7 +455,7 @@ def in_process(
         who = [svc.authenticate(k) for k in keys]
         # Service.query without HTTP: what the engine, the ledger reads and the debit cost.
         for kind, sql in QUERIES.items():
-            n = {"COUNT": 50, "AVG(age)": 25}.get(kind, 15)
+            n = max(1, {"COUNT": queries, "AVG(age)": queries // 2}.get(kind, queries * 3 // 10))
             req = QueryRequest(epsilon=EPSILON, sql=sql)
             lat, wall, errs = _timed_threads(lambda i, req=req: svc.query(who[i], DATASET, req), 1, n, 3)
             record(f"Service.query {kind}", 1, lat, wall, errs)
@@ -481,7 +487,7 @@ def in_process(
             audit(i)
 
         for op, fn in (("ledger.debit", debit), ("Service.audit (append)", audit), ("debit + audit", both)):
-            lat, wall, errs = _timed_threads(fn, 1, debits, 50)
+            lat, wall, errs = _timed_threads(fn, 1, debits, min(50, debits))
             record(op, 1, lat, wall, errs)
             per = max(1, debits // threads)
             lat, wall, errs = _timed_threads(fn, threads, per, 5)
@@ -585,273 +591,6 @@ def checks_ok(c: dict[str, Any]) -> bool:
     )
 
 
-# ------------------------------------------------------------------------------------------------
-# tables
-# ------------------------------------------------------------------------------------------------
-
-HTTP_HEADERS = [
-    "run",
-    "ledger",
-    "workers",
-    "query",
-    "clients",
-    "queries",
-    "queries/s",
-    "budget ms",
-    "min ms",
-    "p50 ms",
-    "p99 ms",
-    "max ms",
-    "server CPU ms/q",
-    "client CPU ms/q",
-    "errors",
-]
-HTTP_LEFT = ["run", "ledger", "query"]
-PROC_HEADERS = ["run", "ledger", "operation", "threads", "n", "ops/s", "p50 ms", "p99 ms", "max ms", "errors"]
-PROC_LEFT = ["run", "ledger", "operation"]
-SLOW_HEADERS = [
-    "run",
-    "ledger",
-    "workers",
-    "readers",
-    "release MB",
-    "held",
-    "RSS before MB",
-    "peak MB",
-    "added at peak MB",
-    "after MB",
-    "closed after s",
-    "write timeout s",
-    "a download alone s",
-    "during the hang s",
-    "errors",
-]
-SLOW_LEFT = ["run", "ledger"]
-
-
-def _f(x: Any, digits: int = 1) -> str:
-    if x is None:
-        return "—"
-    return f"{x:,.{digits}f}"
-
-
-def render(data: dict[str, Any]) -> None:
-    """The tables of a results file (also of one written before the ``run``, ``workers`` and
-    budget columns existed: those rows are one worker, named by their date)."""
-    meta = data["meta"]
-    label = _label(meta)
-    http_cells = [
-        [
-            r.get("label", label),
-            r["backend"],
-            str(r.get("workers", 1)),
-            r["query"],
-            str(r["clients"]),
-            f"{r['queries']:,}",
-            _f(r["qps"]),
-            _f(r.get("budget_ms"), 0),
-            _f(r.get("min_ms")),
-            _f(r.get("p50_ms")),
-            _f(r.get("p99_ms")),
-            _f(r.get("max_ms")),
-            _f(r.get("server_cpu_ms_per_query"), 2),
-            _f(r.get("client_cpu_ms_per_query"), 2),
-            str(r["errors"]),
-        ]
-        for r in data["http"]
-    ]
-    proc_cells = [
-        [
-            r.get("label", label),
-            r["backend"],
-            r["operation"],
-            str(r["threads"]),
-            f"{r['n']:,}",
-            _f(r["ops_per_s"]),
-            _f(r.get("p50_ms"), 2),
-            _f(r.get("p99_ms"), 2),
-            _f(r.get("max_ms"), 2),
-            str(r["errors"]),
-        ]
-        for r in data["inprocess"]
-    ]
-    slow_cells = [
-        [
-            r.get("label", label),
-            r["backend"],
-            str(r["workers"]),
-            f"{r['readers']:,}",
-            _f(r["release_mb"]),
-            f"{r['held']:,}",
-            _f(r["rss_before_mb"], 0),
-            _f(r["rss_peak_mb"], 0),
-            _f(r["added_peak_mb"], 0),
-            _f(r["rss_after_mb"], 0),
-            _f(r.get("closed_after_s"), 1),
-            _f(r["write_timeout_s"], 0),
-            _f(r.get("normal_download_s"), 2),
-            _f(r.get("download_during_hang_s"), 2),
-            str(r["errors"]),
-        ]
-        for r in data.get("slow_readers", [])
-    ]
-    workers = sorted({r.get("workers", 1) for r in data["http"]})
-    notes = [
-        f"{meta['rows']:,} rows (Parquet, size class {meta.get('size_class', 'medium')}); ε = {EPSILON} per query; {meta.get('analysts', meta['clients'])} analysts, "
-        f"keep-alive connections round-robin over them (at most {PER_ANALYST} each); {meta.get('server', 'uvicorn')}; workers {', '.join(map(str, workers))}; "
-        f"loopback; server and clients share {meta['cpu_count']} CPUs",
-        f"client: {meta.get('client', 'httpx.AsyncClient')}",
-        "budget = the query's answer time from the service's cost preview (the answer leaves that long after its debit); min ms >= budget ms "
-        "on every row is the fixed time holding; latency = client-side time of one request (over the budget: queueing before the debit, and the trip)",
-        "server CPU ms/q = CPU time of the server's process tree (every worker, all threads) during the run, less its CPU at rest "
-        f"({_f(next((r.get('server_cpu_at_rest_ms_per_s') for r in data['http'] if r.get('server_cpu_at_rest_ms_per_s') is not None), None))} ms a second), "
-        "/ answered queries (warm-up included); client CPU ms/q = the load generator's",
-        f"load average before / after: {meta.get('loadavg_before')} / {meta.get('loadavg_after')} (other work on the machine inflates every number)",
-    ]
-    for b, c in data["checks"].items():
-        extra = ""
-        if "entries_match" in c:
-            extra = (
-                f", every answer with exactly one spend: {c['spends_match']}, with exactly one audit entry naming it: {c['entries_match']}"
-                f" ({c['spends_not_answered']} spends not answered)"
-            )
-        notes.append(
-            f"{b}: {c['answered_200']} answers, {c['spends']} spends{extra}, audit chain ok={c['audit_chain_ok']}, unlogged spends={c['unlogged_spends']}; "
-            f"first query after start (opens the data) {_f(c.get('first_query_ms'), 0)} ms"
-        )
-    for b, why in meta.get("skipped", {}).items():
-        notes.append(f"{b}: skipped ({why})")
-    goal = data.get("goal", {})
-    if goal:
-        notes.append(
-            f"goal: SQLite debit p99 <= 10 ms: {'met' if goal.get('met') else 'NOT met'} one at a time, "
-            f"{'met' if goal.get('met_under_contention') else 'not met'} with {goal.get('threads', 16)} threads debiting at once ({goal.get('detail')})"
-        )
-    for g in data.get("throughput_goal", []):
-        notes.append(f"goal {g['what']}: {'met' if g['met'] else 'NOT met'} ({g['detail']})")
-    title = f"Curator service over HTTP, {meta['date']}, {meta['cpu_count']} CPUs"
-    title2 = "Ledger and audit writes alone (in-process, same database)"
-    title3 = "Slow readers of a release: the server's memory"
-    notes += [r["note"] for r in data.get("slow_readers", []) if r.get("note")]
-    tables = [
-        (title, HTTP_HEADERS, HTTP_LEFT, http_cells, lambda c: (c[0] + c[1] + c[2], False)),
-        (title2, PROC_HEADERS, PROC_LEFT, proc_cells, lambda c: (c[0] + c[1], c[2] == "ledger.debit")),
-    ]
-    if slow_cells:
-        tables.append((title3, SLOW_HEADERS, SLOW_LEFT, slow_cells, lambda c: (c[0] + c[1], False)))
-    for i, (t, headers, left, cells, group) in enumerate(tables):
-        last = i == len(tables) - 1
-        _report.print_table(
-            t, headers, left, ((c, *group(c)) for c in cells), notes if last else [], to_stderr=True, width=200
-        )
-        print(_report.markdown("### " + t, headers, left, cells, notes if last else []))
-        if not last:
-            print()
-
-
-# ------------------------------------------------------------------------------------------------
-
-
-def fs_type(path: Path) -> str | None:
-    """The file system type of ``path`` from /proc/mounts (Linux), else None."""
-    try:
-        mounts = [line.split() for line in Path("/proc/mounts").read_text().splitlines()]
-    except OSError:
-        return None
-    p = str(path.resolve())
-    best = max(
-        (m for m in mounts if len(m) > 2 and (p == m[1] or p.startswith(m[1].rstrip("/") + "/"))),
-        key=lambda m: len(m[1]),
-        default=None,
-    )
-    return None if best is None else best[2]
-
-
-def run_label() -> str:
-    """The commit being measured, with '+' when the working tree has changes."""
-    try:
-        head = subprocess.run(
-            ["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True, cwd=REPO, timeout=10
-        ).stdout.strip()
-        dirty = subprocess.run(
-            ["git", "status", "--porcelain", "--untracked-files=no", "src"],
-            capture_output=True,
-            text=True,
-            cwd=REPO,
-            timeout=10,
-        ).stdout.strip()
-    except (OSError, subprocess.SubprocessError):
-        return "unknown"
-    return (head or "unknown") + ("+" if dirty else "")
-
-
-def _label(meta: dict[str, Any]) -> str:
-    """A run's label; a file from before labels existed is named by its date and client."""
-    return str(
-        meta.get("label")
-        or f"{meta['date'][:16]} ({'httpx' if 'httpx' in meta.get('client', 'httpx') else 'raw'} client)"
-    )
-
-
-def merge(results: list[dict[str, Any]]) -> dict[str, Any]:
-    """Several results files as one (rows labelled by their run), for side-by-side tables."""
-    if len(results) == 1:
-        return results[0]
-    out = {**results[-1], "http": [], "inprocess": [], "slow_readers": [], "checks": {}, "throughput_goal": []}
-    for data in results:
-        label = _label(data["meta"])
-        out["http"] += [{"label": label, **r} for r in data["http"]]
-        out["inprocess"] += [{"label": label, **r} for r in data["inprocess"]]
-        out["slow_readers"] += [{"label": label, **r} for r in data.get("slow_readers", [])]
-        out["checks"].update({f"{label} {b}": c for b, c in data["checks"].items()})
-        out["throughput_goal"] += [{**g, "what": f"{label}: {g['what']}"} for g in data.get("throughput_goal", [])]
-    return out
-
-
-def service_goals(rows: list[dict[str, Any]], slow: list[dict[str, Any]]) -> list[dict[str, Any]]:
-    """Issue 27's goals: on SQLite with 2 workers, >= 400 COUNT q/s and <= 4 ms of server CPU per
-    COUNT (the row of the most clients); no answer before its budget (every row); slow readers
-    adding <= 200 MB; PostgreSQL's row reported beside."""
-    out = []
-    for backend in ("sqlite", "postgres"):
-        cand = [r for r in rows if r["backend"] == backend and r["query"] == "COUNT" and r.get("workers") == 2]
-        if not cand:
-            continue
-        top = max(cand, key=lambda r: (r["clients"], r["qps"]))
-        detail = f"{top['clients']} clients: {top['qps']:.0f} q/s, server CPU {top.get('server_cpu_ms_per_query') or float('nan'):.2f} ms/q, p99 {top.get('p99_ms', float('nan')):.0f} ms"
-        if backend == "sqlite":
-            out.append({"what": ">= 400 COUNT q/s, SQLite, 2 workers", "met": top["qps"] >= 400, "detail": detail})
-            cpu = top.get("server_cpu_ms_per_query")
-            out.append(
-                {
-                    "what": "server CPU <= 4 ms per COUNT, SQLite, 2 workers",
-                    "met": cpu is not None and cpu <= 4.0,
-                    "detail": detail,
-                }
-            )
-        else:
-            out.append({"what": "COUNT on PostgreSQL, 2 workers (no goal)", "met": True, "detail": detail})
-    checked = sum(r.get("checked_against_budget", 0) for r in rows)
-    early = sum(r.get("below_budget", 0) for r in rows)
-    if checked:
-        out.append(
-            {
-                "what": "every answer at or after its budget",
-                "met": early == 0,
-                "detail": f"{checked:,} answers checked, {early} early",
-            }
-        )
-    for r in slow:
-        out.append(
-            {
-                "what": f"{r['readers']:,} slow readers add <= 200 MB ({r['backend']})",
-                "met": r["added_peak_mb"] <= 200,
-                "detail": f"+{r['added_peak_mb']:.0f} MB at peak, {r['rss_after_mb'] - r['rss_before_mb']:+.0f} MB after",
-            }
-        )
-    return out
-
-
 def _clients(text: str) -> list[int]:
     out = [int(c) for c in text.split(",") if c.strip()]
     if any(c < 1 for c in out):
@@ -945,7 +684,17 @@ def main() -> int:
         default=30.0,
         help="dpkit serve --write-timeout in the slow-reader part (default 30, the service's)",
     )
+    _smoke.add_flag(ap)
     args = ap.parse_args()
+    rest_s, queries = REST_S, 50
+    if args.smoke:  # one worker, one analyst, one client, a second per query; SQLite only
+        args.rows, args.analysts, args.clients, args.clients_other, args.seconds = 2_000, 1, "", "", 0.5
+        args.answer_seconds, args.workers, args.debits, args.label = "0.05", "1", 10, "smoke"
+        args.slow_readers, args.release_rows, args.write_timeout = 2, 200, 1.0
+        args.out, rest_s, queries = _smoke.out_path("server.json"), 0.2, 3
+        if "postgres" in args.backends.split(","):
+            _smoke.skip("postgres", "a server to start (make test's PostgreSQL tests cover the ledger)")
+            args.backends = ",".join(b for b in args.backends.split(",") if b != "postgres")
     if args.render:
         render(merge([json.loads(path.read_text()) for path in args.render]))
         return 0
@@ -1023,7 +772,7 @@ def main() -> int:
                         cold_ms = ms if cold_ms is None else cold_ms
                         spend_ids.append(sid)
                         budget = budgets(server, keys[0])
-                        rows, ids = http_load(server, keys, args.seconds, backend, label, runs, budget)
+                        rows, ids = http_load(server, keys, args.seconds, backend, label, runs, budget, rest_s)
                     http_rows += rows
                     spend_ids += ids
                     if server.proc is not None and server.proc.returncode not in (
@@ -1039,7 +788,7 @@ def main() -> int:
                 checks[backend]["first_query_ms"] = cold_ms
                 print(f"[bench] {backend} checks: {checks[backend]}", file=sys.stderr)
                 if not args.no_inprocess:
-                    proc_rows += in_process(url, backend, keys[:16], args.debits, kwargs, label)
+                    proc_rows += in_process(url, backend, keys[:16], args.debits, kwargs, label, queries)
                 if args.slow_readers > 0 and backend == backends[0]:
                     extra = {**cli, **serve_extra, "write_timeout": str(args.write_timeout)}
                     slow_rows += _slow_readers.measure(
@@ -1087,6 +836,7 @@ def main() -> int:
         "epsilon_per_query": EPSILON,
         "budget_per_analyst": BUDGET,
         "warmup_per_client": WARMUP,
+        "connections_per_analyst": PER_ANALYST,
         "seed": SEED,
         "metadata": METADATA,
         "budgets_s": budget,

@@ -32,6 +32,7 @@ from pathlib import Path
 from typing import Any
 
 import _report
+import _smoke
 import numpy as np
 
 REPO = Path(__file__).resolve().parent.parent
@@ -40,19 +41,19 @@ ADULT = REPO / ".." / "shared" / "data" / "adult" / "adult.data"
 LOWER, UPPER = 0.0, 100.0
 
 
-def load_adult_ages() -> np.ndarray | None:
-    if not ADULT.exists():
+def load_adult_ages(path: Path = ADULT) -> np.ndarray | None:
+    if not path.exists():
         return None
-    with ADULT.open(encoding="latin-1") as fh:
+    with path.open(encoding="latin-1") as fh:
         first = (line.split(",", 1)[0].strip() for line in fh)
         return np.array([float(a) for a in first if a.isdigit()])
 
 
-def datasets() -> dict[str, np.ndarray]:
+def datasets(adult_path: Path = ADULT) -> dict[str, np.ndarray]:
     from dpkit.datasets import people  # noqa: PLC0415
 
     out = {}
-    adult = load_adult_ages()
+    adult = load_adult_ages(adult_path)
     if adult is not None:
         out["UCI Adult ages"] = adult
     out["generated ages"] = people(n=30_000).age.astype(float)
@@ -96,7 +97,7 @@ def mean_candidates(x: np.ndarray, rng: np.random.Generator) -> list[tuple[str, 
         return lambda: _value(m.release(x, rng=rng))
 
     def svt():
-        from dpkit.mechanisms.sparse_vector import svt_private_mean  # noqa: PLC0415
+        from dpkit.mechanisms import svt_private_mean  # noqa: PLC0415
 
         return lambda: _value(svt_private_mean(x, epsilon=1.0, max_bound=int(UPPER), rng=rng))
 
@@ -184,9 +185,16 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--peer-runs", type=int, default=50, help="releases for diffprivlib/OpenDP (slower)")
     ap.add_argument("--out", type=Path, default=DEFAULT_OUT)
     ap.add_argument("--markdown", action="store_true")
+    _smoke.add_flag(ap)
     args = ap.parse_args(argv)
+    if args.smoke:
+        args.runs, args.peer_runs, args.out = 3, 2, _smoke.out_path("statistics.json")
+        for lib in ("diffprivlib", "opendp"):
+            if not _smoke.importable(lib):
+                _smoke.skip(lib, "not installed in this environment (its rows say n/a)")
     rng = np.random.default_rng(1)  # sibling mechanisms that need an rng (the accuracy only)
-    data = datasets()
+    # smoke: as many rows as Adult's, or PTRMean's proposed bound (sized for them) refuses
+    data = datasets(_smoke.adult_dir(train_rows=30_000) / "adult.data" if args.smoke else ADULT)
     rows: list[dict[str, Any]] = []
     for dname, x in data.items():
         truth = float(np.mean(x))
@@ -256,7 +264,7 @@ def main(argv: list[str] | None = None) -> int:
     except ImportError:
         for c in cells:
             print(" | ".join(c), file=sys.stderr if args.markdown else sys.stdout)
-    print(f"[bench] wrote {args.out.relative_to(REPO)}", file=sys.stderr)
+    print(f"[bench] wrote {args.out.relative_to(REPO) if args.out.is_relative_to(REPO) else args.out}", file=sys.stderr)
     if args.markdown:
         print(
             _report.markdown(
@@ -266,6 +274,12 @@ def main(argv: list[str] | None = None) -> int:
                 cells,
                 notes,
             )
+        )
+    if args.smoke:
+        return _smoke.finish(
+            f"{r['part']} {r['data']}: {r['method']}: {r['status']}"
+            for r in rows
+            if r["status"] != "ok" and (r["part"] != "median" or r["method"].startswith("dpkit"))
         )
     return 0
 

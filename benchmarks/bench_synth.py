@@ -86,6 +86,7 @@ from pathlib import Path
 from typing import Any
 
 import _report
+import _smoke
 
 REPO = Path(__file__).resolve().parent.parent
 ADULT_DIR = REPO / ".." / "shared" / "data" / "adult"
@@ -165,6 +166,7 @@ COLUMNS = (
     "sex", "capital-gain", "capital-loss", "hours-per-week", "native-country", TARGET,
 )  # fmt: skip
 MISSING = "(missing)"
+SMOKE_ROUNDS = 2  # dpkit's AIM rounds in a smoke run (its default spends most of a minute on them)
 
 
 def adult_metadata() -> Any:
@@ -182,11 +184,11 @@ def adult_metadata() -> Any:
     return Metadata(columns=columns, row_level=True)
 
 
-def load_adult(split: str) -> Any:
+def load_adult(split: str, folder: Path = ADULT_DIR) -> Any:
     """The raw 14 attributes of ``adult.data`` (``"train"``) or ``adult.test`` (``"test"``)."""
     import pandas as pd
 
-    path = ADULT_DIR / ("adult.data" if split == "train" else "adult.test")
+    path = folder / ("adult.data" if split == "train" else "adult.test")
     text = {c: str for c in (*CATEGORIES, TARGET)}
     frame = pd.read_csv(path, skipinitialspace=True, dtype=text, keep_default_na=False, na_values=[""])
     frame = frame[list(COLUMNS)].copy()
@@ -260,17 +262,19 @@ def child(spec: dict[str, Any]) -> dict[str, Any]:
             jvm_peak = _JvmPeak()
 
         method = {"dpkit-mst": {"method": "mst"}}.get(contender.removeprefix("census-"), {})
+        if spec.get("rounds") and not method:  # a smoke run's few AIM rounds
+            method = {"rounds": int(spec["rounds"])}
         if contender.startswith("census-"):
             from dpkit.datasets import CENSUS_METADATA
 
             data: Any = spec["input"]
             n, meta, bins = int(spec["rows"]), CENSUS_METADATA, None
         else:
-            data = load_adult("train")
+            data = load_adult("train", Path(spec.get("adult", ADULT_DIR)))
             n, meta, bins = len(data), adult_metadata(), {k: list(v) for k, v in BINS.items()}
         if spark is not None:  # the same rows as a Spark DataFrame: Parquet read in place, or Adult from pandas
             if contender.startswith("census-"):
-                from dpkit.analytics.engines.spark import read_parquet
+                from dpkit.analytics.engines.spark_parquet import read_parquet
 
                 data = read_parquet(spark, data)
             else:
@@ -371,9 +375,13 @@ def git_state() -> str | None:
     return commit + ("+dirty" if dirty.stdout.strip() else "")
 
 
-def run_child(spec: dict[str, Any], python: str, timeout: float) -> dict[str, Any]:
+def run_child(spec: dict[str, Any], python: str, timeout: float, *, here: bool = False) -> dict[str, Any]:
+    """One contender's run in a fresh process (``here``: in this one, for a smoke run, whose time
+    would go mostly to the child's start-up; an exception is then raised, not recorded)."""
     load = os.getloadavg()
     started = time.perf_counter()
+    if here:
+        return {"load_1min": load[0], **child(spec), "peak_mib": peak_mib(), "wall_s": time.perf_counter() - started}
     try:
         proc = subprocess.run(
             [python, str(Path(__file__).resolve()), "--child", json.dumps(spec)],
@@ -572,6 +580,7 @@ def main() -> int:
     parser.add_argument("--synth-python", default=str(SYNTH_PYTHON), help="the interpreter with smartnoise-synth")
     parser.add_argument("--out", default=str(DEFAULT_OUT))
     parser.add_argument("--render", metavar="JSON", help="print the table of a saved result and exit")
+    _smoke.add_flag(parser)
     args = parser.parse_args()
     if args.child:
         _child_main(args.child)
@@ -586,11 +595,22 @@ def main() -> int:
     unknown = sorted(set(contenders) - set(CONTENDERS))
     if unknown:
         parser.error(f"unknown contenders {unknown}: choose from {', '.join(CONTENDERS)}")
+    adult = ADULT_DIR
+    failures: list[str] = []
+    if args.smoke:
+        args.seeds, args.epsilons, args.census_rows, args.out = "0", "1", 1_000, str(_smoke.out_path("synth.json"))
+        adult = _smoke.adult_dir()
+        for c in [c for c in contenders if c == "dpkit-spark"] + (["census-dpkit-spark"] if args.census_spark else []):
+            _smoke.skip(c, "a Spark session takes longer to start than a whole smoke run")
+            failures += _smoke.missing("dpkit.analytics.engines.spark", "spark_session")
+            failures += _smoke.missing("dpkit.analytics.engines.spark_parquet", "read_parquet")
+        contenders = [c for c in contenders if c != "dpkit-spark"]
+        args.census_spark = False
     seeds = [int(s) for s in args.seeds.split(",")]
     epsilons = [float(e) for e in args.epsilons.split(",")]
-    if contenders and not (ADULT_DIR / "adult.data").exists():
+    if contenders and not (adult / "adult.data").exists():
         print(
-            f"[bench] UCI Adult not found at {ADULT_DIR}: nothing to measure (this benchmark runs only where "
+            f"[bench] UCI Adult not found at {adult}: nothing to measure (this benchmark runs only where "
             "../shared/data/adult/ exists beside the repository).",
             file=sys.stderr,
         )
@@ -598,11 +618,10 @@ def main() -> int:
         if not args.census_rows:
             return 0
     smartnoise = [c for c in contenders if c.startswith("smartnoise")]
-    if smartnoise and not Path(args.synth_python).exists():
-        print(
-            f"[bench] {args.synth_python} not found: skipping {', '.join(smartnoise)} (bash benchmarks/setup_synth_peers.sh)",
-            file=sys.stderr,
-        )
+    if smartnoise and (args.smoke or not Path(args.synth_python).exists()):
+        why = "its own virtualenv" if args.smoke else f"{args.synth_python} not found"
+        for c in smartnoise:
+            _smoke.skip(c, f"{why} (bash benchmarks/setup_synth_peers.sh)")
         contenders = [c for c in contenders if c not in smartnoise]
 
     commit = git_state()  # before the runs: the code measured
@@ -611,7 +630,7 @@ def main() -> int:
     peer_versions: dict[str, Any] = {}
     with tempfile.TemporaryDirectory(prefix="bench_synth_") as tmp:
         if contenders:
-            real, test = discretise(load_adult("train")), discretise(load_adult("test"))
+            real, test = discretise(load_adult("train", adult)), discretise(load_adult("test", adult))
             train_csv = str(Path(tmp) / "train.csv")
             real.to_csv(train_csv, index=False)
             plan: list[tuple[str, float | None, int]] = []
@@ -627,14 +646,14 @@ def main() -> int:
                 output = str(Path(tmp) / f"{c}_{eps}_{seed}.csv")
                 spec = {
                     "contender": c, "epsilon": eps, "seed": seed, "input": train_csv, "output": output,
-                    "aim_rounds": args.aim_rounds,
+                    "aim_rounds": args.aim_rounds, "adult": str(adult), "rounds": SMOKE_ROUNDS if args.smoke else None,
                 }  # fmt: skip
                 python = args.synth_python if c.startswith("smartnoise") else sys.executable
                 timeout = args.aim_timeout if c == "smartnoise-aim" else args.timeout
                 print(
                     f"[bench] {k}/{len(plan)} {c} ε={eps} seed={seed} (load {os.getloadavg()[0]:.1f})", file=sys.stderr
                 )
-                result = run_child(spec, python, timeout)
+                result = run_child(spec, python, timeout, here=args.smoke)
                 if "error" not in result:
                     result.update(score(output, real, test, THREE_WAY_SEED))
                     if c.startswith("smartnoise"):
@@ -655,14 +674,16 @@ def main() -> int:
                 {"contender": "census-data", "seed": 0, "rows": args.census_rows, "output": path},
                 sys.executable,
                 args.timeout,
+                here=args.smoke,
             )
             if "error" in made:
                 census_runs.append({"contender": "census-dpkit", "rows_asked": args.census_rows, **made})
             else:
                 for c in ("census-dpkit", *(("census-dpkit-spark",) if args.census_spark else ())):
                     print(f"[bench] {c} on {args.census_rows:,} rows", file=sys.stderr)
-                    spec = {"contender": c, "epsilon": 1.0, "seed": 0, "input": path, "rows": args.census_rows}
-                    result = run_child(spec, sys.executable, args.timeout)
+                    spec = {"contender": c, "epsilon": 1.0, "seed": 0, "input": path, "rows": args.census_rows,
+                            "rounds": SMOKE_ROUNDS if args.smoke else None}  # fmt: skip
+                    result = run_child(spec, sys.executable, args.timeout, here=args.smoke)
                     result.pop("versions", None)
                     census_runs.append({"contender": c, "epsilon": 1.0, "rows_asked": args.census_rows, **result})
                     print(f"[bench]   {json.dumps(result)}", file=sys.stderr)
@@ -698,7 +719,8 @@ def main() -> int:
     out.write_text(json.dumps(result, indent=1) + "\n")
     print(render(result))
     print(f"\n[bench] wrote {out}", file=sys.stderr)
-    return 0
+    failures += [f"{r['contender']}: {r['error']}" for r in runs + census_runs if "error" in r]
+    return _smoke.finish(failures) if args.smoke else 0
 
 
 if __name__ == "__main__":

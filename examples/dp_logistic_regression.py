@@ -52,7 +52,7 @@ def generated(seed: int = 20240607) -> tuple[np.ndarray, np.ndarray, np.ndarray,
     def draw(n: int) -> tuple[np.ndarray, np.ndarray]:
         num = rng.beta(2.0, 5.0, size=(n, 6))
         cats = [np.eye(k)[rng.integers(0, k, size=n)] for k in sizes]
-        logit = num @ w_num + sum(c @ w for c, w in zip(cats, w_cat)) - 1.6
+        logit = num @ w_num + sum(c @ w for c, w in zip(cats, w_cat, strict=True)) - 1.6
         y = (rng.random(n) < 1.0 / (1.0 + np.exp(-logit))).astype(int)
         return np.hstack([num, *cats]), y
 

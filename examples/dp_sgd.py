@@ -89,7 +89,9 @@ for eps in (0.5, 1.0, 2.0, 4.0, 8.0):
         rng=rng,
     )
     trace: list[tuple[int, float]] = []
-    report = private.train(nn.CrossEntropyLoss(), progress=False, on_step=lambda s, loss, e: trace.append((s, e)))
+    report = private.train(
+        nn.CrossEntropyLoss(), progress=False, on_step=lambda s, loss, e, trace=trace: trace.append((s, e))
+    )
     acc = accuracy(model)
     results.append((eps, acc))
     curves[eps] = trace

@@ -80,7 +80,7 @@ for target in (0.5, 2.0, 8.0):
     )
     seen = {}
     start = time.perf_counter()
-    fed.fit(on_round=lambda t, m: seen.__setitem__(t, accuracy(m)) if t in checkpoints else None)
+    fed.fit(on_round=lambda t, m, seen=seen: seen.__setitem__(t, accuracy(m)) if t in checkpoints else None)
     elapsed = time.perf_counter() - start
     cells = " | ".join(f"{seen[t]:>9.3f} {fed.epsilon_after(t):>6.2f} " for t in checkpoints)
     print(f"{target:>9g} {fed.noise_multiplier_:6.3f} | {cells}| {elapsed:4.1f}s")

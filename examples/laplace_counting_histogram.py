@@ -39,7 +39,7 @@ counts = np.histogram(table.age, bins=edges)[0].astype(float)
 hist = dp.Laplace(epsilon=eps, sensitivity=dp.sensitivity.histogram("replace").l1, neighbours="replace")
 noisy_hist = hist.release(counts, rng=rng)
 lows, highs = hist.confidence_interval(noisy_hist, 0.95)
-for lo, hi, y, a, b in zip(edges[:-1], edges[1:], noisy_hist, lows, highs):
+for lo, hi, y, a, b in zip(edges[:-1], edges[1:], noisy_hist, lows, highs, strict=True):
     print(f"  ages {lo}-{hi - 1}: {y:8.1f}   95% CI [{a:.1f}, {b:.1f}]")
 k = len(counts)
 print(f"  all {k} bins within ±{hist.error_bound(0.05 / k, size=k):.2f} at once, with probability 0.95")
@@ -54,5 +54,5 @@ print(
     f"{len(thresholds)} counting queries: b = k/ε = {queries.scale:g}, "
     f"95% bound per query ±{queries.error_bound(0.05, size=len(thresholds)):.1f}"
 )
-for t, y in zip(thresholds, noisy_answers):
+for t, y in zip(thresholds, noisy_answers, strict=True):
     print(f"  income ≥ {t:>7,}: {y:8.1f}")

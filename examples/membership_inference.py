@@ -84,7 +84,7 @@ canary = (np.r_[np.zeros(d_small - 1), 100.0], 1.0)
 sigma = calibrate_noise_multiplier(epsilon=1.0, delta=delta, accountant=RDPAccountant, steps=10)
 for name, noise in (("correct DP-GD, claims ε=1", sigma), ("broken: noise ÷ 10, claims ε=1", sigma / 10)):
     audit = canary_audit(
-        lambda data, g: dp_gradient_descent(
+        lambda data, g, noise=noise: dp_gradient_descent(
             *data, steps=10, lr=0.003, clip=1.0, noise_multiplier=noise, rng=g, denominator=small
         ),
         (Xs, ys),

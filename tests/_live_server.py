@@ -91,7 +91,8 @@ def until_stopped(proc: Any, base: str, what: str) -> Iterator[str]:
         while True:
             try:
                 urllib.request.urlopen(base + "/v1/me", timeout=2)
-            except urllib.error.HTTPError:
+            except urllib.error.HTTPError as refused:
+                refused.close()
                 break  # 401: it is up
             except OSError:
                 if proc.poll() is not None or time.monotonic() > deadline:
@@ -106,3 +107,6 @@ def until_stopped(proc: Any, base: str, what: str) -> Iterator[str]:
         except subprocess.TimeoutExpired:
             proc.kill()
             proc.wait()
+        for pipe in (proc.stdout, proc.stderr):
+            if pipe is not None:
+                pipe.close()

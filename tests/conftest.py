@@ -118,7 +118,7 @@ TEST_MARKERS: dict[str, tuple[str, ...]] = {
     "torch/test_dpsgd_training.py::test_learns_at_large_epsilon_with_the_users_loop": ("slow",),
     "torch/test_dpsgd_training.py::test_train_helper_reports_epsilon_per_epoch": ("slow",),
     "torch/test_federated.py::test_learns_on_simulated_clients_at_large_epsilon": ("slow",),
-    "torch/test_federated.py::test_target_epsilon_is_met": ("slow",),
+    "torch/test_federated.py::test_calibrated_epsilon_is_met": ("slow",),
 }
 
 #: Fixtures that need an outside service.

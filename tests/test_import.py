@@ -145,3 +145,49 @@ def test_the_core_runs_without_the_optional_extras() -> None:
         "eps_positive": True,
         "hint": "dpkit.Session needs 'pandas', which is not installed: pip install 'dpkit[analytics]'",
     }
+
+
+# What printing the command line's help must not load: the engines, the service's web stack, the
+# data libraries and the accountants' numerics. Each command imports them when it runs.
+CLI_HEAVY = (
+    "duckdb",
+    "pandas",
+    "pyarrow",
+    "torch",
+    "fastapi",
+    "uvicorn",
+    "pyspark",
+    "sqlglot",
+    "sklearn",
+    "matplotlib",
+    "numpy",
+    "scipy",
+)
+
+
+def test_the_command_line_help_loads_no_heavy_module() -> None:
+    """``dpkit --help`` and a command's ``--help`` build the whole app (every command's options)
+    and print; the heavy modules a command uses are imported inside it, so none is loaded here."""
+    commands = [
+        ["--help"],
+        ["query", "--help"],
+        ["serve", "--help"],
+        ["admin", "grant", "--help"],
+        ["budget", "--help"],
+    ]
+    out = _run(
+        f"""
+        import json, sys
+        from typer.testing import CliRunner
+        from dpkit.cli import app
+        report = []
+        for args in {commands!r}:
+            result = CliRunner().invoke(app, args)
+            loaded = [m for m in {CLI_HEAVY!r} if m in sys.modules]
+            report.append({{"args": args, "exit": result.exit_code, "usage": "Usage:" in result.output, "loaded": loaded}})
+        print(json.dumps(report))
+        """
+    )
+    assert [r["args"] for r in out] == commands
+    assert all(r["exit"] == 0 and r["usage"] for r in out), out
+    assert [r["loaded"] for r in out] == [[]] * len(commands), f"--help loaded heavy modules: {out}"

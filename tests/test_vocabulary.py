@@ -2,12 +2,13 @@
 
 Walks ``dpkit.__all__`` and the ``__all__`` of every public subpackage (and of the public modules
 they export), reads ``inspect.signature`` of each class, its public methods and each function, and
-fails on a spelling the glossary rules out, on a mechanism without a neighbouring relation, on a
-mechanism method named ``run``, and on two public classes with the same ``__name__``.
+fails on a spelling the glossary rules out, on a ``**`` catch-all (it would hide, or quietly
+accept, an old spelling), on a mechanism without a neighbouring relation, on a mechanism method
+named ``run``, and on two public classes with the same ``__name__``.
 
-Deprecated spellings stay accepted through a ``**renamed`` catch-all (never in a signature); a
-deprecated method carries ``__deprecated__``. Offenders in code another part of the project owns
-are listed in ``ALLOWED`` with their owner, one entry each, to be removed as they are fixed.
+dpkit keeps no deprecated spellings: an old keyword is a ``TypeError`` as Python raises for any
+unknown keyword. Offenders in code another part of the project owns are listed in ``ALLOWED`` with
+their owner, one entry each, to be removed as they are fixed.
 """
 
 from __future__ import annotations
@@ -35,9 +36,6 @@ BANNED = {
     "neighbors": "neighbours",
     "random_state": "rng",
 }
-
-#: A ``**`` parameter with this name collects deprecated keyword names only.
-RENAMED_CATCH_ALL = "renamed"
 
 #: Remaining offenders in code owned elsewhere: (kind, where, detail) → owner. Remove an entry
 #: when its owner fixes it (an entry that no longer matches anything is reported as a warning).
@@ -116,21 +114,27 @@ def _signatures() -> Iterator[tuple[str, inspect.Signature, Any]]:
                 continue
             # A Protocol or abstract base has no constructor of its own to read; its methods are.
             if not getattr(obj, "_is_protocol", False) and not inspect.isabstract(obj):
-                try:
-                    yield _qualname(obj), inspect.signature(obj), obj
-                except (TypeError, ValueError):
-                    pass
+                signature = _signature(obj)
+                if signature is not None:
+                    yield _qualname(obj), signature, obj
             for attr, member in vars(obj).items():
                 if attr.startswith("_"):
                     continue
                 func = member.__func__ if isinstance(member, (classmethod, staticmethod)) else member
-                if inspect.isfunction(func) and not getattr(func, "__deprecated__", None):
+                if inspect.isfunction(func):
                     yield f"{_qualname(obj)}.{attr}", inspect.signature(func), obj
         elif inspect.isfunction(obj) or inspect.isbuiltin(obj):
-            try:
-                yield _qualname(obj), inspect.signature(obj), None
-            except (TypeError, ValueError):
-                pass
+            signature = _signature(obj)
+            if signature is not None:
+                yield _qualname(obj), signature, None
+
+
+def _signature(obj: Any) -> inspect.Signature | None:
+    """The signature, or None for a callable whose signature Python cannot read (some builtins)."""
+    try:
+        return inspect.signature(obj)
+    except (TypeError, ValueError):
+        return None
 
 
 def _is_estimator(cls: Any) -> bool:
@@ -159,7 +163,7 @@ def _problems() -> set[tuple[str, str, str]]:
         for name, p in params.items():
             if name in BANNED:
                 found.add(("banned", where, name))
-            if p.kind is inspect.Parameter.VAR_KEYWORD and name != RENAMED_CATCH_ALL:
+            if p.kind is inspect.Parameter.VAR_KEYWORD:
                 found.add(("kwargs", where, name))
             if name == "noise" and p.annotation in (float, int, "float", "int"):
                 found.add(("noise amount", where, name))
@@ -176,8 +180,7 @@ def _problems() -> set[tuple[str, str, str]]:
         if "neighbours" not in inspect.signature(cls).parameters and not hasattr(cls, "neighbours"):
             found.add(("no neighbours", _qualname(cls), "neighbours"))
         for attr in ("run", "run_batch"):
-            member = getattr(cls, attr, None)
-            if member is not None and not getattr(member, "__deprecated__", None):
+            if hasattr(cls, attr):
                 found.add(("run", _qualname(cls), attr))
     by_name: dict[str, set[int]] = defaultdict(set)
     objects: dict[int, Any] = {}
@@ -208,66 +211,6 @@ def test_allow_list_has_no_stale_entries() -> None:
     stale = sorted(set(ALLOWED) - _problems())
     if stale:
         warnings.warn("fixed, remove from ALLOWED: " + ", ".join(map(str, stale)), UserWarning, stacklevel=1)
-
-
-def test_deprecated_aliases_are_not_exported() -> None:
-    for where, obj in _exported():
-        assert not getattr(obj, "__deprecated__", None), f"{where} is deprecated but listed in __all__"
-
-
-@pytest.mark.parametrize(
-    "build, old, new",
-    [
-        (lambda: _svt().run, "run", "release"),
-        (lambda: _svt().run_batch, "run_batch", "release_batch"),
-    ],
-)
-def test_sparse_vector_run_is_a_deprecated_alias(build: Callable[[], Any], old: str, new: str) -> None:
-    import numpy as np
-
-    method = build()
-    with pytest.warns(DeprecationWarning, match=new):
-        if old == "run":
-            out = method([0.0, 100.0], rng=np.random.default_rng(0))
-            assert out == _svt().release([0.0, 100.0], rng=np.random.default_rng(0))
-        else:
-            out = method([0.0, 100.0], 3, rng=np.random.default_rng(0))
-            assert list(out) == list(_svt().release_batch([0.0, 100.0], 3, rng=np.random.default_rng(0)))
-
-
-def _svt() -> Any:
-    from dpkit.mechanisms import AboveThreshold
-
-    return AboveThreshold(epsilon=1.0, threshold=50.0)
-
-
-# --- renamed parameters keep working, with a warning -----------------------------------------------
-
-
-def test_linear_regression_y_bounds_is_a_deprecated_alias_of_bounds() -> None:
-    from dpkit.ml import LinearRegression
-
-    with pytest.warns(DeprecationWarning, match="bounds="):
-        reg = LinearRegression(epsilon=1.0, delta=1e-6, data_norm=1.0, y_bounds=(-1.0, 1.0))
-    assert reg.get_params()["bounds"] == (-1.0, 1.0)
-    with pytest.raises(TypeError, match="both"):
-        LinearRegression(bounds=(0.0, 1.0), y_bounds=(0.0, 1.0))
-    with pytest.raises(TypeError, match="unexpected keyword"):
-        LinearRegression(y_bound=(0.0, 1.0))
-
-
-def test_curator_noise_is_a_deprecated_alias_of_noise_bound() -> None:
-    import numpy as np
-
-    from dpkit.attacks import NaiveCurator, StickyCurator
-    from dpkit.errors import InvalidParameterError
-
-    for cls in (NaiveCurator, StickyCurator):
-        with pytest.warns(DeprecationWarning, match="noise_bound="):
-            assert cls(np.zeros(4), noise=2.0, rng=0).noise_bound == 2.0
-        assert cls(np.zeros(4), noise_bound=2.0, rng=0).noise_bound == 2.0
-        with pytest.raises(InvalidParameterError, match="noise_bound"):
-            cls(np.zeros(4), noise_bound=-1.0, rng=0)
 
 
 def test_gaussian_from_noise_multiplier_draws_exactly_that_multiplier() -> None:

@@ -16,7 +16,6 @@ from __future__ import annotations
 import importlib
 import importlib.util
 import logging
-import types
 from typing import TYPE_CHECKING
 
 __version__ = "0.1.0"
@@ -150,9 +149,12 @@ _EXTRA_OF: dict[str, str] = {
 }
 
 
-def _import(module: str, name: str) -> types.ModuleType:
+def _import(module: str, name: str, attribute: str | None = None) -> object:
+    """``module`` (or its ``attribute``: a lazy subpackage imports what defines it only then), with
+    the extra to install when an optional dependency is missing."""
     try:
-        return importlib.import_module(module)
+        loaded = importlib.import_module(module)
+        return loaded if attribute is None else getattr(loaded, attribute)
     except ModuleNotFoundError as exc:
         extra = _EXTRA_OF.get((exc.name or "").partition(".")[0])
         if extra is None:
@@ -167,8 +169,7 @@ def __getattr__(name: str) -> object:
     first access. Names that are neither raise the usual ``AttributeError``."""
     target = _EXPORTS.get(name)
     if target is not None:
-        module = _import(target, name)
-        value = module if target == f"{__name__}.{name}" else getattr(module, name)
+        value = _import(target, name, None if target == f"{__name__}.{name}" else name)
         globals()[name] = value
         return value
     # Before this module became lazy, importing it imported every subpackage, so ``dp.budget`` and

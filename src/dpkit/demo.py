@@ -11,15 +11,16 @@ Three parts, each a function returning a JSON-ready ``dict``:
   (ℓ1 sensitivity k).
 * :func:`laplace_vs_gaussian` — expected errors of the two mechanisms over a range of ε
   (seeds 003, 004 ch. 4), measured on dpkit's own releases and compared with the formulas; the
-  figure is drawn by :func:`plot_laplace_vs_gaussian`.
+  figure is drawn by :func:`~dpkit.demo_report.plot_laplace_vs_gaussian`.
 
-These are the demo's computations; the figure and the rich tables (:func:`plot_laplace_vs_gaussian`,
-:func:`render`) live in :mod:`dpkit.demo_report` and are importable from here too.
+These are the demo's computations; the figure and the rich tables
+(:func:`~dpkit.demo_report.plot_laplace_vs_gaussian`, :func:`~dpkit.demo_report.render`) are in
+:mod:`dpkit.demo_report`.
 
 :func:`run_demo` runs all three, writes the files and returns the combined results;
-:func:`render` prints them as rich tables. Noise comes from the mechanisms' secure default unless
-a seed is given, in which case one ``numpy.random.default_rng(seed)`` is passed explicitly to every
-release: reproducible, **not secure** — for teaching and tests only. The example data itself is
+:func:`~dpkit.demo_report.render` prints them as rich tables. Noise comes from the mechanisms'
+secure default unless a seed is given, in which case one ``numpy.random.default_rng(seed)`` is
+passed explicitly to every release: reproducible, **not secure** — for teaching and tests only. The example data itself is
 always generated from the fixed seed :data:`dpkit.datasets.DEFAULT_SEED`.
 """
 
@@ -39,7 +40,7 @@ from rich.progress import Progress, TaskID
 
 import dpkit as dp
 from dpkit import datasets
-from dpkit.demo_report import plot_laplace_vs_gaussian, render
+from dpkit.demo_report import plot_laplace_vs_gaussian
 from dpkit.mechanisms import sensitivity
 from dpkit.noise.source import RNG
 
@@ -49,9 +50,7 @@ __all__ = [
     "randomized_response_survey",
     "laplace_queries",
     "laplace_vs_gaussian",
-    "plot_laplace_vs_gaussian",
     "run_demo",
-    "render",
 ]
 
 #: ε values of the Laplace-vs-Gaussian comparison, and the Gaussian's δ.

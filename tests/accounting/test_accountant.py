@@ -6,7 +6,6 @@ from __future__ import annotations
 import math
 import subprocess
 import sys
-import warnings
 from functools import partial
 
 import pytest
@@ -92,24 +91,7 @@ def test_budget_and_calibration_take_names() -> None:
     assert by_name == by_class
 
 
-# ------------------------------------------------------------------------------ calibration names
-
-
-def test_calibration_spells_epsilon_and_delta_and_keeps_the_old_names() -> None:
-    new = calibrate_noise_multiplier(epsilon=2.0, delta=1e-6, accountant=RDPAccountant, steps=10)
-    with pytest.warns(DeprecationWarning, match="target_epsilon"):
-        old = calibrate_noise_multiplier(target_epsilon=2.0, delta=1e-6, accountant=RDPAccountant, steps=10)
-    with pytest.warns(DeprecationWarning, match="target_delta"):
-        older = calibrate_noise_multiplier(epsilon=2.0, target_delta=1e-6, accountant=RDPAccountant, steps=10)
-    assert new == old == older
-    with warnings.catch_warnings():
-        warnings.simplefilter("error")
-        calibrate_noise_multiplier(epsilon=2.0, delta=1e-6, accountant=RDPAccountant)  # no warning
-
-
-def test_calibration_refuses_both_spellings_and_names_the_new_one_in_errors() -> None:
-    with pytest.raises(InvalidParameterError, match="target_epsilon"):
-        calibrate_noise_multiplier(epsilon=1.0, target_epsilon=1.0, delta=1e-5, accountant=RDPAccountant)
+def test_calibration_names_epsilon_and_delta_in_errors() -> None:
     with pytest.raises(InvalidParameterError) as info:
         calibrate_noise_multiplier(epsilon=0.0, delta=1e-5, accountant=RDPAccountant)
     assert info.value.name == "epsilon"

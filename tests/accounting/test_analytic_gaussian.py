@@ -74,7 +74,7 @@ def test_gaussian_delta_limits_and_monotonicity():
     ms = np.geomspace(0.05, 200, 60)
     for eps in (0.1, 1.0, 4.0):
         ds = [gaussian_delta(eps, float(m)) for m in ms]
-        assert all(a >= b for a, b in zip(ds, ds[1:]))  # more noise, smaller δ
+        assert all(a >= b for a, b in zip(ds, ds[1:], strict=False))  # more noise, smaller δ
         assert ds[0] > 0.9 and ds[-1] < 1e-12
     # More ε at the same noise, smaller δ.
     assert gaussian_delta(0.5, 3.0) > gaussian_delta(1.0, 3.0) > gaussian_delta(2.0, 3.0)

@@ -16,9 +16,7 @@ SETTINGS = [(1.0, 1), (0.01, 1000), (256 / 60000, 2350)]
 @pytest.mark.parametrize("target, setting", list(itertools.product(TARGETS, SETTINGS)))
 def test_calibrated_sigma_meets_the_target_and_is_nearly_smallest(target: float, setting: tuple[float, int]) -> None:
     q, steps = setting
-    sigma = calibrate_noise_multiplier(
-        target_epsilon=target, delta=1e-5, accountant=RDPAccountant, sample_rate=q, steps=steps
-    )
+    sigma = calibrate_noise_multiplier(epsilon=target, delta=1e-5, accountant=RDPAccountant, sample_rate=q, steps=steps)
 
     def eps(s: float) -> float:
         return RDPAccountant().compose(dp_sgd_event(s, q, steps)).get_epsilon(1e-5)
@@ -31,7 +29,7 @@ def test_any_accountant_and_event_builder() -> None:
     from dpkit.accounting import GaussianEvent, SelfComposedEvent
 
     sigma = calibrate_noise_multiplier(
-        target_epsilon=2.0,
+        epsilon=2.0,
         delta=1e-6,
         accountant=ZCDPAccountant,
         event_for=lambda s: SelfComposedEvent(GaussianEvent(s), 10),
@@ -43,8 +41,8 @@ def test_any_accountant_and_event_builder() -> None:
 @pytest.mark.parametrize(
     "kwargs, name",
     [
-        ({"target_epsilon": 0.0}, "target_epsilon"),
-        ({"target_epsilon": float("nan")}, "target_epsilon"),
+        ({"epsilon": 0.0}, "epsilon"),
+        ({"epsilon": float("nan")}, "epsilon"),
         ({"delta": 0.0}, "delta"),
         ({"delta": 1.0}, "delta"),
         ({"sample_rate": 0.0}, "sample_rate"),
@@ -54,11 +52,11 @@ def test_any_accountant_and_event_builder() -> None:
     ],
 )
 def test_bad_arguments_are_rejected(kwargs: dict, name: str) -> None:
-    args = {"target_epsilon": 1.0, "delta": 1e-5, "accountant": RDPAccountant, **kwargs}
+    args = {"epsilon": 1.0, "delta": 1e-5, "accountant": RDPAccountant, **kwargs}
     with pytest.raises(InvalidParameterError, match=name):
         calibrate_noise_multiplier(**args)
 
 
 def test_unreachable_target_is_a_clear_error() -> None:
-    with pytest.raises(InvalidParameterError, match="target_epsilon"):
-        calibrate_noise_multiplier(target_epsilon=1e-9, delta=1e-12, accountant=RDPAccountant, steps=10**6)
+    with pytest.raises(InvalidParameterError, match="epsilon"):
+        calibrate_noise_multiplier(epsilon=1e-9, delta=1e-12, accountant=RDPAccountant, steps=10**6)

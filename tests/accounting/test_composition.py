@@ -103,7 +103,7 @@ def test_basic_composition_random_inputs_never_understate():
     rng = np.random.default_rng(1)
     for _ in range(200):
         n = int(rng.integers(1, 30))
-        pairs = [(float(e), float(d)) for e, d in zip(rng.uniform(1e-3, 3, n), rng.uniform(0, 1e-3, n))]
+        pairs = [(float(e), float(d)) for e, d in zip(rng.uniform(1e-3, 3, n), rng.uniform(0, 1e-3, n), strict=True)]
         eps, dlt = basic_composition(pairs)
         exact_e = sum(Fraction(e) for e, _ in pairs)
         exact_d = sum(Fraction(d) for _, d in pairs)
@@ -317,9 +317,9 @@ def kov_total_mp(eps, delta, k, i):
     # (fast even for k = 10^4 at 50 digits).
     binom, up, down, step = mpmath.mpf(1), mpmath.exp(k * e), mpmath.exp((k - 2 * i) * e), mpmath.exp(e)
     d_i = mpmath.mpf(0)
-    for l in range(i):
+    for j in range(i):
         d_i += binom * (up - down)
-        binom, up, down = binom * (k - l) / (l + 1), up / step, down * step
+        binom, up, down = binom * (k - j) / (j + 1), up / step, down * step
     d_i /= (1 + step) ** k
     return 1 - (1 - mpmath.mpf(delta)) ** k * (1 - d_i)
 
@@ -347,7 +347,7 @@ def test_optimal_composition_against_brute_force(eps, delta, k):
     # The theorem's total δ is exactly the worst case's hockey-stick divergence at each ε_g.
     for i, b in enumerate(brute):
         assert abs(b - kov_total_mp(eps, delta, k, i)) <= mpmath.mpf(10) ** -40
-    assert all(a < b for a, b in zip(brute, brute[1:]))  # the total δ grows as ε_g shrinks
+    assert all(a < b for a, b in zip(brute, brute[1:], strict=False))  # the total δ grows as ε_g shrinks
     for i, b in enumerate(brute):
         # Just above the i-th total δ: ε_g = (k − 2i)ε is achievable (and the next one is not).
         got = optimal_homogeneous_composition(

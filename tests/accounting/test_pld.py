@@ -20,7 +20,6 @@ import numpy as np
 import pytest
 from scipy import integrate
 
-from dpkit.accounting import pld as pld_module
 from dpkit.accounting.accountant import Accountant
 from dpkit.accounting.analytic_gaussian import gaussian_delta
 from dpkit.accounting.events import (
@@ -36,6 +35,8 @@ from dpkit.accounting.events import (
     SelfComposedEvent,
 )
 from dpkit.accounting.pld import PLDAccountant
+from dpkit.accounting.pld.compose import _delta_of
+from dpkit.accounting.pld.mechanisms import _gaussian, _leaf_pmfs
 from dpkit.errors import InvalidParameterError
 
 dp_accounting = pytest.importorskip("dp_accounting")
@@ -163,9 +164,10 @@ def test_laplace_closed_form_matches_numerical_integration():
     for eps0 in (0.5, 1.0, 3.0):
         b = 1 / eps0
         for eps in (0.0, 0.3 * eps0, 0.9 * eps0):
-            f = lambda x: max(
-                0.5 / b * math.exp(-abs(x - 1) / b) - math.exp(eps) * 0.5 / b * math.exp(-abs(x) / b), 0.0
-            )  # noqa: E731
+
+            def f(x: float, b: float = b, eps: float = eps) -> float:
+                return max(0.5 / b * math.exp(-abs(x - 1) / b) - math.exp(eps) * 0.5 / b * math.exp(-abs(x) / b), 0.0)
+
             val = integrate.quad(f, -60, 60, points=[0, 1], limit=500, epsabs=1e-14)[0]
             assert val == pytest.approx(laplace_delta(eps, eps0), rel=1e-8, abs=1e-13)
 
@@ -227,9 +229,9 @@ def test_gaussian_alone_is_the_analytic_curve(sigma):
 
 @pytest.mark.parametrize("sigma", [0.5, 1.0, 2.0])
 def test_discretised_gaussian_pmf_bounds_the_analytic_curve(sigma):
-    pmf = pld_module._gaussian(1 / sigma, H, 1e-20)
+    pmf = _gaussian(1 / sigma, H, 1e-20)
     for eps in np.linspace(0.0, 1 / (2 * sigma * sigma) + 6 / sigma, 25):
-        d, exact = pld_module._delta_of(pmf, H, float(eps)), gaussian_delta(float(eps), sigma)
+        d, exact = _delta_of(pmf, H, float(eps)), gaussian_delta(float(eps), sigma)
         assert d >= exact
         assert d <= exact + 1e-8
 
@@ -258,7 +260,7 @@ def test_randomized_response_exact_pld(p, k):
     r = (1 - pf) / (k - 1)
     big, small = float(max(pf, r)), float(min(pf, r))
     e_rr = math.log(big / small)
-    rem, add = pld_module._leaf_pmfs(("rr", p, k), H, 1e-20)
+    rem, add = _leaf_pmfs(("rr", p, k), H, 1e-20)
     assert add is None  # symmetric
     losses = (rem.lo + np.arange(rem.probs.size)) * H
     assert math.fsum(rem.probs) == pytest.approx(1.0, abs=1e-15)
@@ -348,7 +350,7 @@ def test_both_directions_are_composed():
     ev = acc._evaluate()
     assert len(ev.pmfs) == 2
     for eps in (0.0, 1.0, 3.0):
-        ds = [pld_module._delta_of(p, ev.h, eps) for p in ev.pmfs]
+        ds = [_delta_of(p, ev.h, eps) for p in ev.pmfs]
         assert acc.get_delta(eps) == max(ds)
     assert ds[0] != ds[1]
 
@@ -430,10 +432,10 @@ def test_monotone_in_epsilon_and_delta():
         .compose(LaplaceEvent(5.0), count=3)
     )
     ds = [acc.get_delta(float(e)) for e in np.linspace(0, 6, 25)]
-    assert all(a >= b for a, b in zip(ds, ds[1:]))
+    assert all(a >= b for a, b in zip(ds, ds[1:], strict=False))
     es = [acc.get_epsilon(d) for d in (1e-2, 1e-4, 1e-6, 1e-8)]
-    assert all(a <= b for a, b in zip(es, es[1:]))
-    for d, e in zip((1e-2, 1e-4, 1e-6, 1e-8), es):
+    assert all(a <= b for a, b in zip(es, es[1:], strict=False))
+    for d, e in zip((1e-2, 1e-4, 1e-6, 1e-8), es, strict=True):
         assert acc.get_delta(e) <= d
 
 

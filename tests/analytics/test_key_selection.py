@@ -27,11 +27,11 @@ def _exp(eps: float) -> mpmath.mpf:
 @pytest.mark.parametrize("eps, delta", [(1.0, 1e-6), (0.1, 1e-9), (3.0, 0.01), (0.5 / 3, 2e-7 / 3)])
 def test_keep_probabilities_satisfy_both_dp_inequalities_exactly(eps: float, delta: float) -> None:
     pi = keep_probabilities(eps, delta)
-    assert pi[0] == 0 and pi[-1] == 1 and all(a <= b for a, b in zip(pi, pi[1:]))
+    assert pi[0] == 0 and pi[-1] == 1 and all(a <= b for a, b in zip(pi, pi[1:], strict=False))
     with mpmath.workdps(60):
         e = _exp(eps)
         d = mpmath.mpf(Fraction(delta).numerator) / Fraction(delta).denominator
-        for a, b in zip(pi, pi[1:]):
+        for a, b in zip(pi, pi[1:], strict=False):
             pa, pb = mpmath.mpf(a.numerator) / a.denominator, mpmath.mpf(b.numerator) / b.denominator
             assert pb <= e * pa + d  # adding a unit: keep probability grows by at most e^ε, + δ
             assert 1 - pa <= e * (1 - pb) + d  # and the drop probability shrinks likewise

@@ -439,7 +439,8 @@ def test_duckdb_and_spark_read_every_table_alike(spark, tmp_path: Path) -> None:
     """Every table above, bound by the declaration on both engines: the same rows; and the same
     exact aggregates through a session (one query per table, the noise off)."""
     from dpkit.analytics.engines.duckdb import DuckDBEngine
-    from dpkit.analytics.engines.spark import SparkEngine, read_parquet
+    from dpkit.analytics.engines.spark import SparkEngine
+    from dpkit.analytics.engines.spark_parquet import read_parquet
 
     for name, path, meta, queries in _tables(tmp_path):
         types = {c: meta.read_type(c) for c in meta.columns} | {"pid": "unit"}
@@ -457,7 +458,8 @@ def test_duckdb_and_spark_read_every_table_alike(spark, tmp_path: Path) -> None:
 
 def test_spark_repairs_text_as_duckdb_does(spark, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
     from dpkit.analytics.engines.parquet_source import decode_text
-    from dpkit.analytics.engines.spark import SparkEngine, read_parquet
+    from dpkit.analytics.engines.spark import SparkEngine
+    from dpkit.analytics.engines.spark_parquet import read_parquet
 
     values = random_bytes(np.random.default_rng(4), 3000)
     pq.write_table(pa.table({"i": np.arange(len(values)), "s": _text(values)}), tmp_path / "t.parquet")
@@ -469,7 +471,7 @@ def test_spark_repairs_text_as_duckdb_does(spark, tmp_path: Path) -> None:  # ty
 
 def test_uri_partitions_are_text_on_spark(spark, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
     """A URI is listed by Spark, but its partition directories are still read as text."""
-    from dpkit.analytics.engines.spark import read_parquet
+    from dpkit.analytics.engines.spark_parquet import read_parquet
 
     root = write_hive(tmp_path, people())
     frame = read_parquet(spark, root.as_uri())

@@ -13,8 +13,7 @@ import pytest
 from matplotlib.container import BarContainer, ErrorbarContainer
 
 import dpkit as dp
-from dpkit.analytics import Categorical, Count, Mean, Metadata, Numeric
-from dpkit.analytics import QuantileAgg as Quantile
+from dpkit.analytics import Categorical, Count, Mean, Metadata, Numeric, QuantileAgg
 from dpkit.errors import InvalidParameterError
 
 KEYS = tuple(f"k{i:02d}" for i in range(29)) + ("<b>x</b>",)
@@ -91,7 +90,7 @@ def test_plot_draws_a_bar_per_group_with_the_released_intervals(grouped, aggrega
 
 def test_plot_without_group_by_and_without_interval() -> None:
     s = session()
-    single = s.aggregate([Count(), Quantile("age", 0.5)], epsilon=1.0)
+    single = s.aggregate([Count(), QuantileAgg("age", 0.5)], epsilon=1.0)
     fig, ax = plt.subplots()
     try:
         assert single.plot(ax=ax) is ax

@@ -17,8 +17,7 @@ import dpkit as dp
 from _stats import CountingSource, binomial_z
 from dpkit.accounting import ComposedEvent, LaplaceEvent
 from dpkit.accounting.composition import basic_cost
-from dpkit.analytics import Categorical, Count, CountUnits, Mean, Metadata, Numeric, Std, Sum, Variance
-from dpkit.analytics import QuantileAgg as Quantile
+from dpkit.analytics import Categorical, Count, CountUnits, Mean, Metadata, Numeric, QuantileAgg, Std, Sum, Variance
 from dpkit.errors import BudgetExceededError, InvalidParameterError, LedgerError
 
 SEED = 20261127
@@ -72,7 +71,7 @@ def test_row_level_values_match_pandas_at_large_epsilon() -> None:
     df = people()
     s = session(df)
     r = s.group_by("sex").aggregate(
-        [Count(), Sum("age"), Mean("age"), Variance("age"), Std("income"), Quantile("age", 0.5)], epsilon=1e5
+        [Count(), Sum("age"), Mean("age"), Variance("age"), Std("income"), QuantileAgg("age", 0.5)], epsilon=1e5
     )
     g = df.groupby("sex")
     t = r.table.set_index("sex")
@@ -117,7 +116,7 @@ def test_sensitivities_follow_the_contribution_bounds() -> None:
 
 def test_events_describe_the_noise_and_compose_to_the_query_epsilon() -> None:
     s = session(privacy_unit="uid", max_groups=2, max_rows=2)
-    r = s.group_by("sex").aggregate([Count(), Mean("age"), Quantile("age", 0.25)], epsilon=0.9)
+    r = s.group_by("sex").aggregate([Count(), Mean("age"), QuantileAgg("age", 0.25)], epsilon=0.9)
     assert isinstance(r.event, ComposedEvent)
     assert basic_cost(r.event)[0] == pytest.approx(0.9, rel=1e-12)
     assert s.spent[0] == pytest.approx(0.9, rel=1e-12)
@@ -189,7 +188,7 @@ def test_explicit_public_keys_report_missing_ones() -> None:
     r = s.group_by("city", keys=["north", "west"]).count(epsilon=1e4)
     assert r.table["city"].tolist() == ["north", "west"] and abs(r.table["count"][1]) <= 2
     r2 = s.group_by("sex", "city", keys=[("F", "north"), ("M", "south")]).count(epsilon=1e4)
-    assert list(zip(r2.table["sex"], r2.table["city"])) == [("F", "north"), ("M", "south")]
+    assert list(zip(r2.table["sex"], r2.table["city"], strict=True)) == [("F", "north"), ("M", "south")]
     assert r2.keys == "public" and r2.delta == 0
 
 

@@ -148,7 +148,7 @@ CORPUS: list[tuple[str, dict[str, Any]]] = [
 @pytest.mark.parametrize("sql, kwargs", CORPUS, ids=[f"q{i}" for i in range(len(CORPUS))])
 def test_corpus_is_blind_to_one_person(tmp_path: Path, odd: dict[str, str], sql: str, kwargs: dict[str, Any]) -> None:
     make = csv_sessions(tmp_path, odd)
-    seen_d, seen_d_prime = same_on_neighbours(make, lambda s: s.sql(sql, **kwargs))
+    seen_d, seen_d_prime = same_on_neighbours(make, lambda s, sql=sql, kwargs=kwargs: s.sql(sql, **kwargs))
     assert seen_d == seen_d_prime
     assert "SECRET" not in str(seen_d) and "Zürich" not in str(seen_d) or "SECRET" in sql or "Zürich" in sql
 
@@ -194,7 +194,7 @@ def test_refusals_never_reach_the_engine(
         s = make(prime)
         s.count(epsilon=1e-3)  # spends everything
         calls.clear()
-        seen = observe(lambda: s.sql(sql, **kwargs))
+        seen = observe(lambda s=s: s.sql(sql, **kwargs))
         assert seen[0] == "raised" and seen[1] in ("BudgetExceededError", "InvalidParameterError"), seen
         assert calls == []
 
@@ -276,7 +276,7 @@ def test_refusal_does_not_depend_on_how_many_rows_match(monkeypatch: pytest.Monk
         budget = dp.Budget(epsilon=0.1)
         budget.spend(dp.Laplace(epsilon=0.1).event)  # spent elsewhere, before this session
         s = dp.Session(df, budget=budget, metadata=Metadata(columns={"age": Numeric(0, 100)}, privacy_unit="pid"))
-        seen.append(observe(lambda: s.sum("age", epsilon=0.1)))
+        seen.append(observe(lambda s=s: s.sum("age", epsilon=0.1)))
     assert seen[0] == seen[1] and seen[0][1] == "BudgetExceededError" and calls == []
 
 
@@ -420,7 +420,7 @@ def test_corpus_is_blind_to_one_person_on_spark(tmp_path: Path, spark: Any) -> N
         )
 
     for sql, kwargs in SPARK_CORPUS:
-        seen_d, seen_d_prime = same_on_neighbours(make, lambda s: s.sql(sql, **kwargs))
+        seen_d, seen_d_prime = same_on_neighbours(make, lambda s, sql=sql, kwargs=kwargs: s.sql(sql, **kwargs))
         assert seen_d == seen_d_prime, sql
         assert "SECRET" not in str(seen_d)
 

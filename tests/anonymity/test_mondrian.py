@@ -74,7 +74,7 @@ def test_hierarchies_respected():
         assert set(out["city"]) <= allowed
         assert k_anonymity(out, ["age", "city"]) >= k
         # each released cell is an ancestor (or itself) of the original value
-        for orig, gen in zip(df["city"], out["city"]):
+        for orig, gen in zip(df["city"], out["city"], strict=True):
             node, chain = orig, {orig}
             while node in hierarchy:
                 node = hierarchy[node]
@@ -85,7 +85,7 @@ def test_hierarchies_respected():
 def test_categorical_without_hierarchy_uses_sets():
     df = _synthetic()
     out, _ = generalise(df, ["city"], 500)
-    for orig, gen in zip(df["city"], out["city"]):
+    for orig, gen in zip(df["city"], out["city"], strict=True):
         assert gen == "*" or gen == orig or (gen.startswith("{") and orig in gen[1:-1].split(","))
 
 

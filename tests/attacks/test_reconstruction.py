@@ -37,7 +37,7 @@ def bits(n: int, seed: int = 0) -> np.ndarray:
 @pytest.mark.parametrize("n,noise", [(8, 0.4), (10, 1.0), (12, 2.0), (12, 3.0)])
 def test_exhaustive_attack_within_4E(n: int, noise: float) -> None:
     # Deterministic guarantee (any consistent candidate is within 4E), so no false failures.
-    cur = NaiveCurator(bits(n, n), noise=noise, rng=1)
+    cur = NaiveCurator(bits(n, n), noise_bound=noise, rng=1)
     res = exhaustive_attack(cur, n)
     assert res.queries_used == 2**n == cur.queries_answered
     assert res.guarantee == 4 * noise
@@ -48,7 +48,7 @@ def test_exhaustive_attack_within_4E(n: int, noise: float) -> None:
 
 def test_exhaustive_attack_refuses_large_n_and_dp_noise() -> None:
     with pytest.raises(InvalidParameterError, match="n=17"):
-        exhaustive_attack(NaiveCurator(bits(17), noise=1.0, rng=0), 17)
+        exhaustive_attack(NaiveCurator(bits(17), noise_bound=1.0, rng=0), 17)
     cur = DPCurator(bits(4), budget=dp.Budget(epsilon=100.0), epsilon_per_query=1.0, rng=np.random.default_rng(0))
     with pytest.raises(InvalidParameterError, match="error_bound"):
         exhaustive_attack(cur, 4)
@@ -62,7 +62,7 @@ def test_dinur_nissim_small_noise_reconstructs(method: str) -> None:
     # noise = 1 ≪ √n = 10: per-bit error of the fit is ~ σ/√n ≈ 0.06, so P(a bit flips) ~ 1e-15;
     # > 0.95 fails only if > 5 of 100 bits flip.
     n = 100
-    cur = NaiveCurator(bits(n), noise=1.0, rng=1)
+    cur = NaiveCurator(bits(n), noise_bound=1.0, rng=1)
     res = dinur_nissim_attack(cur, n, method=method, rng=2)
     assert res.queries_used == 4 * n
     assert res.recovered_fraction > 0.95
@@ -74,7 +74,7 @@ def test_dinur_nissim_large_noise_is_guessing(method: str) -> None:
     # noise = 20√n: least-squares per-bit error sd ≈ (20/√3)·√n·2/√(4n) ≈ 11.5, so each bit is
     # right with p ≈ 0.52; recovered ~ Bin(200, 0.52)/200 (sd 0.035) and 0.7 is > 5 sd away.
     n = 200
-    cur = NaiveCurator(bits(n), noise=20 * math.sqrt(n), rng=1)
+    cur = NaiveCurator(bits(n), noise_bound=20 * math.sqrt(n), rng=1)
     res = dinur_nissim_attack(cur, n, method=method, rng=2)
     assert res.recovered_fraction < 0.7
     assert not res.blatantly_non_private
@@ -86,7 +86,7 @@ def test_dinur_nissim_large_noise_is_guessing(method: str) -> None:
 def test_sticky_noise_repeats_and_diffix_attack_defeats_it() -> None:
     n = 100
     x = bits(n)
-    cur = StickyCurator(x, noise=2.0, rng=1)
+    cur = StickyCurator(x, noise_bound=2.0, rng=1)
     # repeating a query gains nothing: same answer
     a, b = cur.query([3, 5, 7]), cur.query(np.array([3, 5, 7]))
     assert a == b and abs(a - x[[3, 5, 7]].sum()) <= 2.0
@@ -166,30 +166,30 @@ def test_broken_dp_curator_is_caught() -> None:
 
 def test_bad_input_errors() -> None:
     with pytest.raises(InvalidParameterError, match="n=0"):
-        dinur_nissim_attack(NaiveCurator(bits(5), noise=1.0, rng=0), 0)
+        dinur_nissim_attack(NaiveCurator(bits(5), noise_bound=1.0, rng=0), 0)
     with pytest.raises(InvalidParameterError, match="n=0"):
-        exhaustive_attack(NaiveCurator(bits(5), noise=1.0, rng=0), 0)
+        exhaustive_attack(NaiveCurator(bits(5), noise_bound=1.0, rng=0), 0)
     with pytest.raises(InvalidParameterError, match="n=6"):  # n must match the curator
-        dinur_nissim_attack(NaiveCurator(bits(5), noise=1.0, rng=0), 6)
+        dinur_nissim_attack(NaiveCurator(bits(5), noise_bound=1.0, rng=0), 6)
     for bad in (-1.0, math.nan, math.inf):
-        with pytest.raises(InvalidParameterError, match="noise"):
-            NaiveCurator(bits(5), noise=bad)
-        with pytest.raises(InvalidParameterError, match="noise"):
-            StickyCurator(bits(5), noise=bad)
+        with pytest.raises(InvalidParameterError, match="noise_bound"):
+            NaiveCurator(bits(5), noise_bound=bad)
+        with pytest.raises(InvalidParameterError, match="noise_bound"):
+            StickyCurator(bits(5), noise_bound=bad)
     for x in ([0, 1, 2], [0.5, 1.0], [[0, 1]], [], ["a", "b"]):
         with pytest.raises(InvalidDataError, match="x"):
-            NaiveCurator(x, noise=1.0)
+            NaiveCurator(x, noise_bound=1.0)
     with pytest.raises(InvalidDataError):
         DPCurator([0, 3], budget=dp.Budget(epsilon=1.0), epsilon_per_query=0.1)
     with pytest.raises(InvalidParameterError, match="method"):
-        dinur_nissim_attack(NaiveCurator(bits(5), noise=1.0, rng=0), 5, method="magic")  # type: ignore[arg-type]
+        dinur_nissim_attack(NaiveCurator(bits(5), noise_bound=1.0, rng=0), 5, method="magic")  # type: ignore[arg-type]
     with pytest.raises(InvalidParameterError, match="budget"):
         DPCurator(bits(5), budget=1.0, epsilon_per_query=0.1)  # type: ignore[arg-type]
     with pytest.raises(InvalidParameterError, match="epsilon"):
         DPCurator(bits(5), budget=dp.Budget(epsilon=1.0), epsilon_per_query=-1.0)
     with pytest.raises(InvalidParameterError, match="curator"):
-        diffix_attack(NaiveCurator(bits(5), noise=1.0, rng=0), 5)  # type: ignore[arg-type]
+        diffix_attack(NaiveCurator(bits(5), noise_bound=1.0, rng=0), 5)  # type: ignore[arg-type]
     with pytest.raises(InvalidDataError, match="subset"):
-        NaiveCurator(bits(5), noise=1.0, rng=0).query([7])
+        NaiveCurator(bits(5), noise_bound=1.0, rng=0).query([7])
     with pytest.raises(InvalidParameterError, match="total_epsilon"):
         split_epsilon(0.0, 10)

@@ -44,7 +44,7 @@ CANARY = (np.r_[np.zeros(D), B], 1.0)
 
 
 def sigma_for_claim() -> float:
-    sigma = calibrate_noise_multiplier(target_epsilon=CLAIMED, delta=DELTA, accountant=PLDAccountant, steps=STEPS)
+    sigma = calibrate_noise_multiplier(epsilon=CLAIMED, delta=DELTA, accountant=PLDAccountant, steps=STEPS)
     assert PLDAccountant().compose(SelfComposedEvent(GaussianEvent(sigma), STEPS)).get_epsilon(DELTA) <= CLAIMED
     return sigma
 

@@ -177,7 +177,7 @@ def test_overfit_non_private_model_is_attacked():
 
 def test_dp_trained_model_is_not_attacked_beyond_its_epsilon():
     claimed, delta, steps = 1.0, 1e-5, 20
-    sigma = calibrate_noise_multiplier(target_epsilon=claimed, delta=delta, accountant=RDPAccountant, steps=steps)
+    sigma = calibrate_noise_multiplier(epsilon=claimed, delta=delta, accountant=RDPAccountant, steps=steps)
     assert RDPAccountant().compose(SelfComposedEvent(GaussianEvent(sigma), steps)).get_epsilon(delta) <= claimed
     Xm, ym, Xn, yn = overfit_data(SEED)
     w = dp_gradient_descent(

@@ -35,7 +35,7 @@ def test_above_threshold_within_epsilon():
     # (stopping earlier) while the last moves down.
     at = AboveThreshold(epsilon=1.0, threshold=0.5)
     x0, x1 = [0.0, 0.0, 0.0, 1.0], [1.0, 1.0, 1.0, 0.0]
-    res = audit(lambda q, n, rng: at.run_batch(q, n, rng=rng), x0, x1, trials=200_000)
+    res = audit(lambda q, n, rng: at.release_batch(q, n, rng=rng), x0, x1, trials=200_000)
     print("AboveThreshold ε=1:", res.epsilon_lower)
     assert res.epsilon_lower <= at.epsilon
     assert res.epsilon_lower > 0.1  # the audit sees a real privacy loss (not vacuous)
@@ -44,7 +44,7 @@ def test_above_threshold_within_epsilon():
 def test_above_threshold_monotonic_within_epsilon():
     at = AboveThreshold(epsilon=1.0, threshold=0.5, monotonic=True)
     x0, x1 = [0.0] * 4, [1.0] * 4  # monotonic neighbours: all move together
-    res = audit(lambda q, n, rng: at.run_batch(q, n, rng=rng), x0, x1, trials=200_000)
+    res = audit(lambda q, n, rng: at.release_batch(q, n, rng=rng), x0, x1, trials=200_000)
     print("AboveThreshold monotonic ε=1:", res.epsilon_lower)
     assert res.epsilon_lower <= at.epsilon
 
@@ -56,7 +56,7 @@ def _bitmask(matrix: np.ndarray) -> np.ndarray:
 def test_sparse_within_epsilon():
     sp = Sparse(epsilon=1.0, threshold=0.5, max_positives=2)
     x0, x1 = [0.0, 0.0, 1.0, 0.0, 1.0], [1.0, 1.0, 0.0, 1.0, 0.0]
-    res = audit(lambda q, n, rng: _bitmask(sp.run_batch(q, n, rng=rng)), x0, x1, trials=200_000)
+    res = audit(lambda q, n, rng: _bitmask(sp.release_batch(q, n, rng=rng)), x0, x1, trials=200_000)
     print("Sparse c=2 ε=1:", res.epsilon_lower)
     assert res.epsilon_lower <= sp.epsilon
 

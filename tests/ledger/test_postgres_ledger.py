@@ -32,7 +32,7 @@ from dpkit.accounting import (
 )
 from dpkit.errors import BudgetExceededError, InvalidParameterError, LedgerError
 from dpkit.ledger import BudgetRecord, PostgresLedger, SQLiteLedger, open_ledger
-from dpkit.ledger.postgres import mask_url
+from dpkit.ledger._postgres_driver import mask_url
 
 MILLI = LaplaceEvent(noise_multiplier=1000)  # ε = 1/1000 exactly
 UNIT = LaplaceEvent(noise_multiplier=1024)  # ε = 1/1024: k of them fill the budget k / 1024, a double exactly
@@ -431,7 +431,7 @@ def test_threads_sharing_one_ledger_never_overshoot(ledger: PostgresLedger, pg_u
         outcomes: list[bool] = []
         barrier = threading.Barrier(16)
 
-        def work() -> None:
+        def work(barrier: threading.Barrier = barrier, analyst: str = analyst, outcomes: list[bool] = outcomes) -> None:
             barrier.wait(30)
             for _ in range(25):
                 try:

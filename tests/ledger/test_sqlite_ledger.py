@@ -391,7 +391,7 @@ def test_processes_debiting_concurrently_spend_exactly_the_budget(path: Path, tm
     ready = [tmp_path / f"ready-{i}" for i in range(8)]
     procs = [_spawn("debit", str(path), "500", str(r), str(go)) for r in ready]
     try:
-        for r, proc in zip(ready, procs):
+        for r, proc in zip(ready, procs, strict=True):
             _wait_for(r, proc)
         go.touch()  # all at once
         outputs = [proc.communicate(timeout=120) for proc in procs]
@@ -399,7 +399,7 @@ def test_processes_debiting_concurrently_spend_exactly_the_budget(path: Path, tm
         for proc in procs:
             if proc.poll() is None:
                 proc.kill()
-    for proc, (out, err) in zip(procs, outputs):
+    for proc, (_, err) in zip(procs, outputs, strict=True):
         assert proc.returncode == 0, err
     counts = [json.loads(out) for out, _ in outputs]
     assert sum(c["ok"] for c in counts) == 1000
@@ -417,7 +417,7 @@ def test_processes_creating_the_same_ledger_at_once(path: Path, tmp_path: Path) 
     ready = [tmp_path / f"ready-{i}" for i in range(4)]
     procs = [_spawn("create", str(path), str(r), str(go)) for r in ready]
     try:
-        for r, proc in zip(ready, procs):
+        for r, proc in zip(ready, procs, strict=True):
             _wait_for(r, proc)
         go.touch()
         outputs = [proc.communicate(timeout=60) for proc in procs]
@@ -446,9 +446,11 @@ def test_process_killed_inside_the_debit_transaction_leaves_nothing(path: Path, 
     try:
         _wait_for(marker, proc)  # the spend row is inserted, the totals are not yet updated
         # While the child holds the write lock, others wait (and a short timeout gives up cleanly).
-        with SQLiteLedger(path, timeout=0.2) as impatient:
-            with pytest.raises(LedgerError, match="another process held the ledger"):
-                impatient.debit("census", "alice", MILLI)
+        with (
+            SQLiteLedger(path, timeout=0.2) as impatient,
+            pytest.raises(LedgerError, match="another process held the ledger"),
+        ):
+            impatient.debit("census", "alice", MILLI)
     finally:
         _kill(proc)
     assert proc.returncode == -signal.SIGKILL

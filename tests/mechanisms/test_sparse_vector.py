@@ -26,14 +26,14 @@ def rng(seed: int = 0) -> np.random.Generator:
 def test_first_positive_found_for_clear_gap():
     at = AboveThreshold(epsilon=2.0, threshold=100.0)
     q = [0.0] * 50 + [10_000.0] + [0.0] * 10 + [10_000.0]
-    assert all(at.run(q, rng=rng(s)) == 50 for s in range(20))
-    assert all(at.run(np.array(q), rng=rng(s)) == 50 for s in range(5))
+    assert all(at.release(q, rng=rng(s)) == 50 for s in range(20))
+    assert all(at.release(np.array(q), rng=rng(s)) == 50 for s in range(5))
 
 
 def test_none_vs_random_ending():
     q = [-1e4] * 7
-    assert AboveThreshold(epsilon=1.0, threshold=0.0).run(q, rng=rng()) is None
-    picks = {AboveThreshold(epsilon=1.0, threshold=0.0, on_fail="random").run(q, rng=rng(s)) for s in range(200)}
+    assert AboveThreshold(epsilon=1.0, threshold=0.0).release(q, rng=rng()) is None
+    picks = {AboveThreshold(epsilon=1.0, threshold=0.0, on_fail="random").release(q, rng=rng(s)) for s in range(200)}
     assert picks == set(range(7))
 
 
@@ -45,20 +45,20 @@ def test_stream_stops_consuming_after_positive():
             pulled.append(i)
             yield 1e5 if i == 30 else 0.0
 
-    assert AboveThreshold(epsilon=1.0, threshold=100.0).run(gen(), rng=rng()) == 30
+    assert AboveThreshold(epsilon=1.0, threshold=100.0).release(gen(), rng=rng()) == 30
     assert len(pulled) == 31
 
 
 def test_stream_of_callables_with_data():
     data = np.arange(100)
     queries = (lambda d, k=k: float((d < k).sum()) for k in range(0, 100, 10))
-    assert AboveThreshold(epsilon=5.0, threshold=55.0).run(queries, data, rng=rng()) in (5, 6, 7)
+    assert AboveThreshold(epsilon=5.0, threshold=55.0).release(queries, data, rng=rng()) in (5, 6, 7)
 
 
 def test_sparse_returns_at_most_c_and_stops_stream():
     sp = Sparse(epsilon=3.0, threshold=50.0, max_positives=3)
     q = [1e4] * 10
-    assert sp.run(q, rng=rng()) == [0, 1, 2]
+    assert sp.release(q, rng=rng()) == [0, 1, 2]
     pulled = []
 
     def gen():
@@ -66,25 +66,25 @@ def test_sparse_returns_at_most_c_and_stops_stream():
             pulled.append(i)
             yield 1e4 if i % 10 == 9 else 0.0
 
-    assert sp.run(gen(), rng=rng()) == [9, 19, 29]
+    assert sp.release(gen(), rng=rng()) == [9, 19, 29]
     assert len(pulled) == 30
-    assert sp.run([0.0] * 5, rng=rng()) == []
+    assert sp.release([0.0] * 5, rng=rng()) == []
 
 
 def test_numeric_sparse_values_close_for_large_epsilon():
     ns = NumericSparse(epsilon=90.0, threshold=50.0, max_positives=2)
-    out = ns.run([0, 1000, 0, 2000, 3000], rng=rng())
+    out = ns.release([0, 1000, 0, 2000, 3000], rng=rng())
     assert [i for i, _ in out] == [1, 3]
-    assert all(abs(x - t) < 5 for (_, x), t in zip(out, [1000, 2000]))
+    assert all(abs(x - t) < 5 for (_, x), t in zip(out, [1000, 2000], strict=True))
     assert math.isclose(ns.value_scale, 2 / 10.0, rel_tol=1e-9)  # cΔ/ε_val = 2/(90/9)
 
 
-def test_run_batch_matches_run_in_distribution():
+def test_release_batch_matches_release_in_distribution():
     at = AboveThreshold(epsilon=1.0, threshold=2.0)
     q = [0.0, 1.0, 2.0, 3.0]
-    batch = at.run_batch(q, 20_000, rng=rng(1))
+    batch = at.release_batch(q, 20_000, rng=rng(1))
     g = rng(2)
-    single = np.array([-1 if (r := at.run(q, rng=g)) is None else r for _ in range(4000)])
+    single = np.array([-1 if (r := at.release(q, rng=g)) is None else r for _ in range(4000)])
     for k in (-1, 0, 1, 2, 3):
         assert abs(np.mean(batch == k) - np.mean(single == k)) < 0.04
 
@@ -115,7 +115,7 @@ def test_event_matches_noise_drawn():
 
 def test_rng_reproducible():
     q = np.linspace(-5, 5, 200)
-    a = [Sparse(epsilon=1.0, threshold=0.0, max_positives=3).run(q, rng=rng(9)) for _ in range(2)]
+    a = [Sparse(epsilon=1.0, threshold=0.0, max_positives=3).release(q, rng=rng(9)) for _ in range(2)]
     assert a[0] == a[1]
 
 
@@ -152,7 +152,7 @@ def test_bad_split(split):
 @pytest.mark.parametrize("queries", [[], np.zeros((2, 2)), ["a"], 5, iter([]), iter([1.0, "secret"])])
 def test_bad_queries(queries):
     with pytest.raises(InvalidDataError) as info:
-        AboveThreshold(epsilon=1.0, threshold=1e9).run(queries, rng=rng())
+        AboveThreshold(epsilon=1.0, threshold=1e9).release(queries, rng=rng())
     assert "secret" not in str(info.value)
 
 
@@ -164,12 +164,12 @@ def test_non_finite_queries_are_clamped_not_refused(stream):
     q1 = [1.0, float("nan"), -float("inf"), float("inf"), 2.0]
     q2 = [1.0, 0.0, -m, m, 2.0]
     wrap = iter if stream else list
-    assert at.run(wrap(q1), rng=rng(1)) == at.run(wrap(q2), rng=rng(1)) == 3
+    assert at.release(wrap(q1), rng=rng(1)) == at.release(wrap(q2), rng=rng(1)) == 3
 
 
 def test_callable_without_data_rejected():
     with pytest.raises(InvalidDataError):
-        AboveThreshold(epsilon=1.0, threshold=1e9).run(iter([lambda d: 1.0]), rng=rng())
+        AboveThreshold(epsilon=1.0, threshold=1e9).release(iter([lambda d: 1.0]), rng=rng())
 
 
 def test_clipping_queries_and_bound():

@@ -104,19 +104,19 @@ RELEASES: dict[str, Callable[[Any, np.random.Generator], Any]] = {
     "ReportNoisyMax exponential": lambda x, r: ReportNoisyMax(epsilon=1.0, noise="exponential", monotonic=True).release(
         x, rng=r
     ),
-    "AboveThreshold array": lambda x, r: AboveThreshold(epsilon=1.0, threshold=5.0).run(x, rng=r),
-    "AboveThreshold stream": lambda x, r: AboveThreshold(epsilon=1.0, threshold=5.0, on_fail="random").run(
+    "AboveThreshold array": lambda x, r: AboveThreshold(epsilon=1.0, threshold=5.0).release(x, rng=r),
+    "AboveThreshold stream": lambda x, r: AboveThreshold(epsilon=1.0, threshold=5.0, on_fail="random").release(
         iter(_as_list(x)), rng=r
     ),
-    "AboveThreshold callables": lambda x, r: AboveThreshold(epsilon=1.0, threshold=5.0).run(
+    "AboveThreshold callables": lambda x, r: AboveThreshold(epsilon=1.0, threshold=5.0).release(
         [lambda d, i=i: d[i] for i in range(len(_as_list(x)))], data=_as_list(x), rng=r
     ),
-    "AboveThreshold batch": lambda x, r: AboveThreshold(epsilon=1.0, threshold=5.0).run_batch(x, 3, rng=r),
-    "Sparse array": lambda x, r: Sparse(epsilon=2.0, threshold=5.0, max_positives=2).run(x, rng=r),
-    "Sparse stream": lambda x, r: Sparse(epsilon=2.0, threshold=5.0, max_positives=2).run(iter(_as_list(x)), rng=r),
-    "Sparse batch": lambda x, r: Sparse(epsilon=2.0, threshold=5.0, max_positives=2).run_batch(x, 3, rng=r),
-    "NumericSparse array": lambda x, r: NumericSparse(epsilon=9.0, threshold=5.0, max_positives=2).run(x, rng=r),
-    "NumericSparse stream": lambda x, r: NumericSparse(epsilon=9.0, threshold=5.0, max_positives=2).run(
+    "AboveThreshold batch": lambda x, r: AboveThreshold(epsilon=1.0, threshold=5.0).release_batch(x, 3, rng=r),
+    "Sparse array": lambda x, r: Sparse(epsilon=2.0, threshold=5.0, max_positives=2).release(x, rng=r),
+    "Sparse stream": lambda x, r: Sparse(epsilon=2.0, threshold=5.0, max_positives=2).release(iter(_as_list(x)), rng=r),
+    "Sparse batch": lambda x, r: Sparse(epsilon=2.0, threshold=5.0, max_positives=2).release_batch(x, 3, rng=r),
+    "NumericSparse array": lambda x, r: NumericSparse(epsilon=9.0, threshold=5.0, max_positives=2).release(x, rng=r),
+    "NumericSparse stream": lambda x, r: NumericSparse(epsilon=9.0, threshold=5.0, max_positives=2).release(
         iter(_as_list(x)), rng=r
     ),
     "choose_clipping_bound": lambda x, r: choose_clipping_bound(x, epsilon=1.0, max_bound=50, rng=r),
@@ -262,7 +262,7 @@ def test_data_messages_quote_no_value() -> None:
         lambda: Laplace(epsilon=1.0).release(_Leaky()),
         lambda: RandomizedResponse(p_truth=0.75).release(_Leaky()),
         lambda: RandomizedResponse(p_truth=0.75).estimate_frequency([0, 1, 4242]),
-        lambda: AboveThreshold(epsilon=1.0, threshold=1e6).run(iter([1.0, "4242.5"])),
+        lambda: AboveThreshold(epsilon=1.0, threshold=1e6).release(iter([1.0, "4242.5"])),
     ):
         with pytest.raises(InvalidDataError) as info:
             call()

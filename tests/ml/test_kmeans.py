@@ -34,7 +34,9 @@ from _stats import CountingSource
 from dpkit.accounting import BasicAccountant, PLDAccountant, ZCDPAccountant
 from dpkit.audit import estimate_epsilon
 from dpkit.errors import BudgetExceededError, DPError, InvalidDataError, InvalidParameterError
+from dpkit.ml._kmeans_domain import _SHRINK
 from dpkit.ml.kmeans import KMeans
+from dpkit.noise.lattice import Lattice
 
 SEED = 20240620
 STRICT = 1 - 1e-6
@@ -393,7 +395,7 @@ def test_textbook_event_equals_the_laplace_noise_drawn(spy_noise, neighbours, se
         assert float(ev.noise_multiplier) * sens == pytest.approx(text_scale, rel=1e-12)
     # ε = 2T/(scale/Δ): the text's ε under replace; half of it under add/remove.
     assert est.epsilon_ == pytest.approx(eps_claim, rel=1e-12) and est.epsilon_ <= eps_claim
-    assert est.noise_scale_["sum"] == pytest.approx(text_scale / km_module._SHRINK, rel=1e-9)
+    assert est.noise_scale_["sum"] == pytest.approx(text_scale / _SHRINK, rel=1e-9)
     assert est.delta_ == 0.0
 
 
@@ -425,7 +427,7 @@ def test_exact_group_sums_match_python_integers():
     rng = np.random.default_rng(SEED)
     Y = rng.uniform(-1, 1, size=(3000, 3)) * (1 - 2.0**-20)
     labels = rng.integers(0, 4, size=3000)
-    lattice = km_module.Lattice(-45)
+    lattice = Lattice(-45)
     got = km_module._exact_group_sums(Y, labels, 4, lattice)
     for j in range(4):
         for c in range(3):
@@ -462,7 +464,7 @@ def textbook_sampler(count_mech, sum_mech, neighbours: str):
     return sample
 
 
-Y_MAX = km_module._SHRINK  # the largest normalised row norm (the unit ball, shrunk by 2^-20)
+Y_MAX = _SHRINK  # the largest normalised row norm (the unit ball, shrunk by 2^-20)
 TEXTBOOK_NEIGHBOURS = {
     # x0: 10 rows summing to 3 in the cluster; x1: one row at the ball's edge added.
     "add_remove": ((10.0, 3.0), (11.0, 3.0 + Y_MAX)),

@@ -23,8 +23,8 @@ import dpkit as dp
 from _stats import CountingSource
 from dpkit.accounting import GaussianEvent, RDPAccountant, SelfComposedEvent
 from dpkit.errors import BudgetExceededError, InvalidDataError, InvalidParameterError
-from dpkit.ml import _noisy_gd as gd
 from dpkit.ml.linear import LinearRegression
+from dpkit.noise.lattice import DELTA_MARGIN
 
 SEED = 20240702
 DELTA = 1e-5
@@ -42,7 +42,7 @@ def model(**kw) -> LinearRegression:
         epsilon=1.0,
         delta=DELTA,
         data_norm=math.sqrt(3),
-        y_bounds=(-5.0, 5.0),
+        bounds=(-5.0, 5.0),
         steps=100,
         rng=np.random.default_rng(SEED),
     )
@@ -96,7 +96,7 @@ def test_default_clipping_norm_and_target_clipping() -> None:
     assert reg.max_grad_norm_ == pytest.approx(math.hypot(math.sqrt(3), 1.0) * 5.0)
     assert model(steps=5, fit_intercept=False).fit(X, y).max_grad_norm_ == pytest.approx(math.sqrt(3) * 5.0)
     assert model(steps=5, max_grad_norm=0.5).fit(X, y).max_grad_norm_ == 0.5
-    # targets outside y_bounds are clipped: a wild target cannot drag the model out of range
+    # targets outside bounds are clipped: a wild target cannot drag the model out of range
     wild = y.copy()
     wild[:10] = 1e9
     fitted = model(epsilon=20.0, steps=200).fit(X, wild)
@@ -108,15 +108,15 @@ def test_event_and_replace() -> None:
     reg = model(steps=9, neighbours="replace").fit(X, y)
     assert reg.event_ == SelfComposedEvent(GaussianEvent(reg.noise_multiplier_, neighbours="replace"), 9)
     assert reg.plan_.sensitivity == 2 * reg.max_grad_norm_
-    eps = RDPAccountant(neighbours="replace").compose(reg.event_).get_epsilon(DELTA * gd.DELTA_MARGIN)
+    eps = RDPAccountant(neighbours="replace").compose(reg.event_).get_epsilon(DELTA * DELTA_MARGIN)
     assert eps <= 1.0 and eps == pytest.approx(reg.epsilon_)
 
 
 BAD_PARAMS = [
-    dict(y_bounds=None),
-    dict(y_bounds=(5.0, -5.0)),
-    dict(y_bounds=(0.0, float("nan"))),
-    dict(y_bounds=3.0),
+    dict(bounds=None),
+    dict(bounds=(5.0, -5.0)),
+    dict(bounds=(0.0, float("nan"))),
+    dict(bounds=3.0),
     dict(data_norm=None),
     dict(epsilon=-1.0),
     dict(delta=None),

@@ -51,8 +51,12 @@ from dpkit.accounting import (
 )
 from dpkit.audit import estimate_epsilon
 from dpkit.errors import BudgetExceededError, DPError, InvalidDataError, InvalidParameterError
+from dpkit.mechanisms.gaussian import gaussian_noise_plan
 from dpkit.ml import _noisy_gd as gd
+from dpkit.ml._gd_plan import training_event
+from dpkit.ml._glm_gradients import LOGISTIC, MULTINOMIAL, SQUARED, GLMLoss, augment, clip_rows, clipped_gradient_sum
 from dpkit.ml.logistic import DataDependentWarning, LogisticRegression
+from dpkit.noise.lattice import DELTA_MARGIN
 from dpkit.noise.source import resolve_rng
 
 SEED = 20240701
@@ -377,7 +381,7 @@ def test_full_batch_and_replace_events() -> None:
     assert rep.event_ == SelfComposedEvent(GaussianEvent(rep.noise_multiplier_, neighbours="replace"), 7)
     assert rep.plan_.sensitivity == 2 * rep.max_grad_norm_ and rep.plan_.count_noise is None
     assert rep.epsilon_ == pytest.approx(
-        RDPAccountant(neighbours="replace").compose(rep.event_).get_epsilon(DELTA * gd.DELTA_MARGIN)
+        RDPAccountant(neighbours="replace").compose(rep.event_).get_epsilon(DELTA * DELTA_MARGIN)
     )
 
 
@@ -386,10 +390,8 @@ def test_one_step_of_train_is_the_clipped_sum(monkeypatch: pytest.MonkeyPatch) -
     X, y = binary_task(n=200)
     monkeypatch.setattr(gd, "sample_discrete_gaussian", lambda sigma, n, src: np.zeros(n, dtype=np.int64))
     clf = model(steps=1, momentum=0.0, tail_average=0.0, learning_rate=1.0, max_grad_norm=0.3).fit(X, y)
-    Xa = gd.augment(gd.clip_rows(X, 2.0), True)
-    expected = (
-        -gd.clipped_gradient_sum(Xa, gd.LOGISTIC.residual(np.zeros((200, 1)), y[:, None].astype(float)), 0.3) / 200
-    )
+    Xa = augment(clip_rows(X, 2.0), True)
+    expected = -clipped_gradient_sum(Xa, LOGISTIC.residual(np.zeros((200, 1)), y[:, None].astype(float)), 0.3) / 200
     theta = np.concatenate([clf.coef_[0], clf.intercept_])
     lattice = clf.plan_.sum_noise.lattice.granularity
     assert np.allclose(theta, expected[:, 0], atol=lattice / 200)
@@ -403,35 +405,35 @@ def test_calibrated_multiplier_meets_target_and_is_tight(accountant: str) -> Non
     X, y = binary_task(n=1000)
     clf = model(epsilon=1.0, batch_size=100, steps=40, accountant=accountant).fit(X, y)
     factory = RDPAccountant if accountant == "rdp" else PLDAccountant
-    eps = factory().compose(clf.event_).get_epsilon(DELTA * gd.DELTA_MARGIN)
+    eps = factory().compose(clf.event_).get_epsilon(DELTA * DELTA_MARGIN)
     assert eps <= 1.0 and eps == pytest.approx(clf.epsilon_)
-    looser = gd.training_event(clf.noise_multiplier_ * 0.99, clf.sample_rate_, clf.n_steps_)
-    assert factory().compose(looser).get_epsilon(DELTA * gd.DELTA_MARGIN) > 1.0
+    looser = training_event(clf.noise_multiplier_ * 0.99, clf.sample_rate_, clf.n_steps_)
+    assert factory().compose(looser).get_epsilon(DELTA * DELTA_MARGIN) > 1.0
 
 
 def test_explicit_noise_multiplier_reports_epsilon() -> None:
     X, y = binary_task(n=1000)
     clf = model(epsilon=None, noise_multiplier=3.0, sample_rate=0.05, steps=100).fit(X, y)
     assert clf.noise_multiplier_ == 3.0
-    expected = RDPAccountant().compose(gd.training_event(3.0, 0.05, 100)).get_epsilon(DELTA * gd.DELTA_MARGIN)
+    expected = RDPAccountant().compose(training_event(3.0, 0.05, 100)).get_epsilon(DELTA * DELTA_MARGIN)
     assert clf.epsilon_ == pytest.approx(expected) and 0 < clf.epsilon_ < 10
 
 
 # --- sensitivity ---------------------------------------------------------------------------------
 
 
-@pytest.mark.parametrize("loss,K", [(gd.LOGISTIC, 1), (gd.MULTINOMIAL, 3), (gd.SQUARED, 1)])
-def test_adding_one_row_moves_the_clipped_sum_by_at_most_C(loss: gd.GLMLoss, K: int) -> None:
+@pytest.mark.parametrize("loss,K", [(LOGISTIC, 1), (MULTINOMIAL, 3), (SQUARED, 1)])
+def test_adding_one_row_moves_the_clipped_sum_by_at_most_C(loss: GLMLoss, K: int) -> None:
     rng = np.random.default_rng(7)
     C = 0.7
     worst = 0.0
     for _ in range(200):
         n, d = 30, 5
-        X = gd.augment(rng.normal(scale=rng.uniform(0.1, 20), size=(n, d)), True)
+        X = augment(rng.normal(scale=rng.uniform(0.1, 20), size=(n, d)), True)
         theta = rng.normal(scale=3.0, size=(d + 1, K))
         Y = np.eye(K)[rng.integers(0, K, n)] if K > 1 else rng.integers(0, 2, (n, 1)).astype(float) * 5
-        base = gd.clipped_gradient_sum(X[:-1], loss.residual(X[:-1] @ theta, Y[:-1]), C)
-        clipped = gd.clipped_gradient_sum(X, loss.residual(X @ theta, Y), C)
+        base = clipped_gradient_sum(X[:-1], loss.residual(X[:-1] @ theta, Y[:-1]), C)
+        clipped = clipped_gradient_sum(X, loss.residual(X @ theta, Y), C)
         moved = float(np.linalg.norm(clipped - base))
         worst = max(worst, moved)
         # exact arithmetic: <= C; the sums' own rounding is a few ulps of their size (covered in
@@ -445,16 +447,16 @@ def test_clipped_rows_bound_the_logistic_gradient() -> None:
     rng = np.random.default_rng(8)
     R = 1.5
     X = rng.normal(scale=50.0, size=(5000, 4))
-    Xc = gd.clip_rows(X, R)
+    Xc = clip_rows(X, R)
     assert np.linalg.norm(Xc, axis=1).max() <= R
     small = rng.normal(scale=0.1, size=(10, 4))
-    assert np.array_equal(gd.clip_rows(small, R), small)  # rows inside are unchanged
-    Xa = gd.augment(Xc, True)
+    assert np.array_equal(clip_rows(small, R), small)  # rows inside are unchanged
+    Xa = augment(Xc, True)
     theta = rng.normal(scale=100.0, size=(5, 1))
-    r = gd.LOGISTIC.residual(Xa @ theta, rng.integers(0, 2, (5000, 1)).astype(float))
+    r = LOGISTIC.residual(Xa @ theta, rng.integers(0, 2, (5000, 1)).astype(float))
     assert (np.linalg.norm(Xa, axis=1) * np.abs(r[:, 0])).max() <= math.hypot(R, 1.0)
     theta3 = rng.normal(scale=100.0, size=(5, 3))
-    r3 = gd.MULTINOMIAL.residual(Xa @ theta3, np.eye(3)[rng.integers(0, 3, 5000)])
+    r3 = MULTINOMIAL.residual(Xa @ theta3, np.eye(3)[rng.integers(0, 3, 5000)])
     assert (np.linalg.norm(Xa, axis=1) * np.linalg.norm(r3, axis=1)).max() <= math.sqrt(2) * math.hypot(R, 1.0)
 
 
@@ -468,16 +470,16 @@ TARGET_X, TARGET_Y = np.array([[3.0, 0.0]]), np.array([0.0])  # gradient 1.5·e1
 
 def per_example_gradients(X: np.ndarray, y: np.ndarray, *, clip: bool) -> np.ndarray:
     """Each row's (clipped) gradient at θ = 0, through the module's own clipping."""
-    R = gd.LOGISTIC.residual(np.zeros((len(X), 1)), y[:, None])
+    R = LOGISTIC.residual(np.zeros((len(X), 1)), y[:, None])
     if not clip:
         return X * R
-    return np.stack([gd.clipped_gradient_sum(X[i : i + 1], R[i : i + 1], C_AUDIT)[:, 0] for i in range(len(X))])
+    return np.stack([clipped_gradient_sum(X[i : i + 1], R[i : i + 1], C_AUDIT)[:, 0] for i in range(len(X))])
 
 
 def noisy_step(q: float, *, clip: bool = True, target_scale: float = 1.0):
     """n independent noisy gradient sums (first coordinate) on D (input 0) or D + target (input 1):
     Poisson masks, clipped per-example gradients and the lattice Gaussian release of _noisy_gd."""
-    plan = gd.gaussian_noise_plan(Z_AUDIT, C_AUDIT, 2)
+    plan = gaussian_noise_plan(Z_AUDIT, C_AUDIT, 2)
 
     def sample(which: int, n: int, rng: np.random.Generator) -> np.ndarray:
         X = BASE_X if which == 0 else np.vstack([BASE_X, TARGET_X * target_scale])
@@ -496,7 +498,7 @@ def broken_realised_mean(which: int, n: int, rng: np.random.Generator) -> np.nda
     X = TARGET_X if which == 0 else np.vstack([TARGET_X, TARGET_X])
     y = TARGET_Y if which == 0 else np.array([0.0, 1.0])
     G = per_example_gradients(X, y, clip=True)
-    plan = gd.gaussian_noise_plan(Z_AUDIT, C_AUDIT / len(X), 2)
+    plan = gaussian_noise_plan(Z_AUDIT, C_AUDIT / len(X), 2)
     return gd.release_sums(np.tile(G.mean(axis=0), (n, 1)), plan, resolve_rng(rng))[:, 0]
 
 

@@ -56,9 +56,6 @@ EXPECTED_FAILED: dict[str, dict[str, str]] = {
     },
     "LinearRegression": {
         **_COMMON,
-        "check_do_not_raise_errors_in_init_or_set_params": (
-            "the **renamed catch-all (deprecated y_bounds=) is read as a parameter by the check"
-        ),
         "check_estimators_nan_inf": _TOTAL,
         "check_regressors_train": _NOISY_FIT,
         "check_supervised_y_2d": "y must be 1-D: a 2-D column is refused, not raveled with a warning",

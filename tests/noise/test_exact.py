@@ -52,7 +52,7 @@ def test_enclosure_holds_on_random_points() -> None:
     g = np.concatenate([rng.uniform(0, 50, 3000), rng.uniform(0, 1e-3, 1000), np.arange(0, 48, 1 / 512)[::37]])
     err = g * 2.0**-50
     lower, upper = exp_neg_enclosure(g, err)
-    for x, lo_, hi_ in zip(g, lower, upper):
+    for x, lo_, hi_ in zip(g, lower, upper, strict=True):
         true = mpmath.exp(-mpmath.mpf(float(x)))
         assert lo_ <= true <= hi_
     inside = g < 47

@@ -70,7 +70,7 @@ def lowest_bit_exponent(y: np.ndarray) -> np.ndarray:
 def test_lowest_bit_exponent_is_exact() -> None:
     y = np.array([1.0, 0.75, -3.0, 0.1, 2.0**-1074, 2.0**-1022 * 3, 6.0 * 2.0**900, 0.0])
     got = lowest_bit_exponent(y)
-    for v, j in zip(y, got):
+    for v, j in zip(y, got, strict=True):
         if v == 0:
             assert j == 2000
             continue
@@ -236,7 +236,7 @@ def test_snap_is_exact_rounding(k: int) -> None:
     x = np.concatenate([x, ties, extra])
     got = snap(x, Lattice(k))
     assert got.dtype == np.float64
-    for xi, gi in zip(x.tolist(), got.tolist()):
+    for xi, gi in zip(x.tolist(), got.tolist(), strict=True):
         assert Fraction(gi) == _exact_round(xi, k), (xi, k)
 
 
@@ -267,7 +267,7 @@ def test_add_lattice_noise_is_the_exact_sum_rounded_once(k: int) -> None:
     # The exact lanes are exercised (object dtype: np.abs(-2**63) overflows in int64).
     assert np.count_nonzero(np.abs(noise.astype(object)) >= 2**53) > n // 10
     got = add_lattice_noise(points, noise, Lattice(k))
-    want = [_exact_sum(p, int(z), k) for p, z in zip(points.tolist(), noise.tolist())]
+    want = [_exact_sum(p, int(z), k) for p, z in zip(points.tolist(), noise.tolist(), strict=True)]
     assert got.tolist() == want
     # The first hand-picked lane really does differ from the naive float sum.
     naive = np.ldexp(points[n] + float(noise[n]), k)

@@ -18,6 +18,7 @@ cost milliseconds instead of an interpreter start. Points, in the order a query 
 
 from __future__ import annotations
 
+import contextlib
 import os
 import signal
 import socket
@@ -105,10 +106,8 @@ def main() -> None:
             print("port", sock.getsockname()[1], flush=True)
             sock.close()
         elif cmd[0] == "reap":
-            try:
+            with contextlib.suppress(ProcessLookupError):
                 os.kill(child, signal.SIGKILL)
-            except ProcessLookupError:
-                pass
             _, status = os.waitpid(child, 0)
             print("exit", os.waitstatus_to_exitcode(status), flush=True)
 

@@ -168,7 +168,7 @@ def test_log_built_through_the_service_verifies(world: World) -> None:
     assert world.service.verify_log(head=GENESIS) == report
     assert [e.seq for e in entries] == list(range(1, N + 1))
     assert entries[0].prev_hash == GENESIS
-    assert all(e.prev_hash == p.hash for p, e in zip(entries, entries[1:]))
+    assert all(e.prev_hash == p.hash for p, e in zip(entries, entries[1:], strict=False))
     # the grants, written with the budgets: the exact (ε, δ) granted
     grant = entries[0]
     assert (grant.action, grant.dataset, grant.epsilon, grant.detail["analyst"], grant.detail["budget_epsilon"]) == (

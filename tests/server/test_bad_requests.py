@@ -66,7 +66,7 @@ def engine(monkeypatch: pytest.MonkeyPatch) -> list[tuple[str, list[Any]]]:
     """Every statement the service's engines run from here on (each query gets a fresh engine
     over a recording cursor, instead of a pooled one whose statements ran earlier)."""
     from dpkit.analytics.engines.duckdb import DuckDBEngine
-    from dpkit.server.service import _Loaded
+    from dpkit.server.catalog import _Loaded
 
     calls: list[tuple[str, list[Any]]] = []
 

@@ -77,6 +77,8 @@ class _Factory:
         if self.proc.stdin:
             self.proc.stdin.close()
         self.proc.wait(timeout=30)
+        if self.proc.stdout:
+            self.proc.stdout.close()
 
 
 def _trials(tmp_path: Path, url: str, trials: int, seed: int) -> None:

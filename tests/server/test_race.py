@@ -153,8 +153,10 @@ def test_the_race_test_catches_a_check_then_pay_ledger(tmp_path: Path, monkeypat
     )
     service = _setup(tmp_path, f"sqlite:///{tmp_path / 'ledger.sqlite'}")
     try:
-        with live_server(create_app(service, rate=1e9, burst=10**9, **UNPACED)) as base:
-            with pytest.raises(AssertionError, match="answered, budget admits"):
-                _race(service, base, np.random.default_rng(3), 0, requests=200)
+        with (
+            live_server(create_app(service, rate=1e9, burst=10**9, **UNPACED)) as base,
+            pytest.raises(AssertionError, match="answered, budget admits"),
+        ):
+            _race(service, base, np.random.default_rng(3), 0, requests=200)
     finally:
         service.close()

@@ -102,7 +102,7 @@ def test_dinur_nissim_over_http_is_reduced_to_guessing(tmp_path) -> None:
     finally:
         service.close()
     naive = dinur_nissim_attack(
-        NaiveCurator(x, noise=2.0, rng=np.random.default_rng(12)), N, rng=np.random.default_rng(13)
+        NaiveCurator(x, noise_bound=2.0, rng=np.random.default_rng(12)), N, rng=np.random.default_rng(13)
     )
     assert naive.recovered_fraction >= 0.95, f"the naive curator leaked only {naive.recovered_fraction:.1%}"
 

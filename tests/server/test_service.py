@@ -13,10 +13,10 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from dpkit.analytics.check import DataCheck
+from dpkit.analytics.check_report import DataCheck
 from dpkit.errors import AuthError, BudgetExceededError, InvalidDataError, InvalidParameterError
 from dpkit.noise.source import SecureSource, SeededSource
-from dpkit.server import NotFoundError, Principal, QueryRequest, QuerySpec, Service
+from dpkit.server import JSONQuery, NotFoundError, Principal, QueryRequest, Service
 from dpkit.server.keys import key_id, looks_like_key
 from server._api import COUNT_SQL, PEOPLE_METADATA, SECRET_METADATA, World, make_world
 
@@ -201,12 +201,12 @@ def test_register_with_a_privacy_unit_column(world: World) -> None:
 def test_a_failing_data_check_does_not_block_registration(
     world: World, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
 ) -> None:
-    import dpkit.server.catalog as service_module
+    import dpkit.server.catalog as catalog_module
 
     def broken(*args: Any, **kwargs: Any) -> Any:
         raise RuntimeError("the check broke")
 
-    monkeypatch.setattr(service_module, "check_data", broken)
+    monkeypatch.setattr(catalog_module, "check_data", broken)
     with caplog.at_level(logging.ERROR, logger="dpkit.curator"):
         info = world.service.register_dataset("p2", world.people, PEOPLE_METADATA)
     assert info.check is None and world.service.dataset("p2").name == "p2"
@@ -410,7 +410,7 @@ def test_query_via_sql(world: World) -> None:
 
 def test_query_via_spec(world: World) -> None:
     svc = world.service
-    spec = QuerySpec(
+    spec = JSONQuery(
         aggregates=(
             {"kind": "count"},
             {"kind": "mean", "column": "age", "name": "avg_age"},
@@ -430,14 +430,14 @@ def test_query_via_spec(world: World) -> None:
 
 
 def test_query_spec_with_group_by_and_bins(world: World) -> None:
-    spec = QuerySpec(aggregates=({"kind": "count"},), group_by=("age",), bins={"age": (0.0, 50.0, 100.0)})
+    spec = JSONQuery(aggregates=({"kind": "count"},), group_by=("age",), bins={"age": (0.0, 50.0, 100.0)})
     answer = world.service.query(who(world, "alice"), "people", QueryRequest(epsilon=1.0, spec=spec))
     assert len(answer["rows"]) == 2
 
 
 def test_sql_and_spec_are_exclusive(world: World) -> None:
     alice = who(world, "alice")
-    spec = QuerySpec(aggregates=({"kind": "count"},))
+    spec = JSONQuery(aggregates=({"kind": "count"},))
     for request in (QueryRequest(epsilon=1.0, sql=COUNT_SQL, spec=spec), QueryRequest(epsilon=1.0)):
         for call in (world.service.query, world.service.cost):
             with pytest.raises(InvalidParameterError) as info:
@@ -473,7 +473,7 @@ REQUESTS = [
     ),  # private key selection
     QueryRequest(epsilon=0.6, delta=1e-6, noise="gaussian", sql="SELECT AVG(age) FROM people"),
     QueryRequest(epsilon=0.2, sql="SELECT MEDIAN(age) FROM people"),
-    QueryRequest(epsilon=0.5, spec=QuerySpec(aggregates=({"kind": "variance", "column": "age"}, {"kind": "count"}))),
+    QueryRequest(epsilon=0.5, spec=JSONQuery(aggregates=({"kind": "variance", "column": "age"}, {"kind": "count"}))),
     QueryRequest(epsilon=0.5, split=(1.0, 3.0), sql="SELECT COUNT(*), AVG(age) FROM people"),
 ]
 
@@ -527,9 +527,9 @@ def test_refused_queries_debit_nothing(world: World) -> None:
         QueryRequest(epsilon=1.0, sql="SELECT AVG(income) FROM people"),
         QueryRequest(epsilon=1.0, sql="SELECT AVG(height) FROM people"),
         QueryRequest(epsilon=1.0, sql="SELECT COUNT(*) FROM people; DROP TABLE people"),
-        QueryRequest(epsilon=1.0, spec=QuerySpec(aggregates=({"kind": "bogus"},))),
-        QueryRequest(epsilon=1.0, spec=QuerySpec(aggregates=({"kind": "count", "extra": 1},))),
-        QueryRequest(epsilon=1.0, spec=QuerySpec(aggregates=({"kind": "quantile", "column": "age", "q": 2.0},))),
+        QueryRequest(epsilon=1.0, spec=JSONQuery(aggregates=({"kind": "bogus"},))),
+        QueryRequest(epsilon=1.0, spec=JSONQuery(aggregates=({"kind": "count", "extra": 1},))),
+        QueryRequest(epsilon=1.0, spec=JSONQuery(aggregates=({"kind": "quantile", "column": "age", "q": 2.0},))),
     ]
     for request in bad:
         for call in (svc.cost, svc.query):

@@ -37,7 +37,7 @@ from dpkit.analytics.engines.duckdb import DuckDBEngine  # noqa: E402
 from dpkit.analytics.results import QueryResult  # noqa: E402
 from dpkit.errors import InvalidParameterError, QueryFailedError  # noqa: E402
 from dpkit.server import Service, create_app  # noqa: E402
-from dpkit.server.service import DatasetUnavailableError  # noqa: E402
+from dpkit.server.errors import DatasetUnavailableError  # noqa: E402
 from server._api import UNPACED  # noqa: E402
 
 POISON = "SECRET-ZIP-9"

@@ -13,11 +13,12 @@ import pytest
 
 import dpkit as dp
 from dpkit.analytics import Categorical, Metadata, Numeric
+from dpkit.analytics.engines.base import is_spark_frame
 from dpkit.errors import InvalidParameterError
 from dpkit.synth import Domain, Synthesizer
 from dpkit.synth import spark_counts as spark_module
 from dpkit.synth.measure import TableCounts
-from dpkit.synth.spark_counts import SparkTableCounts, is_spark_frame
+from dpkit.synth.spark_counts import SparkTableCounts
 
 pyspark = pytest.importorskip("pyspark")
 

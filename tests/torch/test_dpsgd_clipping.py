@@ -112,7 +112,7 @@ def oracle(
         grads = torch.autograd.grad(loss_fn(model(x[i : i + 1]), y[i : i + 1]), params)
         norm = torch.sqrt(sum((g.double() ** 2).sum() for g in grads))
         c = min(1.0, clip * (1 - margin) / float(norm))
-        for t, g in zip(total, grads):
+        for t, g in zip(total, grads, strict=True):
             t += c * g.double()
     return total
 
@@ -123,7 +123,7 @@ def private_sum(
     data = DataLoader(TensorDataset(x, y), batch_size=4)
     opt = torch.optim.SGD([p for p in model.parameters() if p.requires_grad], lr=0.1)
     private = make_private(
-        model, opt, data, noise_multiplier=1.0, target_delta=1e-5, epochs=1, max_grad_norm=clip, grad_mode=mode
+        model, opt, data, noise_multiplier=1.0, delta=1e-5, epochs=1, max_grad_norm=clip, grad_mode=mode
     )
     nn.CrossEntropyLoss()(model(x), y).backward()
     engine = private.optimizer.engine
@@ -159,7 +159,7 @@ def test_clipped_sum_matches_one_example_at_a_time(case: str, mode: str, clip: f
     want = oracle(reference, x, y, clip, margin)
     assert len(got) == len(want)
     scale = max(float(w.abs().max()) for w in want)
-    for g, w in zip(got, want):
+    for g, w in zip(got, want, strict=True):
         assert g.shape == w.shape
         torch.testing.assert_close(g, w, rtol=1e-5, atol=1e-5 * max(scale, 1e-3))
 
@@ -172,7 +172,7 @@ def test_fast_path_is_used_where_promised() -> None:
         torch.optim.SGD(model.parameters(), lr=0.1),
         data,
         noise_multiplier=1.0,
-        target_delta=1e-5,
+        delta=1e-5,
         epochs=1,
         max_grad_norm=1.0,
     )
@@ -189,7 +189,7 @@ def test_frozen_parameters_get_no_gradient_and_no_noise() -> None:
     got, margin = private_sum(model, x, y, 0.1, "fast")
     want = oracle(reference, x, y, 0.1, margin)
     assert [tuple(g.shape) for g in got] == [(7,), (3, 7), (3,)]
-    for g, w in zip(got, want):
+    for g, w in zip(got, want, strict=True):
         torch.testing.assert_close(g, w, rtol=1e-5, atol=1e-7)
     assert model[0].weight.grad is None
 
@@ -203,7 +203,7 @@ def test_sum_then_clip_is_impossible() -> None:
         torch.optim.SGD(model.parameters(), lr=0.1),
         data,
         noise_multiplier=1.0,
-        target_delta=1e-5,
+        delta=1e-5,
         epochs=1,
         max_grad_norm=1.0,
     )
@@ -223,7 +223,7 @@ def test_no_unclipped_gradient_is_ever_formed() -> None:
         torch.optim.SGD(model.parameters(), lr=0.1),
         data,
         noise_multiplier=1.0,
-        target_delta=1e-5,
+        delta=1e-5,
         epochs=1,
         max_grad_norm=1.0,
     )
@@ -243,7 +243,7 @@ def test_non_finite_example_contributes_nothing() -> None:
         torch.optim.SGD(model.parameters(), lr=0.1),
         data,
         noise_multiplier=1.0,
-        target_delta=1e-5,
+        delta=1e-5,
         epochs=1,
         max_grad_norm=1.0,
     )
@@ -251,7 +251,7 @@ def test_non_finite_example_contributes_nothing() -> None:
     sums, _, _ = private.optimizer.engine.clipped_sum(1.0, torch.float64)
     keep = torch.tensor([0, 1, 3, 4, 5])
     want = oracle(reference, x[keep], y[keep], 1.0, private.optimizer.engine.last_margin)
-    for g, w in zip(sums, want):
+    for g, w in zip(sums, want, strict=True):
         assert torch.isfinite(g).all()
         torch.testing.assert_close(g, w, rtol=1e-5, atol=1e-6)
 
@@ -273,7 +273,7 @@ def test_randomness_inside_a_recomputed_unit_is_refused() -> None:
         torch.optim.SGD(model.parameters(), lr=0.1),
         data,
         noise_multiplier=1.0,
-        target_delta=1e-5,
+        delta=1e-5,
         epochs=1,
         max_grad_norm=1.0,
     )

@@ -28,7 +28,7 @@ from dpkit.accounting import (  # noqa: E402
 from dpkit.budget import Budget  # noqa: E402
 from dpkit.errors import BudgetExceededError, DPError, InvalidDataError, InvalidParameterError  # noqa: E402
 from dpkit.torch import DPOptimizer, make_private  # noqa: E402
-from dpkit.torch.privacy import LATTICE_DELTA_SHARE  # noqa: E402
+from dpkit.torch.optimizer import LATTICE_DELTA_SHARE  # noqa: E402
 from torch import nn  # noqa: E402
 
 SEED = 20240611
@@ -48,10 +48,10 @@ def setup(**kwargs):
     model = kwargs.pop("model", None) or nn.Linear(4, 2)
     loader = kwargs.pop("loader", None) or DataLoader(dataset(), batch_size=BATCH)
     opt = torch.optim.SGD(model.parameters(), lr=kwargs.pop("lr", 0.1))
-    kwargs.setdefault("target_delta", 1e-5)
+    kwargs.setdefault("delta", 1e-5)
     kwargs.setdefault("epochs", 2)
     kwargs.setdefault("max_grad_norm", 1.0)
-    if "target_epsilon" not in kwargs:
+    if "epsilon" not in kwargs:
         kwargs.setdefault("noise_multiplier", 1.0)
     kwargs.setdefault("rng", np.random.default_rng(SEED))
     return make_private(model, opt, loader, **kwargs)
@@ -109,7 +109,7 @@ def test_pld_accountant() -> None:
 
 
 def test_calibration_meets_the_target_and_stops_training_there() -> None:
-    private = setup(target_epsilon=2.0, epochs=2)
+    private = setup(epsilon=2.0, epochs=2)
     opt = private.optimizer
     planned = 2 * (N // BATCH)
     acc_delta = 1e-5 * (1 - LATTICE_DELTA_SHARE)
@@ -126,7 +126,9 @@ def test_calibration_meets_the_target_and_stops_training_there() -> None:
     with pytest.raises(BudgetExceededError, match="would bring ε to"):
         one_step(private)
     assert opt.steps == opt.max_steps  # the refused step paid nothing
-    assert all(torch.equal(a, b) for a, b in zip(weights, private.module.parameters()))  # and released nothing
+    assert all(
+        torch.equal(a, b) for a, b in zip(weights, private.module.parameters(), strict=True)
+    )  # and released nothing
 
 
 def test_budget_is_charged_before_each_step_and_stops_training() -> None:
@@ -245,16 +247,16 @@ def test_seeded_runs_reproduce_and_secure_runs_differ() -> None:
     "kwargs, error, match",
     [
         ({"noise_multiplier": None}, InvalidParameterError, "exactly one"),
-        ({"noise_multiplier": 1.0, "target_epsilon": 1.0}, InvalidParameterError, "exactly one"),
-        ({"target_delta": 0.0}, InvalidParameterError, "target_delta"),
-        ({"target_delta": 1.0}, InvalidParameterError, "target_delta"),
-        ({"target_delta": -1e-5}, InvalidParameterError, "target_delta"),
-        ({"target_delta": float("nan")}, InvalidParameterError, "target_delta"),
+        ({"noise_multiplier": 1.0, "epsilon": 1.0}, InvalidParameterError, "exactly one"),
+        ({"delta": 0.0}, InvalidParameterError, "delta"),
+        ({"delta": 1.0}, InvalidParameterError, "delta"),
+        ({"delta": -1e-5}, InvalidParameterError, "delta"),
+        ({"delta": float("nan")}, InvalidParameterError, "delta"),
         ({"max_grad_norm": 0.0}, InvalidParameterError, "max_grad_norm"),
         ({"max_grad_norm": -1.0}, InvalidParameterError, "max_grad_norm"),
         ({"max_grad_norm": float("inf")}, InvalidParameterError, "max_grad_norm"),
         ({"noise_multiplier": 0.0}, InvalidParameterError, "noise_multiplier"),
-        ({"noise_multiplier": None, "target_epsilon": -1.0}, InvalidParameterError, "target_epsilon"),
+        ({"noise_multiplier": None, "epsilon": -1.0}, InvalidParameterError, "epsilon"),
         ({"epochs": 0}, InvalidParameterError, "epochs"),
         ({"accountant": "moments"}, InvalidParameterError, "accountant"),
         ({"noise": "gaussian"}, InvalidParameterError, "noise"),
@@ -280,7 +282,7 @@ def test_bad_objects_raise_dpkit_errors() -> None:
     model = nn.Linear(4, 2)
     opt = torch.optim.SGD(model.parameters(), lr=0.1)
     loader = DataLoader(dataset(), batch_size=BATCH)
-    common = {"noise_multiplier": 1.0, "target_delta": 1e-5, "epochs": 1, "max_grad_norm": 1.0}
+    common = {"noise_multiplier": 1.0, "delta": 1e-5, "epochs": 1, "max_grad_norm": 1.0}
     with pytest.raises(InvalidParameterError, match="DataLoader"):
         make_private(model, opt, list(dataset()), **common)
     with pytest.raises(InvalidParameterError, match="Optimizer"):
@@ -300,7 +302,7 @@ def test_bad_objects_raise_dpkit_errors() -> None:
     with pytest.raises(InvalidParameterError, match="batch_size"):
         make_private(model, opt, DataLoader(dataset(), batch_size=None), **common)
     with pytest.warns(UserWarning, match="1/N"):
-        make_private(model, opt, loader, **{**common, "target_delta": 0.01})
+        make_private(model, opt, loader, **{**common, "delta": 0.01})
     with pytest.raises(InvalidParameterError, match="not already private"):
         make_private(nn.Linear(4, 2), DPOptimizer.__new__(DPOptimizer), loader, **common)
 

@@ -2,7 +2,7 @@
 consistency, calibration, learning, validation and paying before training.
 
 Statistical checks: the noise-scale test compares the sample standard deviation of 20,200 noise
-coordinates with σ·clip at ±6 standard errors (false failure below 1e-8 for a correct sampler);
+coordinates with σ·max_grad_norm at ±6 standard errors (false failure below 1e-8 for a correct sampler);
 every test uses a fixed seed, so it passes or fails deterministically.
 """
 
@@ -45,11 +45,11 @@ def fed(clients, **kw):
     torch.manual_seed(0)
     args = dict(
         clients=clients,
-        client_rate=0.5,
+        sample_rate=0.5,
         rounds=5,
         local_steps=5,
         local_lr=0.5,
-        clip=1.0,
+        max_grad_norm=1.0,
         noise_multiplier=1.0,
         delta=1e-5,
         rng=np.random.default_rng(SEED),
@@ -65,15 +65,15 @@ def params(model) -> np.ndarray:
 # --- sensitivity ------------------------------------------------------------------------------
 
 
-def test_an_extra_client_moves_the_clipped_sum_by_at_most_clip():
+def test_an_extra_client_moves_the_clipped_sum_by_at_most_max_grad_norm():
     clients, _ = make_clients(n_clients=8)
     # One client with huge features: its raw update is far outside the clipping ball.
     clients.append((clients[0][0] * 1000.0, clients[0][1]))
     f = fed(clients, local_lr=5.0)
     updates = [f._client_update(k) for k in range(len(clients))]
     norms = [float(np.linalg.norm(u)) for u in updates]
-    assert max(norms) <= f.clip
-    assert norms[-1] == pytest.approx(f.clip, rel=1e-6)  # the outlier was clipped, not dropped
+    assert max(norms) <= f.max_grad_norm
+    assert norms[-1] == pytest.approx(f.max_grad_norm, rel=1e-6)  # the outlier was clipped, not dropped
     g = f.granularity
     base = updates[:-1]
     for extra in updates:
@@ -82,17 +82,17 @@ def test_an_extra_client_moves_the_clipped_sum_by_at_most_clip():
         diff = (with_extra - without).astype(np.float64)
         # On the lattice: the integer difference is within the sensitivity the noise is calibrated for.
         assert np.linalg.norm(diff) <= float(f._lattice_sensitivity)
-        # In model units: at most clip plus half a lattice step per coordinate.
-        assert np.linalg.norm(diff) * g <= f.clip + g * math.sqrt(diff.size) / 2
+        # In model units: at most max_grad_norm plus half a lattice step per coordinate.
+        assert np.linalg.norm(diff) * g <= f.max_grad_norm + g * math.sqrt(diff.size) / 2
         # And the float sums (what the lattice sum rounds) differ by the extra update alone.
-        assert np.linalg.norm((np.sum(base, axis=0) + extra) - np.sum(base, axis=0)) <= f.clip * (1 + 1e-12)
+        assert np.linalg.norm((np.sum(base, axis=0) + extra) - np.sum(base, axis=0)) <= f.max_grad_norm * (1 + 1e-12)
 
 
 def test_diverging_client_counts_as_zero_update():
     clients, _ = make_clients(n_clients=3)
     f = fed(clients, local_lr=1e38, local_steps=50)
     u = f._client_update(0)
-    assert np.all(np.isfinite(u)) and np.linalg.norm(u) <= f.clip
+    assert np.all(np.isfinite(u)) and np.linalg.norm(u) <= f.max_grad_norm
 
 
 # --- event / noise consistency --------------------------------------------------------------
@@ -101,21 +101,21 @@ def test_diverging_client_counts_as_zero_update():
 @pytest.mark.parametrize("rate", [0.5, 1.0])
 def test_event_matches_the_noise_drawn(rate):
     clients, _ = make_clients(n_clients=10)
-    f = fed(clients, client_rate=rate, rounds=7, noise_multiplier=1.3)
+    f = fed(clients, sample_rate=rate, rounds=7, noise_multiplier=1.3)
     assert f.event_ == dp_sgd_event(1.3, rate, 7)
     if rate == 1.0:
         assert f.event_ == SelfComposedEvent(GaussianEvent(1.3), 7)
     # The multiplier actually drawn on the lattice is σ, rounded up by a negligible amount.
     assert 1.3 <= f.lattice_noise_multiplier <= 1.3 * (1 + 1e-9)
-    # Empirically: the noise added to an empty sum has standard deviation σ·clip.
+    # Empirically: the noise added to an empty sum has standard deviation σ·max_grad_norm.
     torch.manual_seed(0)
     big = FederatedAveraging(
         torch.nn.Linear(100, 200),
         clients=[(np.zeros((1, 100), np.float32), np.zeros(1, np.int64))],
-        client_rate=rate,
+        sample_rate=rate,
         rounds=1,
         local_lr=0.1,
-        clip=2.0,
+        max_grad_norm=2.0,
         noise_multiplier=1.3,
         delta=1e-5,
         rng=np.random.default_rng(SEED),
@@ -132,9 +132,9 @@ def test_event_matches_the_noise_drawn(rate):
 
 
 @pytest.mark.parametrize("accountant,factory", [("rdp", RDPAccountant), ("pld", PLDAccountant)])
-def test_target_epsilon_is_met(accountant, factory):
+def test_calibrated_epsilon_is_met(accountant, factory):
     clients, _ = make_clients(n_clients=20)
-    f = fed(clients, noise_multiplier=None, target_epsilon=3.0, rounds=40, client_rate=0.2, accountant=accountant)
+    f = fed(clients, noise_multiplier=None, epsilon=3.0, rounds=40, sample_rate=0.2, accountant=accountant)
     assert f.epsilon_ <= 3.0
     assert f.epsilon_ > 2.9  # calibration is tight to its 0.5 % tolerance
     # Re-checked independently: a fresh accountant on the recorded event, at the reported δ.
@@ -168,12 +168,12 @@ def test_seeded_runs_reproduce_and_inputs_are_not_modified():
         f = FederatedAveraging(
             original,
             clients=clients,
-            client_rate=0.5,
+            sample_rate=0.5,
             rounds=3,
             local_epochs=2,
             batch_size=16,
             local_lr=0.5,
-            clip=1.0,
+            max_grad_norm=1.0,
             noise_multiplier=1.0,
             delta=1e-5,
             rng=np.random.default_rng(3),
@@ -189,10 +189,10 @@ def test_secure_default_model_factory_and_dataset_clients():
     f = FederatedAveraging(
         lambda: torch.nn.Linear(D, 2),
         clients=data,
-        client_rate=1.0,
+        sample_rate=1.0,
         rounds=2,
         local_lr=0.1,
-        clip=1.0,
+        max_grad_norm=1.0,
         noise_multiplier=2.0,
         delta=1e-5,
         progress=False,
@@ -209,20 +209,22 @@ def test_progress_bar_runs():
 
 
 def _good(clients):
-    return dict(clients=clients, client_rate=0.5, rounds=3, local_lr=0.1, clip=1.0, noise_multiplier=1.0, delta=1e-5)
+    return dict(
+        clients=clients, sample_rate=0.5, rounds=3, local_lr=0.1, max_grad_norm=1.0, noise_multiplier=1.0, delta=1e-5
+    )
 
 
 BAD = [
-    ("client_rate", dict(client_rate=0.0)),
-    ("client_rate", dict(client_rate=1.5)),
+    ("sample_rate", dict(sample_rate=0.0)),
+    ("sample_rate", dict(sample_rate=1.5)),
     ("rounds", dict(rounds=0)),
-    ("clip", dict(clip=-1.0)),
-    ("clip", dict(clip=float("nan"))),
+    ("max_grad_norm", dict(max_grad_norm=-1.0)),
+    ("max_grad_norm", dict(max_grad_norm=float("nan"))),
     ("local_lr", dict(local_lr=0.0)),
-    ("noise_multiplier", dict(target_epsilon=1.0)),  # both given
+    ("noise_multiplier", dict(epsilon=1.0)),  # both given
     ("noise_multiplier", dict(noise_multiplier=None)),  # neither given
     ("noise_multiplier", dict(noise_multiplier=-1.0)),
-    ("target_epsilon", dict(noise_multiplier=None, target_epsilon=0.0)),
+    ("epsilon", dict(noise_multiplier=None, epsilon=0.0)),
     ("delta", dict(delta=0.0)),
     ("delta", dict(delta=1.0)),
     ("accountant", dict(accountant="moments")),

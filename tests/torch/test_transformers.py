@@ -29,11 +29,11 @@ torch = pytest.importorskip("torch")
 transformers = pytest.importorskip("transformers")
 from torch.utils.data import DataLoader, TensorDataset  # noqa: E402
 
-import dpkit.torch._units as units  # noqa: E402
+import dpkit.torch._units.matmul as matmul  # noqa: E402
 import dpkit.torch.per_example as per_example  # noqa: E402
 from dpkit.errors import InvalidDataError, InvalidParameterError  # noqa: E402
 from dpkit.torch import make_private  # noqa: E402
-from dpkit.torch._units import uses_ghost_norm  # noqa: E402
+from dpkit.torch._units.matmul import uses_ghost_norm  # noqa: E402
 from torch import nn  # noqa: E402
 
 B, T, VOCAB = 6, 10, 100
@@ -288,7 +288,7 @@ def test_gpt2_tied_weight_has_one_per_example_gradient(monkeypatch: pytest.Monke
     got, _, _ = engine_result(copy.deepcopy(model), losses, inputs, 1.0)
     torch.testing.assert_close(got, want, rtol=1e-9, atol=0.0)
     # two separate norms (no cross term) would be wrong: the test can tell
-    monkeypatch.setattr(per_example, "_inner", lambda r1, r2, shape: torch.zeros(B, dtype=torch.float64))
+    monkeypatch.setattr(per_example, "inner", lambda r1, r2, shape: torch.zeros(B, dtype=torch.float64))
     separate, _, _ = engine_result(copy.deepcopy(model), losses, inputs, 1.0)
     assert float(((separate - want).abs() / want).max()) > 1e-3
 
@@ -387,13 +387,13 @@ def test_the_per_layer_rule_is_the_book_keeping_one(monkeypatch: pytest.MonkeyPa
     """Ghost norm when 2T² <= d_in·d_out, else the per-example gradient is materialised."""
     assert uses_ghost_norm(16, 32, 16) and not uses_ghost_norm(17, 32, 16)
     branches: list[tuple[int, bool]] = []
-    original = units._Product.add_norms
+    original = matmul.Product.add_norms
 
     def spy(self, norms):
         original(self, norms)
         branches.append((self.a.shape[1], self.direct is not None))
 
-    monkeypatch.setattr(units._Product, "add_norms", spy)
+    monkeypatch.setattr(matmul.Product, "add_norms", spy)
     for t in (3, 9):
         model = nn.Sequential(nn.Linear(4, 6), nn.Tanh(), nn.Linear(6, 2))  # d_in·d_out = 24 and 12
         x = torch.randn(B, t, 4)

@@ -7,7 +7,6 @@ Opacus #346, where a calibration returned a σ that missed its target).
 from __future__ import annotations
 
 import math
-import warnings
 from collections.abc import Callable
 
 from dpkit import _validate as v
@@ -22,17 +21,6 @@ __all__ = ["calibrate_noise_multiplier", "dp_sgd_event"]
 AccountantSpec = str | type[Accountant] | Callable[[], Accountant]
 
 
-def _renamed(name: str, value: float | None, old: str, old_value: float | None) -> tuple[str, float | None]:
-    """The value of a parameter that may still be passed under its deprecated name ``old``,
-    with the name errors should use (the one the caller wrote)."""
-    if old_value is None:
-        return name, value
-    if value is not None:
-        raise InvalidParameterError(old, old_value, f"omitted when {name} is given ({old} is its deprecated spelling)")
-    warnings.warn(f"{old}= is deprecated; use {name}=", DeprecationWarning, stacklevel=3)
-    return old, old_value
-
-
 def dp_sgd_event(noise_multiplier: float, sample_rate: float, steps: int) -> DPEvent:
     """The event of ``steps`` DP-SGD steps: Poisson sampling at ``sample_rate`` of a Gaussian
     with σ = noise_multiplier × clipping norm (Abadi et al. 2016)."""
@@ -44,14 +32,13 @@ def dp_sgd_event(noise_multiplier: float, sample_rate: float, steps: int) -> DPE
 
 def calibrate_noise_multiplier(
     *,
-    epsilon: float | None = None,
-    delta: float | None = None,
+    epsilon: float,
+    delta: float,
     accountant: AccountantSpec,
     event_for: Callable[[float], DPEvent] | None = None,
     sample_rate: float = 1.0,
     steps: int = 1,
     tolerance: float = 0.005,
-    **renamed: float,
 ) -> float:
     """The smallest σ (within ``tolerance`` relative, rounded up) whose event meets the target.
 
@@ -62,22 +49,12 @@ def calibrate_noise_multiplier(
     search is a bisection on σ, over which ε is non-increasing; the returned σ has been checked:
     ``accountant().compose(event_for(σ)).get_epsilon(delta) <= epsilon``.
 
-    ``target_epsilon`` / ``target_delta`` are deprecated spellings of ``epsilon`` / ``delta``
-    (they still work, with a :class:`DeprecationWarning`; errors then name the old spelling).
-
     >>> sigma = calibrate_noise_multiplier(epsilon=1.0, delta=1e-5, accountant="rdp")
     >>> round(sigma, 1)
     4.0
     """
-    # The deprecated spellings stay out of the signature (docs/glossary.md), as Python would
-    # refuse any other unexpected keyword.
-    unknown = sorted(set(renamed) - {"target_epsilon", "target_delta"})
-    if unknown:
-        raise TypeError(f"calibrate_noise_multiplier() got an unexpected keyword argument {unknown[0]!r}")
-    eps_name, epsilon = _renamed("epsilon", epsilon, "target_epsilon", renamed.get("target_epsilon"))
-    delta_name, delta = _renamed("delta", delta, "target_delta", renamed.get("target_delta"))
-    target = v.epsilon(epsilon, eps_name)
-    delta = v.delta(delta, delta_name, allow_zero=False)
+    target = v.epsilon(epsilon, "epsilon")
+    delta = v.delta(delta, "delta", allow_zero=False)
     accountant = resolve_accountant(accountant)
     if not (isinstance(tolerance, float) and 0 < tolerance < 0.5):
         raise InvalidParameterError("tolerance", tolerance, "a float in (0, 0.5)")
@@ -94,7 +71,7 @@ def calibrate_noise_multiplier(
     while epsilon_at(hi) > target:
         lo, hi = hi, hi * 2.0
         if hi > 1e6:
-            raise InvalidParameterError(eps_name, target, "a value some σ <= 1e6 can meet with this δ")
+            raise InvalidParameterError("epsilon", target, "a value some σ <= 1e6 can meet with this δ")
     while lo > 1e-6 and epsilon_at(lo) <= target:
         hi, lo = lo, lo / 2.0
     while hi - lo > tolerance * hi / 2:

@@ -287,16 +287,11 @@ _REGISTRY: Registry[RhoFunction] = Registry(
     "zCDP",
     "Subsampled events need the RDPAccountant; (ε, δ) events with δ > 0 need the PLD or a composition accountant",
 )
-_RULES = _REGISTRY.rules
 
 
 def register_zcdp(event_type: type[DPEvent], rho: RhoFunction, check: CheckFunction | None = None) -> None:
     """Teach the zCDP accountant a new event type: ``rho(event)`` returns its ρ as a Fraction."""
     _REGISTRY.register(event_type, rho, check)
-
-
-_check_leaf = check_leaf_neighbours
-_check_event = _REGISTRY.check
 
 
 def event_rho(event: DPEvent) -> float:
@@ -346,7 +341,7 @@ def _check_rr(event: DPEvent, neighbours: Neighbours) -> None:
     assert isinstance(event, RandomizedResponseEvent)
     v.positive_int(event.k, "k", minimum=2)
     v.probability(event.p_truth, "p_truth")  # p = 0 or 1 releases the answer: no finite ρ
-    _check_leaf(event, neighbours)
+    check_leaf_neighbours(event, neighbours)
 
 
 def _check_approx(event: DPEvent, neighbours: Neighbours) -> None:
@@ -358,7 +353,7 @@ def _check_approx(event: DPEvent, neighbours: Neighbours) -> None:
             "an event the zCDP accountant supports (ApproxDPEvent only with delta = 0)",
             "An (ε, δ)-DP guarantee with δ > 0 implies no finite ρ; use the PLD or a composition accountant",
         )
-    _check_leaf(event, neighbours)
+    check_leaf_neighbours(event, neighbours)
 
 
 register_zcdp(GaussianEvent, _gaussian_rho)
@@ -403,7 +398,7 @@ class ZCDPAccountant(Accountant):
     # -- the Accountant hooks: check every leaf, price ρ exactly, add it up ----------------------
 
     def _check(self, event: DPEvent) -> None:
-        _check_event(event, self._neighbours)
+        _REGISTRY.check(event, self._neighbours)
 
     def _price(self, event: DPEvent) -> Fraction:
         return _rho(event)

@@ -11,13 +11,37 @@
 (1.0, 10.0)
 """
 
-from dpkit.analytics.aggregates import Aggregate, Count, CountUnits, Mean, QuantileAgg, Std, Sum, Variance
-from dpkit.analytics.check import DataCheck, check_data
-from dpkit.analytics.limits import QueryLimits
-from dpkit.analytics.metadata import Categorical, Metadata, Numeric
-from dpkit.analytics.results import AggregateInfo, QueryCost, QueryResult
-from dpkit.analytics.session import Query, Session
-from dpkit.analytics.spec import QueryOptions, QuerySpec
+from __future__ import annotations
+
+import importlib
+from typing import TYPE_CHECKING
+
+# Public name -> the module that defines it, imported on first use (PEP 562): a submodule such as
+# dpkit.analytics.limits (whose defaults `dpkit serve --help` shows) loads without the session,
+# pandas and sqlglot.
+_EXPORTS: dict[str, str] = {
+    "Aggregate": "dpkit.analytics.aggregates",
+    "Count": "dpkit.analytics.aggregates",
+    "CountUnits": "dpkit.analytics.aggregates",
+    "Mean": "dpkit.analytics.aggregates",
+    "QuantileAgg": "dpkit.analytics.aggregates",
+    "Std": "dpkit.analytics.aggregates",
+    "Sum": "dpkit.analytics.aggregates",
+    "Variance": "dpkit.analytics.aggregates",
+    "DataCheck": "dpkit.analytics.check_report",
+    "check_data": "dpkit.analytics.check",
+    "QueryLimits": "dpkit.analytics.limits",
+    "Categorical": "dpkit.analytics.metadata",
+    "Metadata": "dpkit.analytics.metadata",
+    "Numeric": "dpkit.analytics.metadata",
+    "AggregateInfo": "dpkit.analytics.results",
+    "QueryCost": "dpkit.analytics.results",
+    "QueryResult": "dpkit.analytics.results",
+    "Query": "dpkit.analytics.query",
+    "Session": "dpkit.analytics.session",
+    "QueryOptions": "dpkit.analytics.spec",
+    "QuerySpec": "dpkit.analytics.spec",
+}
 
 __all__ = [
     "Session",
@@ -45,9 +69,25 @@ __all__ = [
 
 
 def __getattr__(name: str) -> object:
-    """Deprecated names, still importable (they warn): ``Quantile`` is now ``QuantileAgg``."""
-    if name == "Quantile":
-        from dpkit.analytics import aggregates
+    module = _EXPORTS.get(name)
+    if module is None:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    value = getattr(importlib.import_module(module), name)
+    globals()[name] = value
+    return value
 
-        return aggregates.__getattr__(name)
-    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+
+def __dir__() -> list[str]:
+    return sorted(set(globals()) | set(__all__))
+
+
+if TYPE_CHECKING:  # static checkers see the eager imports; the runtime does not run them
+    from dpkit.analytics.aggregates import Aggregate, Count, CountUnits, Mean, QuantileAgg, Std, Sum, Variance
+    from dpkit.analytics.check import check_data
+    from dpkit.analytics.check_report import DataCheck
+    from dpkit.analytics.limits import QueryLimits
+    from dpkit.analytics.metadata import Categorical, Metadata, Numeric
+    from dpkit.analytics.query import Query
+    from dpkit.analytics.results import AggregateInfo, QueryCost, QueryResult
+    from dpkit.analytics.session import Session
+    from dpkit.analytics.spec import QueryOptions, QuerySpec

@@ -9,15 +9,12 @@ column (``mean_age``, ``median_age``, ``q90_age``, ``count``). Each also writes
 
 ``QuantileAgg`` is the aggregate; :class:`dpkit.Quantile` is the exponential mechanism it runs
 per group (Smith 2011, "Privacy-preserving statistical estimation with optimal convergence
-rates"). The old spellings ``Quantile`` (for the aggregate) and ``.alias`` (for ``.name``) still
-work and warn (:class:`DeprecationWarning`).
+rates").
 """
 
 from __future__ import annotations
 
-import warnings
 from dataclasses import dataclass, field
-from typing import Any
 
 from dpkit import _validate as v
 from dpkit.errors import InvalidParameterError
@@ -26,10 +23,8 @@ __all__ = ["Aggregate", "Count", "CountUnits", "Sum", "Mean", "Variance", "Std",
 
 
 def _check_name(name: object) -> None:
-    # The parameter was reported as "alias" before it was called ``name``; the message an
-    # analyst sees is kept as it was.
     if name is not None and (not isinstance(name, str) or not name):
-        raise InvalidParameterError("alias", name, "a non-empty string or None")
+        raise InvalidParameterError("name", name, "a non-empty string or None")
 
 
 class _Named:
@@ -47,12 +42,6 @@ class _Named:
 
     def _default_name(self) -> str:  # pragma: no cover - every aggregate overrides it
         raise NotImplementedError
-
-    @property
-    def alias(self) -> str:
-        """Deprecated spelling of :attr:`name`."""
-        warnings.warn("the aggregate's .alias is deprecated: use .name", DeprecationWarning, stacklevel=2)
-        return self.name  # type: ignore[return-value]
 
 
 @dataclass(frozen=True)
@@ -158,16 +147,3 @@ Aggregate = Count | CountUnits | Sum | Mean | Variance | Std | QuantileAgg
 
 #: Every aggregate class (for isinstance checks).
 AGGREGATE_TYPES = (Count, CountUnits, Sum, Mean, Variance, Std, QuantileAgg)
-
-_DEPRECATED = {"Quantile": ("QuantileAgg", QuantileAgg)}
-
-
-def __getattr__(name: str) -> Any:
-    """Old names, kept importable: they warn and give the new class."""
-    if name in _DEPRECATED:
-        new, value = _DEPRECATED[name]
-        warnings.warn(
-            f"dpkit.analytics.{name} (the aggregate) is deprecated: use {new}", DeprecationWarning, stacklevel=2
-        )
-        return value
-    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

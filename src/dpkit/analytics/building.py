@@ -21,7 +21,7 @@ from dpkit.analytics.limits import public_key_count
 from dpkit.analytics.metadata import Categorical, Metadata, Numeric
 from dpkit.analytics.plan import And, Between, Compare, GroupKey, InList, IsNull, Not, Or, Predicate
 from dpkit.analytics.spec import QuerySpec
-from dpkit.analytics.sql import parse_predicate
+from dpkit.analytics.sql_parse import parse_predicate
 from dpkit.errors import Fix, InvalidParameterError
 
 __all__ = [

@@ -33,14 +33,14 @@ Declared columns missing from the source and nested (LIST, STRUCT, …) columns 
 problems rather than raised: the check is meant to find them.
 
 What the reader repaired to read the rows by the declaration — nothing a query shows — is in
-:attr:`DataCheck.reading` (:mod:`dpkit.analytics.check_reading`): for Parquet data, the files that
-hold a declared column in another physical type (their values cast one by one), the partition
-directories that do not conform or are not UTF-8, the text values that are not UTF-8 (read with
-``'?'``); for CSV, the records the reader dropped.
+:attr:`~dpkit.analytics.check_report.DataCheck.reading` (:mod:`dpkit.analytics.check_reading`):
+for Parquet data, the files that hold a declared column in another physical type (their values
+cast one by one), the partition directories that do not conform or are not UTF-8, the text values
+that are not UTF-8 (read with ``'?'``); for CSV, the records the reader dropped.
 
 All counting runs in DuckDB SQL (one scan for the counts, one for the top non-conforming values,
-one for the units); only the matching of at most :data:`TOP_VALUES` distinct values per column
-against the declared categories runs in Python.
+one for the units); only the matching of at most :data:`~dpkit.analytics.check_report.TOP_VALUES`
+distinct values per column against the declared categories runs in Python.
 
 >>> import pandas as pd
 >>> from dpkit.analytics import Categorical, Metadata, Numeric
@@ -66,17 +66,14 @@ from typing import Any
 
 from dpkit._validate import short_repr as _short
 from dpkit.analytics.check_reading import reading_check
-from dpkit.analytics.check_report import (  # the report's types, re-exported where they were defined
+from dpkit.analytics.check_report import (
     MISSING_MARKERS,
     NEAR_MISS_CUTOFF,
     TOP_VALUES,
     ColumnCheck,
     DataCheck,
-    FileTypeCheck,
     GroupSpread,
     NonconformingValue,
-    PartitionCheck,
-    ReadingCheck,
     Reason,
     UnitCheck,
     _num,
@@ -86,19 +83,7 @@ from dpkit.analytics.engines.base import quote_identifier as q
 from dpkit.analytics.metadata import Categorical, Metadata, Numeric
 from dpkit.errors import InvalidDataError, InvalidParameterError
 
-__all__ = [
-    "check_data",
-    "nearest_category",
-    "DataCheck",
-    "ColumnCheck",
-    "UnitCheck",
-    "GroupSpread",
-    "NonconformingValue",
-    "ReadingCheck",
-    "FileTypeCheck",
-    "PartitionCheck",
-    "TOP_VALUES",
-]
+__all__ = ["check_data", "nearest_category"]
 
 
 # ---- near misses ------------------------------------------------------------------------------------

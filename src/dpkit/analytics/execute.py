@@ -28,7 +28,7 @@ import pandas as pd
 
 from dpkit.accounting.events import ComposedEvent, DPEvent
 from dpkit.analytics import aggregates as A
-from dpkit.analytics.engines.base import GAUSSIAN_SUM_LIMIT, Engine
+from dpkit.analytics.engines.base import EXACT_INTEGER_LIMIT, Engine
 from dpkit.analytics.limits import json_text_bounds
 from dpkit.analytics.plan import AggregationPlan, SumSpec
 from dpkit.analytics.pricing import Priced, Sizes
@@ -249,7 +249,7 @@ def _release(mech: Any, ints: np.ndarray, beta: float, src: RandomSource) -> _No
             _discrete_laplace_variance(t),
         )
     # exact doubles only: clamping is 1-Lipschitz, so the sensitivity is unchanged
-    ints = np.clip(ints, -GAUSSIAN_SUM_LIMIT, GAUSSIAN_SUM_LIMIT)
+    ints = np.clip(ints, -EXACT_INTEGER_LIMIT, EXACT_INTEGER_LIMIT)
     noisy = mech.release(ints.astype(np.float64), rng=src) if ints.size else np.zeros(0)
     half = mech.error_bound(beta, size=max(ints.size, 1))
     sigma = mech.noise_plan(max(ints.size, 1)).sigma

@@ -44,12 +44,15 @@ import math
 import re
 from collections.abc import Iterable
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
-import numpy as np
-import pandas as pd
-
-from dpkit import _validate as v
 from dpkit.errors import LimitExceededError
+
+# `dpkit serve --help` shows the limits' defaults: reading them loads neither numpy nor pandas
+# (the checks that need them import them when they run).
+if TYPE_CHECKING:
+    import numpy as np
+    import pandas as pd
 
 __all__ = [
     "QueryLimits",
@@ -94,6 +97,8 @@ class QueryLimits:
     max_query_depth: int = 32
 
     def __post_init__(self) -> None:
+        from dpkit import _validate as v
+
         for name in ("max_keys", "max_result_rows", "max_response_bytes", "max_query_depth"):
             v.positive_int(getattr(self, name), name)
 
@@ -118,6 +123,8 @@ def json_text_bound(text: str) -> int:
 
 def json_text_bounds(values: pd.Series) -> np.ndarray:
     """:func:`json_text_bound` for a column of text (vectorised); NULLs count as ``null``."""
+    import numpy as np
+
     s = values.astype("string")
     length = s.str.len().fillna(0).to_numpy(dtype=np.int64)
     special = s.str.count(_SPECIAL).fillna(0).to_numpy(dtype=np.int64)

@@ -21,7 +21,9 @@ curator's declared schema (:class:`~dpkit.analytics.Metadata`). Every query runs
 5. return a :class:`~dpkit.analytics.results.QueryResult` with values, confidence intervals,
    noise scales, the cost, the privacy unit and the contribution bounds used.
 
-The steps live in their own modules: :mod:`~dpkit.analytics.spec` (the request as values),
+What a session checks and opens when it is made (the unit, the budget, the engine, the declared
+columns bound to the source) is :mod:`~dpkit.analytics.session_setup`. The steps of a query live
+in their own modules: :mod:`~dpkit.analytics.spec` (the request as values),
 :mod:`~dpkit.analytics.building` (step 1), :mod:`~dpkit.analytics.pricing` (step 2) and
 :mod:`~dpkit.analytics.execute` (steps 3 to 5); :class:`~dpkit.analytics.query.Query` is the
 builder. The sensitivities and how ε is shared are written down in
@@ -54,24 +56,23 @@ from dpkit._validate import short_repr as _short
 from dpkit.accounting.composition import basic_cost
 from dpkit.accounting.events import DPEvent
 from dpkit.analytics.declared import ColumnKind, DeclaredTable, check_bound
-from dpkit.analytics.engines.base import Engine, ReadType, is_spark_frame
+from dpkit.analytics.engines.base import Engine
 from dpkit.analytics.execute import Payer
 from dpkit.analytics.limits import QueryLimits
 from dpkit.analytics.metadata import Metadata
 from dpkit.analytics.plan import Predicate
 from dpkit.analytics.query import _CONFIDENCE, _DELTA, _KEY_SELECTION, _NOISE, Query
 from dpkit.analytics.results import QueryCost, QueryResult
+from dpkit.analytics.session_setup import bind_columns, check_budget, check_rng, check_unit, duckdb_only, make_engine
 from dpkit.analytics.spec import Noise
 from dpkit.analytics.sql import compile_sql
 from dpkit.budget import Budget
 from dpkit.errors import DPError, InvalidParameterError
 from dpkit.ledger.base import LedgerBackend
-from dpkit.noise.source import RNG, is_seeded, resolve_rng
+from dpkit.noise.source import RNG
 
 __all__ = ["Session", "Query"]
 
-
-#: A URI with a scheme (``hdfs://``, ``s3a://``, ``file://``): read by Spark's own file systems.
 
 _P = ParamSpec("_P")
 _R = TypeVar("_R")
@@ -87,65 +88,6 @@ def _over_whole_table(method: Callable[Concatenate[Query, _P], _R]) -> Callable[
     over_whole_table.__qualname__ = f"Session.{method.__name__}"
     over_whole_table.__doc__ = f":meth:`Query.{method.__name__}` over the whole table.\n\n{method.__doc__ or ''}"
     return over_whole_table
-
-
-def _check_rng(rng: object, ledger: object) -> None:
-    """``rng`` must be randomness; a seeded one never meets a ledger (tests and teaching use an
-    in-memory Budget)."""
-    if rng is None:
-        return
-    resolve_rng(rng)  # a clear error for anything that is not randomness
-    if is_seeded(rng) and ledger is not None:
-        raise InvalidParameterError(
-            "rng",
-            _short(rng),
-            "None (the secure default) when spending from a ledger",
-            "seeded noise can be replayed and subtracted, so a ledger would charge for privacy that was not given; use budget=dp.Budget(...) for tests and teaching",
-        )
-
-
-def _duckdb_only(memory_limit: object, temp_directory: object, engine: str) -> None:
-    """``memory_limit`` and ``temp_directory`` are settings of a connection dpkit opens; refused
-    with any other engine."""
-    for name, value in (("memory_limit", memory_limit), ("temp_directory", temp_directory)):
-        if value is not None:
-            raise InvalidParameterError(
-                name,
-                _short(value),
-                f"None with {engine}",
-                "memory_limit and temp_directory are settings of the DuckDB connection a session opens; "
-                "configure other engines (and connections of your own) directly",
-            )
-
-
-def _make_engine(data: Any, engine: object, memory_limit: object = None, temp_directory: object = None) -> Engine:
-    if engine is not None and not isinstance(engine, str):
-        if isinstance(engine, Engine):
-            _duckdb_only(memory_limit, temp_directory, "an engine instance")
-            return engine
-        raise InvalidParameterError(
-            "engine", _short(engine), "'duckdb', 'spark', an Engine instance, or None (chosen from the data)"
-        )
-    if engine not in (None, "duckdb", "spark"):
-        raise InvalidParameterError(
-            "engine", engine, "'duckdb', 'spark', an Engine instance, or None (chosen from the data)"
-        )
-    is_spark = is_spark_frame(data)
-    if engine == "spark" or (engine is None and is_spark):
-        if not is_spark:
-            raise InvalidParameterError(
-                "engine",
-                engine,
-                "'spark' only with a pyspark DataFrame as data",
-                "read Parquet files on Spark with Session.from_parquet(path, engine='spark')",
-            )
-        _duckdb_only(memory_limit, temp_directory, "engine='spark'")
-        from dpkit.analytics.engines.spark import SparkEngine
-
-        return SparkEngine(data)
-    from dpkit.analytics.engines.duckdb import DuckDBEngine
-
-    return DuckDBEngine(data, memory_limit=memory_limit, temp_directory=temp_directory)  # type: ignore[arg-type]  # checked there
 
 
 class Session:
@@ -234,14 +176,12 @@ class Session:
         if not isinstance(portable, bool):
             raise InvalidParameterError("portable", portable, "True or False")
         self._portable = portable
-        self._unit = self._check_unit(privacy_unit, row_level)
-        _check_rng(rng, ledger)
+        self._unit = check_unit(self._metadata, privacy_unit, row_level)
+        check_rng(rng, ledger)
         self._rng = rng
-        self._budget, self._ledger, self._dataset, self._analyst = self._check_budget(
-            budget, ledger, dataset, analyst, table
-        )
-        self._engine = _make_engine(data, engine, memory_limit, temp_directory)
-        self._schema = self._bind()
+        self._budget, self._ledger, self._dataset, self._analyst = check_budget(budget, ledger, dataset, analyst, table)
+        self._engine = make_engine(data, engine, memory_limit, temp_directory)
+        self._schema = bind_columns(self._engine, self._metadata, self._unit)
         self._max_groups = self._check_bound("max_groups", max_groups, self._metadata.max_groups)
         self._max_rows = self._check_bound("max_rows", max_rows, self._metadata.max_rows)
         # What queries are checked and priced against: declared facts only, fixed from here on.
@@ -316,7 +256,7 @@ class Session:
             if spark is not None:
                 raise InvalidParameterError("spark", _short(spark), "None unless engine='spark'")
             return cls(source, **kwargs)
-        _duckdb_only(kwargs.pop("memory_limit", None), kwargs.pop("temp_directory", None), "engine='spark'")
+        duckdb_only(kwargs.pop("memory_limit", None), kwargs.pop("temp_directory", None), "engine='spark'")
         if spark is not None and not hasattr(getattr(spark, "read", None), "text"):
             raise InvalidParameterError("spark", _short(spark), "a SparkSession, or None (a local one)")
         if not source.path.is_file():
@@ -389,7 +329,7 @@ class Session:
             if spark is not None:
                 raise InvalidParameterError("spark", _short(spark), "None unless engine='spark'")
             return cls(p, memory_limit=memory_limit, temp_directory=temp_directory, **kwargs)
-        _duckdb_only(memory_limit, temp_directory, "engine='spark'")
+        duckdb_only(memory_limit, temp_directory, "engine='spark'")
         from dpkit.analytics.engines.spark import SparkEngine, parquet_listing, read_parquet, spark_session
 
         if spark is not None and not hasattr(getattr(spark, "read", None), "parquet"):
@@ -418,102 +358,6 @@ class Session:
         if isinstance(metadata, (str, os.PathLike)):
             return Metadata.from_json(metadata)
         raise InvalidParameterError("metadata", _short(metadata), "a Metadata, a dict, a JSON file path, or None")
-
-    def _check_unit(self, privacy_unit: object, row_level: object) -> str | None:
-        """The privacy unit, stated explicitly (a column) or row-level by declaration."""
-        meta = self._metadata
-        if row_level is not None and not isinstance(row_level, bool):
-            raise InvalidParameterError("row_level", row_level, "True, False or None (the metadata's)")
-        if privacy_unit is not None:
-            if not isinstance(privacy_unit, str) or not privacy_unit:
-                raise InvalidParameterError("privacy_unit", _short(privacy_unit), "a column name")
-            if row_level:
-                raise InvalidParameterError(
-                    "row_level",
-                    row_level,
-                    "False or None with a privacy_unit",
-                    "a session protects either the unit column's people or rows, not both",
-                )
-            return privacy_unit
-        if row_level:
-            if meta.privacy_unit is not None:
-                raise InvalidParameterError(
-                    "row_level",
-                    True,
-                    f"False or None: the metadata declares the privacy unit {meta.privacy_unit!r}",
-                    "protecting rows would give a person with several rows several times the budget",
-                )
-            return None
-        if meta.privacy_unit is not None:
-            return meta.privacy_unit
-        if meta.row_level and row_level is None:
-            return None
-        raise InvalidParameterError(
-            "privacy_unit",
-            None,
-            "the column naming the person (privacy_unit='user_id'), or row_level=True when every row is a different person",
-            "with several rows per person, protecting rows protects nobody: say who the unit is (here or in the metadata)",
-        )
-
-    def _bind(self) -> dict[str, ColumnKind]:
-        """Check the declared schema against the source's own schema (no row is read) and read
-        every declared column as its declared type from now on."""
-        physical = self._engine.schema()
-        meta = self._metadata
-        names = list(meta.columns) + ([self._unit] if self._unit is not None and self._unit not in meta.columns else [])
-        for name in names:
-            what = "privacy_unit" if name == self._unit and name not in meta.columns else f"metadata.columns.{name}"
-            if name not in physical:
-                raise InvalidParameterError(
-                    what, name, "a column of the source", "the declared column is not in the table"
-                )
-            if physical[name] == "nested":
-                raise InvalidParameterError(
-                    what,
-                    name,
-                    "a column of a scalar type (number, text or boolean)",
-                    "LIST, STRUCT, MAP and array columns cannot be declared",
-                )
-        types: dict[str, ReadType] = {}
-        kinds: dict[str, ColumnKind] = {}
-        for name in meta.columns:
-            types[name] = meta.read_type(name)
-            kinds[name] = meta.kind(name)
-        if self._unit is not None and self._unit not in meta.columns:
-            types[self._unit] = "unit"
-            kinds[self._unit] = "unit"
-        self._engine.bind(types, strip_strings=meta.strip_strings)
-        return kinds
-
-    @staticmethod
-    def _check_budget(
-        budget: object, ledger: object, dataset: object, analyst: object, table: str
-    ) -> tuple[Any, Any, str | None, str | None]:
-        if (budget is None) == (ledger is None):
-            raise InvalidParameterError(
-                "budget",
-                _short(budget),
-                "exactly one of budget= (a dpkit.Budget) and ledger= (a ledger or its path)",
-                "every release is paid for, so a session needs somewhere to pay",
-            )
-        if budget is not None:
-            if not isinstance(budget, Budget):
-                raise InvalidParameterError("budget", _short(budget), "a dpkit.Budget (e.g. Budget(epsilon=1.0))")
-            return budget, None, None, None
-        if isinstance(ledger, (str, os.PathLike)):
-            from dpkit.ledger import open_ledger
-
-            ledger = open_ledger(ledger)
-        if not isinstance(ledger, LedgerBackend):
-            raise InvalidParameterError(
-                "ledger", _short(ledger), "a ledger (dpkit.open_ledger(path)) or the path of one"
-            )
-        dataset = table if dataset is None else dataset
-        for name, value in (("dataset", dataset), ("analyst", analyst)):
-            if not isinstance(value, str) or not value:
-                raise InvalidParameterError(name, value, "a non-empty name of a budget in the ledger")
-        ledger.get_budget(dataset, analyst)  # type: ignore[arg-type]  # LedgerError if there is none
-        return None, ledger, dataset, analyst  # type: ignore[return-value]
 
     def _check_bound(self, name: str, value: object, default: int | None) -> int:
         return check_bound(name, value, default, self._unit)
@@ -580,7 +424,7 @@ class Session:
         return self._ledger.debit(self._dataset, self._analyst, event, text, **costs).id
 
     def _check_query_rng(self, rng: object) -> None:
-        _check_rng(rng, self._ledger)
+        check_rng(rng, self._ledger)
 
     # -- queries -----------------------------------------------------------------------------------
 

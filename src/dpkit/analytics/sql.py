@@ -74,7 +74,7 @@ hints, ``ONLY``; column references with a table qualifier (``adult.age``); optim
 comments (``/*+ ... */``, ``/*! ... */``); every statement but SELECT, and more than one
 statement.
 
->>> import sqlglot
+>>> from dpkit.analytics.sql_parse import parse_predicate
 >>> parse_predicate("age > 30 AND sex IN ('F', 'M')")
 And(parts=(Compare(column='age', op='>', value=30), InList(column='sex', values=('F', 'M'), negated=False)))
 """
@@ -91,15 +91,13 @@ from dpkit.analytics import aggregates as A
 from dpkit.analytics.limits import QueryLimits
 from dpkit.analytics.plan import And, Not, Or, Predicate
 from dpkit.analytics.spec import QuerySpec
-from dpkit.analytics.sql_parse import (  # the parsing layer; re-exported here, where it used to live
+from dpkit.analytics.sql_parse import (
     _BIN,
-    _CONDITION_NODES,  # noqa: F401
     _NODES,
     _SUBSET,
     _backstop,
     _bin_parts,
     _check_node,
-    _check_tree,  # noqa: F401
     _column_name,
     _is_bin,
     _literal,
@@ -110,11 +108,10 @@ from dpkit.analytics.sql_parse import (  # the parsing layer; re-exported here, 
     _too_deep,
     _what,
     parse_predicate,
-    query_depth,
 )
 from dpkit.errors import InvalidParameterError
 
-__all__ = ["parse_predicate", "compile_sql", "compile_spec", "query_depth"]
+__all__ = ["parse_predicate", "compile_sql", "compile_spec"]
 
 #: The bins of one column as ``group_by(bins=)`` takes them: a number of equal-width bins over
 #: the declared bounds, or the edges.

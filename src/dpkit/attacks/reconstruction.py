@@ -51,7 +51,6 @@ import numpy as np
 from numpy.typing import ArrayLike, NDArray
 from scipy.optimize import linprog
 
-from dpkit._renamed import MISSING, take_renamed
 from dpkit._validate import decimal_fraction
 from dpkit.accounting.rounding import to_decimal_down
 from dpkit.budget import Budget
@@ -92,20 +91,12 @@ def _check_n(n: object, name: str = "n") -> int:
     return int(n)
 
 
-def _check_noise(noise: object, name: str = "noise") -> float:
-    if not isinstance(noise, Real) or isinstance(noise, bool) or not math.isfinite(float(noise)) or float(noise) < 0:
-        raise InvalidParameterError(name, noise, "a finite number >= 0 (the bound on each answer's error)")
-    return float(noise)
-
-
-def _noise_bound(owner: str, noise_bound: object, renamed: dict[str, Any]) -> float:
-    """``noise_bound=`` (docs/glossary.md: ``noise`` names a kind of noise, never an amount), or
-    its deprecated name ``noise=``; an error names the argument the caller wrote."""
-    given = {"noise_bound": noise_bound}
-    names = take_renamed(owner, renamed, {"noise": "noise_bound"}, given, stacklevel=4)
-    if given["noise_bound"] is MISSING:
-        raise TypeError(f"{owner}() missing 1 required keyword-only argument: 'noise_bound'")
-    return _check_noise(given["noise_bound"], names["noise_bound"])
+def _check_bound(value: object, name: str) -> float:
+    """A bound E on each answer's error (``noise_bound``, ``error_bound``; docs/glossary.md:
+    ``noise`` names a kind of noise, never an amount)."""
+    if not isinstance(value, Real) or isinstance(value, bool) or not math.isfinite(float(value)) or float(value) < 0:
+        raise InvalidParameterError(name, value, "a finite number >= 0 (the bound on each answer's error)")
+    return float(value)
 
 
 def _check_bits(x: ArrayLike) -> NDArray[np.int64]:
@@ -204,12 +195,11 @@ class NaiveCurator(Curator):
         self,
         x: ArrayLike,
         *,
-        noise_bound: float = MISSING,
+        noise_bound: float,
         rng: np.random.Generator | int | None = None,
-        **renamed: Any,
     ) -> None:
         super().__init__(x)
-        self.noise_bound = _noise_bound("NaiveCurator", noise_bound, renamed)
+        self.noise_bound = _check_bound(noise_bound, "noise_bound")
         self._rng = _generator(rng)
 
     def query_many(self, subsets: ArrayLike) -> NDArray[np.float64]:
@@ -260,12 +250,11 @@ class StickyCurator(Curator):
         self,
         x: ArrayLike,
         *,
-        noise_bound: float = MISSING,
+        noise_bound: float,
         rng: np.random.Generator | int | None = None,
-        **renamed: Any,
     ) -> None:
         super().__init__(x)
-        self.noise_bound = _noise_bound("StickyCurator", noise_bound, renamed)
+        self.noise_bound = _check_bound(noise_bound, "noise_bound")
         self._key = _generator(rng).bytes(32)  # the curator's secret salt
         self._ids = np.arange(self.n, dtype=np.int64)
 
@@ -427,7 +416,7 @@ def exhaustive_attack(
     if n > MAX_EXHAUSTIVE_N:
         raise InvalidParameterError("n", n, f"an integer in [1, {MAX_EXHAUSTIVE_N}] (the attack asks 2^n queries)")
     curator = _check_curator(curator, n)
-    E = curator.noise_bound if error_bound is None else _check_noise(error_bound)
+    E = curator.noise_bound if error_bound is None else _check_bound(error_bound, "error_bound")
     if not math.isfinite(E):
         raise InvalidParameterError("error_bound", E, "a finite bound E on each answer's error (DP noise is unbounded)")
     t0 = time.perf_counter()

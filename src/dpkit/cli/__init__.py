@@ -19,6 +19,12 @@ Extending: a new command is a function in its own module, registered here with
 in the command line's terms (:mod:`dpkit.cli._errors`: options for parameters, the metadata
 file's JSON and commands to run for the Python API's remedies); one that pays from or shows a
 budget states its dataset and ledger (``_say_identity``).
+
+Start-up: every ``dpkit`` run, ``--help`` included, imports every command's module to build the
+app, so a command module imports at its top only Typer, rich, :mod:`dpkit.errors` and the CLI's
+own helpers; the engines, the service, pandas, numpy and the accountants are imported inside the
+function that needs them. ``tests/test_import.py`` holds this (nothing heavy after ``--help``),
+``benchmarks/bench_import.py`` measures it.
 """
 
 from __future__ import annotations
@@ -70,6 +76,10 @@ app = typer.Typer(
     no_args_is_help=True,
     add_completion=False,
     pretty_exceptions_enable=False,
+    # `dpkit COMMAND ...` leaves the top level's --help unset (None, not False), and Typer checks a
+    # flag that is not a bool with a pydantic validator: importing pydantic for it is a third of the
+    # CPU of `dpkit query --help`. A False default skips it (benchmarks/bench_import.py).
+    context_settings={"default_map": {"help": False}},
 )
 
 

@@ -11,7 +11,6 @@ import typer
 from rich.console import Console
 from rich.table import Table
 
-from dpkit.accounting.events import event_to_dict
 from dpkit.cli._common import JsonOption, _emit_json, _fail
 from dpkit.errors import DPError
 
@@ -56,6 +55,7 @@ def account(
     (q = batch size / dataset size, steps = epochs · ⌈dataset size / batch size⌉, as make_private takes them).
     """
     from dpkit import account_report as rep
+    from dpkit.accounting.events import event_to_dict
 
     rate, count = _rate_and_steps(sample_rate, steps, epochs, batch_size, dataset_size)
     try:

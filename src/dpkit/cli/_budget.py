@@ -8,7 +8,6 @@ import typer
 from rich.console import Console
 from rich.table import Table
 
-from dpkit.accounting.events import event_to_dict
 from dpkit.cli._common import (
     DatasetChoice,
     JsonOption,
@@ -59,6 +58,8 @@ def budget_show(
     except DPError as exc:
         _fail_error(exc, CliContext(ledger=where))
     if json_output:
+        from dpkit.accounting.events import event_to_dict  # the accountants (scipy) only when spends are printed
+
         _emit_json(
             {
                 "ledger": where,

@@ -51,4 +51,6 @@ def demo(
     if json_output:
         _emit_json(result)
     else:
-        demo_mod.render(result, Console())
+        from dpkit.demo_report import render
+
+        render(result, Console())

@@ -111,7 +111,7 @@ def synth(
             method=method, rounds=rounds, integers=whole, progress=True,
         )  # fmt: skip
         if engine == "spark":  # started only once the settings are known to be good
-            from dpkit.analytics.engines.spark import read_parquet
+            from dpkit.analytics.engines.spark_parquet import read_parquet
 
             syn.fit(read_parquet(_spark_session(master, settings, "dpkit synth"), data))
         else:

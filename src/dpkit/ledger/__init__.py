@@ -22,8 +22,9 @@ import os
 import re
 
 from dpkit.errors import InvalidParameterError
+from dpkit.ledger._postgres_driver import mask_url
 from dpkit.ledger.base import BudgetRecord, LedgerBackend, SpendRecord
-from dpkit.ledger.postgres import PostgresLedger, mask_url
+from dpkit.ledger.postgres import PostgresLedger
 from dpkit.ledger.sqlite import DEFAULT_LEDGER_PATH, SQLiteLedger
 
 __all__ = [

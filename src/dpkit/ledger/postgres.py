@@ -51,12 +51,11 @@ from typing import Any
 from dpkit._validate import short_repr as _short
 from dpkit.errors import InvalidParameterError, LedgerError
 from dpkit.ledger._driver import Runner, Wording, check_timeout
-from dpkit.ledger._postgres_driver import ACCEPTED_URL as _ACCEPTED_URL
-from dpkit.ledger._postgres_driver import PostgresDriver, import_psycopg, mask_url
+from dpkit.ledger._postgres_driver import ACCEPTED_URL, PostgresDriver, import_psycopg, mask_url
 from dpkit.ledger.base import check_name, fraction_to_text
 from dpkit.ledger.sql import BUDGET_COLUMNS, SQLLedger
 
-__all__ = ["PostgresLedger", "SCHEMA_VERSION", "mask_url"]
+__all__ = ["PostgresLedger", "SCHEMA_VERSION"]
 
 #: The version of the tables below; bumped (with a migration) whenever they change.
 SCHEMA_VERSION = 1
@@ -177,10 +176,10 @@ class PostgresLedger(SQLLedger):
 
     def __init__(self, url: str, *, timeout: float = 30.0) -> None:
         if not isinstance(url, str):
-            raise InvalidParameterError("url", _short(url), _ACCEPTED_URL)
+            raise InvalidParameterError("url", _short(url), ACCEPTED_URL)
         scheme = re.match(r"(?i)(postgres(?:ql)?)://", url)
         if scheme is None or "\x00" in url:
-            raise InvalidParameterError("url", mask_url(url), _ACCEPTED_URL)
+            raise InvalidParameterError("url", mask_url(url), ACCEPTED_URL)
         self._timeout = check_timeout(timeout)
         # libpq recognises the scheme in lower case only.
         url = scheme.group(1).lower() + url[scheme.end(1) :]

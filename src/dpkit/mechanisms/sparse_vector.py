@@ -38,7 +38,6 @@ declared range or kept where a count needs no bound).
 from __future__ import annotations
 
 import math
-import warnings
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 from fractions import Fraction
@@ -77,20 +76,6 @@ __all__ = [
     "NumericSparse",
     "SVTNoisePlan",
 ]
-
-
-def _deprecated_alias(old: str, new: str) -> Any:
-    """A method ``old`` that warns and calls ``new``: SVT mechanisms release like every other
-    mechanism (``.release``/``.release_batch``); ``.run``/``.run_batch`` are the old names."""
-
-    def alias(self: Any, *args: Any, **kwargs: Any) -> Any:
-        warnings.warn(f"{type(self).__name__}.{old}() is deprecated; use .{new}()", DeprecationWarning, stacklevel=2)
-        return getattr(self, new)(*args, **kwargs)
-
-    alias.__name__ = old
-    alias.__deprecated__ = f"use .{new}()"  # type: ignore[attr-defined]  # as warnings.deprecated marks it
-    alias.__doc__ = f"Deprecated alias of :meth:`{new}`."
-    return alias
 
 
 # --- AboveThreshold ------------------------------------------------------------------------------
@@ -202,9 +187,6 @@ class AboveThreshold:
             miss = np.flatnonzero(out < 0)
             out[miss] = _uniform_below(arr.size, miss.size, src).astype(np.int64)
         return out
-
-    run = _deprecated_alias("run", "release")
-    run_batch = _deprecated_alias("run_batch", "release_batch")
 
 
 # --- Sparse --------------------------------------------------------------------------------------
@@ -324,9 +306,6 @@ class Sparse:
                 live = live[has & (first + 1 < m)]
         return out
 
-    run = _deprecated_alias("run", "release")
-    run_batch = _deprecated_alias("run_batch", "release_batch")
-
 
 # --- NumericSparse -------------------------------------------------------------------------------
 
@@ -438,5 +417,3 @@ class NumericSparse:
             return []
         noisy = self._valuer().release(np.array([x for _, x in found]), rng=src)
         return [(i, float(y)) for (i, _), y in zip(found, np.atleast_1d(noisy), strict=True)]
-
-    run = _deprecated_alias("run", "release")

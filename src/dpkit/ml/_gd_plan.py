@@ -4,7 +4,7 @@ the sampling rate q, the steps T, the clipping norm C, the step size η and the 
 (calibrated to ε when ε is given) in a :class:`TrainingPlan` (private module: its names may change).
 
 The algorithm, its guarantee and the noise's lattice arithmetic are described in
-:mod:`dpkit.ml._noisy_gd`, which runs the plan (``train``) and re-exports these names.
+:mod:`dpkit.ml._noisy_gd`, which runs the plan (``train``).
 """
 
 from __future__ import annotations

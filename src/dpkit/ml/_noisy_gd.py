@@ -67,7 +67,7 @@ masks, noise); a refused debit raises and nothing is sampled or fitted.
 
 This module holds the randomised part (masks, noisy sums, the descent in :func:`train`), the input
 checks and the estimators' mixin; the plan — event, accountant, calibration of z, T, q, C and η —
-is in :mod:`dpkit.ml._gd_plan`, whose names are re-exported here.
+is in :mod:`dpkit.ml._gd_plan`; the clipped gradients are in :mod:`dpkit.ml._glm_gradients`.
 """
 
 from __future__ import annotations
@@ -86,49 +86,24 @@ from dpkit import _validate as v
 from dpkit._progress import ProgressBar, check_progress, shows_bar
 from dpkit._validate import short_repr
 from dpkit.errors import InvalidDataError, InvalidParameterError
-from dpkit.mechanisms.gaussian import GaussianNoisePlan, gaussian_noise_plan
-from dpkit.ml._gd_plan import COUNT_SHARE as COUNT_SHARE
-from dpkit.ml._gd_plan import DEFAULT_EPOCHS as DEFAULT_EPOCHS
-from dpkit.ml._gd_plan import DEFAULT_STEPS as DEFAULT_STEPS
-from dpkit.ml._gd_plan import SUPPORTED_ACCOUNTANTS as SUPPORTED_ACCOUNTANTS
-from dpkit.ml._gd_plan import (
-    TrainingPlan,
-    accountant_factory,
-    count_noise_multiplier,
-    plan_training,
-    training_event,
-)
-from dpkit.ml._glm_gradients import (
-    LOGISTIC,
-    MULTINOMIAL,
-    SQUARED,
-    GLMLoss,
-    augment,
-    clip_rows,
-    clipped_gradient_sum,
-)
+from dpkit.mechanisms.gaussian import GaussianNoisePlan
+from dpkit.ml._gd_plan import TrainingPlan, accountant_factory, plan_training
+from dpkit.ml._glm_gradients import GLMLoss, augment, clip_rows, clipped_gradient_sum
 from dpkit.noise.discrete import sample_discrete_gaussian
 from dpkit.noise.integers import bernoulli
-from dpkit.noise.lattice import DELTA_MARGIN as DELTA_MARGIN
 from dpkit.noise.lattice import add_lattice_noise, snap
 from dpkit.noise.source import RandomSource, resolve_rng
 
 __all__ = [
     "DataDependentWarning",
-    "GLMLoss",
-    "LOGISTIC",
-    "MULTINOMIAL",
-    "SQUARED",
-    "TrainingPlan",
-    "clip_rows",
-    "clipped_gradient_sum",
-    "count_noise_multiplier",
-    "gaussian_noise_plan",
-    "plan_training",
+    "NoisyGDMixin",
+    "TrainingResult",
+    "check_X",
+    "check_y",
     "poisson_masks",
     "release_sums",
     "train",
-    "training_event",
+    "warn_data_dependent",
 ]
 
 #: Largest number of noise integers (or mask entries) drawn in one call.

@@ -35,7 +35,6 @@ from dpkit.budget import Budget
 from dpkit.errors import InvalidDataError, InvalidParameterError
 from dpkit.mechanisms.gaussian import Gaussian, GaussianNoisePlan
 from dpkit.mechanisms.laplace import Laplace, LaplaceNoisePlan
-from dpkit.ml._kmeans_domain import _SHRINK as _SHRINK  # re-exported: rows are scaled by it
 from dpkit.ml._kmeans_domain import _Domain, _domain, _uniform
 from dpkit.ml._kmeans_noise import _gaussian_event, _gaussian_mechanisms, _textbook_mechanisms
 from dpkit.noise.discrete import laplace_plan, sample_discrete_gaussian, sample_discrete_laplace

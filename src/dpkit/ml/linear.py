@@ -10,10 +10,10 @@ from numpy.typing import ArrayLike, NDArray
 from sklearn.base import BaseEstimator, RegressorMixin
 
 from dpkit import _validate as v
-from dpkit._renamed import MISSING, take_renamed
 from dpkit._validate import Neighbours
 from dpkit.errors import InvalidDataError, InvalidParameterError
-from dpkit.ml._noisy_gd import SQUARED, NoisyGDMixin, check_X, check_y
+from dpkit.ml._glm_gradients import SQUARED
+from dpkit.ml._noisy_gd import NoisyGDMixin, check_X, check_y
 from dpkit.noise.source import RNG
 
 __all__ = ["LinearRegression"]
@@ -42,7 +42,8 @@ class LinearRegression(NoisyGDMixin, RegressorMixin, BaseEstimator):
 
     Accounting, budget, parameters and fitted attributes are those of
     :class:`dpkit.ml.logistic.LogisticRegression` (see there), with ``bounds`` (the declared
-    range of the targets; ``y_bounds=`` is its deprecated name) instead of ``classes``; the default step size is 1/(R̃² + l2) (the squared loss is R̃²-smooth).
+    range of the targets) instead of ``classes``; the default step size is 1/(R̃² + l2) (the
+    squared loss is R̃²-smooth).
     ``coef_`` has shape (d,) and ``intercept_`` is a float. Predictions are not clipped.
 
     Example
@@ -79,13 +80,7 @@ class LinearRegression(NoisyGDMixin, RegressorMixin, BaseEstimator):
         neighbours: Neighbours = "add_remove",
         rng: RNG = None,
         progress: bool | None = None,
-        **renamed: Any,
     ) -> None:
-        # ``y_bounds=`` is the old name of ``bounds=`` (docs/glossary.md); scikit-learn's
-        # get_params reads the signature, so only ``bounds`` is a parameter.
-        given = {"bounds": MISSING if bounds is None else bounds}
-        take_renamed("LinearRegression", renamed, {"y_bounds": "bounds"}, given)
-        bounds = None if given["bounds"] is MISSING else given["bounds"]
         self.epsilon = epsilon
         self.delta = delta
         self.data_norm = data_norm

@@ -7,23 +7,8 @@ application (the ``server`` extra: ``pip install 'dpkit[server]'``).
 
 from __future__ import annotations
 
-from typing import Any
-
-from dpkit.server.audit import AuditEntry, ChainReport, verify_chain
-from dpkit.server.releases import Release
-from dpkit.server.service import (
-    DatasetInfo,
-    DatasetUnavailableError,
-    JSONQuery,
-    NotFoundError,
-    Principal,
-    QueryRequest,
-    Service,
-)
-from dpkit.server.service import (
-    QuerySpec as QuerySpec,  # the earlier name of JSONQuery, kept importable (not in __all__)
-)
-from dpkit.server.synthetic import SynthRequest
+import importlib
+from typing import TYPE_CHECKING, Any
 
 __all__ = [
     "Service",
@@ -43,10 +28,47 @@ __all__ = [
 ]
 
 
-def __getattr__(name: str) -> Any:
-    # FastAPI is an optional dependency: import the HTTP layer only when it is asked for.
-    if name in ("create_app", "ServerConfig"):
-        from dpkit.server import app
+# Public name -> the module it is imported from, on first use (PEP 562): ``dpkit admin`` and
+# ``dpkit serve`` import their own modules of this package (and their ``--help`` nothing more), and
+# FastAPI is an optional dependency that only the HTTP layer (create_app, ServerConfig) needs.
+_EXPORTS: dict[str, str] = {
+    "AuditEntry": "dpkit.server.audit",
+    "ChainReport": "dpkit.server.audit",
+    "verify_chain": "dpkit.server.audit",
+    "Release": "dpkit.server.releases",
+    "DatasetInfo": "dpkit.server.catalog",
+    "DatasetUnavailableError": "dpkit.server.errors",
+    "NotFoundError": "dpkit.server.errors",
+    "Principal": "dpkit.server.principals",
+    "JSONQuery": "dpkit.server.queries",
+    "QueryRequest": "dpkit.server.queries",
+    "Service": "dpkit.server.service",
+    "SynthRequest": "dpkit.server.synthetic",
+    "create_app": "dpkit.server.app",
+    "ServerConfig": "dpkit.server.app",
+}
 
-        return getattr(app, name)
-    raise AttributeError(f"module 'dpkit.server' has no attribute {name!r}")
+
+def __getattr__(name: str) -> Any:
+    module = _EXPORTS.get(name)
+    if module is None:
+        raise AttributeError(f"module 'dpkit.server' has no attribute {name!r}")
+    value = getattr(importlib.import_module(module), name)
+    globals()[name] = value
+    return value
+
+
+def __dir__() -> list[str]:
+    return sorted(set(globals()) | set(__all__))
+
+
+if TYPE_CHECKING:  # static checkers see the eager imports; the runtime does not run them
+    from dpkit.server.app import ServerConfig, create_app
+    from dpkit.server.audit import AuditEntry, ChainReport, verify_chain
+    from dpkit.server.catalog import DatasetInfo
+    from dpkit.server.errors import DatasetUnavailableError, NotFoundError
+    from dpkit.server.principals import Principal
+    from dpkit.server.queries import JSONQuery, QueryRequest
+    from dpkit.server.releases import Release
+    from dpkit.server.service import Service
+    from dpkit.server.synthetic import SynthRequest

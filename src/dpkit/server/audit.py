@@ -208,7 +208,7 @@ def default_key_path(url: str) -> Path:
 
         db = sqlite_path(url)
         return db.with_name(db.name + ".audit-key")
-    from dpkit.ledger.postgres import mask_url
+    from dpkit.ledger._postgres_driver import mask_url
 
     digest = hashlib.sha256(mask_url(url).encode("utf-8")).hexdigest()[:16]
     return (Path(".dpkit") / f"audit-{digest}.key").absolute()

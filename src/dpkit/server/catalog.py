@@ -23,7 +23,9 @@ from typing import Any
 
 from dpkit import _validate as v
 from dpkit._validate import Neighbours
-from dpkit.analytics.check import DataCheck, check_data
+from dpkit.analytics.check import check_data
+from dpkit.analytics.check_report import DataCheck
+from dpkit.analytics.engines.base import is_uri
 from dpkit.analytics.metadata import Metadata
 from dpkit.analytics.session import Session
 from dpkit.budget import Budget
@@ -34,7 +36,6 @@ from dpkit.server.datasets import (
     SourceReadError,
     check_columns,
     check_declared_columns,
-    is_uri,
     resolve_parquet_source,
     resolve_source,
     source_kind,
@@ -68,7 +69,7 @@ class DatasetInfo:
     reads in place; nothing is copied; its files are pinned at registration: ``files``).
 
     ``check`` is the curator's data check made at registration (how well the rows conform to the
-    metadata; :class:`~dpkit.analytics.check.DataCheck`). It holds exact counts and raw values:
+    metadata; :class:`~dpkit.analytics.check_report.DataCheck`). It holds exact counts and raw values:
     curator only — it is not stored, and :meth:`public` never includes it.
     """
 
@@ -304,7 +305,8 @@ class Catalog:
         """The DataFrame over a Spark dataset's Parquet data (exactly the files of ``listing``;
         None: listed now), on this process's SparkSession. Spark failing to start, or to read the files, is InvalidDataError worded
         for the curator (Spark's own message goes to the ``dpkit.curator`` log)."""
-        from dpkit.analytics.engines.spark import read_parquet, spark_session
+        from dpkit.analytics.engines.spark import spark_session
+        from dpkit.analytics.engines.spark_parquet import read_parquet
 
         try:
             spark = self._spark() if self._spark is not None else spark_session()

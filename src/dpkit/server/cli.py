@@ -10,16 +10,17 @@ from __future__ import annotations
 import json
 import os
 from pathlib import Path
-from typing import Annotated, Any, NoReturn
+from typing import TYPE_CHECKING, Annotated, Any, NoReturn
 
 import typer
 from rich.console import Console
 from rich.table import Table
 
-from dpkit.analytics.limits import QueryLimits
 from dpkit.errors import DPError
 from dpkit.server import curator_log
-from dpkit.server.service import DEFAULT_MAX_GRANT_EPSILON, Service, budget_dict
+
+if TYPE_CHECKING:
+    from dpkit.server.service import Service
 
 __all__ = ["admin_app"]
 
@@ -46,7 +47,6 @@ SparkConfOption = Annotated[
     typer.Option("--spark-conf", help="A Spark setting KEY=VALUE for that session (repeatable)."),
 ]
 _ACTOR = "admin-cli"
-_LIMITS = QueryLimits()
 
 admin_app = typer.Typer(
     help="Manage the curator service: principals and keys, datasets, grants, the audit log.", no_args_is_help=True
@@ -69,6 +69,11 @@ def _fail_error(exc: BaseException) -> NoReturn:
 
 
 def _open(ledger: str, *, max_grant_epsilon: float | None = None, **spark: Any) -> Service:
+    # The service (the engines, pandas, the accountants) is imported by the command that runs, so
+    # that ``dpkit --help`` does not load it.
+    from dpkit.server.grants import DEFAULT_MAX_GRANT_EPSILON
+    from dpkit.server.service import Service
+
     curator_log.log_to_stderr(os.environ.get("DPKIT_LOG_LEVEL", "warning"))  # the curator runs this
     try:
         return Service(
@@ -311,6 +316,8 @@ def allow_publish(
 @admin_app.command("list")
 def list_all(ledger: LedgerOption = _DEFAULT, as_json: JsonOption = False) -> None:
     """Principals (with key ids), datasets, budgets and published releases."""
+    from dpkit.server.grants import budget_dict
+
     service = _open(ledger)
     try:
         people, datasets, budgets = service.principals(), service.datasets(), service.budgets()

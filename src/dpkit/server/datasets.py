@@ -69,7 +69,6 @@ __all__ = [
     "copy_table",
     "check_declared_columns",
     "check_columns",
-    "is_uri",
 ]
 
 SOURCE_SUFFIXES = (".csv", ".parquet", ".pq", ".duckdb")

@@ -38,7 +38,6 @@ from dpkit.server.keys import KEY_ID
 __all__ = [
     "MAX_JSON_DEPTH",
     "MAX_INT",
-    "KEY_ID",
     "check_json_body",
     "json_depth",
     "check_int",

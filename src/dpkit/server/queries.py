@@ -28,8 +28,7 @@ from dpkit.analytics import aggregates as A
 from dpkit.analytics.limits import QueryLimits
 from dpkit.analytics.results import QueryCost
 from dpkit.analytics.session import Query, Session
-from dpkit.analytics.spec import QueryOptions
-from dpkit.analytics.spec import QuerySpec as AnalyticsQuerySpec
+from dpkit.analytics.spec import QueryOptions, QuerySpec
 from dpkit.errors import AuthError, BudgetExceededError, InvalidDataError, InvalidParameterError, QueryFailedError
 from dpkit.ledger.base import BudgetRecord, LedgerBackend
 from dpkit.noise.source import RNG
@@ -74,14 +73,9 @@ class JSONQuery:
     max_rows: int | None = None
 
 
-#: The earlier name of :class:`JSONQuery` (not the analytics :class:`~dpkit.analytics.QuerySpec`
-#: it compiles to); kept so that existing code keeps working.
-QuerySpec = JSONQuery
-
-
 @dataclass(frozen=True)
 class QueryRequest:
-    """One query: SQL of the analytics subset *or* a :class:`QuerySpec`, and what to spend.
+    """One query: SQL of the analytics subset *or* a :class:`JSONQuery`, and what to spend.
 
     The options (``epsilon`` ... ``split``) are those of
     :class:`~dpkit.analytics.spec.QueryOptions`, with its defaults; they are checked by it when
@@ -145,7 +139,7 @@ def compile_request(session: Session, request: QueryRequest) -> tuple[Query, lis
         return q, []
     # The aggregates are read by the analytics spec's JSON reader, the one definition of the
     # JSON form (kinds, fields and their messages), after the structure above as ever.
-    return q, list(AnalyticsQuerySpec.from_json({"aggregates": list(spec.aggregates)}).aggregates)
+    return q, list(QuerySpec.from_json({"aggregates": list(spec.aggregates)}).aggregates)
 
 
 def query_options(request: QueryRequest) -> dict[str, Any]:
@@ -190,15 +184,6 @@ class Queries:
     @property
     def ledger(self) -> LedgerBackend:
         return self._ledger
-
-    def synthesize(
-        self, principal: Principal, dataset: str, request: Any, releases: Any = None, ticket: Ticket | None = None
-    ) -> tuple[dict[str, Any], str]:
-        """See :meth:`dpkit.server.service.Service.synthesize` (``releases``: where a published
-        table is stored)."""
-        from dpkit.server.synthetic import answer_synthetic
-
-        return answer_synthetic(self, principal, dataset, request, releases, ticket)
 
     @contextlib.contextmanager
     def session(

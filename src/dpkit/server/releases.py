@@ -65,7 +65,6 @@ __all__ = [
     "Release",
     "Releases",
     "Reservation",
-    "check_release_name",
 ]
 
 _curator_log = logging.getLogger("dpkit.curator")

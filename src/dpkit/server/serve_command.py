@@ -26,11 +26,8 @@ from dpkit.server.cli import (
     _fail_error,
     _spark_options,
 )
-from dpkit.server.store import masked_url
 
 __all__ = ["serve", "app_from_environment"]
-
-_LIMITS = QueryLimits()
 
 
 def serve(
@@ -126,19 +123,19 @@ def serve(
     spark_conf: SparkConfOption = None,
     max_keys: Annotated[
         int, typer.Option("--max-keys", min=1, help="Largest product of public group-by keys one query may have.")
-    ] = _LIMITS.max_keys,
+    ] = QueryLimits.max_keys,  # the class's defaults: an instance's checks load numpy
     max_result_rows: Annotated[
         int, typer.Option("--max-result-rows", min=1, help="Most rows one answer may hold.")
-    ] = _LIMITS.max_result_rows,
+    ] = QueryLimits.max_result_rows,
     max_response_bytes: Annotated[
         int, typer.Option("--max-response-bytes", min=1, help="Largest answer, in bytes (estimated before paying).")
-    ] = _LIMITS.max_response_bytes,
+    ] = QueryLimits.max_response_bytes,
     max_query_depth: Annotated[
         int,
         typer.Option(
             "--max-query-depth", min=1, help="Deepest nesting of parentheses and boolean operators in a query."
         ),
-    ] = _LIMITS.max_query_depth,
+    ] = QueryLimits.max_query_depth,
     answer_seconds: Annotated[
         float,
         typer.Option(
@@ -192,7 +189,7 @@ def serve(
     spark = _spark_options(spark_master, spark_conf)
     try:
         from dpkit.server.app import ServerConfig, create_app
-        from dpkit.server.serving import PortInUseError
+        from dpkit.server.processes import PortInUseError
         from dpkit.server.serving import serve as run_server
     except ImportError:
         _fail("dpkit serve needs the server extra: pip install 'dpkit[server]'")
@@ -242,6 +239,8 @@ def serve(
         Console(stderr=True).print(
             f"[yellow]warning:[/] listening on {host}: API keys travel in headers, so serve this only behind TLS"
         )
+    from dpkit.server.store import masked_url
+
     Console(stderr=True).print(
         f"dpkit curator on http://{host}:{port}/ (ledger {masked_url(ledger)}, {workers} worker(s)); Ctrl-C to stop"
     )

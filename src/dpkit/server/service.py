@@ -75,41 +75,22 @@ from dpkit.ledger.base import BudgetRecord, LedgerBackend, SQLRunner
 from dpkit.noise.source import RNG, is_seeded
 from dpkit.server.audit import AuditEntry, ChainReport
 from dpkit.server.audit_log import AuditLog, entry_fields, load_audit_key
-from dpkit.server.catalog import Catalog, DatasetInfo
+from dpkit.server.catalog import Catalog, DatasetInfo, _Loaded
 from dpkit.server.datasets import DatasetCopies, default_dataset_dir
-from dpkit.server.errors import DatasetUnavailableError, NotFoundError, PaidQueryFailedError
+from dpkit.server.errors import NotFoundError
 from dpkit.server.grants import DEFAULT_MAX_GRANT_EPSILON, Grants
+from dpkit.server.names import check_release_name
 from dpkit.server.principals import Principal, Principals, Role
 from dpkit.server.publishers import Publishers
-from dpkit.server.queries import JSONQuery, Queries, QueryRequest, compile_request
-from dpkit.server.queries import QuerySpec as QuerySpec  # the earlier name of JSONQuery
-from dpkit.server.releases import Download, Release, Releases, check_release_name
+from dpkit.server.queries import Queries, QueryRequest, compile_request
+from dpkit.server.releases import Download, Release, Releases
 from dpkit.server.store import ServiceStore, normalise_url, open_store, sqlite_path
-from dpkit.server.synthetic import SynthRequest
+from dpkit.server.synthetic import SynthRequest, answer_synthetic
 
 if TYPE_CHECKING:
     from dpkit.server.pacing import AnswerTimes, Ticket
 
-__all__ = [
-    "Service",
-    "Principal",
-    "DatasetInfo",
-    "QueryRequest",
-    "JSONQuery",
-    "NotFoundError",
-    "DatasetUnavailableError",
-    "PaidQueryFailedError",
-    "Role",
-    "check_service_rng",
-]
-
-# Names other modules import from here, kept since the service was split by concern (each now
-# lives in the module of its concern):
-from dpkit.server.audit_log import AUDIT_KEY_ENV as AUDIT_KEY_ENV  # noqa: E402
-from dpkit.server.catalog import _Loaded as _Loaded  # noqa: E402  (the engine pool, which tests reach)
-from dpkit.server.grants import budget_dict as budget_dict  # noqa: E402
-from dpkit.server.names import check_dataset_name as check_dataset_name  # noqa: E402
-from dpkit.server.names import check_principal_name as check_principal_name  # noqa: E402
+__all__ = ["Service", "check_service_rng"]
 
 
 def check_service_rng(rng: object) -> None:
@@ -431,7 +412,7 @@ class Service:
         the name is reserved before the debit (:mod:`dpkit.server.releases`). ``ticket``: the
         request's clock when the HTTP service paces it (:mod:`dpkit.server.pacing`)."""
         releases = self._releases.with_quota(max_release_bytes)
-        return self._queries.synthesize(principal, dataset, request, releases, ticket)
+        return answer_synthetic(self._queries, principal, dataset, request, releases, ticket)
 
     def allow_publish(self, name: str, *, actor: str | None = None, revoke: bool = False) -> bool:
         """Name the analyst ``name`` a publisher (``revoke``: no longer one); the change and its

@@ -61,7 +61,6 @@ __all__ = [
     "check_limits",
     "PROTOCOL",
     "H11_PROTOCOL",
-    "PortInUseError",
 ]
 
 #: The import string of the protocol class (what uvicorn's ``http`` setting accepts).

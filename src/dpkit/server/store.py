@@ -233,7 +233,7 @@ def _claim(tx: Runner) -> None:
 
 
 def masked_url(url: str) -> str:
-    """``url`` with its password shown as ``***`` (see :func:`dpkit.ledger.postgres.mask_url`)."""
+    """``url`` with its password shown as ``***`` (see :func:`dpkit.ledger._postgres_driver.mask_url`)."""
     return mask_url(url)
 
 

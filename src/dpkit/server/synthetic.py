@@ -32,12 +32,12 @@ from dpkit.errors import BudgetExceededError, InvalidParameterError, LimitExceed
 from dpkit.server.errors import PaidQueryFailedError
 from dpkit.server.grants import budget_dict
 from dpkit.server.principals import Principal
+from dpkit.server.queries import Queries, cannot_pay
 from dpkit.server.releases import Releases, Reservation, check_release_name
 from dpkit.server.synth_size import SynthSize
 
 if TYPE_CHECKING:
     from dpkit.server.pacing import Ticket
-    from dpkit.server.queries import Queries
 
 
 __all__ = ["SynthRequest", "answer_synthetic"]
@@ -89,8 +89,8 @@ def answer_synthetic(
     releases: Releases | None = None,
     ticket: Ticket | None = None,
 ) -> tuple[dict[str, Any], str]:
-    """See :meth:`dpkit.server.service.Service.synthesize`."""
-    from dpkit.server.queries import cannot_pay
+    """See :meth:`dpkit.server.service.Service.synthesize` (``releases``: where a published
+    table is stored)."""
     from dpkit.synth import Synthesizer
 
     limits = queries.limits

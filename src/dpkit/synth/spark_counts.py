@@ -24,13 +24,12 @@ from typing import Any
 import numpy as np
 from numpy.typing import NDArray
 
-from dpkit.analytics.engines.base import is_spark_frame
 from dpkit.analytics.engines.bins import Search, spark_edges, spark_stages
 from dpkit.analytics.metadata import Metadata
 from dpkit.synth.domain import Column, Domain
 from dpkit.synth.measure import bind_declared
 
-__all__ = ["SparkTableCounts", "is_spark_frame"]
+__all__ = ["SparkTableCounts"]
 
 
 class SparkTableCounts:

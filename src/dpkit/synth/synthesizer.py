@@ -78,7 +78,6 @@ from dpkit.synth.domain import Domain
 from dpkit.synth.graphical import GraphicalModel, JunctionTree, tree_size
 from dpkit.synth.measure import TableCounts, noisy
 from dpkit.synth.spark_counts import SparkTableCounts
-from dpkit.synth.split import MAX_SIGMA as MAX_SIGMA  # (re-exported: it was defined here)
 from dpkit.synth.split import split
 
 __all__ = ["Synthesizer", "SynthReport", "Measurement"]

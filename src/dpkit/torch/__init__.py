@@ -29,8 +29,9 @@ peft's DoRA are refused; tested on CPU (gloo for several processes), not yet on 
 """
 
 from dpkit.torch.noise import ContinuousNoise, LatticeNoise
+from dpkit.torch.optimizer import DPOptimizer
 from dpkit.torch.per_example import PerExampleEngine
-from dpkit.torch.privacy import DPOptimizer, PrivateTraining, TrainingReport, make_private
+from dpkit.torch.privacy import PrivateTraining, TrainingReport, make_private
 from dpkit.torch.sampling import PoissonBatchSampler, UniformBatchSampler
 from dpkit.torch.validation import check_module
 

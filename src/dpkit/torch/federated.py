@@ -4,18 +4,18 @@ The algorithm is DP-FedAvg of McMahan, Ramage, Talwar & Zhang (2018), *Learning 
 private recurrent language models* (ICLR), Algorithm 1 with uniform client weights and the
 fixed-denominator estimator. Each round ``t = 1 … T``:
 
-1. every client is kept independently with probability ``q`` (Poisson sampling; the coins come
+1. every client is kept independently with probability q = ``sample_rate`` (Poisson sampling; the coins come
    from dpkit's secure source, :func:`dpkit.noise.integers.bernoulli`, not from ``torch`` or
    ``random``);
 2. each sampled client starts from the global model θ and runs ``local_steps`` (or
    ``local_epochs``) of plain SGD on its own data, giving the update Δ_k = θ_k − θ;
-3. each update is clipped to ℓ2 norm ``clip`` *as one vector over all parameters*;
-4. the server adds Gaussian noise with standard deviation σ·``clip`` to the **sum** of the
+3. each update is clipped to ℓ2 norm C = ``max_grad_norm`` *as one vector over all parameters*;
+4. the server adds Gaussian noise with standard deviation σ·C to the **sum** of the
    clipped updates and divides by the *expected* number of sampled clients ``q·n`` (a public
    constant, never the realised count), then steps θ ← θ + ``server_lr`` · average.
 
 Privacy unit and neighbours: one *client* (all of its examples together), ``add_remove``. Adding
-or removing one client changes the clipped sum by at most ``clip`` in ℓ2 (its own clipped
+or removing one client changes the clipped sum by at most C in ℓ2 (its own clipped
 update; the others do not depend on it within the round). One round is therefore the Poisson
 subsampled Gaussian mechanism with noise multiplier σ, and the run is the adaptive composition of
 ``rounds`` of them::
@@ -30,12 +30,12 @@ those of the global model.
 
 Noise (floating-point safe; docs/architecture.md, "The noise layer"): the sum is not formed in
 floating point. Every clipped update is snapped to the lattice g·ℤ^d, g = 2^k, chosen from
-σ·``clip``, the dimension d and n only (never from the data): r_k = round(Δ_k / g) as exact int64,
+σ·C, the dimension d and n only (never from the data): r_k = round(Δ_k / g) as exact int64,
 summed exactly in int64, plus exact discrete Gaussian noise on ℤ (Canonne, Kamath & Steinke 2020)
 drawn from the secure source, and only then multiplied by g. Neighbouring integer sums differ by r_k
-with ‖r_k‖₂ ≤ clip/g + √d/2, so the lattice noise parameter is σ·(clip/g + √d/2), rounded *up* to a
+with ‖r_k‖₂ ≤ C/g + √d/2, so the lattice noise parameter is σ·(C/g + √d/2), rounded *up* to a
 multiple of 2^-8: the noise multiplier actually used is at least σ (and exceeds it by a relative
-√d·g/(2·clip), about 2^-40·σ). The discrete Gaussian at this scale (σ/g ≈ 2^40) differs from the
+√d·g/(2·C), about 2^-40·σ). The discrete Gaussian at this scale (σ/g ≈ 2^40) differs from the
 continuous one by O(2^-78) in δ per round (see :mod:`dpkit.mechanisms.gaussian`); σ is calibrated
 and ε reported at δ·(1 − 2^-20), which covers that for ``rounds`` · 2^-58 <= δ. The resulting float
 tensor is post-processing of the exact noisy integer.
@@ -51,7 +51,6 @@ from __future__ import annotations
 import contextlib
 import copy
 import math
-import warnings
 from collections.abc import Callable, Iterator, Sequence
 from fractions import Fraction
 from typing import Any, Literal
@@ -61,7 +60,6 @@ from torch.func import functional_call
 
 import torch
 from dpkit import _validate as v
-from dpkit._renamed import MISSING, take_renamed
 from dpkit._validate import short_repr
 from dpkit.accounting.calibration import calibrate_noise_multiplier, dp_sgd_event
 from dpkit.accounting.events import DPEvent
@@ -81,8 +79,6 @@ __all__ = ["FederatedAveraging", "ClientData"]
 
 ClientData = Any  # a (features, labels) pair of tensors / arrays, or a torch Dataset of such pairs
 
-#: Deprecated keyword → the vocabulary's name (docs/glossary.md).
-_ALIASES = {"client_rate": "sample_rate", "clip": "max_grad_norm", "target_epsilon": "epsilon"}
 _SUPPORTED_ACCOUNTANTS: tuple[str, ...] = ("rdp", "pld")  # the registry names that price DP-FedAvg rounds
 _CLIP_SHRINK = 1.0 - 2.0**-30  # clipping aims a hair inside the ball: float rounding never exits it
 _BASE_BITS, _MAX_BITS = 40, 47  # lattice g about 2^-40 of σ·clip (finer for large d), as dpkit.noise.lattice
@@ -195,7 +191,7 @@ class FederatedAveraging:
     Attributes (known from construction: the price is set before anything runs)
     ---------------------------------------------------------------------------
     noise_multiplier_: σ. event_: the event of one :meth:`fit`. epsilon_: its ε at ``delta``.
-    model_: the global model.
+    epsilon: the target ε given (None when ``noise_multiplier`` was). model_: the global model.
 
     >>> import torch
     >>> g = torch.Generator().manual_seed(0)
@@ -214,10 +210,10 @@ class FederatedAveraging:
         model: nn.Module | Callable[[], nn.Module],
         *,
         clients: Sequence[ClientData],
-        sample_rate: float = MISSING,
+        sample_rate: float,
         rounds: int,
         local_lr: float,
-        max_grad_norm: float = MISSING,
+        max_grad_norm: float,
         delta: float,
         noise_multiplier: float | None = None,
         epsilon: float | None = None,
@@ -231,20 +227,7 @@ class FederatedAveraging:
         loss: Callable[[torch.Tensor, torch.Tensor], torch.Tensor] | None = None,
         rng: RNG = None,
         progress: bool = False,
-        **renamed: Any,
     ) -> None:
-        # -- the vocabulary (docs/glossary.md): old keyword names still work, with a warning ----
-        given = {
-            "sample_rate": sample_rate,
-            "max_grad_norm": max_grad_norm,
-            "epsilon": MISSING if epsilon is None else epsilon,
-        }
-        names = take_renamed("FederatedAveraging", renamed, _ALIASES, given)
-        for required in ("sample_rate", "max_grad_norm"):
-            if given[required] is MISSING:
-                raise TypeError(f"FederatedAveraging() missing 1 required keyword-only argument: {required!r}")
-        sample_rate, max_grad_norm = given["sample_rate"], given["max_grad_norm"]
-        target_epsilon = None if given["epsilon"] is MISSING else given["epsilon"]
         # -- the model -------------------------------------------------------------------------
         if isinstance(model, nn.Module):
             self.model_ = copy.deepcopy(model)
@@ -277,11 +260,11 @@ class FederatedAveraging:
         n = len(self._clients)
 
         # -- the algorithm -------------------------------------------------------------------------
-        self.sample_rate = v.probability(sample_rate, names["sample_rate"], high_open=False)
+        self.sample_rate = v.probability(sample_rate, "sample_rate", high_open=False)
         self.rounds = v.positive_int(rounds, "rounds")
         self.local_lr = v.positive(local_lr, "local_lr")
         self.server_lr = v.positive(server_lr, "server_lr")
-        self.max_grad_norm = v.positive(max_grad_norm, names["max_grad_norm"])
+        self.max_grad_norm = v.positive(max_grad_norm, "max_grad_norm")
         if local_steps is not None and local_epochs is not None:
             raise InvalidParameterError(
                 "local_epochs",
@@ -328,20 +311,21 @@ class FederatedAveraging:
             raise InvalidParameterError("budget", short_repr(budget, 80), "a dpkit.Budget or None")
         self.budget = budget
         self._src: RandomSource = resolve_rng(rng)
-        if (noise_multiplier is None) == (target_epsilon is None):
+        if (noise_multiplier is None) == (epsilon is None):
             raise InvalidParameterError(
                 "noise_multiplier",
                 noise_multiplier,
-                f"a number > 0 when {names['epsilon']} is None, else None",
-                f"give exactly one of noise_multiplier and {names['epsilon']}",
+                "a number > 0 when epsilon is None, else None",
+                "give exactly one of noise_multiplier and epsilon",
             )
+        self.epsilon: float | None
         if noise_multiplier is not None:
             self.noise_multiplier_ = v.positive(noise_multiplier, "noise_multiplier")
-            self.target_epsilon = None
+            self.epsilon = None
         else:
-            self.target_epsilon = v.epsilon(target_epsilon, names["epsilon"])
+            self.epsilon = v.epsilon(epsilon, "epsilon")
             self.noise_multiplier_ = calibrate_noise_multiplier(
-                epsilon=self.target_epsilon,
+                epsilon=self.epsilon,
                 delta=self.delta * DELTA_MARGIN,
                 accountant=self._factory,
                 sample_rate=self.sample_rate,
@@ -394,7 +378,7 @@ class FederatedAveraging:
 
     def _client_update(self, k: int, *, generator: torch.Generator | None = None) -> np.ndarray:
         """Client ``k``'s clipped update from the current global model, as a float64 vector with
-        ℓ2 norm <= ``clip`` (a non-finite update, e.g. from divergence, counts as zero). Private
+        ℓ2 norm <= C = ``max_grad_norm`` (a non-finite update, e.g. from divergence, counts as zero). Private
         data: never returned to the user."""
         X, y = self._clients[k]
         start = self._global_params()
@@ -447,7 +431,7 @@ class FederatedAveraging:
 
     def _noisy_sum(self, updates: Sequence[np.ndarray]) -> np.ndarray:
         """g·(Σ round(Δ_k/g) + discrete Gaussian noise): the clipped sum plus noise of standard
-        deviation ``lattice_noise_multiplier`` · ``clip`` (>= σ·clip) per coordinate."""
+        deviation ``lattice_noise_multiplier`` · C (>= σ·C) per coordinate."""
         total = self._lattice_sum(updates)
         noise = sample_discrete_gaussian(self._lattice_sigma, self._dim, self._src)
         if noise.size and int(np.abs(noise).max()) >= 2**61:  # pragma: no cover - about e^-(2^25) per draw
@@ -528,20 +512,6 @@ class FederatedAveraging:
                 bar.update(task, completed=t, eps=f"{self.epsilon_after(t):.3f} (δ={self.delta:g})")
 
             yield advance
-
-    @property
-    def client_rate(self) -> float:
-        """Deprecated name of :attr:`sample_rate`."""
-        warnings.warn(
-            "FederatedAveraging.client_rate is deprecated; use .sample_rate", DeprecationWarning, stacklevel=2
-        )
-        return self.sample_rate
-
-    @property
-    def clip(self) -> float:
-        """Deprecated name of :attr:`max_grad_norm`."""
-        warnings.warn("FederatedAveraging.clip is deprecated; use .max_grad_norm", DeprecationWarning, stacklevel=2)
-        return self.max_grad_norm
 
     def __repr__(self) -> str:
         return (

@@ -35,7 +35,6 @@ from torch.utils._pytree import tree_map
 
 import torch
 from dpkit import _validate as v
-from dpkit._renamed import MISSING, take_renamed
 from dpkit.accounting.accountant import Accountant
 from dpkit.accounting.events import DPEvent, SelfComposedEvent
 from dpkit.budget import Budget
@@ -55,9 +54,6 @@ __all__ = ["DPOptimizer", "LATTICE_DELTA_SHARE"]
 # from the continuous one by O(2^-78) in δ per step (CKS 2020, Sec. 4; as dpkit.mechanisms.gaussian
 # and dpkit.torch.federated do), which that share covers for any realistic number of steps.
 LATTICE_DELTA_SHARE = 1.0 - DELTA_MARGIN  # exactly 2^-20
-
-#: Deprecated keyword → the vocabulary's name (docs/glossary.md: a target ε is still ``epsilon``).
-_TARGET_ALIASES = {"target_epsilon": "epsilon", "target_delta": "delta"}
 
 
 def _accounting_delta(delta: float, noise_kind: str) -> float:
@@ -139,7 +135,7 @@ class DPOptimizer(torch.optim.Optimizer):
         sampler: PoissonBatchSampler | UniformBatchSampler,
         noise_multiplier: float,
         max_grad_norm: float,
-        delta: float = MISSING,
+        delta: float,
         accountant: str,
         accountant_factory: Callable[[], Accountant],
         noise: LatticeNoise | ContinuousNoise,
@@ -150,23 +146,16 @@ class DPOptimizer(torch.optim.Optimizer):
         epochs: int,
         check_batches: bool,
         group: DataParallelGroup | None = None,
-        **renamed: Any,
     ) -> None:  # no super().__init__: the wrapped optimizer owns the parameter groups
-        # ``epsilon``/``delta`` are the targets (the glossary's one spelling); the attributes keep
-        # their names ``target_epsilon``/``target_delta`` beside the running ``epsilon``.
-        given = {"delta": delta, "epsilon": MISSING if epsilon is None else epsilon}
-        take_renamed("DPOptimizer", renamed, _TARGET_ALIASES, given)
-        if given["delta"] is MISSING:
-            raise TypeError("DPOptimizer() missing 1 required keyword-only argument: 'delta'")
-        target_delta = given["delta"]
-        target_epsilon = None if given["epsilon"] is MISSING else given["epsilon"]
+        # ``epsilon`` is the target (the glossary's one spelling); it is kept as ``max_epsilon``,
+        # the ε that ``max_steps`` stays within, beside the property ``epsilon`` (ε spent so far).
         self.original_optimizer = optimizer
         self.engine = engine
         self.sampler = sampler
         self.noise_multiplier = noise_multiplier
         self.max_grad_norm = max_grad_norm
-        self.target_delta = target_delta
-        self.target_epsilon = target_epsilon
+        self.delta = delta
+        self.max_epsilon = epsilon
         self.accountant = accountant
         self._factory = accountant_factory
         self.noise = noise
@@ -269,7 +258,7 @@ class DPOptimizer(torch.optim.Optimizer):
     def get_epsilon(self, delta: float | None = None) -> float:
         """ε after the steps taken so far, at ``delta`` (default: the target δ). With lattice
         noise the accountant is asked at δ·(1 − 2^-20) (see ``LATTICE_DELTA_SHARE``)."""
-        d = self.target_delta if delta is None else v.delta(delta, allow_zero=False)
+        d = self.delta if delta is None else v.delta(delta, allow_zero=False)
         return self._epsilon_after(self.steps, d)
 
     @property
@@ -296,13 +285,13 @@ class DPOptimizer(torch.optim.Optimizer):
             self.steps = nxt
             return
         if self.max_steps is not None and nxt > self.max_steps:
-            eps_next = self._epsilon_after(nxt, self.target_delta)
+            eps_next = self._epsilon_after(nxt, self.delta)
             raise BudgetExceededError(
                 f"DP-SGD step {nxt} (noise multiplier σ={self.noise_multiplier:.6g}, sample rate q={self.sample_rate:.6g}), "
-                f"which would bring ε to {eps_next:.6g} at δ={self.target_delta:g} against the target ε={self.target_epsilon!r}",
-                f"ε={max(0.0, self.target_epsilon - self.epsilon):.6g} (target ε={self.target_epsilon!r}: {self.max_steps} steps "  # type: ignore[operator]
+                f"which would bring ε to {eps_next:.6g} at δ={self.delta:g} against the target ε={self.max_epsilon!r}",
+                f"ε={max(0.0, self.max_epsilon - self.epsilon):.6g} (target ε={self.max_epsilon!r}: {self.max_steps} steps "  # type: ignore[operator]
                 f"allowed, {self.steps} taken); stop training here, or call make_private again with a larger "
-                "target_epsilon or more epochs (which calibrates more noise)",
+                "epsilon or more epochs (which calibrates more noise)",
             )
         if self.budget is not None:
             self.budget.spend(self.step_event)

@@ -22,9 +22,9 @@ Per-example squared norms (summed over every unit: the clip is on the whole grad
   2023); the clipped sum Σ_i c_i G_i is then one matrix product (c ⊙ b)ᵀ a ("book-keeping"):
   no per-example gradient is materialised and no second backward pass is needed.
   ``nn.MultiheadAttention``: the same for its four projections, with the gradients of q, k, v
-  from one recomputation of the attention (see ``_AttentionUnit``). ``nn.Embedding``: the
-  per-example gradient is sparse (rows of the indices seen); its norm is computed by a segment
-  sum over (example, index) pairs. ``nn.LayerNorm`` / ``nn.RMSNorm``: the per-example gradients
+  from one recomputation of the attention (see :mod:`dpkit.torch._units.attention`).
+  ``nn.Embedding``: the per-example gradient is sparse (rows of the indices seen); its norm is
+  computed by a segment sum over (example, index) pairs. ``nn.LayerNorm`` / ``nn.RMSNorm``: the per-example gradients
   are materialised, (B, d).
 * everything else (and every unit in ``mode="vmap"``): exact per-example gradients by
   ``torch.func``: ``vmap`` over the batch of ``vjp(functional_call(unit, params, x_i), b_i)``.
@@ -60,7 +60,14 @@ from torch.utils._pytree import tree_flatten
 
 import torch
 from dpkit.errors import DPError, InvalidDataError, InvalidParameterError
-from dpkit.torch._units import _fast_unit_type, _inner, _Norms, _Unit, _VmapUnit, on_tape, owns_its_subtree
+from dpkit.torch._units.attention import AttentionUnit
+from dpkit.torch._units.base import Unit, on_tape
+from dpkit.torch._units.conv import ConvUnit
+from dpkit.torch._units.embedding import EmbeddingUnit
+from dpkit.torch._units.linear import HFConv1DUnit, LinearUnit, hf_conv1d_class
+from dpkit.torch._units.normalisation import NormUnit
+from dpkit.torch._units.norms import Norms, inner
+from dpkit.torch._units.vmap import VmapUnit
 from torch import nn
 
 __all__ = ["PerExampleEngine", "CLIP_MARGIN", "MODES"]
@@ -102,7 +109,7 @@ class PerExampleEngine:
         self.units = self._find_units(module)
         self.params: list[nn.Parameter] = []
         # id(parameter) → the (unit, name) pairs that use it; more than one for a tied parameter
-        self._uses: dict[int, list[tuple[_Unit, str]]] = {}
+        self._uses: dict[int, list[tuple[Unit, str]]] = {}
         for u in self.units:
             for n, p in u.params:
                 if id(p) not in self._uses:
@@ -114,8 +121,8 @@ class PerExampleEngine:
 
     # -- structure ----------------------------------------------------------------------------
 
-    def _find_units(self, root: nn.Module) -> list[_Unit]:
-        units: list[_Unit] = []
+    def _find_units(self, root: nn.Module) -> list[Unit]:
+        units: list[Unit] = []
 
         def visit(mod: nn.Module, prefix: str) -> None:
             own = [(n, p) for n, p in mod.named_parameters(recurse=False) if p.requires_grad]
@@ -127,7 +134,7 @@ class PerExampleEngine:
                 units.append(fast(self, mod, prefix, own))
                 return
             if own:
-                units.append(_VmapUnit(self, mod, prefix, whole))
+                units.append(VmapUnit(self, mod, prefix, whole))
                 return
             for name, child in mod.named_children():
                 visit(child, f"{prefix}.{name}" if prefix else name)
@@ -148,7 +155,7 @@ class PerExampleEngine:
             return
         self._handles.append(self.module.register_forward_pre_hook(self._root_pre_hook, with_kwargs=True))
         for m in self.module.modules():
-            if isinstance(m, nn.TransformerEncoder):  # see _units._OnTape: no nested-tensor fast path
+            if isinstance(m, nn.TransformerEncoder):  # see _units.base._OnTape: no nested-tensor fast path
                 self._handles.append(m.register_forward_pre_hook(self._tape_pre_hook, with_kwargs=True))
         for u in self.units:
             if u.has_pre_hook:
@@ -235,7 +242,7 @@ class PerExampleEngine:
         recorded = self.batch_size()
         batch = recorded or 0
         device = self.params[0].device if self.params else torch.device("cpu")
-        acc = _Norms(batch, device)
+        acc = Norms(batch, device)
         scale = float(batch) if self.loss_reduction == "mean" else 1.0
         active = {u for u in self.units if batch and live[u]}
         try:
@@ -247,7 +254,7 @@ class PerExampleEngine:
                 for i in range(len(uses)):
                     for j in range(i + 1, len(uses)):
                         (u1, n1), (u2, n2) = uses[i], uses[j]
-                        acc.add(_inner(u1.rep(n1), u2.rep(n2), p.shape), 0.0, 2.0)
+                        acc.add(inner(u1.rep(n1), u2.rep(n2), p.shape), 0.0, 2.0)
             norms = acc.sq.clamp(min=0.0).sqrt()  # cross terms may round a zero norm below 0
             # ‖g‖² >= computed·(1 − η) ⇒ shrinking C by a margin >= η keeps ‖c·g‖ <= C
             self.last_margin = max(CLIP_MARGIN, 1.01 * acc.eta + 2.0**-50)
@@ -274,3 +281,38 @@ class PerExampleEngine:
         """(unit name, path kind, number of trainable values) per unit (a tied parameter is
         counted in each unit that uses it)."""
         return [(u.name, u.kind, sum(p.numel() for _, p in u.params)) for u in self.units]
+
+
+# ------------------------------------------------------------------------------------------------
+# Which unit a module gets
+# ------------------------------------------------------------------------------------------------
+
+
+def _fast_unit_type(m: nn.Module) -> type[Unit] | None:
+    if type(m) is nn.Linear or (isinstance(m, nn.Linear) and type(m).forward is nn.Linear.forward):
+        return LinearUnit
+    conv1d = hf_conv1d_class(m)
+    if conv1d is not None and type(m).forward is conv1d.forward and getattr(m, "weight", None) is not None:
+        return HFConv1DUnit
+    if ConvUnit.supports(m) and type(m).forward in (nn.Conv1d.forward, nn.Conv2d.forward):
+        return ConvUnit
+    if EmbeddingUnit.supports(m) and type(m).forward is nn.Embedding.forward:
+        return EmbeddingUnit
+    if NormUnit.supports(m):
+        return NormUnit
+    if AttentionUnit.supports(m):
+        return AttentionUnit
+    return None
+
+
+def owns_its_subtree(m: nn.Module) -> bool:
+    """Modules that use their submodules' parameters without calling them (so the submodules'
+    hooks never run): nn.MultiheadAttention passes ``out_proj.weight`` to a function, and a
+    module holding trainable parameters in an nn.ParameterList / nn.ParameterDict (a container
+    that is never called; peft's LoRA embeddings) uses them in its own forward."""
+    if isinstance(m, nn.MultiheadAttention):
+        return True
+    return any(
+        isinstance(c, (nn.ParameterList, nn.ParameterDict)) and any(p.requires_grad for p in c.parameters())
+        for c in m.children()
+    )

@@ -45,7 +45,6 @@ from torch.utils.data import DataLoader, IterableDataset
 
 import torch
 from dpkit import _validate as v
-from dpkit._renamed import MISSING, take_renamed
 from dpkit.accounting.accountant import Accountant
 from dpkit.accounting.calibration import calibrate_noise_multiplier
 from dpkit.accounting.events import DPEvent, SelfComposedEvent
@@ -55,13 +54,13 @@ from dpkit.errors import BudgetExceededError, DPError, InvalidDataError, Invalid
 from dpkit.noise.source import resolve_rng
 from dpkit.torch.distributed import DataParallelGroup
 from dpkit.torch.noise import make_noise
-from dpkit.torch.optimizer import _TARGET_ALIASES, LATTICE_DELTA_SHARE, DPOptimizer, _accounting_delta
+from dpkit.torch.optimizer import DPOptimizer, _accounting_delta
 from dpkit.torch.per_example import PerExampleEngine
 from dpkit.torch.sampling import PoissonBatchSampler, UniformBatchSampler
 from dpkit.torch.validation import check_module
 from torch import nn
 
-__all__ = ["make_private", "DPOptimizer", "PrivateTraining", "TrainingReport", "LATTICE_DELTA_SHARE"]
+__all__ = ["make_private", "PrivateTraining", "TrainingReport"]
 
 _SUPPORTED_ACCOUNTANTS: tuple[str, ...] = ("rdp", "pld")
 
@@ -171,7 +170,7 @@ class PrivateTraining(NamedTuple):
         """
         module, opt, loader = self
         n_epochs = opt.epochs if epochs is None else v.positive_int(epochs, "epochs")
-        report = TrainingReport(delta=opt.target_delta)
+        report = TrainingReport(delta=opt.delta)
         show = progress and (opt.group is None or opt.group.rank == 0)
         bar = _Bar(enabled=show, total=n_epochs * len(loader), opt=opt)
         module.train()
@@ -244,7 +243,7 @@ class _Bar:
             )
             self._progress.__enter__()
             self._task = self._progress.add_task(
-                "train", total=self.total, eps=self.opt.epsilon, delta=self.opt.target_delta, loss=math.nan
+                "train", total=self.total, eps=self.opt.epsilon, delta=self.opt.delta, loss=math.nan
             )
         return self
 
@@ -329,7 +328,7 @@ def make_private(
     optimizer: torch.optim.Optimizer,
     data_loader: DataLoader,
     *,
-    delta: float = MISSING,
+    delta: float,
     epochs: int,
     max_grad_norm: float,
     epsilon: float | None = None,
@@ -342,14 +341,12 @@ def make_private(
     grad_mode: str = "fast",
     noise: str = "lattice",
     max_physical_batch_size: int | None = None,
-    **renamed: Any,
 ) -> PrivateTraining:
     """Make ``module`` / ``optimizer`` / ``data_loader`` train with DP-SGD.
 
     Give exactly one of ``epsilon``, the target ε (σ is calibrated so that ``epochs`` epochs cost
     at most that ε at ``delta``, and training is stopped before a step would exceed it) or
-    ``noise_multiplier`` (σ given; ε is reported). ``target_epsilon=``/``target_delta=`` are
-    deprecated names of ``epsilon=``/``delta=``. ``budget`` (a :class:`dpkit.Budget` whose
+    ``noise_multiplier`` (σ given; ε is reported). ``budget`` (a :class:`dpkit.Budget` whose
     accountant prices Gaussian and subsampled events, e.g. ``accountant=RDPAccountant``) is
     charged one step event before every step, and refuses the step when it would overspend.
 
@@ -395,12 +392,6 @@ def make_private(
     (1.71, 0.1, 10)
     """
     # -- validate everything before touching anything -------------------------------------------
-    given = {"delta": delta, "epsilon": MISSING if epsilon is None else epsilon}
-    names = take_renamed("make_private", renamed, _TARGET_ALIASES, given)
-    if given["delta"] is MISSING:
-        raise TypeError("make_private() missing 1 required keyword-only argument: 'delta'")
-    target_delta = given["delta"]
-    target_epsilon = None if given["epsilon"] is MISSING else given["epsilon"]
     check_module(module)
     if not isinstance(optimizer, torch.optim.Optimizer) or isinstance(optimizer, DPOptimizer):
         raise InvalidParameterError(
@@ -438,16 +429,16 @@ def make_private(
         )
     if batch_size > population:
         raise InvalidParameterError("data_loader.batch_size", batch_size, f"at most the dataset size {population}")
-    delta = v.delta(target_delta, names["delta"], allow_zero=False)
+    delta = v.delta(delta, "delta", allow_zero=False)
     n_epochs = v.positive_int(epochs, "epochs")
     clip = v.positive(max_grad_norm, "max_grad_norm")
-    if (target_epsilon is None) == (noise_multiplier is None):
+    if (epsilon is None) == (noise_multiplier is None):
         raise InvalidParameterError(
-            f"{names['epsilon']}/noise_multiplier",
-            (target_epsilon, noise_multiplier),
-            f"exactly one of them: {names['epsilon']} (σ is calibrated to it) or noise_multiplier (σ given, ε reported)",
+            "epsilon/noise_multiplier",
+            (epsilon, noise_multiplier),
+            "exactly one of them: epsilon (σ is calibrated to it) or noise_multiplier (σ given, ε reported)",
         )
-    target = v.epsilon(target_epsilon, names["epsilon"]) if target_epsilon is not None else None
+    target = v.epsilon(epsilon, "epsilon") if epsilon is not None else None
     sigma_given = v.positive(noise_multiplier, "noise_multiplier") if noise_multiplier is not None else None
     if not isinstance(poisson_sampling, bool):
         raise InvalidParameterError("poisson_sampling", poisson_sampling, "True or False")
@@ -471,7 +462,7 @@ def make_private(
     src = resolve_rng(rng)
     if delta >= 1.0 / population:
         warnings.warn(
-            f"{names['delta']}={delta!r} is not below 1/N = 1/{population}: a δ this large allows mechanisms that "
+            f"delta={delta!r} is not below 1/N = 1/{population}: a δ this large allows mechanisms that "
             "publish a few records outright; the usual choice is δ << 1/N",
             stacklevel=2,
         )

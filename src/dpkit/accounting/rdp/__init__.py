@@ -60,6 +60,7 @@ Rounding: composition rounds each sum up by one ulp; conversions add a bound on 
 floating-point error before rounding up. The RDP curves themselves are double-precision
 evaluations (relative error well below 1e-9 in the tested ranges), not interval arithmetic.
 
+>>> from dpkit.accounting.events import GaussianEvent, PoissonSampledEvent, SelfComposedEvent
 >>> acc = RDPAccountant()
 >>> acc.compose(SelfComposedEvent(PoissonSampledEvent(256 / 60000, GaussianEvent(1.1)), 23400))
 RDPAccountant(neighbours='add_remove', orders=173)
@@ -73,85 +74,10 @@ orders), :mod:`~dpkit.accounting.rdp.conversion` (RDP → (ε, δ)) and
 
 from __future__ import annotations
 
-from dpkit.accounting.events import (  # noqa: F401 - re-exported: the doctests and old imports use them
-    ApproxDPEvent,
-    ComposedEvent,
-    DPEvent,
-    ExponentialEvent,
-    GaussianEvent,
-    LaplaceEvent,
-    PoissonSampledEvent,
-    PureDPEvent,
-    RandomizedResponseEvent,
-    SampledWithoutReplacementEvent,
-    SelfComposedEvent,
-)
-from dpkit.accounting.rdp.accountant import (  # noqa: F401 - the names this module always had
-    _REGISTRY,
-    _RULES,
-    RDPAccountant,
-    RDPFunction,
-    _check_approx,
-    _check_event,
-    _check_leaf,
-    _check_poisson,
-    _check_rr,
-    _check_swor,
-    _effective_noise_multiplier,
-    _event_rdp,
-    _exponential_event_rdp,
-    _gaussian_event_rdp,
-    _inverse_variance,
-    _laplace_event_rdp,
-    _poisson_rdp,
-    _pure_event_rdp,
-    _rr_event_rdp,
-    _swor_rdp,
-    event_rdp,
-    register_rdp,
-)
-from dpkit.accounting.rdp.conversion import (  # noqa: F401
-    _DELTA_CONVERSIONS,
-    _EPSILON_CONVERSIONS,
-    DeltaConversion,
-    EpsilonConversion,
-    _conversion,
-    _delta_and_order,
-    _eps_classic,
-    _eps_improved,
-    _epsilon_and_order,
-    _log_delta_classic,
-    _log_delta_improved,
-    _validate_rdp_curve,
-    rdp_to_delta,
-    rdp_to_epsilon,
-)
-from dpkit.accounting.rdp.curves import (  # noqa: F401
-    _FRAC_CHUNK,
-    _FRAC_MAX_TERMS,
-    _FRAC_STOP_NATS,
-    _LOG2,
-    _LOG4,
-    _MAX_EXACT_ORDER,
-    _U,
+from dpkit.accounting.rdp.accountant import RDPAccountant, event_rdp, register_rdp
+from dpkit.accounting.rdp.conversion import rdp_to_delta, rdp_to_epsilon
+from dpkit.accounting.rdp.curves import (
     DEFAULT_RDP_ORDERS,
-    FloatArray,
-    Orders,
-    _laplace_rdp,
-    _log_comb,
-    _log_expm1,
-    _logsumexp,
-    _order_values,
-    _poisson_gaussian_rdp_cached,
-    _poisson_log_a_frac,
-    _poisson_log_a_int,
-    _pure_rdp,
-    _readonly,
-    _rr_rdp,
-    _swor_gaussian_rdp_cached,
-    _swor_log_bound_int,
-    _two_point_rdp,
-    _validate_orders,
     gaussian_rdp,
     laplace_rdp,
     poisson_subsampled_gaussian_rdp,

@@ -57,7 +57,6 @@ __all__ = ["RDPAccountant", "register_rdp", "event_rdp"]
 RDPFunction = Callable[[DPEvent, Orders], FloatArray]
 
 _REGISTRY: Registry[RDPFunction] = Registry("RDP")
-_RULES = _REGISTRY.rules
 
 
 def register_rdp(event_type: type[DPEvent], rdp: RDPFunction, check: CheckFunction | None = None) -> None:
@@ -65,10 +64,6 @@ def register_rdp(event_type: type[DPEvent], rdp: RDPFunction, check: CheckFuncti
     order; ``check(event, neighbours)`` raises InvalidParameterError when the event cannot be
     accounted under ``neighbours`` (default: the event's own ``neighbours`` field must match)."""
     _REGISTRY.register(event_type, rdp, check)
-
-
-_check_leaf = check_leaf_neighbours
-_check_event = _REGISTRY.check
 
 
 def event_rdp(event: DPEvent, orders: Sequence[float] | None = None) -> FloatArray:
@@ -98,7 +93,7 @@ def _check_approx(event: DPEvent, neighbours: Neighbours) -> None:
             "An (ε, δ)-DP mechanism with δ > 0 may have infinite Rényi divergence at every order; "
             "account it with the PLD or a basic/advanced composition accountant",
         )
-    _check_leaf(event, neighbours)
+    check_leaf_neighbours(event, neighbours)
 
 
 def _effective_noise_multiplier(event: DPEvent, neighbours: Neighbours, outer: str) -> float:
@@ -120,7 +115,7 @@ def _inverse_variance(event: DPEvent, neighbours: Neighbours, outer: str) -> flo
     def leaf(e: object) -> float:
         if not isinstance(e, GaussianEvent):
             return refuse(e)
-        _check_leaf(e, neighbours)
+        check_leaf_neighbours(e, neighbours)
         return 1.0 / (e.noise_multiplier * e.noise_multiplier)
 
     # Σ count/σ_i² over the Gaussians (an empty composition has no noise to amplify: refused).
@@ -187,7 +182,7 @@ def _check_rr(event: DPEvent, neighbours: Neighbours) -> None:
     assert isinstance(event, RandomizedResponseEvent)
     v.probability(event.p_truth, "p_truth", low_open=False, high_open=False)
     v.positive_int(event.k, "k", minimum=2)
-    _check_leaf(event, neighbours)
+    check_leaf_neighbours(event, neighbours)
 
 
 def _pure_event_rdp(event: DPEvent, orders: Orders) -> FloatArray:
@@ -260,7 +255,7 @@ class RDPAccountant(Accountant):
     # -- the Accountant hooks: check every leaf, price the curve, add it up ---------------------
 
     def _check(self, event: DPEvent) -> None:
-        _check_event(event, self._neighbours)
+        _REGISTRY.check(event, self._neighbours)
 
     def _price(self, event: DPEvent) -> FloatArray:
         return _event_rdp(event, self._orders)

@@ -25,7 +25,6 @@ __all__ = [
     "sql_string",
     "ROW_SALT_MASK",
     "SUM_LIMIT",
-    "GAUSSIAN_SUM_LIMIT",
     "EXACT_INTEGER_LIMIT",
 ]
 
@@ -47,7 +46,6 @@ SUM_LIMIT = 2**62
 #: The largest magnitude below which every integer is an exact double: integers read from a
 #: source must lie within it (else NULL), and sums released with Gaussian noise are clamped to it.
 EXACT_INTEGER_LIMIT = 2**53
-GAUSSIAN_SUM_LIMIT = EXACT_INTEGER_LIMIT
 
 #: The row priority is keyed by a second salt derived from the plan's (62-bit) salt.
 ROW_SALT_MASK = 0x2545F4914F6CDD1D

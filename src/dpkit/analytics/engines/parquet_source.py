@@ -31,7 +31,7 @@ set of files whose partitions are constants), ``UNION ALL``. The common case —
 partition names — is a single ``read_parquet`` of every file, as fast as before.
 
 Not covered: URIs that only Spark can list (``hdfs://``, ``s3a://``: their footers are not read
-here, so Spark's own reading applies — see :func:`~dpkit.analytics.engines.spark.read_parquet`);
+here, so Spark's own reading applies — see :func:`~dpkit.analytics.engines.spark_parquet.read_parquet`);
 a data column named like a partition key (the partition wins); file paths that are not valid
 UTF-8 (refused: DuckDB cannot open them).
 """

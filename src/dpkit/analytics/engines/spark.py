@@ -1,16 +1,18 @@
 """The Spark engine: the same aggregation plans as the DuckDB engine, on a ``pyspark.sql.DataFrame``.
 
 Everything is built with the DataFrame API (``pyspark.sql.functions`` and ``Window``): constants go
-through ``F.lit`` and the only pattern strings are the fixed ones below — no SQL text is ever
-assembled from names or values. Source columns are renamed by position when the engine is built
+through ``F.lit`` and the only pattern strings are fixed ones
+(:mod:`~dpkit.analytics.engines.spark_expressions`) — no SQL text is ever assembled from names or
+values. Source columns are renamed by position when the engine is built
 (``toDF``), so no column name is ever parsed or resolved by Spark: dots, spaces and backticks are
 safe, and two columns whose names differ only in case (ambiguous under Spark's default
 case-insensitive resolution) stay apart. The plan runs exactly as in
 :mod:`dpkit.analytics.engines.duckdb`:
 
 * :meth:`SparkEngine.bind` reads every declared column as its declared type by the same total rule
-  as DuckDB's ``_read`` (see below), so no value can make a query fail — with or without ANSI mode
-  (Spark 4's default, under which ``cast`` raises: only ``try_cast`` and explicit rules are used);
+  as DuckDB's ``_read`` (:mod:`~dpkit.analytics.engines.spark_expressions`), so no value can make
+  a query fail — with or without ANSI mode (Spark 4's default, under which ``cast`` raises: only
+  ``try_cast`` and explicit rules are used);
 * values are cast to double, NaN becomes NULL, and NULL stays NULL through clipping;
 * a summand is clamp(round((clip(x, lower, upper) − center) · 2**-grid_exp), −bound, bound) (both
   engines round half away from zero), squared as (v·v + (1 << shift >> 1)) >> shift;
@@ -21,30 +23,9 @@ case-insensitive resolution) stay apart. The plan runs exactly as in
   raises under ANSI) and clamped to ±:data:`~dpkit.analytics.engines.base.SUM_LIMIT` in the engine
   (clamping is 1-Lipschitz, so no sensitivity grows) — nothing is refused after the debit.
 
-Reading rules (identical to DuckDB's, which is what they reproduce):
-
-* text: a string column as is, with the Unicode space separators (``' '``, NBSP, U+2000–U+200A, …,
-  exactly what DuckDB's ``trim`` removes) trimmed from both ends when ``strip_strings``; any other
-  column as its text form;
-* ``boolean``: text whose ASCII-lowercased form is one of ``true t yes y 1`` / ``false f no n 0``
-  (no surrounding whitespace, as in DuckDB; Spark's own cast would also accept ``' true'`` and
-  control characters); numbers are true when non-zero (NaN too), booleans are themselves;
-* ``double``: text in DuckDB's number syntax — optional ASCII whitespace (space, ``\\t \\n \\r \\v
-  \\f``) around an optional ``+``, an optional ``-``, decimal digits with single ``_`` separators
-  between digits, an optional fraction and exponent — parsed to the nearest double (Spark's own cast
-  would also take ``1.5d``, ``0x1p3`` and leading control characters; DuckDB takes ``1_000`` and
-  ``+-1``, so those are accepted here too); numbers and booleans (1.0/0.0) cast; NaN and ±inf
-  (also their spellings, and overflowing text) become NULL;
-* ``integer``: the double above when it is finite, integral and within ±2**53, else NULL;
-* date, time, binary and interval columns (kind ``other``) read as NULL for every type but text
-  (Spark alone would turn a timestamp into epoch seconds); ``nested`` columns cannot be declared.
-
-What still differs between the engines is the *text form* of non-text columns read as ``string`` or
-``unit``: integers, decimals, booleans and dates print alike, floating-point values do not (DuckDB
-writes ``1e+16``, Spark ``1.0E16``), nor do binary values (DuckDB escapes bytes, Spark decodes
-UTF-8), intervals, or timestamps with time zones (Spark prints them in the session's time zone).
-Portable priorities stringify the unit and group key values too, so use integer or string keys (or
-text columns) for cross-engine parity.
+This module is the engine's plumbing (the frame and its positional names, the binding, the
+bounding window, the one job, and a local SparkSession); the reading rules and every other column
+expression are in :mod:`dpkit.analytics.engines.spark_expressions`.
 """
 
 from __future__ import annotations
@@ -59,151 +40,26 @@ from typing import Any
 import pandas as pd
 
 from dpkit.analytics.engines import bins
-from dpkit.analytics.engines.base import EXACT_INTEGER_LIMIT, ROW_SALT_MASK, SUM_LIMIT, ColumnKind, ReadType
+from dpkit.analytics.engines.base import ROW_SALT_MASK, SUM_LIMIT, ColumnKind, ReadType
 from dpkit.analytics.engines.parquet_source import mixed_kind
+from dpkit.analytics.engines.spark_expressions import (
+    column_by_name,
+    native_type,
+    null_of,
+    predicate,
+    quantile_cell,
+    read_declared,
+    spark_kind,
+    summand,
+)
 from dpkit.analytics.engines.spark_parquet import mixed_fields, parquet_listing, read_parquet, spark_read_mixed
 from dpkit.analytics.plan import (
     AggregationPlan,
-    And,
-    Between,
-    Compare,
     GroupKey,
-    InList,
-    IsNull,
-    Not,
-    Or,
-    Predicate,
-    SumSpec,
-    ValueSpec,
 )
 from dpkit.errors import InvalidParameterError
 
 __all__ = ["SparkEngine", "spark_session", "read_parquet", "parquet_listing"]  # the last two: spark_parquet
-
-#: What DuckDB's ``trim`` removes: the Unicode space separators (category Zs).
-_SPACES = " \u00a0\u1680\u2000\u2001\u2002\u2003\u2004\u2005\u2006\u2007\u2008\u2009\u200a\u202f\u205f\u3000"
-#: DuckDB's number syntax for text read as a double (Java regex; ``\z`` is the very end, unlike
-#: ``$``, which also matches before a final line terminator). Group 1 is the sign, group 2 the
-#: digits (with ``_`` separators) — nan/inf spellings do not match, as they would become NULL anyway.
-_WS = r"[ \t\n\r\x0b\x0c]*"
-_DIGITS = r"[0-9]+(?:_[0-9]+)*"
-_NUMBER = rf"^{_WS}\+?(-?)((?:{_DIGITS}(?:\.(?:{_DIGITS})?)?|\.{_DIGITS})(?:[eE][+-]?{_DIGITS})?){_WS}\z"
-_TRUE = ("true", "t", "yes", "y", "1")
-_FALSE = ("false", "f", "no", "n", "0")
-
-
-def _col(name: str) -> Any:
-    """A column by its exact name (backtick-quoted: no nested-field or dot parsing)."""
-    from pyspark.sql import functions as F
-
-    return F.col("`" + name.replace("`", "``") + "`")
-
-
-def _kind(data_type: Any) -> ColumnKind:
-    from pyspark.sql import types as T
-
-    if isinstance(data_type, T.BooleanType):
-        return "boolean"
-    if isinstance(data_type, T.NumericType):
-        return "numeric"
-    if isinstance(data_type, (T.StringType, T.VarcharType, T.CharType)):
-        return "string"
-    nested = tuple(
-        getattr(T, n)
-        for n in ("ArrayType", "MapType", "StructType", "VariantType", "UserDefinedType", "SpatialType")
-        if hasattr(T, n)
-    )
-    if isinstance(data_type, nested):
-        return "nested"
-    return "other"
-
-
-def _finite(d: Any) -> Any:
-    from pyspark.sql import functions as F
-
-    return ~F.isnan(d) & (F.abs(d) < F.lit(float("inf")))
-
-
-def _null(read: ReadType) -> Any:
-    """A NULL of the type ``read`` gives."""
-    from pyspark.sql import functions as F
-
-    return F.lit(None).cast({"double": "double", "integer": "long", "boolean": "boolean"}.get(read, "string"))
-
-
-def _native(data_type: Any) -> str:
-    """``"integer"`` for Spark's integer types, ``"float"`` for its floating types, else ``""``."""
-    from pyspark.sql import types as T
-
-    if isinstance(data_type, (T.ByteType, T.ShortType, T.IntegerType, T.LongType)):
-        return "integer"
-    if isinstance(data_type, (T.FloatType, T.DoubleType)):
-        return "float"
-    return ""
-
-
-def _number_text(x: Any, native: str) -> Any:
-    """A number's canonical text (DuckDB's ``_number_text``): an integral value within ±2**53 as an
-    integer, whatever the physical type (``0`` for −0.0); another finite value as Spark writes it;
-    NaN and ±inf NULL."""
-    from pyspark.sql import functions as F
-
-    if native == "integer":
-        return x.cast("string")
-    finite = _finite(x) if native == "float" else F.lit(True)
-    whole = finite & (F.abs(x) <= F.lit(EXACT_INTEGER_LIMIT)) & (x == F.round(x))
-    return F.when(whole, x.try_cast("long").cast("string")).when(finite, x.try_cast("string"))
-
-
-def _read(x: Any, read: ReadType, kind: ColumnKind, strip: bool, native: str = "") -> Any:
-    """The total expression reading the physical column ``x`` as its declared type (DuckDB's
-    ``_read``, rule for rule; see the module docstring). ``native`` (:func:`_native` of the
-    physical type) selects a cheaper expression with the same values (integers and floats need no
-    round trip through a double and no integrality test) and the canonical forms of floats: −0.0
-    is 0.0 and NaN is NULL."""
-    from pyspark.sql import functions as F
-
-    if read == "unit" and kind in ("numeric", "boolean"):
-        if native == "float":
-            return F.when(x == F.lit(0), F.lit(0).cast("double")).when(~F.isnan(x), x.cast("double"))
-        return x  # compared and hashed only: kept native, as in DuckDB
-    if read == "double" and native == "integer":
-        return x.cast("double")
-    if read == "double" and native == "float":
-        return F.when(x == F.lit(0), F.lit(0.0)).when(_finite(x), x.cast("double"))
-    if read == "integer" and native == "integer":
-        limit = F.lit(int(EXACT_INTEGER_LIMIT)).cast("long")
-        return F.when(x.between(-limit, limit), x.cast("long"))
-    if kind == "numeric" and read in ("string", "unit"):
-        return _number_text(x, native)
-    if kind != "string":
-        text = x.try_cast("string")
-    elif strip:
-        text = F.btrim(x, F.lit(_SPACES))
-    else:
-        text = x
-    if read in ("string", "unit"):
-        return text
-    if kind in ("other", "nested"):
-        return _null(read)
-    if read == "boolean":
-        if kind == "string":
-            low = F.lower(text)
-            return F.when(low.isin(*[F.lit(s) for s in _TRUE]), F.lit(True)).when(
-                low.isin(*[F.lit(s) for s in _FALSE]), F.lit(False)
-            )
-        return x.try_cast("boolean")
-    if kind == "string":
-        number = F.concat(
-            F.regexp_extract(text, _NUMBER, 1), F.regexp_replace(F.regexp_extract(text, _NUMBER, 2), "_", "")
-        )
-        d = F.when(text.rlike(_NUMBER), number.try_cast("double"))
-    else:
-        d = x.try_cast("double")
-    if read == "double":
-        return F.when(d == F.lit(0), F.lit(0.0)).when(_finite(d), d)
-    # integer: an exact double with an integral value (3.5 and 1e300 are not integers)
-    return F.when(_finite(d) & (F.abs(d) <= F.lit(float(EXACT_INTEGER_LIMIT))) & (d == F.round(d)), d.try_cast("long"))
 
 
 class SparkEngine:
@@ -235,9 +91,9 @@ class SparkEngine:
         for f, c in zip(fields, internal, strict=True):
             if f.name not in self._names:
                 self._names[f.name] = c
-                self._kinds[f.name] = _kind(f.dataType)
-                self._native[f.name] = _native(f.dataType)
-                mixed = mixed_fields(f.dataType, _kind, _native)
+                self._kinds[f.name] = spark_kind(f.dataType)
+                self._native[f.name] = native_type(f.dataType)
+                mixed = mixed_fields(f.dataType, spark_kind, native_type)
                 if mixed is not None:
                     self._mixed[f.name] = mixed
                     self._kinds[f.name] = mixed_kind([k for _, k, _ in mixed])
@@ -252,7 +108,7 @@ class SparkEngine:
         """A column of the (bound) table by its source name; an unknown name fails in Spark's analysis."""
         from pyspark.sql import functions as F
 
-        return F.col(self._names[name]) if name in self._names else _col(name)
+        return F.col(self._names[name]) if name in self._names else column_by_name(name)
 
     # -- schema -----------------------------------------------------------------------------------
 
@@ -270,9 +126,9 @@ class SparkEngine:
         try:
             names = {c: f"__dpkit_c{i}" for i, c in enumerate(types)}
             exprs = {
-                c: spark_read_mixed(_read, self._c(c), t, self._mixed[c], strip_strings)
+                c: spark_read_mixed(read_declared, self._c(c), t, self._mixed[c], strip_strings)
                 if c in self._mixed
-                else _read(self._c(c), t, self._kinds.get(c, "other"), strip_strings, self._native.get(c, ""))
+                else read_declared(self._c(c), t, self._kinds.get(c, "other"), strip_strings, self._native.get(c, ""))
                 for c, t in types.items()
             }
             try:
@@ -283,7 +139,7 @@ class SparkEngine:
                     try:
                         raw.select(e)
                     except AnalysisException:
-                        exprs[c] = _null(types[c])
+                        exprs[c] = null_of(types[c])
                 df = raw.select(*[e.alias(names[c]) for c, e in exprs.items()])
         except BaseException:
             self._names = previous
@@ -291,35 +147,6 @@ class SparkEngine:
         self._df, self._names, self._reads, self._bound = df, names, dict(types), signature
 
     # -- expressions ------------------------------------------------------------------------------
-
-    def _predicate(self, p: Predicate) -> Any:
-        from pyspark.sql import functions as F
-
-        if isinstance(p, Compare):
-            c, v = self._c(p.column), F.lit(p.value)
-            ops = {"=": c == v, "!=": c != v, "<": c < v, "<=": c <= v, ">": c > v, ">=": c >= v}
-            if p.op not in ops:
-                raise InvalidParameterError("op", p.op, "one of =, !=, <, <=, >, >=")
-            return ops[p.op]
-        if isinstance(p, InList):
-            e = self._c(p.column).isin(*[F.lit(x) for x in p.values])
-            return ~e if p.negated else e
-        if isinstance(p, Between):
-            e = self._c(p.column).between(F.lit(p.low), F.lit(p.high))
-            return ~e if p.negated else e
-        if isinstance(p, IsNull):
-            return self._c(p.column).isNotNull() if p.negated else self._c(p.column).isNull()
-        if isinstance(p, (And, Or)):
-            parts = [self._predicate(x) for x in p.parts]
-            if not parts:
-                return F.lit(isinstance(p, And))
-            e = parts[0]
-            for x in parts[1:]:
-                e = (e & x) if isinstance(p, And) else (e | x)
-            return e
-        if isinstance(p, Not):
-            return ~self._predicate(p.part)
-        raise TypeError(f"not a predicate: {p!r}")
 
     def _clean(self, column: str) -> Any:
         """The column as double, NaN as NULL."""
@@ -329,37 +156,6 @@ class SparkEngine:
             return self._c(column).cast("double")  # bound: already finite or NULL
         x = self._c(column).try_cast("double")
         return F.when(F.isnan(x), F.lit(None).cast("double")).otherwise(x)
-
-    @staticmethod
-    def _summand(s: SumSpec, x: Any) -> Any:
-        """The integer summand of ``s`` from ``x``, a column already cleaned (NaN → NULL) by the
-        first projection of :meth:`_base`: one expression, each input read once."""
-        from pyspark.sql import functions as F
-
-        clipped = F.least(F.greatest(x, F.lit(float(s.lower))), F.lit(float(s.upper)))
-        # F.round is HALF_UP on the double's exact decimal value: half away from zero, like DuckDB.
-        # |(clipped − center)·2^-k| <= bound (quantize_spec), so the cast cannot overflow; the
-        # clamp keeps the summand in range whatever the rounding. least/greatest skip NULLs in
-        # Spark, so a NULL value is kept NULL explicitly.
-        r = F.round((clipped - F.lit(float(s.center))) * F.lit(2.0**-s.grid_exp)).cast("long")
-        b = int(s.bound)
-        v = F.when(x.isNotNull(), F.least(F.greatest(r, F.lit(-b).cast("long")), F.lit(b).cast("long")))
-        if s.square:
-            v = F.shiftright(v * v + F.lit(1 << s.shift >> 1).cast("long"), int(s.shift))
-        return v
-
-    @staticmethod
-    def _cell(x: ValueSpec, clean: Any) -> Any:
-        """The row's cell on the quantile's candidate grid (plan.ValueSpec) from ``clean`` (the
-        cleaned column), NULL for NULL."""
-        from pyspark.sql import functions as F
-
-        lo = F.lit(float(x.lower))
-        t = (F.least(F.greatest(clean, lo), F.lit(float(x.upper))) - lo) * F.lit(float(x.scale))
-        k = F.floor(t).cast("long")
-        cell = k * F.lit(2).cast("long") + F.when(t == F.floor(t), F.lit(0)).otherwise(F.lit(1)).cast("long")
-        # least() skips NULLs in Spark (least(NULL, c) = c): a NULL value must stay NULL explicitly
-        return F.when(clean.isNotNull(), F.least(cell, F.lit(2 * x.cells).cast("long")))
 
     def _group(self, g: GroupKey) -> Any:
         """The group column; for bins, the cleaned value, which the searches of :meth:`_base`
@@ -379,7 +175,7 @@ class SparkEngine:
 
         cond = F.lit(True)
         if plan.where is not None:
-            cond = cond & self._predicate(plan.where)
+            cond = cond & predicate(plan.where, self._c)
         if plan.unit is not None:
             cond = cond & self._c(plan.unit).isNotNull()
         # bins: searched after the first projection; a key filter short of every bin, after that
@@ -407,9 +203,9 @@ class SparkEngine:
         first += [self._clean(c).alias(alias) for c, alias in clean.items()]
         select: list[Any] = ["__u"] if plan.unit is not None else []
         select += gcols
-        select += [self._summand(s, F.col(clean[s.column])).alias(s.name) for s in plan.sums]
-        select += [self._cell(x, F.col(clean[x.column])).alias(c) for x, c in zip(plan.values, xcols, strict=True)]
-        select += [self._summand(s, F.col(clean[s.column])).alias(c) for s, c in zip(extra, hcols, strict=True)]
+        select += [summand(s, F.col(clean[s.column])).alias(s.name) for s in plan.sums]
+        select += [quantile_cell(x, F.col(clean[x.column])).alias(c) for x, c in zip(plan.values, xcols, strict=True)]
+        select += [summand(s, F.col(clean[s.column])).alias(c) for s, c in zip(extra, hcols, strict=True)]
         if not select:
             select = [F.lit(1).alias("__one")]
         staged = self._df.where(cond).select(*(first or [F.lit(1).alias("__one")]))

@@ -165,7 +165,7 @@ def spark_uri_frame(spark: Any, uri: str) -> Any:
 def mixed_fields(
     data_type: Any, kind: Callable[[Any], ColumnKind], native: Callable[[Any], str]
 ) -> tuple[tuple[str, ColumnKind, str], ...] | None:
-    """A mixed column's fields (name, kind, :func:`~dpkit.analytics.engines.spark._native`), or
+    """A mixed column's fields (name, kind, :func:`~dpkit.analytics.engines.spark_expressions.native_type`), or
     None when ``data_type`` is not a mixed column's struct."""
     from pyspark.sql import types as T
 
