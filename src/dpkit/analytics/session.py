@@ -71,7 +71,7 @@ from dpkit.errors import DPError, InvalidParameterError
 from dpkit.ledger.base import LedgerBackend
 from dpkit.noise.source import RNG
 
-__all__ = ["Session", "Query"]
+__all__ = ["Session"]
 
 
 _P = ParamSpec("_P")
@@ -330,7 +330,8 @@ class Session:
                 raise InvalidParameterError("spark", _short(spark), "None unless engine='spark'")
             return cls(p, memory_limit=memory_limit, temp_directory=temp_directory, **kwargs)
         duckdb_only(memory_limit, temp_directory, "engine='spark'")
-        from dpkit.analytics.engines.spark import SparkEngine, parquet_listing, read_parquet, spark_session
+        from dpkit.analytics.engines.spark import SparkEngine, spark_session
+        from dpkit.analytics.engines.spark_parquet import parquet_listing, read_parquet
 
         if spark is not None and not hasattr(getattr(spark, "read", None), "parquet"):
             raise InvalidParameterError("spark", _short(spark), "a SparkSession, or None (a local one)")

@@ -107,11 +107,10 @@ from dpkit.analytics.sql_parse import (
     _sql,
     _too_deep,
     _what,
-    parse_predicate,
 )
 from dpkit.errors import InvalidParameterError
 
-__all__ = ["parse_predicate", "compile_sql", "compile_spec"]
+__all__ = ["compile_sql", "compile_spec"]
 
 #: The bins of one column as ``group_by(bins=)`` takes them: a number of equal-width bins over
 #: the declared bounds, or the edges.

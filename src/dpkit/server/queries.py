@@ -26,8 +26,9 @@ from typing import TYPE_CHECKING, Any, cast
 
 from dpkit.analytics import aggregates as A
 from dpkit.analytics.limits import QueryLimits
+from dpkit.analytics.query import Query
 from dpkit.analytics.results import QueryCost
-from dpkit.analytics.session import Query, Session
+from dpkit.analytics.session import Session
 from dpkit.analytics.spec import QueryOptions, QuerySpec
 from dpkit.errors import AuthError, BudgetExceededError, InvalidDataError, InvalidParameterError, QueryFailedError
 from dpkit.ledger.base import BudgetRecord, LedgerBackend
@@ -114,7 +115,8 @@ def compile_request(session: Session, request: QueryRequest) -> tuple[Query, lis
     """The query ``request`` names on ``session``, and its aggregates: SQL through the analytics
     SQL subset, a spec through the same builder calls a Python user makes. Validation only:
     nothing is read, nothing is paid."""
-    from dpkit.analytics.sql import compile_sql, parse_predicate
+    from dpkit.analytics.sql import compile_sql
+    from dpkit.analytics.sql_parse import parse_predicate
 
     if (request.sql is None) == (request.spec is None):
         raise InvalidParameterError("query", None, "exactly one of 'sql' and 'query' (a JSON query spec)")

@@ -31,9 +31,10 @@ from dpkit.analytics.results import QueryCost
 from dpkit.errors import BudgetExceededError, InvalidParameterError, LimitExceededError
 from dpkit.server.errors import PaidQueryFailedError
 from dpkit.server.grants import budget_dict
+from dpkit.server.names import check_release_name
 from dpkit.server.principals import Principal
 from dpkit.server.queries import Queries, cannot_pay
-from dpkit.server.releases import Releases, Reservation, check_release_name
+from dpkit.server.releases import Releases, Reservation
 from dpkit.server.synth_size import SynthSize
 
 if TYPE_CHECKING:

@@ -52,14 +52,14 @@ from dpkit.analytics.engines.spark_expressions import (
     spark_kind,
     summand,
 )
-from dpkit.analytics.engines.spark_parquet import mixed_fields, parquet_listing, read_parquet, spark_read_mixed
+from dpkit.analytics.engines.spark_parquet import mixed_fields, spark_read_mixed
 from dpkit.analytics.plan import (
     AggregationPlan,
     GroupKey,
 )
 from dpkit.errors import InvalidParameterError
 
-__all__ = ["SparkEngine", "spark_session", "read_parquet", "parquet_listing"]  # the last two: spark_parquet
+__all__ = ["SparkEngine", "spark_session"]
 
 
 class SparkEngine:
