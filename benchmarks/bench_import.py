@@ -249,11 +249,11 @@ def main(argv: list[str] | None = None) -> int:
 
     if args.modules:
         print(f"python {sys.version.split()[0]}; best of {args.repeats} fresh interpreters (-X importtime)")
-        print(f"{'module':<20} {'best (s)':>9}  heavy modules loaded (first imported by)")
+        print(f"{'module':<24} {'best (s)':>9}  heavy modules loaded (first imported by)")
         startup = _startup_modules()
         for module in args.modules:
             m = measure(module, args.repeats, startup)
-            print(f"{m.module:<20} {m.best_s:>9.3f}  {_heavy_text(m.heavy)}")
+            print(f"{m.module:<24} {m.best_s:>9.3f}  {_heavy_text(m.heavy)}")
     if args.commands:
         print()
         print(f"command line start: {_shown(dpkit_command())}; best CPU (user + sys) of {args.repeats} processes")
