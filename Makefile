@@ -31,7 +31,7 @@ demo: $(STAMP_RUN)
 test: lint bench-smoke
 	@pg=$$(bash scripts/postgres.sh start) || echo "make test: PostgreSQL could not be started; its tests will be skipped" >&2; \
 	chromium=$$(bash scripts/chromium.sh) || echo "make test: no Chromium; the dashboard test will be skipped" >&2; \
-	DPKIT_TEST_POSTGRES_URL="$$pg" DPKIT_CHROMIUM="$$chromium" $(BIN)/python -m pytest -n 2 --doctest-modules src tests
+	DPKIT_TEST_POSTGRES_URL="$$pg" DPKIT_CHROMIUM="$$chromium" $(BIN)/python -m pytest -n 2 --dist worksteal --doctest-modules src tests
 
 # The markers are applied in tests/conftest.py; a fresh clone needs no service for this target.
 FAST_MARKERS := not (slow or statistical or spark or postgres or browser)

@@ -137,7 +137,7 @@ def _trials(tmp_path: Path, url: str, trials: int, seed: int) -> None:
 
 @pytest.mark.slow
 def test_crash_consistency_sqlite(tmp_path: Path) -> None:
-    _trials(tmp_path, f"sqlite:///{tmp_path / 'ledger.sqlite'}", trials=200, seed=8)
+    _trials(tmp_path, f"sqlite:///{tmp_path / 'ledger.sqlite'}", trials=120, seed=8)
 
 
 @pytest.mark.slow
