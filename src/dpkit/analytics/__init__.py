@@ -13,8 +13,9 @@
 
 from __future__ import annotations
 
-import importlib
 from typing import TYPE_CHECKING
+
+from dpkit._lazy import lazy_exports
 
 # Public name -> the module that defines it, imported on first use (PEP 562): a submodule such as
 # dpkit.analytics.limits (whose defaults `dpkit serve --help` shows) loads without the session,
@@ -68,17 +69,7 @@ __all__ = [
 ]
 
 
-def __getattr__(name: str) -> object:
-    module = _EXPORTS.get(name)
-    if module is None:
-        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
-    value = getattr(importlib.import_module(module), name)
-    globals()[name] = value
-    return value
-
-
-def __dir__() -> list[str]:
-    return sorted(set(globals()) | set(__all__))
+__getattr__, __dir__ = lazy_exports(__name__, _EXPORTS, __all__)
 
 
 if TYPE_CHECKING:  # static checkers see the eager imports; the runtime does not run them
