@@ -36,7 +36,7 @@ test: lint bench-smoke
 # The markers are applied in tests/conftest.py; a fresh clone needs no service for this target.
 FAST_MARKERS := not (slow or statistical or spark or postgres or browser)
 test-fast: $(STAMP_DEV)
-	DPKIT_TEST_POSTGRES_URL= DPKIT_CHROMIUM= $(BIN)/python -m pytest -n 2 -m "$(FAST_MARKERS)" tests
+	DPKIT_TEST_POSTGRES_URL= DPKIT_CHROMIUM= $(BIN)/python -m pytest -n 2 --dist worksteal -m "$(FAST_MARKERS)" tests
 
 # ruff (lint and format) on every folder of Python we write, mypy on the library; part of `make test`.
 LINTED := src tests benchmarks examples
