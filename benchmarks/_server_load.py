@@ -107,14 +107,11 @@ def threads_of(pid: int) -> int:
 
 
 def serve_options() -> dict[str, list[str]]:
-    """The option names ``dpkit serve`` accepts, by parameter name (read from the command, in
-    :mod:`dpkit.server.serve_command`, or in :mod:`dpkit.server.cli` in older code)."""
+    """The option names ``dpkit serve`` accepts, by parameter name (read from the command,
+    :mod:`dpkit.server.serve_command`)."""
     import typer
 
-    try:
-        from dpkit.server.serve_command import serve
-    except ImportError:
-        from dpkit.server.cli import serve  # type: ignore[attr-defined,no-redef]
+    from dpkit.server.serve_command import serve
 
     cli = typer.Typer()
     cli.command()(serve)

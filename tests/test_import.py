@@ -162,6 +162,7 @@ CLI_HEAVY = (
     "matplotlib",
     "numpy",
     "scipy",
+    "pydantic",  # Typer validates an unset --help flag with it (dpkit.cli sets the flag's default)
 )
 
 

@@ -78,8 +78,14 @@ app = typer.Typer(
     pretty_exceptions_enable=False,
     # `dpkit COMMAND ...` leaves the top level's --help unset (None, not False), and Typer checks a
     # flag that is not a bool with a pydantic validator: importing pydantic for it is a third of the
-    # CPU of `dpkit query --help`. A False default skips it (benchmarks/bench_import.py).
-    context_settings={"default_map": {"help": False}},
+    # CPU of `dpkit query --help`. A False default skips it (benchmarks/bench_import.py); Click
+    # hands each command group its own part of the map, so the groups get one too.
+    context_settings={
+        "default_map": {
+            "help": False,
+            **{group: {"help": False} for group in ("budget", "anonymity", "attack", "admin")},
+        }
+    },
 )
 
 
