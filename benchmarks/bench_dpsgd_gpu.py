@@ -114,9 +114,8 @@ def resnet18_gn(num_classes: int = 10, width: int = 64, groups: int = 32):
 
 def bert_task(key: str, name: str, *, lora: bool, device: str, tiny: bool, seq: int, batch: int):
     import bench_dpsgd as b
-    from transformers import BertConfig, BertForSequenceClassification
-
     import torch
+    from transformers import BertConfig, BertForSequenceClassification
 
     cfg = (
         BertConfig(

@@ -19,13 +19,13 @@ import tempfile
 import time
 
 import numpy as np
+import torch
 from sklearn.datasets import load_digits
+from torch import nn
 from torch.utils.data import DataLoader, TensorDataset
 
 import dpkit as dp
-import torch
 from dpkit.torch import make_private
-from torch import nn
 
 parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
 parser.add_argument("--seed", type=int, help="seed model and DP noise: reproducible, NOT secure (default: OS CSPRNG)")

@@ -31,16 +31,16 @@ import time
 import warnings
 
 import numpy as np
+import torch
 import torch.distributed as dist
 import torch.multiprocessing as mp
+from torch import nn
 from torch.nn.parallel import DistributedDataParallel
 from torch.utils.data import DataLoader, TensorDataset
 
-import torch
 from dpkit.accounting import RDPAccountant
 from dpkit.noise.lattice import DELTA_MARGIN
 from dpkit.torch import make_private
-from torch import nn
 
 WORLD, PER_PROCESS, EPOCHS, EPSILON, DELTA, CLIP = 2, 256, 3, 2.0, 1e-5, 1.0
 N_TRAIN, N_TEST, D = 20_000, 4_000, 20

@@ -29,9 +29,9 @@ import math
 import time
 
 import numpy as np
+import torch
 from scipy import stats
 
-import torch
 from dpkit.noise.bernoulli_exp import CHUNK
 from dpkit.torch.chacha import ChaChaStream
 from dpkit.torch.noise import LatticeNoise

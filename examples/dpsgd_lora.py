@@ -25,12 +25,12 @@ import warnings
 
 import numpy as np
 import peft
+import torch
 import transformers
+from torch import nn
 from torch.utils.data import DataLoader, TensorDataset
 
 import dpkit as dp
-import torch
-from torch import nn
 
 parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
 parser.add_argument(

@@ -23,12 +23,12 @@ import math
 import time
 
 import numpy as np
+import torch
 import transformers
+from torch import nn
 from torch.utils.data import DataLoader, TensorDataset
 
 import dpkit as dp
-import torch
-from torch import nn
 
 parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
 parser.add_argument(

@@ -22,11 +22,11 @@ import argparse
 import time
 
 import numpy as np
+import torch
+from torch import nn
 from torch.utils.data import DataLoader, TensorDataset
 
-import torch
 from dpkit.torch import make_private
-from torch import nn
 
 parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
 parser.add_argument("--seed", type=int, help="seed model and DP noise: reproducible, NOT secure (default: OS CSPRNG)")

@@ -16,8 +16,8 @@ import argparse
 import time
 
 import numpy as np
-
 import torch
+
 from dpkit.torch.federated import FederatedAveraging
 
 parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])

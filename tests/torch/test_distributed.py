@@ -36,10 +36,10 @@ if not dist.is_available() or not dist.is_gloo_available():  # pragma: no cover
     pytest.skip("torch.distributed with gloo is not available", allow_module_level=True)
 
 from scipy import stats  # noqa: E402
+from torch import nn  # noqa: E402
 from torch.utils.data import DataLoader, TensorDataset  # noqa: E402
 
 from dpkit.torch import make_private  # noqa: E402
-from torch import nn  # noqa: E402
 
 SEED = 4242
 N, PER_RANK, WORLD = 400, 20, 2

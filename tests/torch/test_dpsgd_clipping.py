@@ -14,12 +14,12 @@ import copy
 import pytest
 
 torch = pytest.importorskip("torch")
+from torch import nn  # noqa: E402
 from torch.utils.data import DataLoader, TensorDataset  # noqa: E402
 
 from dpkit.errors import DPError, InvalidParameterError  # noqa: E402
 from dpkit.torch import make_private  # noqa: E402
 from dpkit.torch.per_example import CLIP_MARGIN  # noqa: E402
-from torch import nn  # noqa: E402
 
 MODES = ("fast", "vmap")
 

@@ -13,6 +13,7 @@ import numpy as np
 import pytest
 
 torch = pytest.importorskip("torch")
+from torch import nn  # noqa: E402
 from torch.utils.data import DataLoader, IterableDataset, TensorDataset  # noqa: E402
 
 from _stats import CountingSource  # noqa: E402
@@ -29,7 +30,6 @@ from dpkit.budget import Budget  # noqa: E402
 from dpkit.errors import BudgetExceededError, DPError, InvalidDataError, InvalidParameterError  # noqa: E402
 from dpkit.torch import DPOptimizer, make_private  # noqa: E402
 from dpkit.torch.optimizer import LATTICE_DELTA_SHARE  # noqa: E402
-from torch import nn  # noqa: E402
 
 SEED = 20240611
 N, BATCH = 400, 40

@@ -9,10 +9,10 @@ import numpy as np
 import pytest
 
 torch = pytest.importorskip("torch")
+from torch import nn  # noqa: E402
 from torch.utils.data import DataLoader, TensorDataset  # noqa: E402
 
 from dpkit.torch import make_private  # noqa: E402
-from torch import nn  # noqa: E402
 
 SEED = 99
 

@@ -18,11 +18,11 @@ import pytest
 torch = pytest.importorskip("torch")
 transformers = pytest.importorskip("transformers")
 peft = pytest.importorskip("peft")
+from torch import nn  # noqa: E402
 from torch.utils.data import DataLoader, TensorDataset  # noqa: E402
 
 from dpkit.errors import DPError, InvalidParameterError  # noqa: E402
 from dpkit.torch import make_private  # noqa: E402
-from torch import nn  # noqa: E402
 
 N, B, T, VOCAB = 24, 6, 8, 100
 # peft asks transformers 5 for the renamed is_gradient_checkpointing

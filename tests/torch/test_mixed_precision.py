@@ -13,12 +13,12 @@ import numpy as np
 import pytest
 
 torch = pytest.importorskip("torch")
+from torch import nn  # noqa: E402
 from torch.utils._python_dispatch import TorchDispatchMode  # noqa: E402
 from torch.utils._pytree import tree_flatten  # noqa: E402
 from torch.utils.data import DataLoader, TensorDataset  # noqa: E402
 
 from dpkit.torch import make_private  # noqa: E402
-from torch import nn  # noqa: E402
 
 SEED = 31337
 N, BATCH = 240, 24

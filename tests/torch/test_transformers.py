@@ -27,6 +27,7 @@ import pytest
 
 torch = pytest.importorskip("torch")
 transformers = pytest.importorskip("transformers")
+from torch import nn  # noqa: E402
 from torch.utils.data import DataLoader, TensorDataset  # noqa: E402
 
 import dpkit.torch._units.matmul as matmul  # noqa: E402
@@ -34,7 +35,6 @@ import dpkit.torch.per_example as per_example  # noqa: E402
 from dpkit.errors import InvalidDataError, InvalidParameterError  # noqa: E402
 from dpkit.torch import make_private  # noqa: E402
 from dpkit.torch._units.matmul import uses_ghost_norm  # noqa: E402
-from torch import nn  # noqa: E402
 
 B, T, VOCAB = 6, 10, 100
 TOL = {torch.float64: dict(norm=1e-12, sum=1e-12), torch.float32: dict(norm=1e-5, sum=1e-5)}

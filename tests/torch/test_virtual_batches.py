@@ -11,13 +11,13 @@ import numpy as np
 import pytest
 
 torch = pytest.importorskip("torch")
+from torch import nn  # noqa: E402
 from torch.utils.data import DataLoader, TensorDataset  # noqa: E402
 
 from dpkit.accounting import SelfComposedEvent  # noqa: E402
 from dpkit.errors import DPError, InvalidParameterError  # noqa: E402
 from dpkit.torch import PoissonBatchSampler, UniformBatchSampler, make_private  # noqa: E402
 from dpkit.torch.sampling import Chunk  # noqa: E402
-from torch import nn  # noqa: E402
 
 SEED = 20240917
 N, BATCH = 400, 40

@@ -332,9 +332,8 @@ def _sklearn_losses(model: Any, X: Any, y: Any) -> NDArray[np.float64]:
 
 
 def _torch_losses(model: Any, X: Any, y: Any, batch_size: int) -> NDArray[np.float64]:
-    import torch.nn.functional as F
-
     import torch
+    import torch.nn.functional as F
 
     dtype = next((p.dtype for p in model.parameters()), torch.get_default_dtype())
     Xt = X.detach() if isinstance(X, torch.Tensor) else torch.as_tensor(np.asarray(X))

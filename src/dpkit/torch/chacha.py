@@ -31,10 +31,10 @@ from collections.abc import Callable, Iterator
 from typing import Any
 
 import numpy as np
+import torch
 from cryptography.hazmat.primitives.ciphers import Cipher, algorithms
 from numpy.typing import NDArray
 
-import torch
 from dpkit.errors import InvalidParameterError
 from dpkit.noise.source import SecureSource, resolve_rng
 

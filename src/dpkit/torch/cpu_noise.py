@@ -62,9 +62,9 @@ from functools import lru_cache
 from typing import Any, Protocol
 
 import numpy as np
+import torch
 from numpy.typing import NDArray
 
-import torch
 from dpkit.errors import InvalidParameterError
 from dpkit.noise.discrete import GaussianPlan, gaussian_decide
 from dpkit.noise.lattice import Lattice, value_limit

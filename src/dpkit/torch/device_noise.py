@@ -48,8 +48,8 @@ from functools import lru_cache
 from typing import Protocol
 
 import numpy as np
-
 import torch
+
 from dpkit.errors import InvalidParameterError
 from dpkit.noise.bernoulli_exp import decide_exp_neg, decide_exp_neg_small
 from dpkit.noise.discrete import GaussianPlan, _resolve_count, gaussian_plan

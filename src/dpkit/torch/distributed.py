@@ -50,11 +50,11 @@ from collections.abc import Callable, Sequence
 from typing import Any
 
 import numpy as np
-import torch.distributed as dist
-
 import torch
-from dpkit.errors import BudgetExceededError, InvalidParameterError
+import torch.distributed as dist
 from torch import nn
+
+from dpkit.errors import BudgetExceededError, InvalidParameterError
 
 __all__ = ["DataParallelGroup"]
 

@@ -56,9 +56,10 @@ from fractions import Fraction
 from typing import Any, Literal
 
 import numpy as np
+import torch
+from torch import nn
 from torch.func import functional_call
 
-import torch
 from dpkit import _validate as v
 from dpkit._validate import short_repr
 from dpkit.accounting.calibration import calibrate_noise_multiplier, dp_sgd_event
@@ -73,7 +74,6 @@ from dpkit.noise.lattice import (  # covers the lattice's O(2^-78) per round (mo
     exact_lattice_sum,
 )
 from dpkit.noise.source import RNG, RandomSource, resolve_rng
-from torch import nn
 
 __all__ = ["FederatedAveraging", "ClientData"]
 

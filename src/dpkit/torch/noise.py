@@ -57,8 +57,8 @@ from dataclasses import dataclass
 from fractions import Fraction
 
 import numpy as np
-
 import torch
+
 from dpkit.errors import InvalidParameterError
 from dpkit.noise.lattice import Lattice, choose_lattice, lattice_gaussian
 from dpkit.noise.source import RNG, RandomSource, resolve_rng

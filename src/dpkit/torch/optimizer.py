@@ -31,9 +31,9 @@ import warnings
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
+import torch
 from torch.utils._pytree import tree_map
 
-import torch
 from dpkit import _validate as v
 from dpkit.accounting.accountant import Accountant
 from dpkit.accounting.events import DPEvent, SelfComposedEvent

@@ -56,9 +56,10 @@ from __future__ import annotations
 
 from typing import Any
 
+import torch
+from torch import nn
 from torch.utils._pytree import tree_flatten
 
-import torch
 from dpkit.errors import DPError, InvalidDataError, InvalidParameterError
 from dpkit.torch._units.attention import AttentionUnit
 from dpkit.torch._units.base import Unit, on_tape
@@ -68,7 +69,6 @@ from dpkit.torch._units.linear import HFConv1DUnit, LinearUnit, hf_conv1d_class
 from dpkit.torch._units.normalisation import NormUnit
 from dpkit.torch._units.norms import Norms, inner
 from dpkit.torch._units.vmap import VmapUnit
-from torch import nn
 
 __all__ = ["PerExampleEngine", "CLIP_MARGIN", "MODES"]
 

@@ -40,10 +40,11 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any, NamedTuple
 
+import torch
+from torch import nn
 from torch.utils._pytree import tree_map
 from torch.utils.data import DataLoader, IterableDataset
 
-import torch
 from dpkit import _validate as v
 from dpkit.accounting.accountant import Accountant
 from dpkit.accounting.calibration import calibrate_noise_multiplier
@@ -58,7 +59,6 @@ from dpkit.torch.optimizer import DPOptimizer, _accounting_delta
 from dpkit.torch.per_example import PerExampleEngine
 from dpkit.torch.sampling import PoissonBatchSampler, UniformBatchSampler
 from dpkit.torch.validation import check_module
-from torch import nn
 
 __all__ = ["make_private", "PrivateTraining", "TrainingReport"]
 

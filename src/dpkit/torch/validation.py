@@ -11,8 +11,9 @@ weights outside the adapter layers' forward).
 
 from __future__ import annotations
 
-from dpkit.errors import InvalidParameterError
 from torch import nn
+
+from dpkit.errors import InvalidParameterError
 
 __all__ = ["check_module", "module_problems"]
 

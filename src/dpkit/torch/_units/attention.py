@@ -13,14 +13,14 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from typing import Any, cast
 
-import torch.nn.functional as F
-
 import torch
+import torch.nn.functional as F
+from torch import nn
+
 from dpkit.errors import InvalidDataError, InvalidParameterError
 from dpkit.torch._units.base import Call, Unit, describe, first_arg, on_tape
 from dpkit.torch._units.matmul import Product, concat
 from dpkit.torch._units.norms import Dense, Norms, Rep
-from torch import nn
 
 
 def _rng_state(device: torch.device) -> tuple[torch.Tensor, torch.Tensor | None]:

@@ -11,11 +11,11 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any, Protocol, cast
 
+import torch
+from torch import nn
 from torch.utils._pytree import tree_flatten, tree_unflatten
 
-import torch
 from dpkit.torch._units.norms import Dense, Norms, Rep, sumsq, weighted_sum, zero_rows
-from torch import nn
 
 
 class Recorder(Protocol):

@@ -8,12 +8,12 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import cast
 
-import torch.nn.functional as F
-
 import torch
+import torch.nn.functional as F
+from torch import nn
+
 from dpkit.torch._units.base import Call, first_arg
 from dpkit.torch._units.matmul import MatmulUnit
-from torch import nn
 
 
 def _patches(x: torch.Tensor, k: Sequence[int], d: Sequence[int], p: Sequence[int], s: Sequence[int]) -> torch.Tensor:

@@ -8,9 +8,10 @@ from __future__ import annotations
 from typing import Any, cast
 
 import torch
+from torch import nn
+
 from dpkit.torch._units.base import Call, Unit, first_arg
 from dpkit.torch._units.norms import Norms, Rep, Rows, gamma, zero_rows
-from torch import nn
 
 _F64 = torch.float64
 

@@ -8,10 +8,11 @@ from __future__ import annotations
 from typing import Any
 
 import torch
+from torch import nn
+
 from dpkit.errors import InvalidDataError
 from dpkit.torch._units.base import Call, describe, first_arg
 from dpkit.torch._units.matmul import MatmulUnit
-from torch import nn
 
 
 class LinearUnit(MatmulUnit):

@@ -13,6 +13,7 @@ from __future__ import annotations
 from typing import Any, cast
 
 import torch
+
 from dpkit.torch._units.base import Call, Unit
 from dpkit.torch._units.norms import Dense, Norms, Outer, Rep, product_eta, sumsq, weighted_sum, zero_rows
 

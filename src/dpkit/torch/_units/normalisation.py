@@ -7,10 +7,11 @@ from __future__ import annotations
 from typing import Any, cast
 
 import torch
+from torch import nn
+
 from dpkit.errors import InvalidDataError
 from dpkit.torch._units.base import Call, DenseUnit, describe, first_arg
 from dpkit.torch._units.norms import Norms
-from torch import nn
 
 _F64 = torch.float64
 

@@ -8,9 +8,9 @@ does, which is also why it refuses a module that draws random numbers inside.
 
 from __future__ import annotations
 
+import torch
 from torch.utils._pytree import tree_flatten, tree_unflatten
 
-import torch
 from dpkit.errors import InvalidParameterError
 from dpkit.torch._units.base import Call, DenseUnit
 from dpkit.torch._units.norms import Norms
