@@ -1,28 +1,12 @@
 import pandas as pd
 import pytest
 
+from _seed_tables import hospital_a
 from dpkit.anonymity import anonymity_report, equivalence_classes, k_anonymity, l_diversity
 from dpkit.errors import InvalidDataError, InvalidParameterError
 
 # Textbook table 5.2 (hospital A, names removed, age and zip generalised)
-TABLE_5_2 = pd.DataFrame(
-    {
-        "age": ["60-70", "60-70", "60-70", "60-70", "60-70", "50-60", "50-60", "50-60", "50-60"],
-        "sex": ["M", "F", "M", "F", "M", "F", "M", "M", "F"],
-        "zip": ["1901**"] * 9,
-        "dx": [
-            "heart disease",
-            "arthritis",
-            "lung cancer",
-            "Crohn's disease",
-            "lung cancer",
-            "HIV",
-            "diabetes",
-            "allergic rhinitis",
-            "gastritis",
-        ],
-    }
-)
+TABLE_5_2 = hospital_a()
 
 
 def test_textbook_table_5_2():

@@ -1,29 +1,13 @@
 import pandas as pd
 import pytest
 
+from _seed_tables import hospital_a
 from dpkit.anonymity import generalise, k_anonymity
 from dpkit.attacks import linkage_attack
 from dpkit.errors import InvalidParameterError
 
 # Textbook tables 5.2 (hospital A) and 5.3 (hospital B), generalised releases
-HOSPITAL_A = pd.DataFrame(
-    {
-        "age": ["60-70"] * 5 + ["50-60"] * 4,
-        "sex": ["M", "F", "M", "F", "M", "F", "M", "M", "F"],
-        "zip": ["1901**"] * 9,
-        "dx": [
-            "heart disease",
-            "arthritis",
-            "lung cancer",
-            "Crohn's disease",
-            "lung cancer",
-            "HIV",
-            "diabetes",
-            "allergic rhinitis",
-            "gastritis",
-        ],
-    }
-)
+HOSPITAL_A = hospital_a()
 HOSPITAL_B = pd.DataFrame(
     {
         "age": ["50-60"] * 3 + ["60-70"] * 3,
