@@ -10,6 +10,7 @@ parameters and Conv1d. Deterministic: fixed seeds, no noise involved.
 from __future__ import annotations
 
 import copy
+from typing import Any
 
 import pytest
 
@@ -117,6 +118,19 @@ def oracle(
     return total
 
 
+def _private(model: nn.Module, data: DataLoader) -> Any:
+    """``make_private`` with the settings these tests share: SGD, σ = 1, C = 1, one epoch."""
+    return make_private(
+        model,
+        torch.optim.SGD(model.parameters(), lr=0.1),
+        data,
+        noise_multiplier=1.0,
+        delta=1e-5,
+        epochs=1,
+        max_grad_norm=1.0,
+    )
+
+
 def private_sum(
     model: nn.Module, x: torch.Tensor, y: torch.Tensor, clip: float, mode: str
 ) -> tuple[list[torch.Tensor], float]:
@@ -167,15 +181,7 @@ def test_clipped_sum_matches_one_example_at_a_time(case: str, mode: str, clip: f
 def test_fast_path_is_used_where_promised() -> None:
     model = SmallCNN()
     data = DataLoader(TensorDataset(torch.randn(8, 1, 8, 8), torch.zeros(8, dtype=torch.long)), batch_size=4)
-    private = make_private(
-        model,
-        torch.optim.SGD(model.parameters(), lr=0.1),
-        data,
-        noise_multiplier=1.0,
-        delta=1e-5,
-        epochs=1,
-        max_grad_norm=1.0,
-    )
+    private = _private(model, data)
     kinds = {name: kind for name, kind, _ in private.optimizer.engine.describe()}
     assert kinds == {"conv1": "fast", "conv2": "fast", "gn": "vmap", "fc": "fast"}
 
@@ -198,15 +204,7 @@ def test_sum_then_clip_is_impossible() -> None:
     """Two forward/backward passes before a step would clip sums of examples: refused."""
     model = nn.Linear(3, 2)
     data = DataLoader(TensorDataset(torch.randn(8, 3), torch.zeros(8, dtype=torch.long)), batch_size=4)
-    _, opt, _ = make_private(
-        model,
-        torch.optim.SGD(model.parameters(), lr=0.1),
-        data,
-        noise_multiplier=1.0,
-        delta=1e-5,
-        epochs=1,
-        max_grad_norm=1.0,
-    )
+    _, opt, _ = _private(model, data)
     x = torch.randn(4, 3)
     for _ in range(2):
         nn.CrossEntropyLoss()(model(x), torch.zeros(4, dtype=torch.long)).backward()
@@ -218,15 +216,7 @@ def test_sum_then_clip_is_impossible() -> None:
 def test_no_unclipped_gradient_is_ever_formed() -> None:
     model = nn.Sequential(nn.Linear(3, 4), nn.Tanh(), nn.Linear(4, 2))
     data = DataLoader(TensorDataset(torch.randn(8, 3), torch.zeros(8, dtype=torch.long)), batch_size=4)
-    make_private(
-        model,
-        torch.optim.SGD(model.parameters(), lr=0.1),
-        data,
-        noise_multiplier=1.0,
-        delta=1e-5,
-        epochs=1,
-        max_grad_norm=1.0,
-    )
+    _private(model, data)
     nn.CrossEntropyLoss()(model(torch.randn(4, 3)), torch.zeros(4, dtype=torch.long)).backward()
     assert all(p.grad is None for p in model.parameters())
 
@@ -238,15 +228,7 @@ def test_non_finite_example_contributes_nothing() -> None:
     x, y = torch.randn(6, 3), torch.randint(0, 2, (6,))
     x[2, 1] = float("inf")
     data = DataLoader(TensorDataset(x, y), batch_size=3)
-    private = make_private(
-        model,
-        torch.optim.SGD(model.parameters(), lr=0.1),
-        data,
-        noise_multiplier=1.0,
-        delta=1e-5,
-        epochs=1,
-        max_grad_norm=1.0,
-    )
+    private = _private(model, data)
     nn.CrossEntropyLoss()(model(x), y).backward()
     sums, _, _ = private.optimizer.engine.clipped_sum(1.0, torch.float64)
     keep = torch.tensor([0, 1, 3, 4, 5])
@@ -268,15 +250,7 @@ def test_randomness_inside_a_recomputed_unit_is_refused() -> None:
 
     model = Noisy()
     data = DataLoader(TensorDataset(torch.randn(8, 3), torch.zeros(8, dtype=torch.long)), batch_size=4)
-    _, opt, _ = make_private(
-        model,
-        torch.optim.SGD(model.parameters(), lr=0.1),
-        data,
-        noise_multiplier=1.0,
-        delta=1e-5,
-        epochs=1,
-        max_grad_norm=1.0,
-    )
+    _, opt, _ = _private(model, data)
     nn.CrossEntropyLoss()(model(torch.randn(4, 3)), torch.zeros(4, dtype=torch.long)).backward()
     with pytest.raises(InvalidParameterError, match="Dropout"):
         opt.step()
