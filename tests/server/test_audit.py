@@ -38,13 +38,6 @@ def key_of(world: World) -> bytes:
     return load_key(world.db.with_name(world.db.name + ".audit-key"), create=False)
 
 
-@pytest.fixture
-def world(tmp_path: Path) -> Iterator[World]:
-    w = make_world(tmp_path)
-    yield w
-    w.close()
-
-
 @pytest.fixture(scope="module")
 def template(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, dict[str, str]]:
     """A closed world whose log ``build_log`` wrote (copied by ``logged``: building it through

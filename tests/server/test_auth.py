@@ -141,13 +141,6 @@ def shared(tmp_path_factory: pytest.TempPathFactory) -> Any:
     world.close()
 
 
-@pytest.fixture
-def world(tmp_path: Path) -> Any:
-    w = make_world(tmp_path)
-    yield w
-    w.close()
-
-
 # ------------------------------------------------------------------------------------------------
 # coverage of the route table
 # ------------------------------------------------------------------------------------------------

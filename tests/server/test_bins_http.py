@@ -9,8 +9,6 @@ Laplace of scale 1, and |noise| > 30 has probability below 2e-13 per bin."""
 from __future__ import annotations
 
 import json
-from collections.abc import Iterator
-from pathlib import Path
 from typing import Any
 
 import pandas as pd
@@ -20,16 +18,9 @@ pytest.importorskip("fastapi")
 
 import dpkit as dp  # noqa: E402
 from dpkit.analytics import Metadata  # noqa: E402
-from server._api import PEOPLE_METADATA, World, error_of, make_world  # noqa: E402
+from server._api import PEOPLE_METADATA, World, error_of  # noqa: E402
 
 QUARTERS = ["[0, 25)", "[25, 50)", "[50, 75)", "[75, 100]"]  # age is declared on [0, 100]
-
-
-@pytest.fixture
-def world(tmp_path: Path) -> Iterator[World]:
-    w = make_world(tmp_path)
-    yield w
-    w.close()
 
 
 def post(world: World, body: dict[str, Any], endpoint: str = "query") -> Any:

@@ -19,7 +19,6 @@ from __future__ import annotations
 import concurrent.futures
 import threading
 import time
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -32,7 +31,7 @@ from _live_server import live_server
 from dpkit._cancel import Cancelled
 from dpkit.server import Service, create_app
 from dpkit.server.pacing import AnswerTimes, Pacer, SynthLimits
-from server._api import World, error_of, make_world
+from server._api import World, error_of
 
 N = 150_000
 SAMPLES = 200
@@ -40,15 +39,6 @@ ALPHA = 0.001
 ANSWER_SECONDS = 2.0
 META = {"privacy_unit": "pid", "max_rows": 1, "columns": {"age": {"type": "numeric", "lower": 0, "upper": 100}}}
 SYNTH = {"epsilon": 1.0, "delta": 1e-6, "columns": ["age", "sex"], "bins": {"age": 5}, "rows": 50}
-
-
-@pytest.fixture
-def world(tmp_path: Path) -> Iterator[World]:
-    w = make_world(tmp_path)
-    try:
-        yield w
-    finally:
-        w.close()
 
 
 def _app(world: World, **settings: Any) -> Any:

@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import json
 import logging
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -18,14 +17,7 @@ from dpkit.errors import AuthError, BudgetExceededError, InvalidDataError, Inval
 from dpkit.noise.source import SecureSource, SeededSource
 from dpkit.server import JSONQuery, NotFoundError, Principal, QueryRequest, Service
 from dpkit.server.keys import key_id, looks_like_key
-from server._api import COUNT_SQL, PEOPLE_METADATA, SECRET_METADATA, World, make_world
-
-
-@pytest.fixture
-def world(tmp_path: Path) -> Iterator[World]:
-    w = make_world(tmp_path)
-    yield w
-    w.close()
+from server._api import COUNT_SQL, PEOPLE_METADATA, SECRET_METADATA, World
 
 
 def who(world: World, name: str) -> Principal:

@@ -6,24 +6,14 @@ beyond the shape of the answer and the exact amounts spent."""
 
 from __future__ import annotations
 
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
 
-from server._api import World, error_of, make_world
+from server._api import World, error_of
 
 BODY = {"epsilon": 1.0, "delta": 1e-6, "columns": ["age", "sex"], "bins": {"age": 5}, "rows": 200}
-
-
-@pytest.fixture
-def world(tmp_path: Path) -> Iterator[World]:
-    w = make_world(tmp_path)
-    try:
-        yield w
-    finally:
-        w.close()
 
 
 def test_an_analyst_gets_a_table_paid_once_and_logged(world: World) -> None:
