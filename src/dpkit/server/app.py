@@ -176,11 +176,10 @@ class ServerConfig:
             "downloads_per_hour",
             "max_synth_rounds",
             "max_synth_cells",
-            "max_connections_per_address",
         ):
             v.positive_int(getattr(self, name), name)
         v.positive_int(self.max_body_bytes, "max_body_bytes", minimum=1024)
-        check_limits(self.header_timeout, self.body_timeout, self.max_connections)
+        check_limits(**self.serving_limits())
         for name in ("data_root", "audit_key", "dataset_dir"):
             value = getattr(self, name)
             if value is not None and (not isinstance(value, str) or not value):
