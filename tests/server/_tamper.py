@@ -1,6 +1,6 @@
 """Raw SQL as an attacker with write access to the service's database (but not to the audit
-chain's key) has it: the append-only guards lifted first. Shared by the tamper tests
-(``test_integrity``, ``test_audit_spends``)."""
+chain's key) has it: the append-only guards lifted first; and the world the tamper tests
+(``test_integrity``, ``test_audit_spends``) change and then verify."""
 
 from __future__ import annotations
 
@@ -8,6 +8,11 @@ import sqlite3
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
+
+import pytest
+
+from dpkit.errors import LedgerError
+from dpkit.server import AuditEntry, Service
 
 Execute = Callable[..., list[tuple[Any, ...]]]
 
@@ -42,3 +47,28 @@ def postgres_executor(psycopg: Any, url: str) -> Execute:
             return rows
 
     return execute
+
+
+class Backend:
+    """One world to tamper with: its service (reopened after each change) and raw SQL access as
+    an attacker with write access to the database (but not to the key) would have."""
+
+    def __init__(self, open_service: Callable[[], Service], execute: Execute) -> None:
+        self.open_service, self.execute = open_service, execute
+
+    def verify(self, head: str | None = None) -> Any:
+        with self.open_service() as svc:
+            return svc.verify_log(head=head)
+
+    def refused(self, head: str | None = None) -> str:
+        with pytest.raises(LedgerError) as info:
+            self.verify(head)
+        return str(info.value)
+
+    def entries(self) -> list[AuditEntry]:
+        with self.open_service() as svc:
+            return svc.audit_entries(limit=2**62)
+
+    def spends(self) -> dict[int, tuple[str, str]]:
+        """The stored event and query text of every spend, by id."""
+        return {int(i): (e, q) for i, e, q in self.execute("SELECT id, event, query_text FROM spends", ())}

@@ -17,45 +17,20 @@ from __future__ import annotations
 
 import json
 import re
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from dataclasses import replace
 from pathlib import Path
-from typing import Any
 
 import pytest
 
-from dpkit.errors import LedgerError
 from dpkit.server import QueryRequest, Service
 from dpkit.server.audit import AuditEntry, cross_check, text_digest
 from dpkit.server.synthetic import SynthRequest
 from server._api import COUNT_SQL, PEOPLE_METADATA, write_people
-from server._tamper import postgres_executor, sqlite_executor
+from server._tamper import Backend, postgres_executor, sqlite_executor
 
 KEY = bytes(range(32))
 COLUMNS = "seq, at, actor, action, dataset, status, outcome, epsilon, delta, detail, prev_hash, hash"
-
-
-class Backend:
-    """One world: its service (reopened after each change) and raw SQL as the attacker has it."""
-
-    def __init__(self, open_service: Callable[[], Service], execute: Callable[..., list[tuple[Any, ...]]]) -> None:
-        self.open_service, self.execute = open_service, execute
-
-    def verify(self) -> Any:
-        with self.open_service() as svc:
-            return svc.verify_log()
-
-    def refused(self) -> str:
-        with pytest.raises(LedgerError) as info:
-            self.verify()
-        return str(info.value)
-
-    def entries(self) -> list[AuditEntry]:
-        with self.open_service() as svc:
-            return svc.audit_entries(limit=2**62)
-
-    def spends(self) -> dict[int, tuple[str, str]]:
-        return {int(i): (e, q) for i, e, q in self.execute("SELECT id, event, query_text FROM spends", ())}
 
 
 def build(service: Service, people: Path) -> None:

@@ -32,7 +32,7 @@ from dpkit.errors import InvalidParameterError, LedgerError, LimitExceededError
 from dpkit.server import QueryRequest, Service
 from dpkit.server.audit import GENESIS, AuditEntry, canonical, load_key, verify_chain
 from server._api import COUNT_SQL, PEOPLE_METADATA, write_people
-from server._tamper import postgres_executor, sqlite_executor
+from server._tamper import Backend, postgres_executor, sqlite_executor
 
 COLUMNS = "seq, at, actor, action, dataset, status, outcome, epsilon, delta, detail, prev_hash, hash"
 KEY = bytes(range(32))
@@ -59,29 +59,6 @@ def sqlite_template(tmp_path_factory: pytest.TempPathFactory) -> Path:
     with Service(f"sqlite:///{d / 'ledger.sqlite'}", audit_key=KEY) as svc:
         build(svc, people)
     return d
-
-
-class Backend:
-    """One world to tamper with: its service (reopened after tampering) and raw SQL access as an
-    attacker with write access to the database (but not to the key) would have."""
-
-    def __init__(
-        self, open_service: Callable[[], Service], execute: Callable[[str, tuple[Any, ...]], list[tuple[Any, ...]]]
-    ) -> None:
-        self.open_service, self.execute = open_service, execute
-
-    def verify(self, head: str | None = None) -> Any:
-        with self.open_service() as svc:
-            return svc.verify_log(head=head)
-
-    def refused(self, head: str | None = None) -> str:
-        with pytest.raises(LedgerError) as info:
-            self.verify(head)
-        return str(info.value)
-
-    def entries(self) -> list[AuditEntry]:
-        with self.open_service() as svc:
-            return svc.audit_entries(limit=2**62)
 
 
 @pytest.fixture(params=["sqlite", "postgres"])
