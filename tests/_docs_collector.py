@@ -294,3 +294,42 @@ class Runner:
             done = subprocess.run([bash, "-n", "-c", commands], capture_output=True, text=True, timeout=30)
             if done.returncode != 0:
                 raise BlockFailed(f"{b.id}: not valid shell: {done.stderr}")
+
+
+# -- the service blocks (README, getting started) ---------------------------------------------------
+
+
+def logical_lines(code: str) -> list[str]:
+    """The block's commands, one per line: continuation lines joined, blank lines dropped."""
+    lines: list[str] = []
+    pending = ""
+    for raw in code.splitlines():
+        if raw.rstrip().endswith("\\"):
+            pending += raw.rstrip()[:-1] + " "
+            continue
+        line = (pending + raw).strip()
+        pending = ""
+        if line:
+            lines.append(line)
+    return lines
+
+
+def shell_blocks(path: Path) -> list[str]:
+    return [b.code for b in parse(path, path.name) if b.lang in SHELL]
+
+
+def service_block(path: Path) -> str:
+    """The first shell block of ``path`` that starts ``dpkit serve`` and sends a ``curl``."""
+    for code in shell_blocks(path):
+        lines = logical_lines(code)
+        if any(x.startswith("dpkit serve") for x in lines) and any(x.startswith("curl ") for x in lines):
+            return code
+    raise AssertionError(f"{path.name} has no shell block with `dpkit serve` and `curl`")
+
+
+def docs_env() -> dict[str, str]:
+    """The environment a reader runs the docs' commands in: the project's `dpkit` first on PATH,
+    no ledger or audit key of the caller's."""
+    env = {k: v for k, v in os.environ.items() if k not in ("DPKIT_LEDGER", "DPKIT_AUDIT_KEY")}
+    env["PATH"] = f"{VENV_BIN}{os.pathsep}{env.get('PATH', '')}"
+    return env

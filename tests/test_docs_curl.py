@@ -21,7 +21,6 @@ from __future__ import annotations
 
 import contextlib
 import json
-import os
 import re
 import shutil
 import subprocess
@@ -31,7 +30,7 @@ from pathlib import Path
 
 import pytest
 
-from _docs_collector import ROOT, SHELL, VENV_BIN, parse
+from _docs_collector import ROOT, docs_env, logical_lines, service_block, shell_blocks
 from _live_server import free_port, until_stopped
 
 pytest.importorskip("fastapi", reason="the server extra (FastAPI) is not installed")
@@ -51,42 +50,14 @@ CONTENT_TYPE = re.compile(r"""\s+-H\s+(["'])Content-Type: application/json\1""")
 # -- reading the blocks ---------------------------------------------------------------------------
 
 
-def _logical_lines(code: str) -> list[str]:
-    """The block's commands, one per line: continuation lines joined, blank lines dropped."""
-    lines: list[str] = []
-    pending = ""
-    for raw in code.splitlines():
-        if raw.rstrip().endswith("\\"):
-            pending += raw.rstrip()[:-1] + " "
-            continue
-        line = (pending + raw).strip()
-        pending = ""
-        if line:
-            lines.append(line)
-    return lines
-
-
 def _without_comment(line: str) -> str:
     """The command without its trailing ``# comment`` (the docs' commands quote no ``#``)."""
     return re.sub(r"\s+#.*$", "", line).strip()
 
 
-def _shell_blocks(path: Path) -> list[str]:
-    return [b.code for b in parse(path, path.name) if b.lang in SHELL]
-
-
-def service_block(path: Path) -> str:
-    """The first shell block of ``path`` that starts ``dpkit serve`` and sends a ``curl``."""
-    for code in _shell_blocks(path):
-        lines = _logical_lines(code)
-        if any(x.startswith("dpkit serve") for x in lines) and any(x.startswith("curl ") for x in lines):
-            return code
-    raise AssertionError(f"{path.name} has no shell block with `dpkit serve` and `curl`")
-
-
 def curl_commands(path: Path) -> list[str]:
     """Every ``curl`` command of the shell blocks of ``path``."""
-    return [x for code in _shell_blocks(path) for x in _logical_lines(code) if x.startswith("curl ")]
+    return [x for code in shell_blocks(path) for x in logical_lines(code) if x.startswith("curl ")]
 
 
 # -- running them ---------------------------------------------------------------------------------
@@ -102,12 +73,6 @@ class Service:
     after: list[str]  # the block's commands after `dpkit serve` (curl, verify-log, ...)
 
 
-def _env() -> dict[str, str]:
-    env = {k: v for k, v in os.environ.items() if k not in ("DPKIT_LEDGER", "DPKIT_AUDIT_KEY")}
-    env["PATH"] = f"{VENV_BIN}{os.pathsep}{env.get('PATH', '')}"
-    return env
-
-
 def _serve_command(line: str, port: int) -> str:
     command = re.sub(r"\s*&$", "", _without_comment(line))
     if re.search(r"--port[ =]\d+", command):
@@ -119,9 +84,9 @@ def _serve_command(line: str, port: int) -> str:
 def running(code: str, cwd: Path) -> Iterator[Service]:
     """Run a service block up to its ``dpkit serve`` line in ``cwd``, start that line on a free
     port, and yield the running service; it is stopped (SIGTERM, then SIGKILL) at the end."""
-    lines = _logical_lines(code)
+    lines = logical_lines(code)
     at = next(i for i, x in enumerate(lines) if x.startswith("dpkit serve"))
-    env = _env()
+    env = docs_env()
     setup = "\n".join(lines[:at]) + '\nprintf "\\n__ALICE_KEY=%s\\n" "${ALICE_KEY-}"\n'
     done = subprocess.run(
         ["bash", "-e", "-o", "pipefail", "-c", setup], cwd=cwd, env=env, capture_output=True, text=True, timeout=180

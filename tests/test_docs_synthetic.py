@@ -13,28 +13,14 @@ Deterministic: the answer's shape and the amounts spent do not depend on the noi
 from __future__ import annotations
 
 import json
-import os
 import re
 import subprocess
 from pathlib import Path
 
-from _docs_collector import ROOT, VENV_BIN, parse
+from _docs_collector import ROOT, docs_env, logical_lines, parse, service_block
 
 README = ROOT / "README.md"
 GUIDE = ROOT / "docs" / "guide" / "service.md"
-
-
-def _lines(code: str) -> list[str]:
-    """The block's commands, one per line (continuation lines joined)."""
-    return [x.strip() for x in code.replace("\\\n", " ").splitlines() if x.strip()]
-
-
-def _readme_block() -> list[str]:
-    for block in parse(README, README.name):
-        lines = _lines(block.code)
-        if any(x.startswith("dpkit serve") for x in lines) and any(x.startswith("curl ") for x in lines):
-            return lines
-    raise AssertionError("README.md has no shell block with `dpkit serve` and `curl`")
 
 
 def _guide_synthetic_body() -> dict[str, object]:
@@ -49,10 +35,9 @@ def test_the_guides_synthetic_table_is_answered_within_the_readmes_grant(tmp_pat
     from dpkit.server import QueryRequest, Service
     from dpkit.server.synthetic import SynthRequest
 
-    lines = _readme_block()
+    lines = logical_lines(service_block(README))
     at = next(i for i, x in enumerate(lines) if x.startswith("dpkit serve"))
-    env = {k: v for k, v in os.environ.items() if k not in ("DPKIT_LEDGER", "DPKIT_AUDIT_KEY")}
-    env["PATH"] = f"{VENV_BIN}{os.pathsep}{env.get('PATH', '')}"
+    env = docs_env()
     setup = "\n".join(lines[:at])
     done = subprocess.run(
         ["bash", "-e", "-o", "pipefail", "-c", setup],
