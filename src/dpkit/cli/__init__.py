@@ -79,13 +79,8 @@ app = typer.Typer(
     # `dpkit COMMAND ...` leaves the top level's --help unset (None, not False), and Typer checks a
     # flag that is not a bool with a pydantic validator: importing pydantic for it is a third of the
     # CPU of `dpkit query --help`. A False default skips it (benchmarks/bench_import.py); Click
-    # hands each command group its own part of the map, so the groups get one too.
-    context_settings={
-        "default_map": {
-            "help": False,
-            **{group: {"help": False} for group in ("budget", "anonymity", "attack", "admin")},
-        }
-    },
+    # hands each command group its own part of the map, so the groups get one too (below).
+    context_settings={"default_map": {"help": False}},
 )
 
 
@@ -115,6 +110,8 @@ app.command("synth")(synth)
 app.command("serve")(serve)
 app.add_typer(admin_app, name="admin")
 app.command()(version)
+assert app.info.context_settings is not None  # given above
+app.info.context_settings["default_map"].update({g.name: {"help": False} for g in app.registered_groups})
 
 
 if __name__ == "__main__":  # pragma: no cover
