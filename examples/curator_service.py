@@ -6,8 +6,11 @@ A scripted session against a local ``dpkit serve`` (started here on a free loopb
 1. the curator (``dpkit admin``) registers the census example table — its metadata declares every
    column and the privacy unit (``person_id``), and the curator alone sees the data check of how
    well the rows conform — creates an analyst and grants her ε = 1 on it (and ε = 1, δ = 10⁻⁶ to ``publisher``, whom the curator names a publisher);
-2. the analyst previews a query's cost, runs queries over HTTP and watches her budget go down;
-3. a query her budget cannot pay for is refused with 409 — nothing is released or debited;
+2. the analyst, in Python with ``dpkit.client`` (the service's HTTP API underneath), previews a
+   query's cost, runs queries — each answer the ``QueryResult`` a local session gives — and
+   watches her budget go down;
+3. a query her budget cannot pay for is refused (409, ``BudgetExceededError``) — nothing is
+   released or debited;
 4. a ``publisher`` principal of the curator's, with its own (ε, δ) grant, publishes a synthetic
    table once; the analyst, her budget spent, downloads it for free (post-processing);
 5. the curator verifies the audit log (a keyed hash chain) and that it agrees with the ledger:
@@ -30,26 +33,14 @@ import urllib.error
 import urllib.request
 from pathlib import Path
 
+from dpkit.client import Connection, connect
+from dpkit.errors import AuthError, BudgetExceededError
+
 
 def dpkit(*args: str) -> str:
     """Run the dpkit command line; its output."""
     out = subprocess.run([sys.executable, "-m", "dpkit.cli", *args], check=True, capture_output=True, text=True)
     return out.stdout
-
-
-def call(base: str, key: str, method: str, path: str, body: dict | None = None) -> tuple[int, dict]:
-    data = None if body is None else json.dumps(body).encode()
-    request = urllib.request.Request(
-        base + path,
-        data=data,
-        method=method,
-        headers={"Authorization": f"Bearer {key}", "Content-Type": "application/json"},
-    )
-    try:
-        with urllib.request.urlopen(request, timeout=60) as response:
-            return response.status, json.loads(response.read())
-    except urllib.error.HTTPError as err:
-        return err.code, json.loads(err.read())
 
 
 def main(out: Path) -> None:
@@ -105,46 +96,42 @@ def main(out: Path) -> None:
                 time.sleep(0.05)
         print(f"\ndpkit serve is listening on {base} (dashboard at {base}/)")
 
-        # 2. The analyst's side, over HTTP.
-        status, me = call(base, "dpk_not-a-real-key-000000000000000000000000000", "GET", "/v1/me")
-        print(f"without a valid key: {status} {me['error']['code']}")
+        # 2. The analyst's side, in Python: dpkit.client speaks the service's HTTP API.
+        try:
+            connect(base, "dpk_not-a-real-key-000000000000000000000000000")
+        except AuthError as refused:
+            print(f"without a valid key: {refused.status} {refused.problem['code']}")
+        alice = connect(base, alice_key)
         sql = "SELECT sex, COUNT(*) AS jobs, AVG(income) FROM census GROUP BY sex"
-        status, cost = call(base, alice_key, "POST", "/v1/datasets/census/query/cost", {"epsilon": 0.5, "sql": sql})
-        print(
-            f"\npreview: {sql!r} would cost ε = {cost['cost']['epsilon']}; remaining ε = {cost['budget']['remaining_epsilon']}"
-        )
+        cost = alice.cost("census", sql, epsilon=0.5)
+        print(f"\npreview: {sql!r} would cost ε = {cost.epsilon}; remaining ε = {alice.remaining('census')}")
         for epsilon, text in (
             (0.5, sql),
             (0.25, "SELECT COUNT(*) FROM census WHERE age > 60"),
             (0.25, "SELECT MEDIAN(hours_per_week) FROM census"),
         ):
-            status, answer = call(
-                base, alice_key, "POST", "/v1/datasets/census/query", {"epsilon": epsilon, "sql": text}
-            )
-            print(f"\n{status} {text}")
-            for row in answer["rows"]:
-                print("   ", {k: (round(v, 1) if isinstance(v, float) else v) for k, v in row.items()})
-            print(f"    cost ε = {answer['cost']['epsilon']}, remaining ε = {answer['budget']['remaining_epsilon']}")
+            result = alice.sql("census", text, epsilon=epsilon)
+            print(f"\n{text}\n{result}")  # the QueryResult a local session returns
 
         # 3. The budget is spent: refused before any noise is drawn.
-        status, refusal = call(
-            base, alice_key, "POST", "/v1/datasets/census/query", {"epsilon": 0.1, "sql": "SELECT COUNT(*) FROM census"}
-        )
-        print(f"\n{status} {refusal['error']['code']}: {refusal['error']['message']}")
-        assert status == 409
+        try:
+            alice.sql("census", "SELECT COUNT(*) FROM census", epsilon=0.1)
+            raise AssertionError("the budget is spent: this query must be refused")
+        except BudgetExceededError as refusal:
+            print(f"\n{refusal.status} {refusal.problem['code']}: {refusal}")
 
         # 4. A synthetic table, paid once by the publisher and downloaded by anyone for free.
-        body = {"epsilon": 1, "delta": 1e-6, "columns": ["age", "sex", "education", "hours_per_week"],
-                "bins": {"age": 6, "hours_per_week": 4}, "rows": 1000, "publish": "census_synthetic"}  # fmt: skip
-        status, table = call(base, publisher_key, "POST", "/v1/datasets/census/synthetic", body)
-        print(
-            f"\n{status} published {table['release']!r}: {len(table['rows'])} synthetic rows for ε = {table['cost']['epsilon']}"
-        )
-        status, release = call(base, alice_key, "GET", "/v1/releases/census_synthetic")
-        print(f"{status} alice downloads it with no budget left: {release['rows'][:2]} …")
+        publisher = connect(base, publisher_key)
+        table = publisher.synthesize(
+            "census", epsilon=1, delta=1e-6, columns=["age", "sex", "education", "hours_per_week"],
+            bins={"age": 6, "hours_per_week": 4}, rows=1000, publish="census_synthetic",
+        )  # fmt: skip
+        print(f"\npublished {table.name!r}: {len(table.table)} synthetic rows for ε = {table.epsilon}")
+        release = alice.release("census_synthetic")
+        print(f"alice downloads it with no budget left: {release.table.head(2).to_dict('records')} …")
 
         # 5. The curator checks the audit log.
-        status, report = call(base, curator_key, "GET", "/v1/audit/verify")
+        report = Connection(base, curator_key).get("/v1/audit/verify").body  # the curator's own endpoint
         print(f"\naudit log: ok={report['ok']}, {report['entries']} entries, head {report['head'][:16]}…")
     finally:
         server.terminate()

@@ -15,7 +15,10 @@ import os
 import re
 import shutil
 import subprocess
+import sys
 import traceback
+import types
+from code import InteractiveConsole
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -170,17 +173,86 @@ def shell_commands(b: Block) -> str:
 # -- checking -------------------------------------------------------------------------------------
 
 
+class _Console(InteractiveConsole):
+    """``python``'s prompt, as a reader pasting a block into it: the lines are pushed one by one, a
+    statement runs once it is complete (an indented block ends only at a blank line, so code
+    dedented right after it is a SyntaxError there, though not in a script), and an expression
+    statement prints its value. ``run=False`` only compiles (a block that is not run must still
+    paste). The first error is kept in :attr:`error` and nothing runs after it."""
+
+    def __init__(self, b: Block, namespace: dict, *, run: bool = True) -> None:
+        super().__init__(namespace, filename=str(b.path))
+        self.block, self.run = b, run
+        self.error: BaseException | None = None
+        self._start = 0  # the block's line (0-based) where the pending statement starts
+
+    def paste(self) -> None:
+        lines = self.block.code.splitlines()
+        more = False
+        for i, line in enumerate([*lines, ""]):  # the reader's Enter after the last line
+            if not more:
+                self._start = i
+            more = self.push(line)
+            if self.error is not None:
+                return
+        if more:
+            self.error = SyntaxError(f"the block ends inside an unfinished statement (from its line {self._start + 1})")
+
+    def runsource(self, source: str, filename: str = "<input>", symbol: str = "single") -> bool:
+        # Leading blank lines put the statement at its line of the Markdown file, for tracebacks.
+        return super().runsource("\n" * (self.block.line + self._start) + source, filename, symbol)
+
+    def runcode(self, code: types.CodeType) -> None:
+        if self.run and self.error is None:
+            try:
+                exec(code, self.locals)
+            except Exception as exc:
+                self.error = exc
+
+    def showsyntaxerror(self, filename: str | None = None, **kwargs: object) -> None:
+        if self.error is None:
+            self.error = sys.exc_info()[1]
+
+
+def _show(value: object) -> None:
+    """The prompt's display of an expression statement's value (without setting ``builtins._``)."""
+    if value is not None:
+        print(repr(value))
+
+
 def _exec(b: Block, namespace: dict, cwd: Path) -> str:
-    code = compile("\n" * (b.line) + b.code, str(b.path), "exec")
+    """Run a python block as pasted into an interactive console (:class:`_Console`); its printed
+    output, or the first exception it raised."""
+    console = _Console(b, namespace)
     out = io.StringIO()
-    old = Path.cwd()
+    old, hook = Path.cwd(), sys.displayhook
     os.chdir(cwd)
+    sys.displayhook = _show
     try:
         with contextlib.redirect_stdout(out):
-            exec(code, namespace)
+            console.paste()
     finally:
+        sys.displayhook = hook
         os.chdir(old)
+    if console.error is not None:
+        raise console.error
     return out.getvalue()
+
+
+def _paste_error(exc: SyntaxError) -> str:
+    return "".join(traceback.format_exception_only(exc)) + (
+        "pasted line by line into python's prompt, an indented block (with, for, if, def) ends only at "
+        "a blank line: add one before the code dedented after it, and none inside the block"
+    )
+
+
+def _pastes(b: Block) -> None:
+    """A block that is not run must still paste: compiled statement by statement, as the prompt
+    would, raising the first SyntaxError."""
+    console = _Console(b, {}, run=False)
+    console.paste()
+    if console.error is not None:
+        raise console.error
 
 
 class Runner:
@@ -200,6 +272,11 @@ class Runner:
         """Check one block: its output (python), or "" — else BlockFailed or BlockSkipped."""
         if b.bad_marks:
             raise BlockFailed(f"{b.id}: unknown docs mark(s) {b.bad_marks}; known: {sorted(MARKS)}")
+        if b.lang == "python" and ("skip" in b.marks or ("needs-adult" in b.marks and not ADULT.is_dir())):
+            try:
+                _pastes(b)
+            except SyntaxError as exc:
+                raise BlockFailed(f"{b.id} is not run, but does not paste:\n{_paste_error(exc)}") from None
         if "skip" in b.marks:
             if not b.marks["skip"]:
                 raise BlockFailed(f"{b.id}: <!-- docs: skip (reason) --> needs a reason")
@@ -259,6 +336,8 @@ class Runner:
                 self._state[b.chain] = (b.index, namespace, cwd)
             else:
                 self._state.pop(b.chain, None)
+            if isinstance(exc, SyntaxError):
+                raise BlockFailed(f"{b.id} does not paste:\n{_paste_error(exc)}") from None
             frames = traceback.extract_tb(exc.__traceback__)
             inside = [f for f in frames if f.filename != __file__]  # the block and what it called
             error = "".join(traceback.format_list(inside[-8:])) + "".join(traceback.format_exception_only(exc))

@@ -356,6 +356,27 @@ def test_query_says_which_noise_scale_and_where_the_ledger_is(tmp_path: Path) ->
     assert doc["budget"]["ledger"] == str(ledger.resolve())
 
 
+def test_query_bounding_estimate_is_paid_and_shown(tmp_path: Path) -> None:
+    """--bounding-epsilon pays its ε on top of --epsilon, in the same debit, and prints the
+    estimate beside the disclosure of what the intervals cover; without it nothing extra is spent."""
+    data, meta, ledger = _census(tmp_path)
+    base = ["--metadata", str(meta), "--ledger", str(ledger), "--analyst", "ann"]
+    sql = "SELECT COUNT(*) FROM census"
+    plain = runner.invoke(app, ["query", str(data), sql, "--epsilon", "0.2", *base])
+    assert plain.exit_code == 0, plain.output
+    text = " ".join(plain.output.split())
+    assert "intervals cover the statistic after bounding" in text and "bounding estimate" not in text
+    paid = runner.invoke(app, ["query", str(data), sql, "--epsilon", "0.2", "--bounding-epsilon", "0.1", *base])
+    assert paid.exit_code == 0, paid.output
+    text = " ".join(paid.output.split())
+    assert "bounding estimate (paid, ε=0.1)" in text and "remaining ε=0.5" in text
+    spends = dpkit.open_ledger(ledger).list_spends(dataset_identity(data), "ann")
+    assert [round(s.epsilon_cost, 9) for s in spends] == [0.2, 0.3]
+    bad = runner.invoke(app, ["query", str(data), sql, "--epsilon", "0.2", "--bounding-epsilon", "-1", *base])
+    assert bad.exit_code != 0 and "bounding_epsilon" in " ".join(bad.output.split())
+    assert len(dpkit.open_ledger(ledger).list_spends(dataset_identity(data), "ann")) == 2  # refused unpaid
+
+
 def test_the_budget_follows_the_file_not_the_table_name(tmp_path: Path) -> None:
     """--table names the table in SQL only; a different file has no budget until one is made for
     it, and a copy of the file pays from the same budget."""

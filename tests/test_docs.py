@@ -1,8 +1,12 @@
 """The documentation is tested code: every fenced block of README.md and docs/**/*.md is a test case.
 
 * ```` ```python ```` blocks run, each document in its own namespace: a block continues the
-  blocks before it in the same document, unless it starts a fresh namespace with ``new``. A
-  block's printed output must not be cut by pandas (``...`` columns, ``[n rows x m columns]``).
+  blocks before it in the same document, unless it starts a fresh namespace with ``new``. A block
+  runs as a reader pasting it into ``python``'s prompt runs it (``code.InteractiveConsole``, fed
+  line by line, then an empty line): code dedented right after a ``with``/``for``/``if`` block
+  without a blank line between is a SyntaxError there, and an expression statement prints its
+  value. A block that is not run (``skip``) must still paste. A block's printed output must not be
+  cut by pandas (``...`` columns, ``[n rows x m columns]``).
 * ```` ```bash ````, ```` ```sh ````, ```` ```shell ```` and ```` ```console ```` blocks run only
   when marked ``run`` (with bash, ``-e -o pipefail``, in a scratch directory, with the virtual
   environment's ``bin`` first on PATH, under a timeout; in a ``console`` block only the ``$ ``
@@ -29,7 +33,7 @@ e.g. a committed version of a page written to a temporary file.
 The collector itself lives in ``tests/_docs_collector.py``. It must find the faults of the docs as
 they once were: ``tests/docs_fixtures/`` holds minimal pages reproducing them (a synopsis written
 as a command, a block using a name no block defines, a model charged to a budget whose accountant
-cannot price it), and :func:`test_the_collector_finds_the_faults_of_the_old_docs` checks that
+cannot price it, code dedented right after a block that the prompt reads as part of it), and :func:`test_the_collector_finds_the_faults_of_the_old_docs` checks that
 each is reported. (The fourth, a ``curl`` POST without ``Content-Type``, is found by
 ``tests/test_docs_curl.py``, which runs the documents' ``curl`` commands against ``dpkit serve``.)
 """
@@ -134,6 +138,12 @@ FAULTS = {
     "undefined_name.md": [(5, "NameError: name 'df' is not defined")],
     # 6: a model charged to a budget whose default accountant cannot price Gaussian noise.
     "budget_without_gaussian_accountant.md": [(12, "BasicAccountant")],
+    # Code dedented right after a `for` or `with` block: it runs as a script, but pasted into
+    # python's prompt the line is read as part of the block (a SyntaxError), a skipped block too.
+    "no_blank_line_after_a_block.md": [
+        (6, "SyntaxError: invalid syntax"),
+        (32, "is not run, but does not paste"),
+    ],
 }
 
 

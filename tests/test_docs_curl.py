@@ -20,6 +20,7 @@ serve`` in a child process.
 from __future__ import annotations
 
 import contextlib
+import io
 import json
 import re
 import shutil
@@ -30,7 +31,7 @@ from pathlib import Path
 
 import pytest
 
-from _docs_collector import ROOT, docs_env, logical_lines, service_block, shell_blocks
+from _docs_collector import ROOT, docs_env, logical_lines, parse, service_block, shell_blocks
 from _live_server import free_port, until_stopped
 
 pytest.importorskip("fastapi", reason="the server extra (FastAPI) is not installed")
@@ -179,6 +180,18 @@ def test_the_readme_curl_gets_an_answer(readme_service: Service) -> None:
                 capture_output=True, text=True, timeout=120,
             )  # fmt: skip
             assert done.returncode == 0, f"{line}: exit {done.returncode}\n{done.stdout}\n{done.stderr}"
+
+
+def test_the_readme_python_beside_the_curl_gets_an_answer(reader: Service, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The README's Python lines beside its curl (``dpkit.client``), sent to the same service
+    with the key in ``DPKIT_API_KEY``: they print a QueryResult."""
+    (block,) = [b for b in parse(README, README.name) if b.lang == "python" and "dpkit.client" in b.code]
+    assert DOCUMENTED_ADDRESS in block.code and len(logical_lines(block.code)) == 3
+    monkeypatch.setenv("DPKIT_API_KEY", reader.key)
+    printed = io.StringIO()
+    with contextlib.redirect_stdout(printed):
+        exec(block.code.replace(DOCUMENTED_ADDRESS, f"127.0.0.1:{reader.port}"), {"__name__": "__docs__"})
+    assert printed.getvalue().startswith("QueryResult(ε=0.25"), printed.getvalue()
 
 
 def test_the_readme_curl_without_content_type_is_refused_naming_the_header(reader: Service) -> None:

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import importlib.util
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -56,6 +57,31 @@ def test_the_site_builds_in_strict_mode(tmp_path: Path) -> None:
         assert built.is_file(), f"docs/guide/{stem}.md was not built"
     start = (tmp_path / "site" / "guide" / "getting-started" / "index.html").read_text(encoding="utf-8")
     assert 'id="9-a-query-over-http"' in start  # GitHub-style anchors, as the pages link them
+    # No special method in the API reference (__post_init__, __repr__, __sklearn_tags__, ...),
+    # while the classes keep their constructor's signature.
+    special = re.compile(r'id="dpkit\.[\w.]*\.__\w+__"')
+    for page in sorted((tmp_path / "site" / "reference").rglob("index.html")):
+        found = special.findall(page.read_text(encoding="utf-8"))
+        assert not found, f"{page.parent.name}: {found[:5]}"
+    ml = (tmp_path / "site" / "reference" / "ml" / "index.html").read_text(encoding="utf-8")
+    assert 'id="dpkit.ml.KMeans"' in ml and "__sklearn_clone__" not in ml
+    assert "sensitivity" in reference[reference.index('id="dpkit.mechanisms.Laplace"') :][:3000]
+
+
+def test_the_reference_leaves_out_special_methods() -> None:
+    """The griffe extension mkdocs.yml loads removes special methods from every class it reads
+    (without it, griffe lists them as public), and keeps ``__init__`` (the class's signature)."""
+    import griffe
+
+    extension = ROOT / "docs" / "reference" / "_special_members.py"
+    plain = griffe.load("dpkit.ml.kmeans", search_paths=[ROOT / "src"])
+    hidden = griffe.load(
+        "dpkit.ml.kmeans", search_paths=[ROOT / "src"], extensions=griffe.load_extensions(str(extension))
+    )
+    assert {"__sklearn_tags__", "__sklearn_clone__"} <= set(plain["KMeans"].members)  # the power check
+    members = set(hidden["KMeans"].members)
+    assert "__init__" in members and "fit" in members
+    assert not [m for m in members if m.startswith("__") and m != "__init__"], members
 
 
 def _copy_of_the_docs(tmp_path: Path) -> Path:

@@ -59,6 +59,7 @@ PACKAGES = [
     "dpkit.anonymity",
     "dpkit.attacks",
     "dpkit.audit",
+    "dpkit.client",
     "dpkit.ledger",
     "dpkit.mechanisms",
     "dpkit.ml",

@@ -36,6 +36,7 @@ _EXPORTS: dict[str, str] = {
     "anonymity": "dpkit.anonymity",
     "attacks": "dpkit.attacks",
     "audit": "dpkit.audit",
+    "client": "dpkit.client",
     "errors": "dpkit.errors",
     "ledger": "dpkit.ledger",
     "mechanisms": "dpkit.mechanisms",
@@ -90,6 +91,7 @@ __all__ = [
     "ml",
     "Session",
     "audit",
+    "client",
     "ledger",
     "Budget",
     "open_ledger",
@@ -185,7 +187,7 @@ def __dir__() -> list[str]:
 
 
 if TYPE_CHECKING:  # static checkers and IDEs see the eager imports; the runtime does not run them
-    from dpkit import accounting, analytics, anonymity, attacks, audit, errors, ledger, mechanisms, ml, noise
+    from dpkit import accounting, analytics, anonymity, attacks, audit, client, errors, ledger, mechanisms, ml, noise
     from dpkit.accounting import BasicAccountant, PLDAccountant, RDPAccountant, ZCDPAccountant
     from dpkit.analytics import Session
     from dpkit.budget import Budget

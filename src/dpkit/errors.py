@@ -47,6 +47,7 @@ class Fix:
 FIX_KINDS: dict[str, str] = {
     "declare_bounds": "declare the column's bounds in the metadata (facts: column)",
     "declare_categories": "declare the column's public categories in the metadata (facts: column)",
+    "declare_column": "declare the column, with its type (and bounds), in the metadata (facts: column)",
     "public_keys": "declare categories, give the public keys, or δ > 0 for private key selection (facts: columns)",
     "reuse_budget": "reuse the existing budget of the same (ε, δ) (facts: dataset, analyst)",
     "create_budget": "create the missing budget first (facts: dataset, analyst)",

@@ -96,7 +96,7 @@ def test_the_default_dialect_is_unchanged(tmp_path: Path) -> None:
         ({"columns": ["age", "age"]}, "columns"),
         ({"columns": ["age", 3]}, "columns"),
         ({"columns": ["age", " "]}, "columns"),
-        ({"delimiter": ";;"}, "delimiter"),
+        ({"delimiter": ";\x1f"}, "delimiter"),  # U+001F: how a delimiter of several characters is matched
         ({"delimiter": ""}, "delimiter"),
         ({"delimiter": '"'}, "delimiter"),
         ({"delimiter": "\n"}, "delimiter"),
@@ -105,6 +105,11 @@ def test_the_default_dialect_is_unchanged(tmp_path: Path) -> None:
         ({"null": ["NA", None]}, "null"),
         ({"null": "a,b"}, "null"),  # holds the delimiter
         ({"delimiter": ";", "null": ["x;y"]}, "null"),
+        ({"skip_rows": -1}, "skip_rows"),
+        ({"skip_rows": "1"}, "skip_rows"),
+        ({"skip_rows": True}, "skip_rows"),
+        ({"skip_rows": 1.0}, "skip_rows"),
+        ({"skip_rows": 1001}, "skip_rows"),
         ({"engine": "polars"}, "engine"),
     ],
 )
@@ -117,7 +122,7 @@ def test_bad_options_name_the_option(tmp_path: Path, options: dict[str, object],
 
 def test_bad_options_are_refused_before_the_file_is_opened(tmp_path: Path) -> None:
     with pytest.raises(InvalidParameterError) as caught:
-        session(tmp_path / "missing.csv", delimiter="::")
+        session(tmp_path / "missing.csv", delimiter=':"')
     assert caught.value.name == "delimiter"
     with pytest.raises(InvalidParameterError) as caught:
         dp.Session.from_csv(42, metadata=META, budget=dp.Budget(epsilon=1.0))  # type: ignore[arg-type]
@@ -155,8 +160,8 @@ def test_the_command_line_reads_the_same_options(tmp_path: Path) -> None:
     assert {r["sex"]: round(r["count"]) for r in doc["rows"]} == {"F": 3, "M": 2, "NA": 0}
     missing = runner.invoke(app, [*base, "--no-header"])
     assert missing.exit_code == 1 and "--columns is missing" in " ".join(missing.output.split())
-    bad = runner.invoke(app, [*base, "--no-header", "--columns", "age,sex", "--delimiter", "::"])
-    assert bad.exit_code == 1 and "--delimiter :: is not accepted" in " ".join(bad.output.split())
+    bad = runner.invoke(app, [*base, "--no-header", "--columns", "age,sex", "--delimiter", ':"'])
+    assert bad.exit_code == 1 and "--delimiter ':\"' is not accepted" in " ".join(bad.output.split()), bad.output
 
 
 def test_dpkit_check_reads_the_same_options(tmp_path: Path) -> None:

@@ -16,6 +16,7 @@ import pytest
 
 import dpkit as dp
 from dpkit.analytics import Categorical, Metadata, Numeric
+from dpkit.analytics.engines.base import default_table
 from dpkit.analytics.engines.duckdb import MIN_MEMORY_PER_THREAD, DuckDBEngine
 from dpkit.analytics.engines.parquet_source import parquet_files
 from dpkit.errors import InvalidParameterError, QueryFailedError
@@ -95,10 +96,23 @@ def test_a_file(tmp_path: Path) -> None:
     assert s.table == "people" and exact_count(s) == len(df)
 
 
+def test_the_table_is_named_after_the_directory(hive: tuple[Path, pd.DataFrame]) -> None:
+    """As a file is named after its stem, a directory is named after itself and a glob after its
+    last directory; ``table=`` names it otherwise, and a glob with no directory is ``data``."""
+    root, _ = hive
+    for path in (root, f"{root}/", root / "**" / "*.parquet", root / "year=*" / "*.parquet"):
+        assert session(path).table == "people", path
+    assert session(root, table="events").table == "events"
+    spark_dir = root.parent / "events.parquet"  # as Spark writes a table: a directory with a suffix
+    root.rename(spark_dir)
+    assert session(spark_dir).table == "events"
+    assert default_table("*.parquet") == "data" and default_table("s3a://bucket/events/") == "events"
+
+
 def test_a_hive_partitioned_directory(hive: tuple[Path, pd.DataFrame]) -> None:
     root, df = hive
     s = session(root)
-    assert s.table == "data" and exact_count(s) == len(df)
+    assert s.table == "people" and exact_count(s) == len(df)  # named after the directory
     assert counts_by_year(s) == df["year"].value_counts().to_dict()
 
 
@@ -232,7 +246,7 @@ def test_a_query_at_the_least_memory_allowed_is_exact(tmp_path: Path) -> None:
     write_hive(tmp_path / "big", df)
     least = f"{MIN_MEMORY_PER_THREAD * THREADS // 2**20}MiB"
     s = session(tmp_path / "big", max_rows=100, max_groups=2, memory_limit=least, temp_directory=tmp_path / "spill")
-    t = s.sql("SELECT year, COUNT(*), MEDIAN(age) FROM data GROUP BY year", epsilon=1e6).table
+    t = s.sql("SELECT year, COUNT(*), MEDIAN(age) FROM big GROUP BY year", epsilon=1e6).table
     assert dict(zip(t["year"].astype(int), t["count"].astype(int), strict=True)) == df["year"].value_counts().to_dict()
     assert t["median_age"].between(18, 90).all()
 

@@ -110,3 +110,42 @@ def test_plot_unknown_aggregate_names_the_parameter(grouped) -> None:  # type: i
     with pytest.raises(InvalidParameterError, match="aggregate") as info:
         grouped.plot(aggregate="median")
     assert info.value.name == "aggregate" and "count" in str(info.value) and "mean_age" in str(info.value)
+
+
+def _outside(fig, texts) -> list[str]:  # type: ignore[no-untyped-def]
+    """The texts drawn (partly) outside the figure, as last saved."""
+    renderer = fig.canvas.get_renderer()
+    box = fig.bbox
+    out = []
+    for t in texts:
+        if not t.get_text():
+            continue
+        e = t.get_window_extent(renderer)
+        if e.x0 < box.x0 - 0.5 or e.y0 < box.y0 - 0.5 or e.x1 > box.x1 + 0.5 or e.y1 > box.y1 + 0.5:
+            out.append(t.get_text())
+    return out
+
+
+def test_a_saved_plot_holds_its_rotated_labels_whole(tmp_path) -> None:  # type: ignore[no-untyped-def]
+    """A histogram's bin labels are rotated (more than 8 groups); the figure the plot makes lays
+    itself out, so ``savefig`` with no other option writes every label, the title and the axis
+    labels inside the image (they were once cut at its bottom edge)."""
+    h = session().histogram("age", bins=10, epsilon=1.0)
+    ax = h.plot()
+    fig = ax.figure
+    try:
+        fig.savefig(tmp_path / "age.png")
+        labels = ax.get_xticklabels()
+        assert len(labels) == 10 and all(t.get_rotation() == 90 for t in labels)
+        texts = [*labels, ax.title, ax.xaxis.label, ax.yaxis.label]
+        assert _outside(fig, texts) == []
+        # The check itself: the same plot on a figure without a layout cuts the labels.
+        bare, bare_ax = plt.subplots()
+        try:
+            h.plot(ax=bare_ax)
+            bare.savefig(tmp_path / "bare.png")
+            assert _outside(bare, bare_ax.get_xticklabels())
+        finally:
+            plt.close(bare)
+    finally:
+        plt.close(fig)

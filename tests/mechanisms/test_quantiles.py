@@ -9,6 +9,8 @@ sampler's gap probabilities equal Smith's exactly. Many draws on the same data u
 
 from __future__ import annotations
 
+import math
+from dataclasses import replace
 from pathlib import Path
 
 import mpmath
@@ -16,7 +18,7 @@ import numpy as np
 import pytest
 from scipy import stats
 
-from _stats import ALPHA, CountingSource
+from _stats import ALPHA, CountingSource, binomial_z
 from dpkit.accounting.events import ComposedEvent, ExponentialEvent
 from dpkit.audit import estimate_epsilon
 from dpkit.errors import InvalidDataError, InvalidParameterError
@@ -385,3 +387,88 @@ def test_gap_frequencies_match_smith_wide_envelope() -> None:
     obs = np.append(counts[big], counts[~big].sum())
     exp = np.append(p[big], p[~big].sum()) * n_draws
     assert stats.chisquare(obs, exp).pvalue > ALPHA
+
+
+# ---- the rank error bound (Quantile.rank_error) --------------------------------------------------------
+
+
+def _two_point_data(mech: Quantile, h: int) -> np.ndarray:
+    """h rows at 50 and h at the next lattice point: the one lattice point [50, 50 + g) is the only
+    output of rank error 0 (d* = 0), every other output is h rows off (#{x <= t} is 0 or 2h). The
+    bound is tight here: P[rank error = h] = B/(1 + B), B = (m − 1)·e^{−ε·h/2}."""
+    return np.array([50.0] * h + [50.0 + mech.granularity] * h)
+
+
+def _rank_misses(mech: Quantile, bound: float, h: int, draws: int, seed: int) -> int:
+    data = _two_point_data(mech, h)
+    out = mech._draw_many(data, draws, rng=np.random.default_rng(seed))
+    ranks = gap_index(list(data), mech.lower, mech.upper, out)  # #{x <= t}
+    return int(np.count_nonzero(np.abs(ranks - mech.q * data.size) > bound))  # d* = 0
+
+
+def _coverage_pvalue(misses: int, draws: int, confidence: float) -> float:
+    """One-sided binomial test of "misses happen with probability <= 1 − confidence"."""
+    return float(stats.binomtest(misses, draws, 1 - confidence, alternative="greater").pvalue)
+
+
+def _coverage_holds(mech: Quantile, bound: float, confidence: float) -> bool:
+    """The bound covers on two tight data sets: h = ⌊k⌋ + 1 (the true k: misses with probability
+    just below 1 − confidence, about 0.089 here) and h = ⌈0.6·k⌉ (the true k never misses; a bound
+    below 0.6·k misses with probability about 1). 20,000 draws each; the check fails when either
+    binomial test rejects at ALPHA = 1e-6, so a correct bound fails it with probability <= 2e-6."""
+    k = mech.rank_error(confidence)
+    draws = 20_000
+    for i, h in enumerate((math.floor(k) + 1, math.ceil(0.6 * k))):
+        misses = _rank_misses(mech, bound, h, draws, SEED + 40 + i)
+        if _coverage_pvalue(misses, draws, confidence) < ALPHA:
+            return False
+    return True
+
+
+def test_rank_error_is_the_utility_theorem_bound() -> None:
+    mech = Median(epsilon=1.0, lower=0.0, upper=100.0)
+    m = mech.outputs
+    assert m == 100 * 2**34  # [0, 100) on the lattice 2^-34
+    beta = 0.05
+    assert mech.rank_error(0.95) == pytest.approx(2 * (math.log(m - 1) + math.log((1 - beta) / beta)), rel=1e-12)
+    # Halving ε doubles it; the level q and the data play no part.
+    assert Median(epsilon=0.5, lower=0.0, upper=100.0).rank_error() == pytest.approx(2 * mech.rank_error())
+    assert Quantile(epsilon=1.0, q=0.9, lower=0.0, upper=100.0).rank_error() == mech.rank_error()
+    assert Quantiles(epsilon=3.0, qs=[0.25, 0.5, 0.75], lower=0.0, upper=100.0).rank_error() == mech.rank_error()
+
+
+def test_rank_error_covers_at_its_confidence() -> None:
+    """With the exact ε = 1, confidence 0.9: both tight data sets pass (see _coverage_holds)."""
+    mech = Median(epsilon=1.0, lower=0.0, upper=100.0)
+    assert _coverage_holds(mech, mech.rank_error(0.9), 0.9)
+
+
+def test_rank_error_is_nearly_attained() -> None:
+    """The bound is not loose on the tight data: with h = ⌊k⌋ + 1 misses happen with probability
+    B/(1 + B) ≈ 0.089 (computed below); 20,000 draws land within 5σ of it (false failure ~6e-7)."""
+    mech = Median(epsilon=1.0, lower=0.0, upper=100.0)
+    k = mech.rank_error(0.9)
+    h = math.floor(k) + 1
+    b = (mech.outputs - 1) * math.exp(-mech.epsilon * h / 2)
+    p = b / (1 + b)
+    assert 0.08 < p <= 0.1
+    misses = _rank_misses(mech, k, h, 20_000, SEED + 50)
+    assert abs(binomial_z(misses, 20_000, p)) < 5
+
+
+@pytest.mark.parametrize(
+    "broken",
+    [
+        pytest.param(lambda m: m.rank_error(0.9) / 4, id="bound/4"),
+        pytest.param(lambda m: replace(m, epsilon=2 * m.epsilon).rank_error(0.9), id="epsilon-misreported"),
+    ],
+)
+def test_a_broken_rank_error_fails_the_coverage_check(broken) -> None:  # type: ignore[no-untyped-def]
+    mech = Median(epsilon=1.0, lower=0.0, upper=100.0)
+    assert not _coverage_holds(mech, broken(mech), 0.9)
+
+
+@pytest.mark.parametrize("confidence", [0.0, 1.0, -0.5, float("nan"), "0.9"])
+def test_rank_error_rejects_a_bad_confidence(confidence) -> None:  # type: ignore[no-untyped-def]
+    with pytest.raises(InvalidParameterError, match="confidence"):
+        Median(epsilon=1.0, lower=0.0, upper=100.0).rank_error(confidence)

@@ -458,3 +458,20 @@ def test_rnm_large_counts_are_not_flattened_by_the_clamp(noise):
     mech = ReportNoisyMax(epsilon=1.0, noise=noise)
     for u in ([65535, 1, 2], [65536, 1, 2], [10**7, 10**7 - 5000, 2], [2**62, 1, 2]):
         assert mech.release(u, rng=np.random.default_rng(SEED)) == 0
+
+
+@pytest.mark.parametrize("monotonic", [False, True])
+def test_utility_gap_is_the_exact_tail(monotonic):
+    # One candidate at OPT and 49 at OPT − c: the chance of a bad one is exactly 1 − confidence.
+    mech = Exponential(epsilon=0.7, sensitivity=2.0, monotonic=monotonic)
+    c = mech.utility_gap(50, confidence=0.9)
+    assert c == pytest.approx((2.0 if monotonic else 4.0) / 0.7 * math.log(49 * 0.9 / 0.1), rel=1e-12)
+    p = mech.probabilities([0.0] + [-c] * 49)
+    assert p[1:].sum() == pytest.approx(0.1, rel=1e-9)
+    assert mech.utility_gap(1) == 0.0
+
+
+@pytest.mark.parametrize(("size", "confidence", "name"), [(0, 0.9, "size"), (2.5, 0.9, "size"), (5, 1.0, "confidence")])
+def test_utility_gap_bad_parameters(size, confidence, name):
+    with pytest.raises(InvalidParameterError, match=name):
+        Exponential(epsilon=1.0).utility_gap(size, confidence)

@@ -255,6 +255,8 @@ def test_analyst_spends_budget_and_is_refused(open_page, env):
     expect(result.locator(".result-table th", has_text="count_low")).to_be_visible()
     expect(result.locator(".result-table th", has_text="count_high")).to_be_visible()
     expect(result.locator(".result-table tbody tr")).to_have_count(1)
+    # what the interval covers, right under the table (a row-level count: nothing is bounded)
+    expect(result.locator(".table-wrap + p + .bounding")).to_contain_text("intervals cover the exact statistic")
     expect(result).to_contain_text("cost ε 0.4")
     expect(fill).to_have_attribute("style", _width(60))
     expect(remaining).to_have_text("remaining ε 0.6 of 1")

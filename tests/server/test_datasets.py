@@ -418,7 +418,7 @@ def test_older_service_tables_are_upgraded_in_place(env: Root, version: int) -> 
         svc.grant("alice", "people", epsilon=1.0)
         out = svc.query(svc.authenticate(key), "people", QueryRequest(epsilon=0.5, sql="SELECT COUNT(*) FROM people"))
         assert out["budget"]["spent_epsilon"] == 0.5
-    assert raw.execute("SELECT version FROM dpkit_service").fetchone() == (5,)
+    assert raw.execute("SELECT version FROM dpkit_service").fetchone() == (6,)
     assert {"engine", "files"} <= {row[1] for row in raw.execute("PRAGMA table_info(datasets)")}
     raw.close()
 

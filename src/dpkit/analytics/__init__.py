@@ -35,6 +35,9 @@ _EXPORTS: dict[str, str] = {
     "Categorical": "dpkit.analytics.metadata",
     "Metadata": "dpkit.analytics.metadata",
     "Numeric": "dpkit.analytics.metadata",
+    "Bounding": "dpkit.analytics.bounding",
+    "BoundingEstimate": "dpkit.analytics.bounding",
+    "NoisyCount": "dpkit.analytics.bounding",
     "AggregateInfo": "dpkit.analytics.results",
     "QueryCost": "dpkit.analytics.results",
     "QueryResult": "dpkit.analytics.results",
@@ -51,6 +54,9 @@ __all__ = [
     "QueryResult",
     "QueryLimits",
     "AggregateInfo",
+    "Bounding",
+    "BoundingEstimate",
+    "NoisyCount",
     "Metadata",
     "Numeric",
     "Categorical",
@@ -74,6 +80,7 @@ __getattr__, __dir__ = lazy_exports(__name__, _EXPORTS, __all__)
 
 if TYPE_CHECKING:  # static checkers see the eager imports; the runtime does not run them
     from dpkit.analytics.aggregates import Aggregate, Count, CountUnits, Mean, QuantileAgg, Std, Sum, Variance
+    from dpkit.analytics.bounding import Bounding, BoundingEstimate, NoisyCount
     from dpkit.analytics.check import check_data
     from dpkit.analytics.check_report import DataCheck
     from dpkit.analytics.limits import QueryLimits

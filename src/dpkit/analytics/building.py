@@ -16,7 +16,7 @@ from typing import Any
 
 from dpkit._validate import short_repr as _short
 from dpkit.analytics import aggregates as A
-from dpkit.analytics.declared import ColumnKind, DeclaredTable, check_bound
+from dpkit.analytics.declared import ColumnKind, DeclaredTable, check_bound, undeclared_column
 from dpkit.analytics.limits import public_key_count
 from dpkit.analytics.metadata import Categorical, Metadata, Numeric
 from dpkit.analytics.plan import And, Between, Compare, GroupKey, InList, IsNull, Not, Or, Predicate
@@ -127,7 +127,7 @@ def _check_predicate(t: DeclaredTable, p: Predicate) -> None:
         _check_predicate(t, p.part)
         return
     if p.column not in schema:
-        raise InvalidParameterError("where", p.column, f"a declared column ({', '.join(schema)})", "unknown column")
+        raise undeclared_column("where", p.column, schema)
     kind = schema[p.column]
     if kind == "unit":
         raise InvalidParameterError(
@@ -165,8 +165,10 @@ def check_group_by(
     schema = t.columns
     out = []
     for c in columns:
-        if not isinstance(c, str) or c not in schema:
-            raise InvalidParameterError("columns", _short(c), f"a declared column ({', '.join(schema)})")
+        if not isinstance(c, str):
+            raise InvalidParameterError("columns", _short(c), f"a declared column's name ({', '.join(schema)})")
+        if c not in schema:
+            raise undeclared_column("columns", c, schema)
         if schema[c] == "unit":
             raise InvalidParameterError(
                 "columns",
@@ -309,9 +311,7 @@ def check_aggregates(t: DeclaredTable, groups: Sequence[GroupKey], aggregates: o
         if spec.column is None:
             continue
         if spec.column not in schema:
-            raise InvalidParameterError(
-                "column", spec.column, f"a declared column ({', '.join(schema)})", "unknown column"
-            )
+            raise undeclared_column("column", spec.column, schema)
         spec_meta = t.metadata.columns.get(spec.column)
         if not isinstance(spec_meta, Numeric):
             declared = "the privacy unit" if spec_meta is None else f"Categorical, value_type {spec_meta.value_type!r}"

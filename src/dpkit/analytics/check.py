@@ -26,8 +26,9 @@ declared column (and of the privacy unit) falls into exactly one of these classe
   difference.
 
 A column *conforms* when it has no unreadable, out-of-bounds or outside-category values (NULLs
-are legitimate missing values, except in the privacy unit: a row without a unit is left out of
-every query). For the privacy unit the check also shows how many rows each unit has (to choose
+are legitimate missing values, except in the privacy unit — a row without a unit is left out of
+every query — and in a column declared ``"nullable": false``, whose NULLs a synthetic table
+counts in the column's first category or bin). For the privacy unit the check also shows how many rows each unit has (to choose
 ``max_rows``) and in how many groups of each categorical column a unit appears (``max_groups``).
 Declared columns missing from the source and nested (LIST, STRUCT, …) columns are reported as
 problems rather than raised: the check is meant to find them.
@@ -60,11 +61,12 @@ from __future__ import annotations
 import difflib
 import math
 import os
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
 from dpkit._validate import short_repr as _short
+from dpkit.analytics.check_norms import checked_features, norm_check
 from dpkit.analytics.check_reading import reading_check
 from dpkit.analytics.check_report import (
     MISSING_MARKERS,
@@ -214,7 +216,12 @@ def _describe(spec: Numeric | Categorical | None) -> tuple[str, ReadType]:
 
 
 def check_data(
-    source: Any, metadata: Metadata | Mapping[str, Any] | str | os.PathLike[str], *, table: str | None = None
+    source: Any,
+    metadata: Metadata | Mapping[str, Any] | str | os.PathLike[str],
+    *,
+    table: str | None = None,
+    features: Sequence[str] | None = None,
+    data_norm: float | None = None,
 ) -> DataCheck:
     """Check how well ``source`` conforms to ``metadata`` — a report for the curator only.
 
@@ -233,6 +240,10 @@ def check_data(
     table:
         The table or view to check in a DuckDB connection or database file; otherwise only the
         name shown in the report (default: the file's stem, or ``data``).
+    features, data_norm:
+        Together: also count the rows whose vector of ``features`` (declared Numeric columns, read
+        as declared) has an ℓ2 norm above ``data_norm`` — the rows a :mod:`dpkit.ml` estimator
+        given that ``data_norm`` would scale down (:attr:`DataCheck.norms`).
 
     Returns a :class:`DataCheck` with exact counts of the private data: show it to the curator,
     never to an analyst (it is not a private release and spends no budget).
@@ -245,9 +256,10 @@ def check_data(
     import duckdb
 
     meta = _metadata(metadata)
+    norms = checked_features(meta, features, data_norm)
     engine, name, opened = _engine(source, table)
     try:
-        return _scan(meta, engine, name)
+        return _scan(meta, engine, name, norms)
     except duckdb.Error as exc:  # the curator may see the engine's words
         raise InvalidDataError(
             "data", f"{name} could not be read ({exc})", "a CSV file in UTF-8, a Parquet file or a DuckDB table"
@@ -257,7 +269,7 @@ def check_data(
             opened.close()
 
 
-def _scan(meta: Metadata, engine: Any, name: str) -> DataCheck:
+def _scan(meta: Metadata, engine: Any, name: str, norms: tuple[tuple[str, ...], float] | None = None) -> DataCheck:
     physical: dict[str, ColumnKind] = engine.schema()
     unit = meta.privacy_unit
     problems: list[str] = []
@@ -409,6 +421,7 @@ def _scan(meta: Metadata, engine: Any, name: str) -> DataCheck:
                 values=tuple(top[col]),
                 bounded=isinstance(spec, Numeric) and spec.bounded,
                 listed=isinstance(spec, Categorical) and spec.categories is not None,
+                nullable=spec is None or spec.nullable,
             )
         )
 
@@ -469,4 +482,8 @@ def _scan(meta: Metadata, engine: Any, name: str) -> DataCheck:
         problems=tuple(problems),
         notes=tuple(notes),
         reading=reading_check(engine, specs, types, meta.strip_strings),
+        # A feature missing from the source is already a problem above: then no norm is counted.
+        norms=None
+        if norms is None or not set(norms[0]) <= set(types)
+        else norm_check(con, raw, typed, meta, norms[0], norms[1]),
     )

@@ -45,6 +45,8 @@ def _pct(count: int, rows: int) -> str:
 def _num(x: float | None) -> str:
     if x is None:
         return "—"
+    if x in (float("inf"), float("-inf")):  # a row norm whose squares overflow
+        return str(x)
     return f"{x:,.0f}" if x == int(x) else f"{x:.6g}"
 
 
@@ -113,6 +115,9 @@ class ColumnCheck:
     #: Whether the declaration has numeric bounds / a public category list.
     bounded: bool = False
     listed: bool = False
+    #: False when the metadata declares the column never missing (``"nullable": false``): then
+    #: its NULLs contradict the declaration.
+    nullable: bool = True
 
     @property
     def out_of_bounds(self) -> int:
@@ -129,8 +134,9 @@ class ColumnCheck:
 
     @property
     def ok(self) -> bool:
-        """Every present value conforms (and, for the privacy unit, no row lacks a unit)."""
-        return self.checked and self.nonconforming == 0 and not (self.is_unit and self.null)
+        """Every present value conforms (and, for the privacy unit or a column declared
+        ``nullable: false``, no row is NULL)."""
+        return self.checked and self.nonconforming == 0 and not ((self.is_unit or not self.nullable) and self.null)
 
     def to_dict(self) -> dict[str, Any]:
         counts = {
@@ -150,6 +156,7 @@ class ColumnCheck:
             "source_type": self.source_type,
             "is_unit": self.is_unit,
             "checked": self.checked,
+            "nullable": self.nullable,
             "ok": self.ok,
             "rows": self.rows,
             "counts": counts,
@@ -177,6 +184,65 @@ class GroupSpread:
             "max_per_unit": self.max_per_unit,
             "units_over_max_groups": self.units_over_max_groups,
         }
+
+
+@dataclass(frozen=True)
+class NormCheck:
+    """How many rows a ``data_norm`` would scale: the rows whose feature vector (the ``features``,
+    read as declared, unscaled) has an ℓ2 norm above ``data_norm``. The estimators of
+    :mod:`dpkit.ml` scale such a row down to ``data_norm`` without saying so; a large share means
+    the features want scaling (``dpkit.ml.BoundsScaler``) or a larger ``data_norm``.
+
+    ``rows``: rows with every feature present (the others are counted in ``rows_missing``);
+    ``scaled``: those with a larger norm; the norms' median, 99th percentile and maximum (None
+    without rows). ``bounded_norm``: √d when every feature has declared bounds — the
+    ``data_norm`` that the features scaled by their bounds satisfy — else None."""
+
+    features: tuple[str, ...]
+    data_norm: float
+    rows: int
+    rows_missing: int
+    scaled: int
+    norm_median: float | None
+    norm_p99: float | None
+    norm_max: float | None
+    bounded_norm: float | None
+
+    @property
+    def share(self) -> float:
+        """The share of the rows with every feature that the ``data_norm`` would scale."""
+        return _share(self.scaled, self.rows)
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "features": list(self.features),
+            "data_norm": self.data_norm,
+            "rows": self.rows,
+            "rows_missing": self.rows_missing,
+            "scaled": self.scaled,
+            "share": self.share,
+            "norm_median": self.norm_median,
+            "norm_p99": self.norm_p99,
+            "norm_max": self.norm_max,
+            "bounded_norm": self.bounded_norm,
+        }
+
+    def lines(self) -> list[str]:
+        """The finding in words."""
+        n = self.rows_missing
+        missing = f"; {n:,} row{'s' if n != 1 else ''} with a missing feature not counted" if n else ""
+        out = [
+            f"data_norm={_num(self.data_norm)} over ({', '.join(map(repr, self.features))}): {self.scaled:,} of "
+            f"{self.rows:,} rows ({_pct(self.scaled, self.rows)}) have a larger ℓ2 norm and would be scaled down"
+            f"{missing}",
+            f"    row norms: median {_num(self.norm_median)}, 99% {_num(self.norm_p99)}, max {_num(self.norm_max)}",
+        ]
+        if self.scaled and self.bounded_norm is not None:
+            out.append(
+                "    scaled by their declared bounds (dpkit.ml.BoundsScaler), every row has norm at most "
+                f"√{len(self.features)} = {_num(self.bounded_norm)}: use that as data_norm"
+            )
+        return out
 
 
 @dataclass(frozen=True)
@@ -350,6 +416,8 @@ class DataCheck:
     notes: tuple[str, ...] = ()
     #: What the reader repaired or skipped (None: nothing to report for this kind of source).
     reading: ReadingCheck | None = None
+    #: The rows a given ``data_norm`` would scale (None: not asked for).
+    norms: NormCheck | None = None
 
     @property
     def ok(self) -> bool:
@@ -377,6 +445,7 @@ class DataCheck:
             "problems": list(self.problems),
             "notes": list(self.notes),
             "reading": None if self.reading is None else self.reading.to_dict(),
+            "norms": None if self.norms is None else self.norms.to_dict(),
         }
 
     # -- text ----------------------------------------------------------------------------------
@@ -420,6 +489,11 @@ class DataCheck:
         """The lines below the table: non-conforming values, ranges, the unit, problems, the verdict."""
         lines: list[str] = []
         for c in self.columns:
+            if c.checked and not c.nullable and c.null:
+                lines.append(
+                    f"{c.name}: declared nullable: false, but {c.null:,} rows are NULL (a synthetic table "
+                    "counts each in the column's first category or first bin)"
+                )
             if c.checked and c.out_of_bounds:
                 lines.append(
                     f"{c.name}: {c.below:,} below and {c.above:,} above the bounds (queries clip them); "
@@ -460,6 +534,7 @@ class DataCheck:
                     f"{g.units_over_max_groups:,} units in more than {u.max_groups}"
                 )
         lines += [] if self.reading is None else self.reading.lines()
+        lines += [] if self.norms is None else self.norms.lines()
         lines += [f"note: {n}" for n in self.notes]
         lines += [f"problem: {p}" for p in self.problems]
         bad = [c.name for c in self.columns if c.checked and not c.ok]

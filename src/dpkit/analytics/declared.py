@@ -10,7 +10,7 @@ privacy under fire", on why a refusal that reads the data leaks it).
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from typing import Literal
 
@@ -18,9 +18,12 @@ from dpkit import _validate as v
 from dpkit._validate import Neighbours
 from dpkit.analytics.limits import QueryLimits
 from dpkit.analytics.metadata import Metadata
-from dpkit.errors import InvalidParameterError
+from dpkit.errors import Fix, InvalidParameterError
 
-__all__ = ["DeclaredTable", "ColumnKind", "check_bound"]
+__all__ = ["DeclaredTable", "ColumnKind", "check_bound", "undeclared_column"]
+
+#: How many declared names an unknown-column message lists before it says how many more there are.
+_LISTED = 20
 
 #: A declared column's kind as queries see it (see Metadata.kind); ``unit`` is the privacy-unit
 #: column when it is not declared itself (usable as the unit and in COUNT(DISTINCT ...) only).
@@ -68,3 +71,27 @@ def check_bound(name: str, value: object, default: int | None, unit: str | None)
             "set privacy_unit= to bound a person's contributions",
         )
     return n
+
+
+def undeclared_column(name: str, column: object, declared: Iterable[str]) -> InvalidParameterError:
+    """The refusal of a column that the metadata does not declare (parameter ``name``).
+
+    It says that the column is not *declared* — a column missing from the metadata is the usual
+    cause, most of all for a table opened without ``metadata=`` — and lists the declared names.
+    Only those: they are the curator's public declaration (an analyst of the service sees them in
+    the dataset's schema), while the source's other columns are names only the data holds, so
+    the message, like every refusal, depends on the declaration alone."""
+    names = list(declared)
+    shown = ", ".join(repr(c) for c in names[:_LISTED])
+    if len(names) > _LISTED:
+        shown += f" and {len(names) - _LISTED} more"
+    text = v.short_repr(column, 80)
+    fix = Fix("declare_column", f"Metadata(columns={{{text}: ...}})", {"column": column})
+    return InvalidParameterError(
+        name,
+        column if not isinstance(column, str) else column[:200],
+        f"a column declared in the metadata (declared: {shown or 'none'})",
+        f"unknown column: {text} is not declared in the metadata; only declared columns can be queried "
+        f"(their declared types and bounds set the noise); declare it with {fix.text}",
+        fix=fix,
+    )

@@ -28,6 +28,7 @@ import pandas as pd
 
 from dpkit.accounting.events import ComposedEvent, DPEvent
 from dpkit.analytics import aggregates as A
+from dpkit.analytics.bounding import check_bounding_engine
 from dpkit.analytics.engines.base import EXACT_INTEGER_LIMIT, Engine
 from dpkit.analytics.limits import json_text_bounds
 from dpkit.analytics.plan import AggregationPlan, SumSpec
@@ -95,8 +96,9 @@ def execute(priced: Priced, engine: Engine, payer: Payer, rng: RNG) -> QueryResu
     src = resolve_rng(rng)
     # The salt keys the bounding priorities: randomness, not data, so drawing it first is free.
     plan = replace(priced.plan, salt=int(uniform_below(2**62, 1, rng=src)[0]))
+    check_bounding_engine(priced.bounding, engine)  # an estimate this engine cannot count: refused unpaid
     # ---- pay: a refusal raises here, before the engine has touched a row ----
-    spend_id = payer.pay(priced.event, priced.options.epsilon, priced.delta, priced.text)
+    spend_id = payer.pay(priced.event, priced.epsilon, priced.delta, priced.text)
     # ---- compute and release: total functions; any failure keeps the debit, says nothing ----
     try:
         return _release_all(priced, plan, engine, payer, src, rng, spend_id)
@@ -145,8 +147,12 @@ def _release_all(
             mech_q, ev_q = payload
             est = _quantiles(p, mech_q, frame, cells, p.uses[i]["values"], src)
             out[name], out[f"{name}_low"], out[f"{name}_high"] = est, np.nan, np.nan
+            # Its accuracy: a rank error bound from ε, q and the grid alone (free, data-independent).
+            rank = mech_q.rank_error(opts.confidence)
             infos.append(
-                AggregateInfo(name, spec.kind, spec.column, eps_i, 0.0, "exponential", math.nan, math.nan, ev_q)
+                AggregateInfo(
+                    name, spec.kind, spec.column, eps_i, 0.0, "exponential", math.nan, math.nan, ev_q, rank_error=rank
+                )
             )
             continue
         noisy = {}
@@ -183,6 +189,7 @@ def _release_all(
             f"TRUNCATED: the first {len(table)} of the {released} released groups in key order are shown "
             f"(max_result_rows={limits.max_result_rows}, max_response_bytes={limits.max_response_bytes})"
         )
+    notes.extend(_quantile_notes(p.aggregates, infos, table, opts.confidence))
     groups_bound = p.G if built.groups else 1
     if t.unit is not None:
         notes.append(
@@ -193,6 +200,8 @@ def _release_all(
     seeded = is_seeded(rng)
     if seeded:
         notes.append("SEEDED randomness: reproducible and NOT private (tests and teaching only)")
+    # What bounding did: always said; estimated, with its own noise, only when paid for.
+    bounding = p.bounding.release(engine, plan, opts.confidence, src)
     try:
         remaining = payer.remaining
     except LedgerError:
@@ -201,7 +210,7 @@ def _release_all(
         table=table,
         aggregates=tuple(infos),
         groups=tuple(g.column for g in built.groups),
-        epsilon=opts.epsilon,
+        epsilon=p.epsilon,
         delta=p.delta,
         event=p.event,
         confidence=opts.confidence,
@@ -215,6 +224,7 @@ def _release_all(
         neighbours=t.neighbours,
         seeded=seeded,
         truncated=truncated,
+        bounding=bounding,
     )
 
 
@@ -402,6 +412,46 @@ def _quantiles(
     for r, key in enumerate(frame[gcols].itertuples(index=False, name=None)):  # one draw per released group
         out[r] = _quantile_one(mech, groups.get(tuple(key), empty), src)
     return out
+
+
+def _quantile_notes(
+    specs: tuple[A.Aggregate, ...], infos: list[AggregateInfo], table: pd.DataFrame, confidence: float
+) -> list[str]:
+    """One note per quantile: its rank error bound k (rows) and what it means for the groups.
+
+    With a COUNT(*) in the same result, each group's noisy count n̂ (at least 1) turns k into a
+    quantile level q ± k/n̂, and a WARNING says in how many groups k >= n̂/2: there the bound allows
+    any value between the declared bounds. Without one, the note gives the group size below which
+    the bound says little. Post-processing of released values only: no data, no budget."""
+    counts = next((table[a.name].to_numpy(dtype=np.float64) for a in infos if a.kind == "count"), None)
+    levels = {s.name: s.q for s in specs if isinstance(s, A.QuantileAgg)}
+    notes = []
+    for a in infos:
+        if a.name not in levels:
+            continue
+        k = a.rank_error
+        head = (
+            f"{a.name}: rank error at most {k:.1f} rows with {confidence:.4g} confidence in each group "
+            "(beyond the grid step holding the quantile)"
+        )
+        if counts is None or counts.size == 0:
+            notes.append(f"{head}; it says little about a group of fewer than {2 * k:.0f} rows (COUNT(*) tells)")
+            continue
+        band = k / np.maximum(counts, 1.0)
+        wide = band >= 0.5
+        parts = [head]
+        if wide.any():
+            parts.append(
+                f"in {int(wide.sum())} of {counts.size} group(s) k is at least half the noisy count: "
+                "there the released value may lie anywhere between the declared bounds"
+            )
+        if not wide.all():
+            lo, hi = float(band[~wide].min()), float(band[~wide].max())
+            span = f"±{hi:.2g}" if f"{lo:.2g}" == f"{hi:.2g}" else f"±{lo:.2g} to ±{hi:.2g}"
+            where = "in the other groups" if wide.any() else "in each group"
+            parts.append(f"{where} a quantile level of {levels[a.name]:g} {span} by the noisy counts")
+        notes.append(("WARNING: " if wide.any() else "") + "; ".join(parts))
+    return notes
 
 
 def _quantile_one(mech: CandidateQuantile, counts: np.ndarray, src: RandomSource) -> float:

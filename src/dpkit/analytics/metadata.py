@@ -12,7 +12,11 @@ person's row must not change a column's type, its bounds or its key set. The met
   curator vouches that every row is a different person) — exactly one of them,
 * the contribution bounds per unit (``max_groups``, ``max_rows``),
 * the reading rule for text: ``strip_strings`` (default True) removes surrounding whitespace, so
-  UCI Adult's ``' Male'`` reads as ``'Male'``.
+  UCI Adult's ``' Male'`` reads as ``'Male'``,
+* per column, ``nullable`` (default True): False declares that the column is never missing.
+  Synthetic data uses it (:mod:`dpkit.synth`: such a column gets no missing cell, so a synthetic
+  table never invents a missing value in it) and ``dpkit check`` counts the NULLs that contradict
+  it; queries read the column as before.
 
 Every source is read through these declarations. A value that does not conform to its column's
 declared type becomes NULL (never an error, never a type change): text that is not a number in a
@@ -61,19 +65,39 @@ MAX_BOUND = 2.0**60
 MAX_INTEGER = 2**53
 
 
-@dataclass(frozen=True)
+def _check_nullable(value: object, name: str = "nullable") -> None:
+    if not isinstance(value, bool):
+        raise InvalidParameterError(
+            name, _short(value), "True (the default: the column may be missing) or False (it never is)"
+        )
+
+
+def _with_nullable(text: str, nullable: bool) -> str:
+    """A column's repr, ``nullable=False`` shown only when declared (the default stays unsaid)."""
+    return text if nullable else text[:-1] + ", nullable=False)"
+
+
+@dataclass(frozen=True, repr=False)
 class Numeric:
     """A numeric column, read as a double (values that are not finite numbers become NULL).
 
     With ``lower`` and ``upper`` (both or neither) it can be summed, averaged and ranked: values
     are clipped to [lower, upper] first, and sensitivities come from these bounds. Without them
     it can still be filtered on and grouped by ``bins``.
+
+    ``nullable=False`` declares the column never missing (a public fact, like the bounds): a
+    synthetic table then has no missing cell for it (:mod:`dpkit.synth`). Queries are unchanged.
     """
 
     lower: float | None = None
     upper: float | None = None
+    nullable: bool = True
+
+    def __repr__(self) -> str:
+        return _with_nullable(f"Numeric(lower={self.lower!r}, upper={self.upper!r})", self.nullable)
 
     def __post_init__(self) -> None:
+        _check_nullable(self.nullable)
         if self.lower is None and self.upper is None:
             return
         if self.lower is None or self.upper is None:
@@ -105,7 +129,7 @@ def _category_type(c: object) -> ValueType | None:
     return None
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, repr=False)
 class Categorical:
     """A categorical column read as ``value_type`` (``"string"``, ``"integer"`` or
     ``"boolean"``; by default the type of the declared categories, else ``"string"``).
@@ -113,12 +137,23 @@ class Categorical:
     ``categories`` is the curator's public list of keys: a group-by reports exactly these keys (a
     row whose value is not among them belongs to no group). Without it (None) the keys are
     private and a group-by must select them with δ > 0.
+
+    ``nullable=False`` declares every value one of the categories, never missing: a synthetic
+    table then has no cell for "missing or unlisted" in this column (:mod:`dpkit.synth`).
+    Queries are unchanged.
     """
 
     categories: tuple[Any, ...] | None = None
     value_type: ValueType | None = None
+    nullable: bool = True
+
+    def __repr__(self) -> str:
+        return _with_nullable(
+            f"Categorical(categories={self.categories!r}, value_type={self.value_type!r})", self.nullable
+        )
 
     def __post_init__(self) -> None:
+        _check_nullable(self.nullable)
         vt = self.value_type
         if vt is not None and vt not in VALUE_TYPES:
             raise InvalidParameterError("value_type", vt, "'string', 'integer' or 'boolean'")
@@ -158,26 +193,29 @@ def _column_from_dict(name: str, spec: object) -> ColumnSpec:
             f"columns.{name}", _short(spec), "an object such as {'type': 'numeric', 'lower': 0, 'upper': 1}"
         )
     kind = spec.get("type")
+    nullable = spec.get("nullable", True)
+    if kind in ("numeric", "categorical"):
+        _check_nullable(nullable, f"columns.{name}.nullable")
     if kind == "numeric":
-        extra = set(spec) - {"type", "lower", "upper"}
+        extra = set(spec) - {"type", "lower", "upper", "nullable"}
         if extra:
             raise InvalidParameterError(
                 f"columns.{name}",
                 _short(dict(spec)),
-                "a numeric column with keys among type, lower, upper",
+                "a numeric column with keys among type, lower, upper, nullable",
                 f"unknown keys {sorted(extra)}",
             )
-        return Numeric(spec.get("lower"), spec.get("upper"))
+        return Numeric(spec.get("lower"), spec.get("upper"), nullable)
     if kind == "categorical":
-        extra = set(spec) - {"type", "categories", "value_type"}
+        extra = set(spec) - {"type", "categories", "value_type", "nullable"}
         if extra:
             raise InvalidParameterError(
                 f"columns.{name}",
                 _short(dict(spec)),
-                "a categorical column with keys among type, categories, value_type",
+                "a categorical column with keys among type, categories, value_type, nullable",
                 f"unknown keys {sorted(extra)}",
             )
-        return Categorical(spec.get("categories"), spec.get("value_type"))
+        return Categorical(spec.get("categories"), spec.get("value_type"), nullable)
     raise InvalidParameterError(f"columns.{name}.type", kind, "'numeric' or 'categorical'")
 
 
@@ -275,6 +313,8 @@ class Metadata:
                 cols[name] = {"type": "categorical", "value_type": spec.value_type} | (
                     {} if spec.categories is None else {"categories": list(spec.categories)}
                 )
+            if not spec.nullable:
+                cols[name]["nullable"] = False
         out: dict[str, Any] = {"columns": cols}
         for name in ("privacy_unit", "max_groups", "max_rows"):
             if getattr(self, name) is not None:

@@ -19,6 +19,10 @@ on the quantisation grid of :mod:`dpkit.analytics.plan`, exactly. Quantiles use 
 mechanism per group with ε/(F·R), so that a unit's R rows in each of its F groups cost ε in all,
 over a candidate grid from the declared bounds, scored from the engine's cell counts
 (:class:`~dpkit.mechanisms.candidate_quantile.CandidateQuantile`; McSherry & Talwar 2007).
+
+With ``bounding_epsilon`` the event also holds the estimate of what bounding left out (units
+that lost rows: ℓ1 1; kept rows outside the bounds: ℓ1 G·R, under either relation), priced here
+with the rest (:mod:`dpkit.analytics.bounding`); ``Priced.epsilon`` is then ε + ``bounding_epsilon``.
 """
 
 from __future__ import annotations
@@ -45,6 +49,7 @@ from dpkit.accounting.events import (
 )
 from dpkit.accounting.rounding import to_decimal_down, to_float_down
 from dpkit.analytics import aggregates as A
+from dpkit.analytics.bounding import BoundingReport, bounding_report, total_epsilon
 from dpkit.analytics.building import Built, build, check_aggregates, public_counts, public_key_count_of
 from dpkit.analytics.declared import DeclaredTable
 from dpkit.analytics.key_selection import KeySelector, key_selector
@@ -105,10 +110,17 @@ class Priced:
     R: int
     selector: KeySelector | None
     sizes: Sizes
+    bounding: BoundingReport
+
+    @property
+    def epsilon(self) -> float:
+        """The ε this query debits: its own, plus ``bounding_epsilon`` when it asks for the
+        estimate of what bounding left out (:mod:`dpkit.analytics.bounding`)."""
+        return total_epsilon(self.options.epsilon, self.options.bounding_epsilon)
 
     def cost(self) -> QueryCost:
         """What paying for this query debits."""
-        return QueryCost(epsilon=self.options.epsilon, delta=self.delta, event=self.event, text=self.text)
+        return QueryCost(epsilon=self.epsilon, delta=self.delta, event=self.event, text=self.text)
 
     def bounds(self, column: str) -> tuple[float, float]:
         """The declared [lower, upper] of a bounded numeric column."""
@@ -373,6 +385,9 @@ def _price(
             events.append(mech_p.event)
             mechs.append((label, col, mech_p, l1 * twice, math.sqrt(l2sq) * twice))
         pending.append((i, "noisy", mechs))
+    # The estimate of what bounding left out, when asked for: in the same event, paid in the same debit.
+    report = bounding_report(plan, bool(built.groups), G, R, options.bounding_epsilon, t.neighbours)
+    events.extend(report.events)
     event: DPEvent = events[0] if len(events) == 1 else ComposedEvent(tuple(events))
     total_delta = sel_delta + sum(d for k, d in deltas.items() if k != "selection")
     selector = None
@@ -380,7 +395,8 @@ def _price(
         selector = key_selector(
             epsilon=sel_eps, delta=sel_delta, fan_out=fan_out, strategy=options.key_selection, neighbours=t.neighbours
         )
-    sizes = _sizes(t, built, aggregates, private, event)  # refuses an answer over max_response_bytes, before paying
+    # refuses an answer over max_response_bytes, before paying
+    sizes = _sizes(t, built, aggregates, private, event, report.json_bytes())
     return Priced(
         t,
         built,
@@ -402,6 +418,7 @@ def _price(
         R,
         selector,
         sizes,
+        report,
     )
 
 
@@ -440,7 +457,14 @@ def _literal_bytes(values: Sequence[Any]) -> int:
     return out
 
 
-def _sizes(t: DeclaredTable, built: Built, aggregates: Sequence[A.Aggregate], private: bool, event: DPEvent) -> Sizes:
+def _sizes(
+    t: DeclaredTable,
+    built: Built,
+    aggregates: Sequence[A.Aggregate],
+    private: bool,
+    event: DPEvent,
+    bounding: int = 0,
+) -> Sizes:
     """An upper bound on the answer's JSON size from the request and the metadata (see
     :mod:`dpkit.analytics.limits`); refuses, before paying, an answer that cannot fit
     ``max_response_bytes`` — with public keys, all of it; with private keys, one row."""
@@ -464,13 +488,17 @@ def _sizes(t: DeclaredTable, built: Built, aggregates: Sequence[A.Aggregate], pr
         else:
             row += JSON_NUMBER_BYTES
     names = [cast(str, agg.name) for agg in aggregates]  # set to the default when not given
-    for name in names:
+    for name, agg in zip(names, aggregates, strict=True):
         for suffix in ("", "_low", "_high"):
             row += json_text_bound(name + suffix) + 4 + JSON_NUMBER_BYTES
+        if agg.kind in ("mean", "var", "std"):  # the row's own scale, in the aggregate's "scales"
+            row += JSON_NUMBER_BYTES + 2
     # Everything around the rows: the aggregates' descriptions, the event, the notes, the
     # privacy unit and the fixed fields, with room for a caller's envelope (a service adds
-    # the dataset's name, the cost and the budget).
-    overhead = 4096 + len(json.dumps(event_to_dict(event)))
+    # the dataset's name, the cost and the budget). The event counts twice: whole, and split
+    # into each aggregate's part of it (their wrappers are within the aggregates' 512 bytes).
+    overhead = 4096 + 2 * len(json.dumps(event_to_dict(event)))
+    overhead += bounding  # what bounding did, said in words and fields (analytics.bounding)
     overhead += sum(
         512 + 2 * json_text_bound(name) + json_text_bound(agg.column or "")
         for name, agg in zip(names, aggregates, strict=True)

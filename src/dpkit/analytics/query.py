@@ -7,8 +7,10 @@ debit first, then the engine and the noise). :meth:`Query.spec` gives the same q
 :class:`~dpkit.analytics.spec.QuerySpec`, the form SQL and the service's JSON compile to.
 
 Every aggregate method takes the spending options as keyword-only arguments — ``epsilon``
-(required), ``delta``, ``noise``, ``confidence``, ``key_selection``, ``split`` — with the
-defaults and checks of :class:`~dpkit.analytics.spec.QueryOptions`, and ``rng`` for the noise.
+(required), ``delta``, ``noise``, ``confidence``, ``key_selection``, ``split``,
+``bounding_epsilon`` (an optional, paid estimate of what contribution bounding left out:
+:mod:`dpkit.analytics.bounding`) — with the defaults and checks of
+:class:`~dpkit.analytics.spec.QueryOptions`, and ``rng`` for the noise.
 """
 
 from __future__ import annotations
@@ -18,6 +20,7 @@ from dataclasses import dataclass, replace
 from typing import Any, Protocol
 
 from dpkit.analytics import aggregates as A
+from dpkit.analytics.bounding import check_bounding_engine
 from dpkit.analytics.building import Built, check_aggregates, check_bounds, check_group_by, check_where, spec_keys
 from dpkit.analytics.declared import DeclaredTable
 from dpkit.analytics.engines.base import Engine
@@ -56,7 +59,7 @@ _NOISE: Noise = QueryOptions.noise
 _CONFIDENCE: float = QueryOptions.confidence
 _KEY_SELECTION: str = QueryOptions.key_selection
 #: The options each single-aggregate method passes on to :meth:`Query.aggregate`.
-_PASSED_ON = ("epsilon", "delta", "noise", "confidence", "key_selection", "split", "rng")
+_PASSED_ON = ("epsilon", "delta", "noise", "confidence", "key_selection", "split", "bounding_epsilon", "rng")
 
 
 @dataclass(frozen=True)
@@ -121,6 +124,7 @@ class Query:
         confidence: float = _CONFIDENCE,
         key_selection: str = _KEY_SELECTION,
         split: Sequence[float] | None = None,
+        bounding_epsilon: float | None = None,
         rng: RNG = None,
     ) -> QueryResult:
         """The number of rows (per group), each unit contributing at most max_rows per group."""
@@ -135,6 +139,7 @@ class Query:
         confidence: float = _CONFIDENCE,
         key_selection: str = _KEY_SELECTION,
         split: Sequence[float] | None = None,
+        bounding_epsilon: float | None = None,
         rng: RNG = None,
     ) -> QueryResult:
         """The number of distinct privacy units (per group)."""
@@ -150,6 +155,7 @@ class Query:
         confidence: float = _CONFIDENCE,
         key_selection: str = _KEY_SELECTION,
         split: Sequence[float] | None = None,
+        bounding_epsilon: float | None = None,
         rng: RNG = None,
     ) -> QueryResult:
         """The sum of ``column``'s values, clipped to its declared bounds."""
@@ -165,6 +171,7 @@ class Query:
         confidence: float = _CONFIDENCE,
         key_selection: str = _KEY_SELECTION,
         split: Sequence[float] | None = None,
+        bounding_epsilon: float | None = None,
         rng: RNG = None,
     ) -> QueryResult:
         """The mean of ``column``'s clipped values."""
@@ -180,6 +187,7 @@ class Query:
         confidence: float = _CONFIDENCE,
         key_selection: str = _KEY_SELECTION,
         split: Sequence[float] | None = None,
+        bounding_epsilon: float | None = None,
         rng: RNG = None,
     ) -> QueryResult:
         """The (population) variance of ``column``'s clipped values."""
@@ -195,6 +203,7 @@ class Query:
         confidence: float = _CONFIDENCE,
         key_selection: str = _KEY_SELECTION,
         split: Sequence[float] | None = None,
+        bounding_epsilon: float | None = None,
         rng: RNG = None,
     ) -> QueryResult:
         """The standard deviation of ``column``'s clipped values."""
@@ -211,6 +220,7 @@ class Query:
         confidence: float = _CONFIDENCE,
         key_selection: str = _KEY_SELECTION,
         split: Sequence[float] | None = None,
+        bounding_epsilon: float | None = None,
         rng: RNG = None,
     ) -> QueryResult:
         """The ``q``-quantile of ``column``'s clipped values (exponential mechanism per group)."""
@@ -226,6 +236,7 @@ class Query:
         confidence: float = _CONFIDENCE,
         key_selection: str = _KEY_SELECTION,
         split: Sequence[float] | None = None,
+        bounding_epsilon: float | None = None,
         rng: RNG = None,
     ) -> QueryResult:
         """The median of ``column``'s clipped values."""
@@ -242,6 +253,7 @@ class Query:
         confidence: float = _CONFIDENCE,
         key_selection: str = _KEY_SELECTION,
         split: Sequence[float] | None = None,
+        bounding_epsilon: float | None = None,
         rng: RNG = None,
     ) -> QueryResult:
         """Counts over the declared categories of ``column``, or over ``bins`` of a numeric one:
@@ -278,17 +290,20 @@ class Query:
         confidence: float = _CONFIDENCE,
         key_selection: str = _KEY_SELECTION,
         split: Sequence[float] | None = None,
+        bounding_epsilon: float | None = None,
         rng: RNG = None,
         _text: str | None = None,
     ) -> QueryResult:
         """Release several aggregates in one pass; ``epsilon`` (and ``delta``) are split across
         them in proportion to ``split`` (equal shares by default; with private key selection the
         selection takes one more share, last in ``split``). δ goes, in equal shares, to private
-        key selection and to Gaussian-noise aggregates; an unused δ is not spent."""
+        key selection and to Gaussian-noise aggregates; an unused δ is not spent. With
+        ``bounding_epsilon`` the result also estimates what contribution bounding left out,
+        for that much more ε in the same debit (:mod:`dpkit.analytics.bounding`)."""
         s = self.session
         t = s._declared
         specs = check_aggregates(t, self.groups, aggregates)
-        options = QueryOptions(epsilon, delta, noise, confidence, key_selection, split)  # type: ignore[arg-type]
+        options = QueryOptions(epsilon, delta, noise, confidence, key_selection, split, bounding_epsilon)  # type: ignore[arg-type]
         s._check_query_rng(rng)
         priced = price_built(self._built(), specs, options, t, text=_text)
         return execute(priced, s.engine, s._payer, rng if rng is not None else s._rng)
@@ -303,11 +318,14 @@ class Query:
         confidence: float = _CONFIDENCE,
         key_selection: str = _KEY_SELECTION,
         split: Sequence[float] | None = None,
+        bounding_epsilon: float | None = None,
         _text: str | None = None,
     ) -> QueryCost:
         """What :meth:`aggregate` with the same arguments would debit — validated the same way,
         computed without reading the data, drawing noise or spending anything."""
         t = self.session._declared
         specs = check_aggregates(t, self.groups, aggregates)
-        options = QueryOptions(epsilon, delta, noise, confidence, key_selection, split)  # type: ignore[arg-type]
-        return price_built(self._built(), specs, options, t, text=_text).cost()
+        options = QueryOptions(epsilon, delta, noise, confidence, key_selection, split, bounding_epsilon)  # type: ignore[arg-type]
+        priced = price_built(self._built(), specs, options, t, text=_text)
+        check_bounding_engine(priced.bounding, self.session.engine)  # refused here as when paying
+        return priced.cost()

@@ -23,7 +23,7 @@ if TYPE_CHECKING:
 #: ``results`` imports this module, and the analytics package has no import cycle (tested).
 QueryResult: TypeAlias = Any
 
-__all__ = ["plot_result", "result_html", "result_lines", "result_text", "scale_phrase"]
+__all__ = ["bounding_lines", "plot_result", "rank_phrase", "result_html", "result_lines", "result_text", "scale_phrase"]
 
 
 def _header(r: QueryResult) -> str:
@@ -36,17 +36,25 @@ def _table_text(r: QueryResult) -> str:
     return r.table.to_string(index=False, max_rows=None, max_cols=None, max_colwidth=None, line_width=None)
 
 
+def bounding_lines(r: QueryResult) -> list[str]:
+    """What the intervals cover (the statistic after contribution bounding and clipping), then
+    the paid estimate of what bounding left out when there is one: shown right under the table."""
+    return [] if r.bounding is None else r.bounding.lines()
+
+
 def result_lines(r: QueryResult) -> list[str]:
-    """The facts printed under the table: who is protected, each aggregate, budget left, notes."""
+    """The facts printed under the table: who is protected, what the intervals cover, each
+    aggregate, budget left, notes."""
     lines = [r.unit_description]
+    lines.extend(bounding_lines(r))
     if r.aggregates:
         lines.append(
-            f"intervals: <name>_low, <name>_high: {r.confidence:.4g} confidence interval around the bounded "
-            "statistic, from the noise distribution (NaN: none)"
+            f"intervals: <name>_low, <name>_high: {r.confidence:.4g} confidence interval from the noise "
+            "distribution (NaN: none; a quantile has a rank error bound instead)"
         )
     for a in r.aggregates:
         what = a.kind if a.column is None else f"{a.kind}({a.column})"
-        scale = scale_phrase(a)
+        scale = scale_phrase(a) or rank_phrase(a)
         lines.append(
             f"{a.name}: {what}, {a.mechanism}, ε={a.epsilon:.4g}, δ={a.delta:.3g}{', ' + scale if scale else ''}"
         )
@@ -70,6 +78,14 @@ def scale_phrase(a: Any, number: Callable[[float], str] = "{:.4g}".format) -> st
     return f"{a.scale_label} {number(low)} to {number(high)} across the groups"
 
 
+def rank_phrase(a: Any, number: Callable[[float], str] = "{:.4g}".format) -> str:
+    """A quantile's accuracy in words: ``rank error ≤ 39.41 rows per group`` (at the result's
+    confidence; :attr:`~dpkit.analytics.results.AggregateInfo.rank_error`). Empty for the other
+    aggregates."""
+    k = getattr(a, "rank_error", math.nan)
+    return "" if math.isnan(k) else f"rank error ≤ {number(k)} rows per group"
+
+
 def result_text(r: QueryResult) -> str:
     """The header, the whole table (never truncated) and the facts of :func:`result_lines`."""
     lines = result_lines(r)
@@ -77,10 +93,14 @@ def result_text(r: QueryResult) -> str:
 
 
 def result_html(r: QueryResult) -> str:
-    """Notebook HTML: the whole table (escaped) and the same facts as text; no JavaScript."""
+    """Notebook HTML: the whole table (escaped), what its intervals cover right under it, and
+    the same facts as text; no JavaScript."""
     table = r.table.to_html(index=False, escape=True, max_rows=None, max_cols=None, na_rep="NaN", border=0)
-    facts = "".join(f"<li>{html.escape(line)}</li>" for line in result_lines(r))
-    return f'<div class="dpkit-query-result"><p><b>{html.escape(_header(r))}</b></p>{table}<ul>{facts}</ul></div>'
+    covers = bounding_lines(r)
+    shown = "".join(f'<p class="dpkit-bounding">{html.escape(line)}</p>' for line in covers)
+    facts = "".join(f"<li>{html.escape(line)}</li>" for line in result_lines(r) if line not in covers)
+    head = f"<p><b>{html.escape(_header(r))}</b></p>"
+    return f'<div class="dpkit-query-result">{head}{table}{shown}<ul>{facts}</ul></div>'
 
 
 def _group_labels(r: QueryResult) -> list[str]:
@@ -92,7 +112,9 @@ def _group_labels(r: QueryResult) -> list[str]:
 
 def plot_result(r: QueryResult, ax: Axes | None = None, aggregate: str | None = None) -> Axes:
     """A bar per group (one bar without a group-by) of one aggregate, with the released interval
-    as its error bar (none where the interval is NaN). Returns the Axes drawn on."""
+    as its error bar (none where the interval is NaN). Returns the Axes drawn on: ``ax``, else one
+    on a new figure with a constrained layout, so that ``ax.figure.savefig(...)`` keeps the
+    labels whole."""
     names = [a.name for a in r.aggregates]
     if aggregate is None:
         if not names:
@@ -107,7 +129,9 @@ def plot_result(r: QueryResult, ax: Axes | None = None, aggregate: str | None = 
             "QueryResult.plot needs matplotlib, which is not installed: pip install 'dpkit[cli]'", name=exc.name
         ) from exc
     if ax is None:
-        _, ax = plt.subplots()
+        # Laid out at every draw, so a saved figure holds its rotated bin labels and its title
+        # whole (the default layout cuts what does not fit its fixed margins).
+        _, ax = plt.subplots(layout="constrained")
     value = r.table[aggregate].to_numpy(dtype=float)
     low = r.table[f"{aggregate}_low"].to_numpy(dtype=float)
     high = r.table[f"{aggregate}_high"].to_numpy(dtype=float)

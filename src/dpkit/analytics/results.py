@@ -11,6 +11,7 @@ import pandas as pd
 
 from dpkit._validate import Neighbours
 from dpkit.accounting.events import DPEvent, event_to_dict
+from dpkit.analytics.bounding import Bounding
 from dpkit.analytics.result_display import plot_result, result_html, result_text
 
 if TYPE_CHECKING:
@@ -35,7 +36,14 @@ class AggregateInfo:
       released noisy parts alone (post-processing; see ``dpkit.analytics.execute._mean_sd``).
       It depends on each group's noisy count, so with several groups ``scale`` is the largest
       over the released groups and ``scales`` holds each row's, in the order of the table;
-    * quantiles (exponential mechanism): NaN.
+    * quantiles (exponential mechanism): NaN; their accuracy is ``rank_error``.
+
+    ``rank_error`` (quantiles only, else NaN) is k in rows: in each group, with probability at
+    least the result's ``confidence``, the released value's rank error (the distance from q·n to
+    its rank among the group's n bounded values) is at most k, beyond the resolution of the
+    candidate grid at the quantile (:meth:`dpkit.mechanisms.candidate_quantile.CandidateQuantile.rank_error`).
+    It comes from ε, q and the grid alone, so it costs nothing; there is no value interval
+    (``<name>_low``/``_high`` are NaN): its ends would be data values.
 
     ``noise_scales`` names the noise scale (b or σ, value units) of each noisy part: ``count``,
     ``count_units``, ``sum``, ``sum_of_squares``; :attr:`sum_scale` is the sum's (for a mean,
@@ -56,6 +64,7 @@ class AggregateInfo:
     event: DPEvent
     noise_scales: tuple[tuple[str, float], ...] = ()
     scales: tuple[float, ...] = field(default=(), repr=False)
+    rank_error: float = math.nan
 
     @property
     def is_ratio(self) -> bool:
@@ -93,6 +102,11 @@ class AggregateInfo:
             "scale_label": self.scale_label,
             "noise_scales": {k: None if math.isnan(x) else x for k, x in self.noise_scales},
             "sensitivity": None if math.isnan(self.sensitivity) else self.sensitivity,
+            "rank_error": None if math.isnan(self.rank_error) else self.rank_error,
+            # Each row's own scale (ratios; [] otherwise) and this aggregate's part of the query's
+            # event: with them the dict is the whole aggregate (dpkit.client rebuilds it).
+            "scales": [None if math.isnan(x) else x for x in self.scales],
+            "event": event_to_dict(self.event),
         }
 
 
@@ -116,7 +130,8 @@ class QueryResult:
     ``table`` holds one row per released group (one row in all without a group-by): the group
     columns, then for each aggregate ``<name>``, ``<name>_low`` and ``<name>_high`` — a
     ``confidence`` interval around the *bounded* statistic (after clipping and contribution
-    bounding), from the noise distribution; quantiles have no interval (NaN).
+    bounding), from the noise distribution; quantiles have no value interval (NaN) but a rank
+    error bound (:attr:`AggregateInfo.rank_error`).
 
     Who is protected is part of the answer: ``privacy_unit`` (None: every row is a different
     person, as the curator declared), the contribution bounds ``max_groups`` / ``max_rows`` each
@@ -127,6 +142,12 @@ class QueryResult:
     (``max_result_rows``, ``max_response_bytes``) and only the first rows in key order are in
     ``table`` — a cut made on the released keys alone (post-processing); ``notes`` say how many
     were released. With public keys an answer over the limits is refused before paying instead.
+
+    ``bounding`` says what the intervals cover — the statistic after each unit's rows were capped
+    (``max_rows``, ``max_groups``) and values clipped to the declared bounds — shown next to the
+    table in every display, and carries the paid estimate of what bounding left out when the
+    query asked for one (``bounding_epsilon``; :mod:`dpkit.analytics.bounding`). ``epsilon`` is
+    everything the query debited, that estimate included.
     """
 
     table: pd.DataFrame
@@ -146,6 +167,7 @@ class QueryResult:
     neighbours: Neighbours = "add_remove"
     seeded: bool = False
     truncated: bool = False
+    bounding: Bounding | None = None
 
     def _only(self) -> AggregateInfo:
         if len(self.aggregates) != 1:
@@ -226,6 +248,7 @@ class QueryResult:
             },
             "seeded": self.seeded,
             "truncated": self.truncated,
+            "bounding": None if self.bounding is None else self.bounding.to_dict(),
         }
 
     @property
@@ -242,9 +265,10 @@ class QueryResult:
         )
 
     def __repr__(self) -> str:
+        covers = "".join(f"\n{line}" for line in self.bounding.lines()) if self.bounding is not None else ""
         return (
             f"QueryResult(ε={self.epsilon:.6g}, δ={self.delta:.3g}, keys={self.keys!r}, "
-            f"confidence={self.confidence})\n{self.unit_description}\n{self.table.to_string(index=False)}"
+            f"confidence={self.confidence})\n{self.unit_description}\n{self.table.to_string(index=False)}{covers}"
         )
 
     def __str__(self) -> str:

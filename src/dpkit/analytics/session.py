@@ -56,7 +56,7 @@ from dpkit._validate import short_repr as _short
 from dpkit.accounting.composition import basic_cost
 from dpkit.accounting.events import DPEvent
 from dpkit.analytics.declared import ColumnKind, DeclaredTable, check_bound
-from dpkit.analytics.engines.base import Engine
+from dpkit.analytics.engines.base import Engine, default_table
 from dpkit.analytics.execute import Payer
 from dpkit.analytics.limits import QueryLimits
 from dpkit.analytics.metadata import Metadata
@@ -209,6 +209,7 @@ class Session:
         columns: Sequence[str] | None = None,
         delimiter: str = ",",
         null: str | Sequence[str] | None = None,
+        skip_rows: int = 0,
         **kwargs: Any,
     ) -> Session:
         """A session over a CSV file, read by dpkit's CSV reader: one line a record, every column
@@ -219,9 +220,13 @@ class Session:
 
         ``header``: whether the first line names the columns (default True). ``columns``: the
         columns' names in the file's order — required with ``header=False``; with a header line
-        they replace its names. ``delimiter``: the one character between fields (default ``","``;
-        ``";"``, ``"\\t"``, ``"|"``). ``null``: a text or list of texts read as NULL besides the
-        empty field (``"NA"``, ``["NA", "?"]``). ``engine``: ``"duckdb"`` (default) or ``"spark"``
+        they replace its names. ``delimiter``: the text between fields (default ``","``; ``";"``,
+        ``"\\t"``, ``"|"``, or several characters, such as UCI Adult's ``", "``). ``null``: a text
+        or list of texts read as NULL besides the empty field (``"NA"``, ``["NA", "?"]``), compared
+        with the field's surrounding spaces trimmed (``"?"`` matches ``" ?"``). ``skip_rows``: the
+        number of lines before the header line (or before the first data line without one), such
+        as a title; each later line equal to one of them is skipped too, as a repeated header
+        line is. ``engine``: ``"duckdb"`` (default) or ``"spark"``
         (the file read by Spark's text source on ``spark``, a SparkSession, default a local one).
         A bad value raises :class:`~dpkit.errors.InvalidParameterError` naming the option, before
         anything is read.
@@ -249,6 +254,7 @@ class Session:
             columns=columns,  # type: ignore[arg-type]  # checked and made a tuple by CsvOptions
             delimiter=delimiter,
             null=() if null is None else null,  # type: ignore[arg-type]
+            skip_rows=skip_rows,
         )
         kwargs.setdefault("table", Path(path).stem)
         source = CsvFile(Path(path), options)
@@ -288,7 +294,9 @@ class Session:
         value by value, partition values are text, and text that is not UTF-8 is repaired
         (the guide's "How dpkit reads your data"). A path that matches no file is refused
         (:class:`~dpkit.errors.InvalidParameterError`) before anything is spent. The table is
-        named after a file's stem, else ``data`` (``table=``).
+        named after the file or the directory, up to the first dot (``events/`` and
+        ``events.parquet`` are ``events``; a glob's last directory before its wildcard:
+        ``events/**/*.parquet``), else ``data``; ``table=`` names it otherwise.
 
         ``engine="duckdb"`` (default) reads the files with DuckDB's ``read_parquet``;
         ``memory_limit`` (``"4GB"``) and ``temp_directory`` make it spill the bounding's sort and
@@ -301,15 +309,15 @@ class Session:
 
         >>> import tempfile, pathlib, pandas as pd, dpkit as dp
         >>> from dpkit.analytics import Categorical, Metadata
-        >>> root = pathlib.Path(tempfile.mkdtemp())
+        >>> root = pathlib.Path(tempfile.mkdtemp()) / "visits"
         >>> for year in (2020, 2021):
-        ...     (root / f"year={year}").mkdir()
+        ...     (root / f"year={year}").mkdir(parents=True)
         ...     pd.DataFrame({"pid": [1, 2, 3]}).to_parquet(root / f"year={year}" / "part-0.parquet")
         >>> s = dp.Session.from_parquet(root / "**" / "*.parquet", privacy_unit="pid",
         ...                             metadata=Metadata(columns={"year": Categorical((2020, 2021))}),
         ...                             budget=dp.Budget(epsilon=1.0), memory_limit="1GB")
         >>> s.table, sorted(s.columns)
-        ('data', ['pid', 'year'])
+        ('visits', ['pid', 'year'])
         """
 
         if not isinstance(path, (str, os.PathLike)):
@@ -324,7 +332,7 @@ class Session:
             raise InvalidParameterError(
                 "data", p.name, "a Parquet file (.parquet or .pq), a directory of Parquet files or a glob"
             )
-        kwargs.setdefault("table", p.name.split(".")[0] if p.is_file() else "data")
+        kwargs.setdefault("table", default_table(text))
         if engine != "spark":
             if spark is not None:
                 raise InvalidParameterError("spark", _short(spark), "None unless engine='spark'")
@@ -464,10 +472,13 @@ class Session:
         confidence: float = _CONFIDENCE,
         key_selection: str = _KEY_SELECTION,
         split: Sequence[float] | None = None,
+        bounding_epsilon: float | None = None,
         rng: RNG = None,
     ) -> QueryResult:
         """Run a SQL query of the documented subset (see :mod:`dpkit.analytics.sql`); the budget
-        ``epsilon`` (and ``delta``) is split across its aggregates, as stated in the result."""
+        ``epsilon`` (and ``delta``) is split across its aggregates, as stated in the result;
+        ``bounding_epsilon`` pays for an estimate of what contribution bounding left out
+        (:mod:`dpkit.analytics.bounding`)."""
         query, aggs = compile_sql(self, text)
         return query.aggregate(
             aggs,
@@ -477,6 +488,7 @@ class Session:
             confidence=confidence,
             key_selection=key_selection,
             split=split,
+            bounding_epsilon=bounding_epsilon,
             rng=rng,
             _text=text,
         )
@@ -491,6 +503,7 @@ class Session:
         confidence: float = _CONFIDENCE,
         key_selection: str = _KEY_SELECTION,
         split: Sequence[float] | None = None,
+        bounding_epsilon: float | None = None,
     ) -> QueryCost:
         """What :meth:`sql` with the same arguments would debit, without reading the data or
         spending anything (the query is parsed and validated just the same)."""
@@ -503,6 +516,7 @@ class Session:
             confidence=confidence,
             key_selection=key_selection,
             split=split,
+            bounding_epsilon=bounding_epsilon,
             _text=text,
         )
 

@@ -51,7 +51,7 @@ AGGREGATE_KINDS: dict[str, type] = {
 _JSON_KIND = {cls.kind: name for name, cls in AGGREGATE_KINDS.items()}  # type: ignore[attr-defined]
 _AGGREGATE_FIELDS = {"kind", "column", "q", "name"}
 _SPEC_FIELDS = ("aggregates", "where", "group_by", "bins", "keys", "max_groups", "max_rows")
-_OPTION_FIELDS = ("epsilon", "delta", "noise", "confidence", "key_selection", "split")
+_OPTION_FIELDS = ("epsilon", "delta", "noise", "confidence", "key_selection", "split", "bounding_epsilon")
 
 
 @dataclass(frozen=True)
@@ -71,6 +71,11 @@ class QueryOptions:
         Positive weights, one per aggregate (then one for key selection); ε is shared in
         proportion (equal shares when None). Its length is checked against the query by
         :meth:`weights`.
+    bounding_epsilon:
+        None (default), or the ε of an estimate of what contribution bounding left out — the
+        noisy number of privacy units that lost rows to ``max_rows`` / ``max_groups`` and of kept
+        rows with a value outside the declared bounds (:mod:`dpkit.analytics.bounding`). Paid on
+        top of ``epsilon``, in the same debit.
     """
 
     epsilon: float
@@ -79,6 +84,7 @@ class QueryOptions:
     confidence: float = 0.95
     key_selection: str = "truncated_geometric"
     split: tuple[float, ...] | None = None
+    bounding_epsilon: float | None = None
 
     def __post_init__(self) -> None:
         # The order of the checks is the order in which an analyst has always seen refusals.
@@ -96,6 +102,13 @@ class QueryOptions:
         split = self.split
         if split is not None and not isinstance(split, (str, bytes)) and hasattr(split, "__iter__"):
             object.__setattr__(self, "split", tuple(split))  # its values are checked by weights()
+        if self.bounding_epsilon is not None:
+            b = self.bounding_epsilon
+            if not v._is_real(b) or not math.isfinite(float(b)) or float(b) <= 0:
+                raise InvalidParameterError(
+                    "bounding_epsilon", b, "None (no estimate of what bounding left out) or a finite number > 0"
+                )
+            object.__setattr__(self, "bounding_epsilon", float(b))
         # A later refusal quotes δ as the analyst wrote it (0, not 0.0).
         object.__setattr__(self, "_delta_given", given_delta)
 
@@ -129,7 +142,7 @@ class QueryOptions:
             raise InvalidParameterError(
                 "options",
                 _short(obj),
-                "a JSON object with epsilon and optionally delta, noise, confidence, key_selection and split",
+                "a JSON object with epsilon and optionally delta, noise, confidence, key_selection, split and bounding_epsilon",
             )
         if "epsilon" not in obj:
             raise InvalidParameterError("epsilon", None, "a finite number > 0")
@@ -137,7 +150,7 @@ class QueryOptions:
         return cls(**kwargs)
 
     def to_json(self) -> dict[str, Any]:
-        """The options as a JSON object (``split`` only when given)."""
+        """The options as a JSON object (``split`` and ``bounding_epsilon`` only when given)."""
         out: dict[str, Any] = {
             "epsilon": self.epsilon,
             "delta": self.delta,
@@ -147,6 +160,8 @@ class QueryOptions:
         }
         if self.split is not None:
             out["split"] = list(self.split) if isinstance(self.split, tuple) else self.split
+        if self.bounding_epsilon is not None:
+            out["bounding_epsilon"] = self.bounding_epsilon
         return out
 
 

@@ -88,6 +88,7 @@ from typing import Any, Protocol
 from sqlglot import exp
 
 from dpkit.analytics import aggregates as A
+from dpkit.analytics.declared import undeclared_column
 from dpkit.analytics.limits import QueryLimits
 from dpkit.analytics.plan import And, Not, Or, Predicate
 from dpkit.analytics.spec import QuerySpec
@@ -143,7 +144,7 @@ def _resolve(session: Session, name: str) -> str:
     matches = [c for c in cols if c.lower() == name.lower()]
     if len(matches) == 1:
         return matches[0]
-    raise InvalidParameterError("sql", name[:200], f"a column of the table ({', '.join(cols)})", "unknown column")
+    raise undeclared_column("sql", name, cols)
 
 
 def _resolve_predicate(session: Session, p: Predicate) -> Predicate:

@@ -32,8 +32,9 @@ def attack_reconstruction(
     seed: SeedOption = None,
     json_output: JsonOption = False,
 ) -> None:
-    """Dinur–Nissim reconstruction against a naive noisy curator and against dpkit's Laplace curator
-    under a budget (ε split over the same queries)."""
+    """Dinur–Nissim reconstruction against a naive noisy curator and against dpkit's Laplace curator.
+
+    dpkit's curator answers under a budget: ε is split over the same queries."""
     import math
 
     import numpy as np

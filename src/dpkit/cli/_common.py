@@ -231,16 +231,29 @@ ColumnsOption = Annotated[
     str | None, typer.Option("--columns", help="A CSV's column names, comma-separated (replacing its header's).")
 ]
 DelimiterOption = Annotated[
-    str, typer.Option("--delimiter", help="A CSV's field delimiter: one character (';', '|', 'tab').")
+    str,
+    typer.Option(
+        "--delimiter", help="A CSV's field delimiter: one character (';', '|', 'tab') or several (', ' in UCI Adult)."
+    ),
 ]
 NullOption = Annotated[
     list[str] | None,
-    typer.Option("--null", help="A text read as NULL in a CSV, besides the empty field (repeatable)."),
+    typer.Option(
+        "--null",
+        help="A text read as NULL in a CSV, besides the empty field, compared with surrounding spaces trimmed "
+        "('?' matches ' ?'; repeatable).",
+    ),
+]
+SkipRowsOption = Annotated[
+    int,
+    typer.Option(
+        "--skip-rows", help="Lines before a CSV's header line (a title, say); a later line equal to one is skipped too."
+    ),
 ]
 
 
 def _csv_options(
-    data: Path, no_header: bool, columns: str | None, delimiter: str, null: list[str] | None
+    data: Path, no_header: bool, columns: str | None, delimiter: str, null: list[str] | None, skip_rows: int = 0
 ) -> dict[str, Any]:
     """The CSV options given (keywords of Session.from_csv), or {} for none."""
     given: dict[str, Any] = {}
@@ -252,6 +265,8 @@ def _csv_options(
         given["delimiter"] = "\t" if delimiter.lower() in ("tab", "\\t") else delimiter
     if null:
         given["null"] = list(null)
+    if skip_rows:
+        given["skip_rows"] = skip_rows  # checked by CsvOptions, as the keyword is
     if given and data.suffix.lower() in (".parquet", ".pq"):
-        _fail(f"--no-header, --columns, --delimiter and --null are for CSV files, not {data.name}")
+        _fail(f"--no-header, --columns, --delimiter, --null and --skip-rows are for CSV files, not {data.name}")
     return given

@@ -16,11 +16,13 @@ from dpkit.cli._common import (
     JsonOption,
     NoHeaderOption,
     NullOption,
+    SkipRowsOption,
     _csv_options,
     _emit_json,
     _fail,
     _fail_error,
 )
+from dpkit.cli._errors import CliContext, Opt
 from dpkit.errors import DPError
 
 __all__ = ["check", "generate"]
@@ -72,7 +74,20 @@ def check(
     csv_columns: ColumnsOption = None,
     delimiter: DelimiterOption = ",",
     null: NullOption = None,
+    skip_rows: SkipRowsOption = 0,
     json_output: JsonOption = False,
+    data_norm: Annotated[
+        float | None,
+        typer.Option(
+            "--data-norm",
+            help="Also count the rows whose --features have an ℓ2 norm above this: the rows a dpkit.ml "
+            "estimator given this data_norm would scale down.",
+        ),
+    ] = None,
+    features: Annotated[
+        str | None,
+        typer.Option("--features", help="The numeric columns of the feature vector for --data-norm, comma-separated."),
+    ] = None,
 ) -> None:
     """Check how well a private file conforms to its declared metadata (curator only).
 
@@ -89,16 +104,18 @@ def check(
         _fail(f"no such data file: {str(data)!r}", 2)
     if not metadata.is_file():
         _fail(f"no such metadata file: {str(metadata)!r} (the curator's JSON declaring the columns)", 2)
-    csv_options = _csv_options(data, no_header, csv_columns, delimiter, null)
+    csv_options = _csv_options(data, no_header, csv_columns, delimiter, null, skip_rows)
     try:
         source: object = data
         if csv_options:  # read as `dpkit query` reads it with the same options
             from dpkit.analytics.engines.csv_source import CsvFile, CsvOptions
 
             source = CsvFile(data, CsvOptions(**csv_options))  # CsvOptions checks and freezes them
-        report = check_data(source, metadata, table=table)
+        names = None if features is None else [f.strip() for f in features.split(",")]
+        report = check_data(source, metadata, table=table, features=names, data_norm=data_norm)
     except DPError as exc:
-        _fail_error(exc, None, 2)  # worded for the command line (options, not keywords)
+        norm_options = CliContext(options={"data_norm": Opt("--data-norm"), "features": Opt("--features")})
+        _fail_error(exc, norm_options, 2)  # worded for the command line (options, not keywords)
     if json_output:
         _emit_json(report.to_dict())
     else:  # plain fixed-width text: a rich table would cut declared types and values to the terminal's width

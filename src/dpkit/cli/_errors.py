@@ -89,6 +89,7 @@ OPTIONS: dict[str, Spelling] = {
     "columns": Opt("--columns"),
     "delimiter": Opt("--delimiter"),
     "null": Opt("--null"),
+    "skip_rows": Opt("--skip-rows"),
     "data": Arg("DATA"),
 }
 
@@ -139,6 +140,11 @@ def _declare_categories(fix: Fix, ctx: CliContext) -> str:
     return f"{entry} in the metadata file"
 
 
+def _declare_column(fix: Fix, ctx: CliContext) -> str:
+    entry = _column_json(fix.facts.get("column", "COLUMN"), '"type": "numeric" or "categorical", ...')
+    return f"{entry} in the metadata file"
+
+
 def _public_keys(fix: Fix, ctx: CliContext) -> str:
     columns = fix.facts.get("columns") or ("COLUMN",)
     entries = ", ".join(_column_json(c, '"type": "categorical", "categories": [...]') for c in columns)
@@ -174,6 +180,7 @@ def _create_budget(fix: Fix, ctx: CliContext) -> str:
 FIXES: dict[str, Callable[[Fix, CliContext], str]] = {
     "declare_bounds": _declare_bounds,
     "declare_categories": _declare_categories,
+    "declare_column": _declare_column,
     "public_keys": _public_keys,
     "reuse_budget": _reuse_budget,
     "create_budget": _create_budget,

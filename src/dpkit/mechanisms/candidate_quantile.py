@@ -114,15 +114,58 @@ class CandidateQuantile:
                 raise InvalidParameterError(
                     name, f"an array of shape {arr.shape} and dtype {arr.dtype}", f"{size} counts (integers >= 0)"
                 )
-        q = decimal_fraction(self.q)
-        if q.denominator > 2**16:
-            q = q.limit_denominator(2**16)
-        a, b = q.numerator, q.denominator
+        a, b = self._level()
         lo64, hi64 = lo.astype(np.int64), hi.astype(np.int64)
         if max(int(lo64.max(initial=0)), int(hi64.max(initial=0))) >= 2**45:
             raise InvalidDataError("counts", "above 2**45", "counts below 2**45 (exact integer scores)")
         scores = -np.abs((b - a) * lo64 - a * hi64)  # |.| < 2^61: exact in int64
         shifted = (scores - scores.max(initial=0)).astype(np.float64)
+        return float(self._selection(a, b).release(shifted, candidates=list(self.candidates), rng=resolve_rng(rng)))
+
+    def rank_error(self, confidence: float = 0.95) -> float:
+        """k, in rows: with probability at least ``confidence`` the released candidate's rank
+        error is at most k plus half the rows in the grid step that holds the q-quantile. k
+        depends on ε, q, the neighbour relation and the number of candidates M alone, never on
+        the data, so it is published with every release for free.
+
+        The rank error of a candidate c is the distance from q·n to [#{x < c}, #{x <= c}] (0 when
+        c is a q-quantile of the data). Theorem: with β = 1 − confidence and Δ the score's
+        sensitivity (max(q, 1 − q) under ``add_remove``, 1 under ``replace``),
+
+            k = (2Δ/ε)·ln((M − 1)·(1 − β)/β),
+
+        and P[rank error(out) > k + |s*|] <= β, where s* is the best score, |s*| <= w/2 and w is
+        the number of rows in [c_L, c_R], c_L the last candidate whose score function
+        (1 − q)·#{x < c} − q·#{x > c} is <= 0 and c_R the next one.
+
+        Proof: the utility theorem of the exponential mechanism
+        (:meth:`~dpkit.mechanisms.selection.Exponential.utility_gap`; McSherry & Talwar 2007;
+        Dwork & Roth 2014, Thm 3.11) bounds the score: |s(out)| < |s*| + k except with
+        probability β. The rank error is at most |s(c)|: with b = #{x < c}, e = #{x = c}, the score
+        function is b − q·n + q·e, which is >= b − q·n, and −(it) = q·n − b − e + (1 − q)·e. The
+        score function rises from <= 0 at the lower bound to >= 0 at the upper, by
+        (1 − q)·#{x = c_L} + #{c_L < x < c_R} + q·#{x = c_R} <= w from c_L to c_R, so one of the two
+        has |s| <= w/2. Here w is the grid's resolution at the quantile: the rows tied at a
+        candidate or between two (for integer data on a unit grid, the ties at the median; for
+        continuous data on a fine grid, rarely more than one). Without it no public bound can
+        hold: all the rows strictly between two candidates leave every candidate n·min(q, 1 − q)
+        away. q is read as the mechanism reads it (:meth:`release_counts`).
+
+        >>> m = CandidateQuantile(epsilon=1.0, q=0.5, candidates=np.arange(0, 101))
+        >>> round(m.rank_error(0.95), 2)
+        7.55
+        """
+        a, b = self._level()
+        return self._selection(a, b).utility_gap(self.candidates.size, confidence) / b
+
+    def _level(self) -> tuple[int, int]:
+        """q as the exact fraction a/b the scores use (its decimal value, denominator <= 2^16)."""
+        q = decimal_fraction(self.q)
+        if q.denominator > 2**16:
+            q = q.limit_denominator(2**16)
+        return q.numerator, q.denominator
+
+    def _selection(self, a: int, b: int) -> Exponential:
+        """The exponential mechanism over the integer scores −|(b − a)·below − a·above|."""
         delta = max(a, b - a) if self.neighbours == "add_remove" else b
-        mech = Exponential(epsilon=self.epsilon, sensitivity=float(delta), neighbours=self.neighbours)
-        return float(mech.release(shifted, candidates=list(self.candidates), rng=resolve_rng(rng)))
+        return Exponential(epsilon=self.epsilon, sensitivity=float(delta), neighbours=self.neighbours)

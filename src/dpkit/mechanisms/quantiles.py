@@ -43,6 +43,14 @@ from the bound 1/4 and the number of outputs, never from the data); the work
 over the data (clipping, sorting, lattice sizes, utilities) is vectorised numpy. Only the output
 is released.
 
+Accuracy is stated in ranks, from the mechanism's own utility: :meth:`Quantile.rank_error` is the
+k such that the released value's rank error |#{x <= t} − q·n| exceeds the best achievable by more
+than k with probability at most 1 − confidence (the exponential mechanism's utility theorem over
+the m lattice points). k depends on ε, the bounds and the confidence alone, so it costs nothing.
+A value interval around the output is not offered: its ends are the data's values at ranks
+q·n ± k, and reading them would need a budget of its own (more exponential-mechanism draws, which
+would take ε from the quantile itself).
+
 Many quantiles (:class:`Quantiles`) split ε evenly (ε/k each, rounded down) and compose
 sequentially (basic composition, Dwork & Roth 2014, Thm 3.16). Future work: the joint exponential
 mechanism of Gillenwater, Joseph & Kulesza (2021, "Differentially private quantiles", ICML), which
@@ -66,6 +74,7 @@ from dpkit._validate import Neighbours, decimal_fraction
 from dpkit.accounting.events import ComposedEvent, ExponentialEvent
 from dpkit.accounting.rounding import to_decimal_down
 from dpkit.errors import InvalidParameterError
+from dpkit.mechanisms.selection import Exponential
 from dpkit.noise.bernoulli_exp import decide_exp_neg
 from dpkit.noise.integers import _uniform_below
 from dpkit.noise.source import RNG, RandomSource, resolve_rng
@@ -177,6 +186,43 @@ class Quantile:
     @property
     def event(self) -> ExponentialEvent:
         return ExponentialEvent(epsilon=self.epsilon, neighbours=self.neighbours)
+
+    @property
+    def outputs(self) -> int:
+        """m, the number of output lattice points in [lower, upper) (from the bounds alone)."""
+        g = self.granularity
+        return math.ceil(self.upper / g) - math.ceil(self.lower / g)
+
+    def rank_error(self, confidence: float = 0.95) -> float:
+        """k, in rows: with probability at least ``confidence`` the released value t has
+        |#{x <= t} − q·n| <= k + d*, where d* is the smallest rank error any output can have (the
+        distance from q·n to the nearest achievable count: at most 1/2 for distinct values at
+        least a lattice step apart; with ties, at most about half the rows tied at the quantile).
+        k depends on ε, the bounds and ``confidence`` alone, never on the data, so it is published
+        with every release for free; the value interval it implies, between the data's values of
+        rank q·n ± (k + d*), is not: reading those values would be a second look at the data.
+
+        Theorem: with β = 1 − confidence and m = :attr:`outputs`,
+
+            k = (2/ε)·ln((m − 1)·(1 − β)/β)   (about (2/ε)·(27.7 + ln(1/β)) for m ≈ 2^40),
+
+        the utility theorem of the exponential mechanism (McSherry & Talwar 2007; Dwork & Roth
+        2014, Thm 3.11; :meth:`~dpkit.mechanisms.selection.Exponential.utility_gap`) for the
+        utility −|#{x <= t} − q·n| of sensitivity 1 over the m lattice points, weighted
+        exp(ε·u/2) as this sampler draws them (module docstring). It holds for any data: an
+        optimal output holds at least one lattice point, and at most m − 1 can lie k below it.
+        It is tight for data that leave one lattice point optimal and the rest of the range k rows
+        away (half the rows at one lattice point, half at the next), and loose for data spread
+        over the range, where the worst-case ln m is mostly unused. The bound is per release: for
+        :class:`Quantiles` each part's bound holds at ``confidence`` (all at once with
+        probability at least 1 − k·(1 − confidence), by a union bound).
+
+        >>> med = Median(epsilon=1.0, lower=0.0, upper=100.0)
+        >>> round(med.rank_error(0.95), 1)
+        62.2
+        """
+        mech = Exponential(epsilon=self.epsilon, sensitivity=1.0, neighbours=self.neighbours)
+        return mech.utility_gap(self.outputs, confidence)
 
     def release(self, values: ArrayLike, *, rng: RNG = None) -> float:
         """The private q-quantile of ``values`` (a float on the output lattice)."""
@@ -453,6 +499,11 @@ class Quantiles:
     @property
     def event(self) -> ComposedEvent:
         return ComposedEvent(tuple(p.event for p in self.parts))
+
+    def rank_error(self, confidence: float = 0.95) -> float:
+        """Each part's :meth:`Quantile.rank_error` (the same for every part: each spends ε/k):
+        each released quantile is within it, with probability ``confidence`` for each."""
+        return self.parts[0].rank_error(confidence)
 
     def release(self, values: ArrayLike, *, rng: RNG = None) -> NDArray[np.float64]:
         """The private quantiles, one per level in ``qs``."""

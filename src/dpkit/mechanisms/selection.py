@@ -124,6 +124,34 @@ class Exponential:
     def _factor_float(self) -> float:
         return float(self._factor())  # within half an ulp of the exact factor
 
+    def utility_gap(self, size: int, confidence: float = 0.95) -> float:
+        """c such that, whatever the utilities of ``size`` candidates, the selected candidate's
+        utility is at most OPT − c with probability at most 1 − ``confidence`` (OPT: the best
+        utility). It depends on ε, Δ, ``size`` and ``confidence`` alone, never on the data, so it
+        can be published with every release for free.
+
+        Theorem (the utility theorem of McSherry & Talwar 2007; Dwork & Roth 2014, Thm 3.11,
+        here with its exact constant): with β = 1 − confidence,
+
+            c = (2Δ/ε)·ln((size − 1)·(1 − β)/β)   (Δ/ε with ``monotonic=True``; 0 for one candidate).
+
+        Proof: a candidate with u <= OPT − c has weight at most e^{−εc/(2Δ)} times an optimal
+        candidate's, there are at most size − 1 of them and at least one optimal candidate, so
+        P[u(out) <= OPT − c] <= B/(1 + B) with B = (size − 1)·e^{−εc/(2Δ)}; B/(1 + B) = β at the c
+        above. The bound is tight: utilities 0 for one candidate and −c for all the others attain
+        it. ε is read at its decimal value, as the sampler reads it.
+
+        >>> round(Exponential(epsilon=1.0).utility_gap(101, confidence=0.95), 3)
+        15.099
+        """
+        size = v.positive_int(size, "size")
+        beta = 1.0 - v.probability(confidence, "confidence")
+        if size == 1:
+            return 0.0
+        log_odds = math.log(size - 1) + math.log1p(-beta) - math.log(beta)
+        # 1/factor = 2Δ/ε (Δ/ε if monotonic); the last factor covers the roundings of the logs.
+        return max(0.0, log_odds / self._factor_float() * (1.0 + 2.0**-40))
+
     def release(self, utilities: ArrayLike, *, candidates: Sequence[Any] | None = None, rng: RNG = None) -> Any:
         """The selected candidate (or its index when ``candidates`` is None). Total on utility
         values (class docstring)."""

@@ -20,7 +20,13 @@ none, malformed, unknown or revoked → **401**; a key of the wrong role → **4
 408   timeout                the request body did not arrive in time (the connection closes)
 409   budget_exceeded        the query's cost exceeds the remaining budget (nothing debited,
                              nothing released); the body holds the remaining budget
+409   idempotency_key_in_progress
+                             a paid request with this ``Idempotency-Key`` is still in
+                             progress (``Retry-After``; nothing spent)
 413   too_large              the request body exceeds the limit
+422   idempotency_key_reused
+                             the ``Idempotency-Key`` was used for a different request to this
+                             endpoint (nothing spent)
 429   rate_limited           too many requests from this principal, or too many refused
                              requests from this client address (``Retry-After`` header; the
                              latter is counted, not an audit entry)
@@ -71,6 +77,7 @@ try:
     from fastapi import APIRouter, FastAPI
     from fastapi.routing import APIRoute
 
+    from dpkit.server.idempotency import IdempotencyKeys
     from dpkit.server.middleware import AuditMiddleware, BodyLimitMiddleware, EdgeMiddleware, ThrottleMiddleware
     from dpkit.server.pacing import AnswerTimes, Pacer, SynthLimits
     from dpkit.server.problems import install_handlers
@@ -116,6 +123,10 @@ class ServerConfig:
     reads Spark datasets (one per server process; None: a local one); ``max_keys``, ``max_result_rows``,
     ``max_response_bytes`` and ``max_query_depth`` are the
     :class:`~dpkit.analytics.limits.QueryLimits` of every query.
+
+    Idempotency keys of paid requests (:mod:`dpkit.server.idempotency`): each principal's are
+    kept ``idempotency_seconds`` (24 h) after their claim, at most ``max_idempotency_keys`` of
+    them (the oldest answered dropped first).
     """
 
     ledger: str = "sqlite:///.dpkit/ledger.sqlite"
@@ -154,6 +165,10 @@ class ServerConfig:
     # Connections (dpkit.server.serving).
     write_timeout: float = 30.0
     max_connections_per_address: int = 64
+    # Idempotency keys of paid requests (dpkit.server.idempotency): kept this long, this many
+    # per principal.
+    idempotency_seconds: float = 86_400.0
+    max_idempotency_keys: int = 1000
 
     def __post_init__(self) -> None:
         for name in (
@@ -164,6 +179,7 @@ class ServerConfig:
             "synth_seconds",
             "cpu_seconds_per_hour",
             "write_timeout",
+            "idempotency_seconds",
         ):
             v.positive(getattr(self, name), name)
         for name in (
@@ -176,6 +192,7 @@ class ServerConfig:
             "downloads_per_hour",
             "max_synth_rounds",
             "max_synth_cells",
+            "max_idempotency_keys",
         ):
             v.positive_int(getattr(self, name), name)
         v.positive_int(self.max_body_bytes, "max_body_bytes", minimum=1024)
@@ -275,6 +292,9 @@ def create_app(
     app.state.refusals = refusals
     app.state.secrets = _server_secrets(service.url)
     app.state.pacer = cfg.pacer(hold=_hold_answers)
+    app.state.idempotency = IdempotencyKeys(
+        service.store, max_keys=cfg.max_idempotency_keys, seconds=cfg.idempotency_seconds
+    )
     app.router.add_event_handler("shutdown", refusals.flush)
     app.router.add_event_handler("shutdown", app.state.pacer.close)
     if owned:

@@ -220,9 +220,11 @@ def register_dataset(
         bool, typer.Option("--json", help="Print the registered dataset and its data check as JSON.")
     ] = False,
 ) -> None:
-    """Register a dataset analysts can be granted budgets on, and print the data check: how well
-    the rows conform to the metadata (for the curator only — it is not a private release, and no
-    analyst ever sees it). The metadata must declare privacy_unit or row_level."""
+    """Register a dataset analysts can be granted budgets on, and print its data check.
+
+    The check says how well the rows conform to the metadata (for the curator only — it is not a
+    private release, and no analyst ever sees it). The metadata must declare privacy_unit or
+    row_level."""
     info = _run(
         ledger,
         "register_dataset",
@@ -281,8 +283,9 @@ def grant(
     ] = 10.0,
     ledger: LedgerOption = _DEFAULT,
 ) -> None:
-    """Give an analyst a budget on a dataset (a budget is never changed afterwards). The budget
-    and its grant entry in the audit chain are written in one transaction."""
+    """Give an analyst a budget on a dataset (a budget is never changed afterwards).
+
+    The budget and its grant entry in the audit chain are written in one transaction."""
     b = _run(
         ledger,
         "grant",
@@ -303,8 +306,9 @@ def allow_publish(
     revoke: Annotated[bool, typer.Option("--revoke", help="Take the right back (their releases stay).")] = False,
     ledger: LedgerOption = _DEFAULT,
 ) -> None:
-    """Name an analyst a publisher, who may store synthetic tables as releases (``--revoke``: no
-    longer). The change and its audit entry are written in one transaction."""
+    """Name an analyst a publisher, who may store synthetic tables as releases (--revoke: no longer).
+
+    The change and its audit entry are written in one transaction."""
     action = "revoke_publish" if revoke else "allow_publish"
     changed = _run(
         ledger, action, lambda s: s.allow_publish(name, actor=_ACTOR, revoke=revoke), recorded=True, publisher=name
@@ -388,9 +392,11 @@ def verify_log(
     ] = None,
     as_json: JsonOption = False,
 ) -> None:
-    """Verify the ledger, the audit log's keyed hash chain, and each against the other (every
-    spend has exactly one entry, every budget its grant, the totals their chained spends); print
-    the head hash to keep. The chain's key is read from DPKIT_AUDIT_KEY, else beside the ledger."""
+    """Verify the ledger, the audit log's keyed hash chain, and each against the other.
+
+    Every spend has exactly one entry, every budget its grant, the totals their chained spends;
+    the head hash to keep is printed. The chain's key is read from DPKIT_AUDIT_KEY, else beside
+    the ledger."""
     service = _open(ledger)
     try:
         try:

@@ -93,9 +93,11 @@ class AnswerTimes:
 
     def query(self, size_class: str, engine: str, groups: int, private_keys: bool, kinds: Sequence[str]) -> float:
         """The budget of a query with ``groups`` group-by columns, whose keys are selected
-        privately or not, and aggregates of these ``kinds``."""
+        privately or not, and aggregates of these ``kinds`` (``"bounding"``: the estimate of what
+        bounding left out, a second bounding pass over the table)."""
         shape = 1.0 + 0.5 * max(0, len(kinds) - 1) + (1.0 if groups else 0.0) + (1.0 if private_keys else 0.0)
         shape += 2.0 * sum(1 for k in kinds if k in ("quantile", "median"))
+        shape += 1.0 * sum(1 for k in kinds if k == "bounding")
         return self._scaled(self.answer_seconds * shape, size_class, engine)
 
     def synthesis(self, size_class: str, engine: str, rounds: int) -> float:
@@ -153,6 +155,9 @@ class Ticket:
         self._cancelled = False
         self._interrupt: Callable[[], None] | None = None
         self._on_paid: Callable[[], None] | None = None
+        #: Run by the debit in its own transaction with the spend's id (the request's
+        #: idempotency claim: dpkit.server.idempotency); raising rolls the debit back.
+        self.on_debit: Callable[[Any, int], None] | None = None
 
     @property
     def times(self) -> AnswerTimes:

@@ -49,6 +49,9 @@ __all__ = ["OPTION_NAMES", "JSONQuery", "QueryRequest", "Queries", "compile_requ
 #: :class:`~dpkit.analytics.spec.QueryOptions`, where their defaults and checks are written.
 OPTION_NAMES: tuple[str, ...] = tuple(f.name for f in dataclasses.fields(QueryOptions))
 
+#: The options passed on only when the request gives them (None: not asked for).
+_ONLY_WHEN_GIVEN = frozenset({"split", "bounding_epsilon"})
+
 #: Where details that must not reach an analyst go (failures after a debit).
 _curator_log = logging.getLogger("dpkit.curator")
 
@@ -91,6 +94,7 @@ class QueryRequest:
     confidence: float = QueryOptions.confidence
     key_selection: str = QueryOptions.key_selection
     split: tuple[float, ...] | None = QueryOptions.split
+    bounding_epsilon: float | None = QueryOptions.bounding_epsilon
 
     def text(self) -> str:
         """The query as the ledger and the audit log record it ("" before validation when the
@@ -146,8 +150,12 @@ def compile_request(session: Session, request: QueryRequest) -> tuple[Query, lis
 
 def query_options(request: QueryRequest) -> dict[str, Any]:
     """The keyword arguments of :meth:`Query.cost` and :meth:`Query.aggregate` the request sets
-    (every option of :data:`OPTION_NAMES`; ``split`` only when given)."""
-    return {name: getattr(request, name) for name in OPTION_NAMES if not (name == "split" and request.split is None)}
+    (every option of :data:`OPTION_NAMES`; ``split`` and ``bounding_epsilon`` only when given)."""
+    return {
+        name: getattr(request, name)
+        for name in OPTION_NAMES
+        if not (name in _ONLY_WHEN_GIVEN and getattr(request, name) is None)
+    }
 
 
 class Queries:
@@ -249,7 +257,7 @@ class Queries:
             cost = q.cost(aggs, _text=_clip(request.text()), **query_options(request))
             if times is None:
                 return cost, None
-            kinds = [a.kind for a in aggs]
+            kinds = _paced_kinds(aggs, request)
             return cost, times.query(info.size_class, info.engine, len(q.groups), private_keys(q, info), kinds)
 
     def answer(
@@ -277,7 +285,8 @@ class Queries:
         if cannot_pay(cost, before):
             raise _exceeded(cost, text, before, principal.name, info.name)
         if ticket is not None:  # priced: the answer's time is fixed now, before paying
-            ticket.arm_query(info.size_class, info.engine, len(q.groups), private_keys(q, info), [a.kind for a in aggs])
+            kinds = _paced_kinds(aggs, request)
+            ticket.arm_query(info.size_class, info.engine, len(q.groups), private_keys(q, info), kinds)
         try:
             result = q.aggregate(aggs, _text=text, **options)
         except QueryFailedError as exc:  # paid, then failed: the session logged the details
@@ -308,6 +317,12 @@ class Queries:
             )
             raise PaidQueryFailedError(result.spend_id, cost) from None
         return answer, encoded
+
+
+def _paced_kinds(aggs: Sequence[A.Aggregate], request: QueryRequest) -> list[str]:
+    """The parts of a query its answer time is budgeted for: its aggregates' kinds, and
+    ``"bounding"`` when it pays for the estimate of what bounding left out (one more pass)."""
+    return [a.kind for a in aggs] + (["bounding"] if request.bounding_epsilon is not None else [])
 
 
 def private_keys(q: Query, info: DatasetInfo) -> bool:

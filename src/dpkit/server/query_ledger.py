@@ -62,6 +62,9 @@ class QueryLedger:
         who = self._principal
 
         def chain_spend(tx: SQLRunner, facts: DebitFacts) -> None:
+            on_debit = getattr(self._ticket, "on_debit", None)
+            if on_debit is not None:  # (a paid request's idempotency claim takes its spend with it)
+                on_debit(tx, facts.spend_id)
             # The digests of the texts exactly as the spend's row holds them: verify_log finds
             # a spend whose event or query text was rewritten after the debit.
             detail = {

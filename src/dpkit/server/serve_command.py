@@ -182,6 +182,18 @@ def serve(
             "--max-synth-cells", min=1, help="Most cells over a synthetic table's one- and two-way marginals."
         ),
     ] = 1_000_000,
+    idempotency_seconds: Annotated[
+        float,
+        typer.Option(
+            "--idempotency-seconds", help="How long a paid request's Idempotency-Key and its answer are kept."
+        ),
+    ] = 86_400.0,
+    max_idempotency_keys: Annotated[
+        int,
+        typer.Option(
+            "--max-idempotency-keys", min=1, help="Idempotency keys kept per principal (the oldest answered dropped)."
+        ),
+    ] = 1000,
 ) -> None:
     """Run the curator service: the /v1 API and the dashboard at http://HOST:PORT/."""
     # The service's log: the curator's details beside uvicorn's, from the app's creation on.
@@ -224,6 +236,8 @@ def serve(
             downloads_per_hour=downloads_per_hour,
             max_synth_rounds=max_synth_rounds,
             max_synth_cells=max_synth_cells,
+            idempotency_seconds=idempotency_seconds,
+            max_idempotency_keys=max_idempotency_keys,
             **spark,
             # Workers share the cores: more engine threads than a worker's share only contend.
             engine_threads=engine_threads

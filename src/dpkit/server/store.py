@@ -1,5 +1,5 @@
-"""The service's own tables — principals, API keys, datasets, the audit log and published
-releases — kept in the
+"""The service's own tables — principals, API keys, datasets, the audit log, published
+releases and idempotency keys — kept in the
 same database as the ledger (one SQLite file, or one PostgreSQL database).
 
 The connections, transactions and error handling are the ledger's drivers
@@ -36,7 +36,9 @@ SQLITE_DEFAULT = "sqlite:///.dpkit/ledger.sqlite"
 # Spark datasets stay unpinned.
 # 5: the multi-tenant service: publishers, reserved release names, release quotas and the
 # statements of _UPGRADE_TO_5 (new tables are created by _TABLES itself).
-_SCHEMA_VERSION = 5
+# 6: idempotency keys of paid requests (dpkit.server.idempotency): a new table only, so a
+# version-5 database is upgraded in place by creating it.
+_SCHEMA_VERSION = 6
 AUDIT_LOCK = 0x64706B61  # advisory-lock key of the audit chain ("dpka")
 _FAILED = "service database {where}: {detail}"
 _ACTION = "use the service tables"  # (the messages above do not name it)
@@ -136,6 +138,24 @@ _TABLES = (
         json TEXT NOT NULL,
         PRIMARY KEY (name, part)
     )""",
+    # Idempotency keys of paid requests (dpkit.server.idempotency): a key claimed before the
+    # debit, the spend written by the debit's own transaction, the answer's exact status and
+    # bytes once sent. Times in milliseconds since the epoch (compared, not shown).
+    """CREATE TABLE IF NOT EXISTS idempotency_keys (
+        principal TEXT NOT NULL,
+        endpoint TEXT NOT NULL,
+        idem_key TEXT NOT NULL,
+        fingerprint TEXT NOT NULL,
+        token TEXT NOT NULL,
+        state TEXT NOT NULL CHECK (state IN ('pending', 'done')),
+        spend_id BIGINT,
+        status INTEGER,
+        body TEXT,
+        created_ms BIGINT NOT NULL,
+        expires_ms BIGINT NOT NULL,
+        PRIMARY KEY (principal, endpoint, idem_key)
+    )""",
+    "CREATE INDEX IF NOT EXISTS idempotency_keys_by_age ON idempotency_keys (principal, created_ms)",
 )
 
 
@@ -204,6 +224,9 @@ def _claim(tx: Runner) -> None:
         tx.run(
             "INSERT INTO dpkit_service (id, application, version) VALUES (1, ?, ?)", ("dpkit-server", _SCHEMA_VERSION)
         )
+    elif tuple(rows[0]) == ("dpkit-server", 5):
+        # Version 6 added a table only, created above.
+        tx.run("UPDATE dpkit_service SET version = ? WHERE id = 1", (_SCHEMA_VERSION,))
     elif tuple(rows[0]) == ("dpkit-server", 4):
         for statement in _UPGRADE_TO_5:
             tx.run(statement)

@@ -37,8 +37,9 @@ from torch.utils._pytree import tree_map
 from dpkit import _validate as v
 from dpkit.accounting.accountant import Accountant
 from dpkit.accounting.events import DPEvent, SelfComposedEvent
+from dpkit.accounting.registry import resolve_accountant
 from dpkit.budget import Budget
-from dpkit.errors import BudgetExceededError, DPError, InvalidDataError
+from dpkit.errors import BudgetExceededError, DPError, InvalidDataError, InvalidParameterError
 from dpkit.noise.lattice import DELTA_MARGIN
 from dpkit.noise.source import RandomSource
 from dpkit.torch.noise import ContinuousNoise, LatticeNoise
@@ -166,7 +167,7 @@ class DPOptimizer(torch.optim.Optimizer):
         self.steps = 0
         self.step_event: DPEvent = sampler.step_event(noise_multiplier)
         self._check_batches = check_batches
-        self._eps_cache: dict[tuple[int, float], float] = {}
+        self._eps_cache: dict[tuple[int, float, str], float] = {}
         self.group = group
         #: Whether the last step() released a noisy gradient and stepped the wrapped optimizer
         #: (False after a physical batch that did not complete its logical batch).
@@ -255,25 +256,44 @@ class DPOptimizer(torch.optim.Optimizer):
         """Everything released so far, as one event (None before the first step)."""
         return SelfComposedEvent(self.step_event, self.steps) if self.steps else None
 
-    def get_epsilon(self, delta: float | None = None) -> float:
+    def get_epsilon(self, delta: float | None = None, *, accountant: str | None = None) -> float:
         """ε after the steps taken so far, at ``delta`` (default: the target δ). With lattice
-        noise the accountant is asked at δ·(1 − 2^-20) (see ``LATTICE_DELTA_SHARE``)."""
+        noise the accountant is asked at δ·(1 − 2^-20) (see ``LATTICE_DELTA_SHARE``).
+
+        ``accountant``: ``"rdp"`` or ``"pld"`` prices the same steps with that accountant
+        (default: the run's own, which calibrated the noise and stops at the target). Each is a
+        valid ε for the steps taken — they bound the same event — so a run calibrated and
+        stopped by RDP can report the tighter PLD ε of the same release with
+        ``get_epsilon(accountant="pld")``."""
         d = self.delta if delta is None else v.delta(delta, allow_zero=False)
-        return self._epsilon_after(self.steps, d)
+        if accountant is None or accountant == self.accountant:
+            return self._epsilon_after(self.steps, d)
+        if accountant not in ("rdp", "pld"):
+            raise InvalidParameterError("accountant", accountant, "'rdp' or 'pld' (or None: the run's own accountant)")
+        factory = resolve_accountant(accountant, neighbours=self.sampler.neighbours)
+        if not factory().supports(self.step_event):
+            raise InvalidParameterError(
+                "accountant",
+                accountant,
+                f"an accountant that prices {type(self.step_event).__name__} ('rdp' for poisson_sampling=False)",
+            )
+        return self._epsilon_after(self.steps, d, accountant, factory)
 
     @property
     def epsilon(self) -> float:
         """ε spent so far at the target δ."""
         return self.get_epsilon()
 
-    def _epsilon_after(self, steps: int, delta: float) -> float:
+    def _epsilon_after(
+        self, steps: int, delta: float, name: str | None = None, factory: Callable[[], Accountant] | None = None
+    ) -> float:
         if steps == 0:
             return 0.0
-        key = (steps, delta)
+        key = (steps, delta, name or self.accountant)
         if key not in self._eps_cache:
             if len(self._eps_cache) > 64:
                 self._eps_cache.clear()
-            acc = self._factory().compose(self.step_event, count=steps)
+            acc = (factory or self._factory)().compose(self.step_event, count=steps)
             self._eps_cache[key] = acc.get_epsilon(_accounting_delta(delta, self.noise.kind))
         return self._eps_cache[key]
 

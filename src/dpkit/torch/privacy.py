@@ -131,8 +131,10 @@ class PrivateTraining(NamedTuple):
     optimizer: DPOptimizer
     data_loader: DataLoader
 
-    def get_epsilon(self, delta: float | None = None) -> float:
-        return self.optimizer.get_epsilon(delta)
+    def get_epsilon(self, delta: float | None = None, *, accountant: str | None = None) -> float:
+        """ε spent so far (:meth:`DPOptimizer.get_epsilon`): ``accountant="pld"`` prices the same
+        steps with the tighter PLD accountant."""
+        return self.optimizer.get_epsilon(delta, accountant=accountant)
 
     @property
     def epsilon(self) -> float:

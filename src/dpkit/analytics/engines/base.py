@@ -17,6 +17,7 @@ from dpkit.analytics.plan import AggregationPlan
 
 __all__ = [
     "is_uri",
+    "default_table",
     "is_spark_frame",
     "Engine",
     "ColumnKind",
@@ -59,6 +60,21 @@ _URI = re.compile(r"^[A-Za-z][A-Za-z0-9+.-]+://")
 def is_uri(path: str) -> bool:
     """Whether ``path`` is a URI with a scheme rather than a local path."""
     return _URI.match(path) is not None
+
+
+def default_table(path: str) -> str:
+    """The table a Parquet file, directory or glob is named after when ``table=`` is not given:
+    the file's or the directory's name up to its first dot (``events.parquet``, ``events/`` and
+    Spark's ``events.parquet/`` are ``events``), for a glob the last directory before its first
+    wildcard (``events/**/*.parquet`` is ``events``); ``data`` when that leaves no name
+    (``*.parquet``, ``.``). Only the path the caller gave is read, never the data."""
+    parts = re.split(r"[/\\]+", path.rstrip("/\\"))
+    for i, part in enumerate(parts):
+        if any(c in part for c in "*?["):
+            parts = parts[:i]
+            break
+    name = parts[-1].split(".")[0] if parts else ""
+    return name if name and not name.endswith(":") else "data"
 
 
 def is_spark_frame(data: object) -> bool:

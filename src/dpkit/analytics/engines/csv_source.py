@@ -13,16 +13,21 @@ synthesizer and in ``dpkit check``:
   two or more line breaks in one field) can read as a line of its own. The privacy unit of a CSV
   file is therefore a line: a record spanning k ≥ 2 lines adds at most k − 2 rows (none for one
   quoted line break), a line at most one.
-* **Fields** are separated by the delimiter. A field that starts with ``"`` is quoted: it runs to
-  the next lone ``"``, ``""`` inside it is one ``"``, and only the delimiter may follow it. Any
-  other field is taken as it is, up to the next delimiter, and holds no ``"``.
+* **Fields** are separated by the delimiter (one character, or several: Adult's ``", "``). A field
+  that starts with ``"`` is quoted: it runs to the next lone ``"``, ``""`` inside it is one ``"``,
+  and only the delimiter may follow it. Any other field is taken as it is, up to the next
+  delimiter, and holds no ``"``.
 * **Malformed lines are dropped**, each alone: a quoted field that does not close on its line or is
   followed by text, a ``"`` inside an unquoted field, a line that is not valid UTF-8 (or holds U+FFFD, the character invalid bytes
-  decode to), a line of :data:`MAX_LINE_BYTES` bytes or more. Blank lines are skipped. With a header,
-  every line equal to the header line is the header (not data). ``dpkit check`` counts what was
-  dropped, for the curator only.
+  decode to), a line of :data:`MAX_LINE_BYTES` bytes or more; with a delimiter of several
+  characters, a line holding both a ``"`` and U+001F (the character such a delimiter is read as
+  inside quoted lines). Blank lines are skipped. With a header, every line equal to the header
+  line is the header (not data); with ``skip_rows`` N, the first N lines come before the header
+  and every line equal to one of them is skipped too (so that both engines, which read a file in
+  parts, skip the same lines). ``dpkit check`` counts what was dropped, for the curator only.
 * **Values**: a short line's missing fields are NULL, extra fields are ignored; an unquoted empty
-  field, or one equal to a ``null`` text, is NULL; a quoted field is text, never NULL
+  field, or one equal to a ``null`` text once spaces are trimmed from both ends (the spaces the
+  metadata's ``strip_strings`` trims: ``" ?"`` is ``"?"``), is NULL; a quoted field is text, never NULL
   (``""`` is the empty text). Every column is text here; the declared types are applied by the
   engines' total casts.
 
@@ -44,10 +49,12 @@ from typing import Any
 
 from dpkit.analytics.engines.base import quote_identifier as q
 from dpkit.analytics.engines.base import sql_string
+from dpkit.analytics.engines.spark_expressions import _SPACES
 from dpkit.errors import InvalidParameterError
 
 __all__ = [
     "MAX_LINE_BYTES",
+    "MAX_SKIP_ROWS",
     "CsvFile",
     "CsvOptions",
     "csv_names",
@@ -64,10 +71,20 @@ MAX_LINE_BYTES = 2**21
 _LINE_BREAKS = ("\n", "\r")
 _REPLACEMENT = "\ufffd"
 _BOM = "\ufeff"
+#: A delimiter of several characters is read as this one inside lines holding quotes, where the
+#: fields are matched by a regular expression (a line holding both is malformed).
+_UNIT = "\x1f"
+#: At most this many lines before the header (their texts are part of the reading query).
+MAX_SKIP_ROWS = 1000
 
 
 def _is_name_list(value: object) -> bool:
     return isinstance(value, Sequence) and not isinstance(value, (str, bytes))
+
+
+def _trim(text: str) -> str:
+    """``text`` without the spaces DuckDB's ``trim`` removes from its ends (Unicode Zs)."""
+    return text.strip(_SPACES)
 
 
 @dataclass(frozen=True)
@@ -77,23 +94,33 @@ class CsvOptions:
 
     ``header``: the first line names the columns (True) or is already data (False).
     ``columns``: the columns' names, in order: required with ``header=False``; with a header line
-    they replace its names (the line is skipped). ``delimiter``: the one character between
-    fields (``","``, ``";"``, ``"\t"``, ``"|"``). ``null``: texts read as NULL besides the empty
-    field (``"NA"``, ``["NA", "?"]``). A bad value raises
-    :class:`~dpkit.errors.InvalidParameterError` naming the option."""
+    they replace its names (the line is skipped). ``delimiter``: the text between fields, one
+    character or several (``","``, ``";"``, ``"\t"``, ``"|"``, ``", "``). ``null``: texts read as
+    NULL besides the empty field (``"NA"``, ``["NA", "?"]``), compared with the field's spaces
+    trimmed. ``skip_rows``: how many lines come before the header (or the first data line), e.g.
+    a title line. A bad value raises :class:`~dpkit.errors.InvalidParameterError` naming the
+    option."""
 
     header: bool = True
     columns: tuple[str, ...] | None = None
     delimiter: str = ","
     null: tuple[str, ...] = ()
+    skip_rows: int = 0
 
     def __post_init__(self) -> None:
         if not isinstance(self.header, bool):
             raise InvalidParameterError("header", self.header, "True (the first line names the columns) or False")
         d = self.delimiter
-        if not isinstance(d, str) or len(d) != 1 or d in (*_LINE_BREAKS, '"', "\0", _REPLACEMENT):
+        if not isinstance(d, str) or not d or any(c in d for c in (*_LINE_BREAKS, '"', "\0", _REPLACEMENT, _UNIT)):
             raise InvalidParameterError(
-                "delimiter", d, "one character other than a double quote, NUL or a line break (',', ';', '\\t', '|')"
+                "delimiter",
+                d,
+                "one or more characters, none a double quote, NUL, U+001F or a line break (',', ';', '\\t', '|', ', ')",
+            )
+        n = self.skip_rows
+        if isinstance(n, bool) or not isinstance(n, int) or not 0 <= n <= MAX_SKIP_ROWS:
+            raise InvalidParameterError(
+                "skip_rows", n, f"a whole number of lines before the header, from 0 to {MAX_SKIP_ROWS}"
             )
         columns = self.columns
         if columns is not None:
@@ -126,7 +153,7 @@ class CsvOptions:
                 raise InvalidParameterError(
                     "null", t, f"a text without the delimiter {d!r}, a double quote, NUL or a line break"
                 )
-        object.__setattr__(self, "null", tuple(dict.fromkeys(texts)))
+        object.__setattr__(self, "null", tuple(dict.fromkeys(_trim(t) for t in texts)))
 
 
 @dataclass(frozen=True)
@@ -137,15 +164,46 @@ class CsvFile:
     options: CsvOptions
 
 
-def _first_line(path: Path) -> str:
-    """The file's first line as text (the curator's header; no data row is read), without its
-    line break or a leading byte-order mark."""
+def _first_lines(path: Path, count: int) -> list[str]:
+    """The file's first ``count`` lines as text (the lines skipped and the curator's header; no
+    data row is read), without their line breaks (``\n``, ``\r\n`` or a lone ``\r``, as the
+    engines split lines) or a leading byte-order mark; fewer when the file has fewer."""
+    lines: list[str] = []
+    pending = b""
     with path.open("rb") as f:
-        raw = f.readline(MAX_LINE_BYTES + 2)
-    text = raw.decode("utf-8", errors="replace").removeprefix(_BOM)
-    for brk in ("\n", "\r"):
-        text = text.split(brk, 1)[0]
-    return text
+        while len(lines) < count:
+            chunk = f.read(1 << 16)
+            pending += chunk
+            while len(lines) < count:
+                cut = min((i for i in (pending.find(b"\n"), pending.find(b"\r")) if i >= 0), default=-1)
+                if cut < 0 or (cut == len(pending) - 1 and pending[cut:] == b"\r" and chunk):
+                    break  # no whole line yet (a final \r may be the first half of \r\n)
+                lines.append(pending[:cut].decode("utf-8", errors="replace"))
+                pending = pending[cut + (2 if pending[cut : cut + 2] == b"\r\n" else 1) :]
+            if not chunk:
+                if pending and len(lines) < count:
+                    lines.append(pending.decode("utf-8", errors="replace"))
+                break
+            if len(pending) > MAX_LINE_BYTES + 2:
+                # A line this long is dropped anyway: hold its start and its last byte (a \r
+                # waiting for its \n), so that it still ends where it ends.
+                pending = pending[: MAX_LINE_BYTES + 1] + pending[-1:]
+    if lines:
+        lines[0] = lines[0].removeprefix(_BOM)
+    return lines
+
+
+def _first_line(path: Path, skip_rows: int = 0) -> str:
+    """Line ``skip_rows + 1`` of the file (the header), or "" when the file is shorter."""
+    lines = _first_lines(path, skip_rows + 1)
+    return lines[skip_rows] if len(lines) > skip_rows else ""
+
+
+def _not_data(path: Path, opts: CsvOptions) -> list[str]:
+    """The texts of the lines that are not data: the ``skip_rows`` lines and the header line; every
+    line equal to one of them is skipped."""
+    lines = _first_lines(path, opts.skip_rows + (1 if opts.header else 0))
+    return [line for line in dict.fromkeys(lines) if line]  # a blank line is skipped anyway
 
 
 def _split_header(line: str, delimiter: str) -> list[str]:
@@ -166,7 +224,7 @@ def _split_header(line: str, delimiter: str) -> list[str]:
                     continue
                 i = k + 1
                 break
-            if i < n and line[i] != delimiter:
+            if i < n and not line.startswith(delimiter, i):
                 return []
             names.append("".join(text))
         else:
@@ -176,7 +234,7 @@ def _split_header(line: str, delimiter: str) -> list[str]:
             i = k
         if i >= n:
             return [name.strip() for name in names]
-        i += 1  # past the delimiter
+        i += len(delimiter)
         if i == n:
             return [*(name.strip() for name in names), ""]
 
@@ -190,9 +248,10 @@ def csv_names(path: str | os.PathLike[str], options: CsvOptions | None = None) -
     opts = CsvOptions() if options is None else options
     if opts.columns is not None:
         return list(opts.columns)
-    names = _split_header(_first_line(p), opts.delimiter)
+    names = _split_header(_first_line(p, opts.skip_rows), opts.delimiter)
     if not names or any(not n for n in names) or len(set(names)) != len(names):
-        accepted = "a CSV file whose first line names every column once"
+        which = f"line {opts.skip_rows + 1} (after the {opts.skip_rows} skipped)" if opts.skip_rows else "first line"
+        accepted = f"a CSV file whose {which} names every column once"
         if opts.delimiter != ",":
             accepted += f", separated by {opts.delimiter!r}"
         raise InvalidParameterError("data", p.name, accepted)
@@ -201,7 +260,26 @@ def csv_names(path: str | os.PathLike[str], options: CsvOptions | None = None) -
 
 def _regex_char(c: str) -> str:
     """``c`` as a literal in a regular expression, the same in RE2 and Java."""
+    if c == _UNIT:
+        return "\\x1f"
     return c if c.isalnum() or ord(c) > 127 or c in " \t" else "\\" + c
+
+
+def _grammar(delimiter: str) -> tuple[str, str]:
+    """(the delimiter as the regular expressions see it, the SQL of line ``l`` as they see it): a
+    delimiter of several characters is matched as U+001F (a line holding U+001F and a quote is
+    malformed), so that a bare field is simply one without the delimiter's character."""
+    if len(delimiter) == 1:
+        return delimiter, "l"
+    return _UNIT, f"replace(l, {sql_string(delimiter)}, chr(31))"
+
+
+def _well_formed(delimiter: str) -> str:
+    """Whether line ``l`` (holding a quote) is well formed (DuckDB)."""
+    d, x = _grammar(delimiter)
+    full, _ = _patterns(d, java=False)
+    ok = f"regexp_full_match({x}, {sql_string(full)})"
+    return ok if d == delimiter else f"({ok} AND NOT contains(l, chr(31)))"
 
 
 def _field(delimiter: str, *, java: bool) -> str:
@@ -218,9 +296,12 @@ def _patterns(delimiter: str, *, java: bool) -> tuple[str, str]:
     return f"{field}(?:{d}{field}){star}", f"{d}{field}"
 
 
-def _is_header(header: str) -> str:
-    """Whether line ``l`` is the header line (with or without a byte-order mark)."""
-    return f"l IN ({sql_string(header)}, {sql_string(_BOM + header)})"
+def _is_header(not_data: Sequence[str]) -> str:
+    """Whether line ``l`` is one of the lines that are not data: the header line and the skipped
+    lines (with or without a byte-order mark)."""
+    if not not_data:
+        return "FALSE"
+    return f"l IN ({', '.join(sql_string(p + t) for t in not_data for p in ('', _BOM))})"
 
 
 def _lines_sql(path: Path) -> str:
@@ -234,11 +315,11 @@ def _lines_sql(path: Path) -> str:
     )
 
 
-def _kept_lines_where(header: str | None) -> str:
+def _kept_lines_where(not_data: Sequence[str]) -> str:
     where = ["l IS NOT NULL", "l <> ''", f"NOT contains(l, {sql_string(_REPLACEMENT)})"]
     where.append(f"strlen(l) < {MAX_LINE_BYTES}")
-    if header is not None:
-        where.append(f"NOT {_is_header(header)}")
+    if not_data:
+        where.append(f"NOT {_is_header(not_data)}")
     return " AND ".join(where)
 
 
@@ -253,13 +334,17 @@ def _captures(delimiter: str, count: int) -> str:
 def _null_or(f: str, null: Sequence[str]) -> str:
     if not null:
         return f"nullif({f}, '')"
-    return f"CASE WHEN {f} IN ({', '.join(sql_string(t) for t in ('', *null))}) THEN NULL ELSE {f} END"
+    texts = ", ".join(sql_string(t) for t in null)  # trimmed by CsvOptions
+    return f"CASE WHEN {f} = '' OR trim({f}) IN ({texts}) THEN NULL ELSE {f} END"
 
 
-def _value_sql(i: int, null: Sequence[str]) -> str:
+def _value_sql(i: int, null: Sequence[str], delimiter: str) -> str:
     """Column ``i``: from the split list of a line without quotes, else from the captured fields."""
     g = f"__s.g{i}"
-    quoted = f"CASE WHEN starts_with({g}, '\"') THEN replace(substr({g}, 2, length({g}) - 2), '\"\"', '\"') ELSE {_null_or(g, null)} END"
+    text = f"replace(substr({g}, 2, length({g}) - 2), '\"\"', '\"')"
+    if len(delimiter) > 1:  # the delimiter inside a quoted field, matched as U+001F
+        text = f"replace({text}, chr(31), {sql_string(delimiter)})"
+    quoted = f"CASE WHEN starts_with({g}, '\"') THEN {text} ELSE {_null_or(g, null)} END"
     return f"CASE WHEN __q THEN {quoted} ELSE {_null_or(f'__f[{i + 1}]', null)} END"
 
 
@@ -275,8 +360,7 @@ def csv_source_sql(path: str | os.PathLike[str], options: CsvOptions | None = No
     p = Path(path)
     opts = CsvOptions() if options is None else options
     names = csv_names(p, opts)
-    header = _first_line(p) if opts.header else None
-    line, _ = _patterns(opts.delimiter, java=False)
+    d, x = _grammar(opts.delimiter)
     groups = "[" + ", ".join(f"'g{i}'" for i in range(len(names))) + "]"
     # A line without a quote (nearly all of most files) is split as it is; only a line holding a
     # quote is checked against the grammar and its fields captured, once.
@@ -284,27 +368,26 @@ def csv_source_sql(path: str | os.PathLike[str], options: CsvOptions | None = No
         "SELECT contains(l, '\"') AS __q, "
         f"CASE WHEN NOT contains(l, '\"') THEN string_split(l, {sql_string(opts.delimiter)}) END AS __f, "
         f"CASE WHEN contains(l, '\"') "
-        f"THEN regexp_extract(l, {sql_string(_captures(opts.delimiter, len(names)))}, {groups}) END AS __s "
-        f"FROM {_lines_sql(p)} WHERE {_kept_lines_where(header)} "
-        f"AND (NOT contains(l, '\"') OR regexp_full_match(l, {sql_string(line)}))"
+        f"THEN regexp_extract({x}, {sql_string(_captures(d, len(names)))}, {groups}) END AS __s "
+        f"FROM {_lines_sql(p)} WHERE {_kept_lines_where(_not_data(p, opts))} "
+        f"AND (NOT contains(l, '\"') OR {_well_formed(opts.delimiter)})"
     )
-    cols = ", ".join(f"{_value_sql(i, opts.null)} AS {q(n)}" for i, n in enumerate(names))
+    cols = ", ".join(f"{_value_sql(i, opts.null, opts.delimiter)} AS {q(n)}" for i, n in enumerate(names))
     return f"(SELECT {cols} FROM ({inner}))"
 
 
 def csv_skipped_sql(source: CsvFile) -> str:
     """A query (DuckDB) counting, for the curator's check, the lines the reader kept and those it
     dropped: ``lines`` (non-blank lines read), ``malformed`` (quotes that do not close on the line,
-    text after a closing quote), ``invalid_text`` (U+FFFD), ``headers`` (lines equal to the header).
+    text after a closing quote), ``invalid_text`` (U+FFFD), ``headers`` (lines equal to the header
+    or to a line of ``skip_rows``).
     Lines that are not UTF-8 or too long never reach SQL; :func:`csv_unreadable_lines` counts them."""
     p, opts = source.path, source.options
-    header = _first_line(p) if opts.header else None
-    line, _ = _patterns(opts.delimiter, java=False)
-    is_header = _is_header(header) if header is not None else "FALSE"
+    is_header = _is_header(_not_data(p, opts))
     return (
         f"SELECT count(*) AS lines, "
         f"count(*) FILTER (WHERE NOT ({is_header}) AND NOT contains(l, {sql_string(_REPLACEMENT)}) "
-        f"AND contains(l, '\"') AND NOT regexp_full_match(l, {sql_string(line)})) AS malformed, "
+        f"AND contains(l, '\"') AND NOT {_well_formed(opts.delimiter)}) AS malformed, "
         f"count(*) FILTER (WHERE contains(l, {sql_string(_REPLACEMENT)})) AS invalid_text, "
         f"count(*) FILTER (WHERE {is_header}) AS headers "
         f"FROM {_lines_sql(p)} WHERE l IS NOT NULL AND l <> ''"
@@ -335,9 +418,10 @@ def read_csv_spark(spark: Any, source: CsvFile) -> Any:
 
     p, opts = source.path, source.options
     names = csv_names(p, opts)
-    header = _first_line(p) if opts.header else None
-    d = opts.delimiter
-    line_re, field_re = _patterns(d, java=True)
+    not_data = _not_data(p, opts)
+    d, multi = opts.delimiter, len(opts.delimiter) > 1
+    gd = _UNIT if multi else d  # the delimiter as the regular expressions see it (see _grammar)
+    line_re, field_re = _patterns(gd, java=True)
     lines = spark.read.text(str(p))
     l = lines["value"]  # noqa: E741
     # Spark keeps a line's bytes as they are: invalid UTF-8 shows as a re-encoding that differs
@@ -348,16 +432,22 @@ def read_csv_spark(spark: Any, source: CsvFile) -> Any:
         & (F.octet_length(l) < F.lit(MAX_LINE_BYTES))
         & (F.encode(l, "UTF-8") == l.cast("binary"))
     )
-    if header is not None:
-        keep = keep & ~l.isin(header, _BOM + header)
-    fields = F.when(~l.contains('"'), F.split(l, _regex_char(d), -1)).when(
-        l.rlike(f"^{line_re}$"), F.regexp_extract_all(F.concat(F.lit(d), l), F.lit(field_re), 1)
+    if not_data:
+        keep = keep & ~l.isin(*[b + t for t in not_data for b in ("", _BOM)])
+    x = F.replace(l, F.lit(d), F.lit(_UNIT)) if multi else l
+    well_formed = x.rlike(f"^{line_re}$") & ~l.contains(_UNIT) if multi else x.rlike(f"^{line_re}$")
+    fields = F.when(~l.contains('"'), F.split(l, "".join(_regex_char(c) for c in d), -1)).when(
+        well_formed, F.regexp_extract_all(F.concat(F.lit(gd), x), F.lit(field_re), 1)
     )
     split = lines.where(keep).select(fields.alias("__f")).where(F.col("__f").isNotNull())
-    nulls = ["", *opts.null]
     cols = []
     for i, name in enumerate(names):
         f = F.try_element_at(F.col("__f"), F.lit(i + 1))
         quoted = F.regexp_replace(f.substr(F.lit(2), F.length(f) - F.lit(2)), '""', '"')
-        cols.append(F.when(f.startswith('"'), quoted).when(f.isin(*nulls), F.lit(None)).otherwise(f).alias(name))
+        if multi:
+            quoted = F.replace(quoted, F.lit(_UNIT), F.lit(d))
+        null = f == F.lit("")
+        if opts.null:
+            null = null | F.btrim(f, F.lit(_SPACES)).isin(*opts.null)
+        cols.append(F.when(f.startswith('"'), quoted).when(null, F.lit(None)).otherwise(f).alias(name))
     return split.select(*cols)

@@ -424,10 +424,14 @@ class DuckDBEngine:
         return f"CASE WHEN {xc} IS NOT NULL THEN least({cell}, {params.add(2 * x.cells)}) END"
 
     def _base(
-        self, plan: AggregationPlan, params: _Params, *, materialize: bool = False
+        self, plan: AggregationPlan, params: _Params, *, materialize: bool = False, every_row: bool = False
     ) -> tuple[str, list[str], list[str], list[str]]:
         """The bounded rows as a CTE chain ending in ``r`` (computed once however often it is
-        read, with ``materialize``); returns (sql, group cols, sum cols, value cols: cells)."""
+        read, with ``materialize``); returns (sql, group cols, sum cols, value cols: cells).
+
+        With ``every_row`` (:meth:`bounding_counts`), ``r`` keeps the rows bounding drops too,
+        numbered by the same window (``__gi``, ``__ri``), and ``__out`` says whether a row has a
+        value of a bounded column outside its declared bounds."""
         gcols = [f"g{i}" for i in range(len(plan.groups))]
         scols = [s.name for s in plan.sums]
         xcols = [f"x{i}" for i in range(len(plan.values))]
@@ -446,6 +450,11 @@ class DuckDBEngine:
             f"{self._summand(s, clean[s.column], params)} AS {c}"
             for s, c in zip(plan.hash_specs()[len(plan.sums) :], hcols, strict=True)
         ]
+        if every_row:
+            ranges = {s.column: (s.lower, s.upper) for s in plan.sums}
+            ranges.update({x.column: (x.lower, x.upper) for x in plan.values})
+            out = [f"{clean[c]} < {params.add(lo)} OR {clean[c]} > {params.add(hi)}" for c, (lo, hi) in ranges.items()]
+            select.append(f"coalesce({' OR '.join(out) or 'FALSE'}, FALSE) AS __out")
         where = ["TRUE"]
         if plan.where is not None:
             where.append(self._predicate(plan.where, params))
@@ -482,12 +491,15 @@ class DuckDBEngine:
             gh = f"hash({', '.join(['__u', *gcols])}, {salt_g})"
             rh = f"hash({', '.join(row_cols)}, {salt_r})"
         gorder = ", ".join(["__gh", *gcols])
+        # (every_row: no QUALIFY, the rows the caps drop are counted by bounding_counts)
+        cap = ""
+        if not every_row:
+            cap = f" QUALIFY __gi <= {params.add(plan.max_groups)} AND __ri <= {params.add(plan.max_rows)}"
         window = (
             f"w AS (SELECT *, {gh} AS __gh, {rh} AS __rh FROM base), "
             f"{r_as} (SELECT *, row_number() OVER (PARTITION BY __u ORDER BY {gorder}, __rh) "
             f"- rank() OVER (PARTITION BY __u ORDER BY {gorder}) + 1 AS __ri, "
-            f"dense_rank() OVER (PARTITION BY __u ORDER BY {gorder}) AS __gi FROM w "
-            f"QUALIFY __gi <= {params.add(plan.max_groups)} AND __ri <= {params.add(plan.max_rows)})"
+            f"dense_rank() OVER (PARTITION BY __u ORDER BY {gorder}) AS __gi FROM w{cap})"
         )
         return f"WITH {base}, {window}", gcols, scols, xcols
 
@@ -535,6 +547,28 @@ class DuckDBEngine:
 
     def aggregate(self, plan: AggregationPlan) -> pd.DataFrame:
         return self.compute(plan)[0]
+
+    def bounding_sql(self, plan: AggregationPlan) -> tuple[str, list[Any]]:
+        """The statement and parameters :meth:`bounding_counts` runs: the plan's rows before the
+        caps, numbered by the same window as :meth:`aggregate_sql`'s (same salt, same rows kept)."""
+        params = _Params()
+        ctes, _, _, _ = self._base(plan, params, every_row=True)
+        if plan.unit is None:  # every row is its own unit: nothing is capped
+            return f"{ctes} SELECT 0 AS units, count(*) FILTER (WHERE __out) AS clipped FROM r", params.values
+        kept = f"__gi <= {params.add(plan.max_groups)} AND __ri <= {params.add(plan.max_rows)}"
+        return (
+            f"{ctes} SELECT count(DISTINCT __u) FILTER (WHERE NOT ({kept})) AS units, "
+            f"count(*) FILTER (WHERE ({kept}) AND __out) AS clipped FROM r",
+            params.values,
+        )
+
+    def bounding_counts(self, plan: AggregationPlan) -> tuple[int, int]:
+        """(privacy units that lost at least one row to ``max_rows`` / ``max_groups``, kept rows
+        with a value of a bounded column outside its declared bounds): the exact counts the
+        estimate of :mod:`dpkit.analytics.bounding` adds noise to. Runs after the debit."""
+        sql, params = self.bounding_sql(plan)
+        frame = self._run(sql, params)
+        return int(frame["units"].iloc[0]), int(frame["clipped"].iloc[0])
 
     def _run(self, sql: str, params: list[Any]) -> pd.DataFrame:
         # Runs only after the debit; the session turns any failure into one generic error.

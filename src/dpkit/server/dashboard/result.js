@@ -1,5 +1,5 @@
-// A query's answer as the analyst sees it: the noised rows with their confidence intervals, the
-// cost, and the mechanisms used.
+// A query's answer as the analyst sees it: the noised rows with their confidence intervals, what
+// those intervals cover (the statistic after contribution bounding), the cost, and the mechanisms.
 
 import { $, fmt, h } from "./ui.js";
 
@@ -21,6 +21,21 @@ function resultColumns(r) {
   }
   for (const row of rows) for (const c of Object.keys(row)) add(c);
   return cols;
+}
+
+// What the intervals cover, and the paid estimate of what bounding left out when there is one:
+// one line each, shown right under the table.
+function boundingLines(r) {
+  const b = r.bounding && typeof r.bounding === "object" ? r.bounding : null;
+  if (!b) return [];
+  const lines = typeof b.text === "string" ? [b.text] : [];
+  const est = b.estimate && typeof b.estimate === "object" ? b.estimate : null;
+  for (const key of ["units_capped", "rows_clipped"]) {
+    const c = est ? est[key] : null;
+    if (!c || typeof c !== "object") continue;
+    lines.push(`bounding estimate (paid, ε ${fmt(c.epsilon)}): ${c.what}: ${fmt(c.value)} (interval [${fmt(c.low)}, ${fmt(c.high)}])`);
+  }
+  return lines;
 }
 
 export function renderResult(r, q) {
@@ -67,6 +82,8 @@ export function renderResult(r, q) {
     box.append(h("div", { class: "table-wrap" }, h("table", { class: "data result-table" }, h("thead", null, head), h("tbody", null, body))));
     if (confidence) box.append(h("p", { class: "muted small" }, `Columns ending in _low / _high are the bounds of ${confidence} confidence intervals for the noised values.`));
   }
+  const covers = boundingLines(r);
+  if (covers.length) box.append(h("div", { class: "bounding" }, covers.map((line) => h("p", { class: "small" }, line))));
   const aggs = Array.isArray(r.aggregates) ? r.aggregates : [];
   if (aggs.length) {
     box.append(

@@ -47,7 +47,11 @@ def history(
             raise Problem(403, "forbidden", "analysts see only their own history")
         analyst_name = who.name
     entries = service.audit_entries(
-        actor=analyst_name, actions=["query", "query_failed", "cost"], after=after, limit=limit, newest=newest
+        actor=analyst_name,
+        actions=["query", "query_failed", "query_replayed", "cost"],
+        after=after,
+        limit=limit,
+        newest=newest,
     )
     return {"entries": [_history_item(e.to_dict()) for e in entries]}
 

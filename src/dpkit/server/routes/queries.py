@@ -3,7 +3,8 @@
 A query's only answers are the result, a refusal decided before the debit on the request and the
 declared metadata (400, 404, 409, ...), or the one fixed ``query_failed`` (500) — never a
 traceback, an engine message or a data value. A paid answer's audit entry is the one its debit
-wrote, in the same transaction as the spend.
+wrote, in the same transaction as the spend. A paid request sent with an ``Idempotency-Key`` is
+answered once: a retry gets the stored answer (:mod:`dpkit.server.idempotency`).
 """
 
 from __future__ import annotations
@@ -18,14 +19,26 @@ from pydantic import Field
 from starlette.concurrency import run_in_threadpool
 
 from dpkit._cancel import Cancelled
+from dpkit.accounting.events import event_to_dict
 from dpkit.analytics.spec import QueryOptions
 from dpkit.errors import AuthError, BudgetExceededError, InvalidParameterError, LedgerError, QueryFailedError
 from dpkit.server.errors import DatasetUnavailableError, NotFoundError, PaidQueryFailedError
 from dpkit.server.grants import budget_dict
+from dpkit.server.idempotency import (
+    HEADER,
+    REPLAYED_HEADER,
+    Claim,
+    IdempotencyKeys,
+    OnDebit,
+    Stored,
+    Unanswered,
+    fingerprint,
+    parse_key,
+)
 from dpkit.server.names import check_dataset_name
 from dpkit.server.pacing import Pacer, Ticket
 from dpkit.server.principals import Principal
-from dpkit.server.problems import Problem, note, query_failed
+from dpkit.server.problems import Problem, note, problem_response, query_failed
 from dpkit.server.queries import OPTION_NAMES, JSONQuery, QueryRequest
 from dpkit.server.routes.bodies import Body
 from dpkit.server.routes.deps import analyst, get_service
@@ -71,6 +84,7 @@ class QueryBody(Body):
     confidence: float = QueryOptions.confidence
     key_selection: str = QueryOptions.key_selection
     split: list[float] | None = None  # (QueryOptions.split: equal shares)
+    bounding_epsilon: float | None = None  # (QueryOptions.bounding_epsilon: no estimate)
 
     def request(self) -> QueryRequest:
         spec = None
@@ -103,11 +117,19 @@ async def query(
     who: Principal = Depends(analyst),
     service: Service = Depends(get_service),
 ) -> Any:
+    key = parse_key(request.headers.getlist(HEADER))
     check_dataset_name(name)
     req = body.request()
     note(request, action="query", dataset=name[:100], query=req.text()[:4096])
     return await _paced(
-        service, request, name, who, lambda ticket: service.query_encoded(who, name, req, ticket=ticket)
+        service,
+        request,
+        name,
+        who,
+        lambda ticket: service.query_encoded(who, name, req, ticket=ticket),
+        key=key,
+        endpoint="query",
+        body=body,
     )
 
 
@@ -132,10 +154,14 @@ def _preview(service: Service, request: Request, name: str, body: QueryBody, who
     return {
         "dataset": name,
         "cost": {"epsilon": cost.epsilon, "delta": cost.delta},
+        "event": event_to_dict(cost.event),  # the composed event the debit would record
         "query": cost.text,
         "budget": _own_budget(service, who, name),
         "answer_seconds": seconds,  # the paid answer leaves this long after its debit
     }
+
+
+Answer = Callable[[Ticket], tuple[dict[str, Any], str]]
 
 
 async def _paced(
@@ -143,14 +169,75 @@ async def _paced(
     request: Request,
     name: str,
     who: Principal,
-    answer: Callable[[Ticket], tuple[dict[str, Any], str]],
+    answer: Answer,
+    *,
+    key: str | None,
+    endpoint: str,
+    body: Body,
 ) -> Response:
     """A paid request (a query or a synthetic table), computed in the heavy pool and answered at
     its fixed time (:mod:`dpkit.server.pacing`): the answer as encoded by the service; a budget
-    that cannot pay is 409 and a failure after the debit the fixed ``query_failed``."""
-    pacer: Pacer = request.app.state.pacer
+    that cannot pay is 409 and a failure after the debit the fixed ``query_failed``.
+
+    With an idempotency ``key`` (:mod:`dpkit.server.idempotency`) the key is claimed first; a
+    retry is answered from storage at once (a replay reveals nothing new), and a refusal before
+    the debit releases the claim."""
+    if key is None:
+        return await _pay(service, request, name, who, answer, None)
+    keys: IdempotencyKeys = request.app.state.idempotency
+    note(request, idempotency_key=key)
+    print_ = fingerprint(name, endpoint, body.model_dump(mode="json", exclude_unset=True))
+    found = await run_in_threadpool(keys.claim, who.name, endpoint, key, print_)
+    if isinstance(found, Unanswered):
+        # It paid and never stored an answer (its server stopped in between): not a second run.
+        _curator_log.warning(
+            "a retry of %r's request paid by spend %s found no stored answer: answered query_failed",
+            who.name,
+            found.spend_id,
+        )
+        failed = problem_response(request, query_failed(found.spend_id))
+        await run_in_threadpool(keys.complete, found.claim, failed.status_code, bytes(failed.body))
+        found = Stored(failed.status_code, bytes(failed.body), found.spend_id)
+    if isinstance(found, Stored):
+        action = request.scope.get("state", {}).get("audit", {}).get("action", "query")
+        note(request, action=f"{action}_replayed", outcome=f"replayed ({found.status})", spend_id=found.spend_id)
+        return Response(
+            found.body, status_code=found.status, media_type="application/json", headers={REPLAYED_HEADER: "true"}
+        )
+    claim: Claim = found
     try:
-        result, encoded = await pacer.run(who.name, lambda ticket: _guarded(name, who, lambda: answer(ticket)))
+        response = await _pay(
+            service, request, name, who, answer, lambda ticket: keys.on_debit(claim, lambda: ticket.budget)
+        )
+    except Exception:
+        spend = await run_in_threadpool(keys.spend_of, claim)
+        if spend is None:  # refused before the debit: not stored, a retry is a new attempt
+            await run_in_threadpool(keys.release, claim)
+            raise
+        note(request, action="query_failed", spend_id=spend)
+        response = problem_response(request, query_failed(spend))
+    await run_in_threadpool(keys.complete, claim, response.status_code, bytes(response.body))
+    return response
+
+
+async def _pay(
+    service: Service,
+    request: Request,
+    name: str,
+    who: Principal,
+    answer: Answer,
+    on_debit: Callable[[Ticket], OnDebit] | None,
+) -> Response:
+    """The paid request itself (see :func:`_paced`); ``on_debit``: what its debit also writes."""
+    pacer: Pacer = request.app.state.pacer
+
+    def work(ticket: Ticket) -> tuple[dict[str, Any], str]:
+        if on_debit is not None:
+            ticket.on_debit = on_debit(ticket)
+        return _guarded(name, who, lambda: answer(ticket))
+
+    try:
+        result, encoded = await pacer.run(who.name, work)
     except BudgetExceededError as exc:
         budget = await run_in_threadpool(_own_budget, service, who, name)
         raise Problem(409, "budget_exceeded", str(exc), budget=budget) from None
@@ -224,6 +311,7 @@ async def synthetic(
 ) -> Any:
     """A differentially private synthetic table of the dataset, paid from the analyst's budget
     (:mod:`dpkit.server.synthetic`); refusals and failures as for a query."""
+    key = parse_key(request.headers.getlist(HEADER))
     check_dataset_name(name)
     req = SynthRequest(
         epsilon=body.epsilon,
@@ -244,4 +332,7 @@ async def synthetic(
         name,
         who,
         lambda ticket: service.synthesize(who, name, req, ticket=ticket, max_release_bytes=quota),
+        key=key,
+        endpoint="synthetic",
+        body=body,
     )
