@@ -86,10 +86,17 @@ def lossy_proxy(upstream: str, drop: Callable[[Seen], bool]) -> Iterator[tuple[s
 
     server = socketserver.ThreadingTCPServer(("127.0.0.1", 0), Handler)
     server.daemon_threads = True
+    with serving(server) as url:
+        yield url, seen
+
+
+@contextlib.contextmanager
+def serving(server: socketserver.BaseServer) -> Iterator[str]:
+    """Run ``server`` (bound to a loopback port) in a thread; yields its URL, and stops it after."""
     thread = threading.Thread(target=server.serve_forever, daemon=True)
     thread.start()
     try:
-        yield f"http://127.0.0.1:{server.server_address[1]}", seen
+        yield f"http://127.0.0.1:{server.server_address[1]}"  # type: ignore[index]
     finally:
         server.shutdown()
         server.server_close()

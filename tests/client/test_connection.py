@@ -6,12 +6,12 @@ from __future__ import annotations
 import contextlib
 import http.server
 import json
-import threading
 from collections.abc import Iterator
 from typing import Any
 
 import pytest
 
+from client._proxy import serving
 from dpkit.client import Connection, ConnectionFailedError, ServiceError
 from dpkit.errors import LedgerError
 
@@ -42,15 +42,8 @@ def scripted(*answers: tuple[int, Any]) -> Iterator[tuple[str, list[dict[str, st
         def log_message(self, *args: Any) -> None:
             pass
 
-    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-    thread = threading.Thread(target=server.serve_forever, daemon=True)
-    thread.start()
-    try:
-        yield f"http://127.0.0.1:{server.server_address[1]}", seen
-    finally:
-        server.shutdown()
-        server.server_close()
-        thread.join(timeout=30)
+    with serving(http.server.ThreadingHTTPServer(("127.0.0.1", 0), Handler)) as url:
+        yield url, seen
 
 
 def _post(url: str, retries: int = 2) -> Any:

@@ -107,8 +107,11 @@ export function renderResult(r, q) {
                 h("td", null, a.column === null || a.column === undefined ? "—" : a.column),
                 h("td", { class: "num" }, fmt(a.epsilon)),
                 h("td", null, a.mechanism === undefined ? "—" : String(a.mechanism)),
-                // what the number is the scale of: a count's noise, or a mean's own std. dev.
-                h("td", { class: "num", title: a.scale_label === undefined ? "" : String(a.scale_label) }, fmt(a.scale)),
+                // what the number is the scale of: a count's noise, or a mean's own std. dev.; a
+                // quantile has no noise scale but a rank-error bound (rows, at the confidence)
+                typeof a.rank_error === "number"
+                  ? h("td", { class: "num", title: `rank error bound at ${confidence || "the"} confidence, rows per group` }, `rank ±${fmt(a.rank_error)}`)
+                  : h("td", { class: "num", title: a.scale_label === undefined ? "" : String(a.scale_label) }, fmt(a.scale)),
               ),
             ),
           ),
