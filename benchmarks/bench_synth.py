@@ -25,7 +25,8 @@ memory, ``VmHWM``, are measured inside it; the data are loaded before the clock 
 * ``independent`` — each column drawn independently from its true one-way marginal (not
   private): what a synthesizer scores that keeps no correlation at all.
 * ``dpkit`` — ``dpkit.synth.Synthesizer`` (its default method) with the Adult metadata below
-  (row-level privacy, numeric columns with the bin edges above), fitted on the raw training
+  (row-level privacy, every column declared ``nullable: false``, numeric columns with the bin
+  edges above), fitted on the raw training
   frame; ``dpkit-mst`` — the same with ``method="mst"``. The rows it samples (numeric values
   drawn inside their bin) are discretised like the real ones.
 * ``smartnoise-mst`` — SmartNoise Synth 1.0.8 ``Synthesizer.create("mst", epsilon=ε, delta=δ)``
@@ -48,7 +49,8 @@ normalised counts) over all 91 two-way marginals and over a fixed sample of 100 
 three-way marginals (the same triples for every run), one-way too in the JSON
 (:func:`dpkit.synth.evaluate.marginal_tvd`); train-on-synthetic, test-on-real accuracy of a
 logistic regression predicting ``Y`` from the 13 other columns one-hot
-(:func:`dpkit.synth.evaluate.tstr_accuracy`); fit + sample seconds; peak MiB of the process.
+(:func:`dpkit.synth.evaluate.tstr_accuracy`); the missing cells of the synthetic table (Adult
+has none: each is invented); fit + sample seconds; peak MiB of the process.
 
 ``--census-rows N`` adds dpkit on the project's census generator (``dpkit.datasets.census``,
 privacy unit ``person_id``, its ``CENSUS_METADATA``, default bins) for time and memory only: N
@@ -170,17 +172,19 @@ SMOKE_ROUNDS = 2  # dpkit's AIM rounds in a smoke run (its default spends most o
 
 
 def adult_metadata() -> Any:
-    """The curator's metadata for the 14 attributes (row-level privacy)."""
+    """The curator's metadata for the 14 attributes (row-level privacy). Every column is declared
+    never missing (``nullable=False``): adult.names marks unknown values with '?', a category of
+    its own, so no value is NULL, and a synthetic table needs no missing cell."""
     from dpkit.analytics import Categorical, Metadata, Numeric
 
     columns: dict[str, Any] = {}
     for name in COLUMNS:
         if name in BOUNDS:
-            columns[name] = Numeric(*BOUNDS[name])
+            columns[name] = Numeric(*BOUNDS[name], nullable=False)
         elif name == TARGET:
-            columns[name] = Categorical(LABEL_VALUES)
+            columns[name] = Categorical(LABEL_VALUES, nullable=False)
         else:
-            columns[name] = Categorical((*CATEGORIES[name], UNKNOWN))
+            columns[name] = Categorical((*CATEGORIES[name], UNKNOWN), nullable=False)
     return Metadata(columns=columns, row_level=True)
 
 
@@ -411,6 +415,8 @@ def score(rows_path: str, real: Any, test: Any, triples_rng_seed: int) -> dict[s
 
     synthetic = pd.read_csv(rows_path, dtype=str, keep_default_na=False)
     return {
+        # Adult has no missing value: every missing cell of a synthetic table is invented
+        "missing_cells": int((synthetic == MISSING).to_numpy().sum()),
         "tvd_1way": marginal_tvd(real, synthetic, way=1),
         "tvd_2way": marginal_tvd(real, synthetic, way=2),
         "tvd_3way": marginal_tvd(
@@ -427,7 +433,7 @@ def _mean_sd(values: list[float]) -> tuple[float, float | None]:
     return m, math.sqrt(sum((v - m) ** 2 for v in values) / (len(values) - 1))
 
 
-METRICS = ("tvd_1way", "tvd_2way", "tvd_3way", "tstr_accuracy", "seconds", "peak_mib", "load_1min")
+METRICS = ("tvd_1way", "tvd_2way", "tvd_3way", "tstr_accuracy", "missing_cells", "seconds", "peak_mib", "load_1min")
 
 
 def summarise(runs: list[dict[str, Any]]) -> list[dict[str, Any]]:
@@ -467,6 +473,7 @@ def table(summary: list[dict[str, Any]]) -> str:
         "2-way TVD",
         "3-way TVD",
         "TSTR accuracy",
+        "missing cells",
         "fit + sample (s)",
         "peak MiB",
         "load",
@@ -483,6 +490,7 @@ def table(summary: list[dict[str, Any]]) -> str:
                 _fmt(r, "tvd_2way", 4),
                 _fmt(r, "tvd_3way", 4),
                 _fmt(r, "tstr_accuracy", 4),
+                _fmt(r, "missing_cells", 0),
                 _fmt(r, "seconds", 1),
                 _fmt(r, "peak_mib", 0),
                 f"{r['load_1min']:.1f}" if "load_1min" in r else "–",
@@ -505,14 +513,15 @@ def goals(summary: list[dict[str, Any]], census: list[dict[str, Any]]) -> list[s
     d = by.get(("dpkit", 1.0))
     if d and "tvd_2way" in d:
         checks = [
-            ("2-way TVD", d["tvd_2way"], "<=", 0.030),
-            ("3-way TVD", d["tvd_3way"], "<=", 0.07),
+            ("2-way TVD", d["tvd_2way"], "<=", 0.020),
+            ("3-way TVD", d["tvd_3way"], "<=", 0.050),
             ("TSTR accuracy", d["tstr_accuracy"], ">=", 0.81),
+            ("invented missing cells", d.get("missing_cells", math.nan), "<=", 0),
             ("fit + sample s", d["seconds"], "<=", 60),
             ("peak MiB", d["peak_mib"], "<=", 1024),
         ]
         for name, value, op, goal in checks:
-            ok = value <= goal if op == "<=" else value >= goal
+            ok = value <= goal if op == "<=" else value >= goal  # (NaN, not measured: missed)
             lines.append(f"ε = 1, {name}: {value:.4g} (goal {op} {goal:g}) — {'met' if ok else 'MISSED'}")
     for (contender, eps), r in sorted(by.items(), key=lambda kv: (kv[0][0], kv[0][1] or 0)):
         if contender != "dpkit" or (("smartnoise-mst", eps) not in by) or "tvd_2way" not in r:

@@ -27,6 +27,8 @@ def test_an_analyst_gets_a_table_paid_once_and_logged(world: World) -> None:
     assert body["cost"] == {"epsilon": 1.0, "delta": 1e-6}
     assert world.spent("alice") == (1.0, 1e-6)
     assert body["budget"]["spent_epsilon"] == 1.0 and "spent ε=1" in body["report"]["text"]
+    # ε too small for the table's measured size: warned in the report object and its text
+    assert all(f"warning: {w}" in body["report"]["text"] for w in body["report"]["warnings"])
     paid = [e for e in world.entries()[before:] if e.outcome == "paid"]
     assert len(paid) == 1 and paid[0].detail["query"].startswith("SYNTHESIZE ")
     assert world.service.verify_log().entries == len(world.entries())  # raises if the ledger and the log disagree

@@ -168,3 +168,27 @@ def test_dpkit_synth_on_spark_reads_a_parquet_directory(spark, tmp_path) -> None
     (tmp_path / "junk" / "a.parquet").write_text("not parquet")
     bad = CliRunner().invoke(app, [*args[:1], str(tmp_path / "junk"), *args[2:]])
     assert bad.exit_code == 1 and "Parquet files whose footers can be read" in bad.output, bad.output
+
+
+def test_columns_declared_never_missing_count_alike_on_both_engines(spark) -> None:
+    """``nullable=False``: no missing cell, and a NULL or an unlisted value counted in the first
+    cell (first category, first bin) — the same on Spark as on DuckDB."""
+    strict = Metadata(
+        columns={
+            name: Numeric(spec.lower, spec.upper, nullable=False)
+            if isinstance(spec, Numeric)
+            else Categorical(spec.categories, nullable=False)
+            for name, spec in META.columns.items()
+        },
+        row_level=True,
+    )
+    frame = _frame()
+    domain = Domain.from_metadata(strict, bins={"age": [0, 18, 30, 50, 65, 100]})
+    assert domain.shape == (2, 5, 3, 3)
+    duck = _all_counts(TableCounts(frame, strict, domain), 4)
+    sp = _all_counts(SparkTableCounts(spark.createDataFrame(frame), strict, domain), 4)
+    for clique in duck:
+        np.testing.assert_array_equal(sp[clique], duck[clique], err_msg=str(clique))
+    # "F", " F " (stripped to "F"), and the NULLs and the unlisted "x" (the first category) in cell 0
+    first = int(((frame["sex"] == "F") | ~frame["sex"].isin(["F", "M"])).sum())
+    assert duck[(0,)].tolist() == [first, len(frame) - first]

@@ -17,18 +17,12 @@ from dpkit.errors import BudgetExceededError, InvalidParameterError
 from dpkit.synth import Domain, Synthesizer
 from dpkit.synth import measure as measure_module
 from dpkit.synth.model import systematic_counts
+from synth._frames import correlated_frame
 
 META = Metadata(
     columns={"sex": Categorical(("F", "M")), "age": Numeric(0, 100), "city": Categorical(("a", "b", "c"))},
     row_level=True,
 )
-
-
-def _frame(n: int = 4_000, seed: int = 0) -> pd.DataFrame:
-    rng = np.random.default_rng(seed)
-    sex = rng.choice(["F", "M"], n)
-    city = np.where(sex == "F", rng.choice(["a", "b"], n), rng.choice(["b", "c"], n))
-    return pd.DataFrame({"sex": sex, "age": np.where(sex == "F", 30.0, 60.0) + rng.normal(0, 4, n), "city": city})
 
 
 # -- the domain -----------------------------------------------------------------------------------
@@ -115,7 +109,9 @@ def test_the_budget_pays_once_before_the_data_is_read(monkeypatch: pytest.Monkey
         "prepare",
         lambda self, salt: (order.append("read"), original_prepare(self, salt))[1],
     )
-    syn = Synthesizer(epsilon=1.0, delta=1e-9, metadata=META, budget=budget, rng=np.random.default_rng(1)).fit(_frame())
+    syn = Synthesizer(epsilon=1.0, delta=1e-9, metadata=META, budget=budget, rng=np.random.default_rng(1)).fit(
+        correlated_frame()
+    )
     assert order == ["pay", "read"]
     assert budget.events == (syn.event,) and syn.event_ == syn.event
     assert 0 < budget.spent[0] <= 1.0 + 1e-9
@@ -126,14 +122,14 @@ def test_a_budget_that_cannot_pay_reads_nothing(monkeypatch: pytest.MonkeyPatch)
     monkeypatch.setattr(measure_module.TableCounts, "prepare", lambda self, salt: read.append(1))
     budget = dp.Budget(epsilon=0.5, delta=1e-9, accountant="zcdp")
     with pytest.raises(BudgetExceededError):
-        Synthesizer(epsilon=1.0, delta=1e-9, metadata=META, budget=budget).fit(_frame())
+        Synthesizer(epsilon=1.0, delta=1e-9, metadata=META, budget=budget).fit(correlated_frame())
     assert read == [] and budget.events == ()
 
 
 def test_a_missing_column_is_named_and_nothing_is_paid() -> None:
     budget = dp.Budget(epsilon=2.0, delta=1e-6, accountant="zcdp")
     with pytest.raises(InvalidParameterError) as err:
-        Synthesizer(epsilon=1.0, delta=1e-9, metadata=META, budget=budget).fit(_frame().drop(columns="city"))
+        Synthesizer(epsilon=1.0, delta=1e-9, metadata=META, budget=budget).fit(correlated_frame().drop(columns="city"))
     assert err.value.name == "metadata.columns.city" and budget.events == ()
 
 
@@ -142,7 +138,7 @@ def test_a_missing_column_is_named_and_nothing_is_paid() -> None:
 
 @pytest.mark.parametrize("method", ["aim", "mst"])
 def test_the_rows_keep_the_tables_structure(tmp_path, method: str) -> None:  # type: ignore[no-untyped-def]
-    frame = _frame(20_000)
+    frame = correlated_frame(20_000)
     path = tmp_path / "people.csv"
     frame.to_csv(path, index=False)
     syn = Synthesizer(
@@ -158,12 +154,12 @@ def test_the_rows_keep_the_tables_structure(tmp_path, method: str) -> None:  # t
     share = pd.crosstab(out["sex"], out["city"], normalize="index")
     assert share.loc["F", "c"] < 0.05 and share.loc["M", "a"] < 0.05
     assert syn.report is not None and "spent ε=2" in syn.report.to_text()
-    assert len(syn.report.selected) == (2 if method == "mst" else 6)  # MST: a spanning tree; AIM: 2·d rounds
+    assert len(syn.report.selected) == (2 if method == "mst" else 9)  # MST: a spanning tree; AIM: 3·d rounds
 
 
 def test_a_privacy_unit_keeps_one_row_per_person() -> None:
     rng = np.random.default_rng(4)
-    frame = _frame(6_000)
+    frame = correlated_frame(6_000)
     frame["pid"] = rng.integers(0, 1_000, len(frame))  # about 6 rows a person
     meta = Metadata(columns=META.columns, privacy_unit="pid")
     syn = Synthesizer(epsilon=4.0, delta=1e-9, metadata=meta, rng=np.random.default_rng(5)).fit(frame)
@@ -173,7 +169,7 @@ def test_a_privacy_unit_keeps_one_row_per_person() -> None:
 def test_integer_columns_come_back_as_whole_numbers_inside_their_bins() -> None:
     rng = np.random.default_rng(6)
     n = 4_000
-    frame = _frame(n)
+    frame = correlated_frame(n)
     frame["kids"] = np.where(rng.random(n) < 0.7, 0, rng.integers(1, 7, n)).astype(float)
     frame.loc[rng.random(n) < 0.05, "kids"] = np.nan
     meta = Metadata(columns={**META.columns, "kids": Numeric(0, 6)}, row_level=True)
@@ -222,7 +218,7 @@ def test_dpkit_synth_writes_a_table_and_its_report(tmp_path) -> None:  # type: i
 
     from dpkit.cli import app
 
-    _frame(3_000).to_csv(tmp_path / "people.csv", index=False)
+    correlated_frame(3_000).to_csv(tmp_path / "people.csv", index=False)
     (tmp_path / "meta.json").write_text(json.dumps(META.to_dict()))
     args = ["synth", str(tmp_path / "people.csv"), "--metadata", str(tmp_path / "meta.json"), "--epsilon", "1",
             "--delta", "1e-9", "--out", str(tmp_path / "out.csv"), "--rows", "500", "--bins", "age=0,25,50,75,100",

@@ -70,14 +70,17 @@ def synth(
     ] = "aim",
     rounds: Annotated[
         int | None,
-        typer.Option("--rounds", min=1, help="With --method aim: the selection rounds (default: twice the columns)."),
+        typer.Option(
+            "--rounds", min=1, help="With --method aim: the selection rounds (default: three times the columns)."
+        ),
     ] = None,
     engine: EngineOption = "duckdb",
     master: MasterOption = None,
     conf: ConfOption = None,
 ) -> None:
-    """Release a synthetic table: noisy marginals measured once, a model fitted to them, rows
-    sampled from it. Everything done with the rows afterwards is free (post-processing). Example:
+    """Release a synthetic table: noisy marginals measured once, a model fitted to them, rows sampled.
+
+    Everything done with the rows afterwards is free (post-processing). Example:
 
     dpkit generate census census.csv --metadata census.json && \
     dpkit synth census.csv --metadata census.json --epsilon 1 --delta 1e-9 --out synthetic.csv

@@ -159,6 +159,7 @@ def answer_synthetic(
                 "rows": rows,
                 "report": {
                     "text": report.to_text(),
+                    "warnings": list(report.warnings),
                     "estimated_rows": report.rows,
                     "selected": [list(p) for p in report.selected],
                     "measurements": [

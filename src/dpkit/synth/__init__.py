@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from dpkit.synth.domain import Column, Domain
 from dpkit.synth.evaluate import marginal_tvd, tstr_accuracy
-from dpkit.synth.synthesizer import Measurement, Synthesizer, SynthReport
+from dpkit.synth.report import Measurement, SynthReport
+from dpkit.synth.synthesizer import Synthesizer
 
 __all__ = ["Column", "Domain", "Measurement", "SynthReport", "Synthesizer", "marginal_tvd", "tstr_accuracy"]

@@ -7,6 +7,13 @@ edge in the first bin, values above the last in the last (they are clipped, as e
 aggregate clips to declared bounds), and one more cell for NULL and non-numbers. Nothing here
 reads a row: the domain, and so the shape of every measurement, is public.
 
+A column the metadata declares never missing (``nullable=False``) has no missing cell: a
+synthetic table cannot invent a missing value in it. Should the data hold a NULL there anyway
+(the declaration was wrong; ``dpkit check`` counts them), that row is counted in the column's
+first cell — its first category (an unlisted value too), or the first bin, where values below the
+lower bound go — a fixed rule applied to each row alone, so one person's NULL changes one count
+by one, as any other value would.
+
 >>> from dpkit.analytics import Categorical, Metadata, Numeric
 >>> meta = Metadata(columns={"age": Numeric(0, 100), "sex": Categorical(("F", "M"))}, row_level=True)
 >>> d = Domain.from_metadata(meta, bins={"age": 4})
@@ -40,20 +47,29 @@ MAX_CELLS = 10_000
 @dataclass(frozen=True)
 class Column:
     """One column of the domain: ``categories`` (categorical) or ``edges`` (numeric, increasing);
-    ``size`` counts the cells, the last of which holds missing values."""
+    ``size`` counts the cells, the last of which holds missing values unless the column is
+    declared never missing (``nullable=False``: no missing cell)."""
 
     name: str
     categories: tuple[Any, ...] | None = None
     edges: tuple[float, ...] | None = None
+    nullable: bool = True
 
     @property
     def size(self) -> int:
-        return (len(self.categories) if self.categories is not None else len(self.edges or ()) - 1) + 1
+        values = len(self.categories) if self.categories is not None else len(self.edges or ()) - 1
+        return values + (1 if self.nullable else 0)
 
     @property
-    def missing(self) -> int:
-        """The code of the missing cell."""
-        return self.size - 1
+    def missing(self) -> int | None:
+        """The code of the missing cell (None: the column has none)."""
+        return self.size - 1 if self.nullable else None
+
+    @property
+    def null_cell(self) -> int:
+        """The cell a NULL is counted in (and, categorical, a value the metadata does not list):
+        the missing cell, or the first cell of a column declared never missing."""
+        return self.size - 1 if self.nullable else 0
 
     def labels(self) -> list[str]:
         """A readable name per cell (for reports)."""
@@ -62,7 +78,7 @@ class Column:
         else:
             e = self.edges or ()
             names = [f"[{e[i]:g}, {e[i + 1]:g}{']' if i == len(e) - 2 else ')'}" for i in range(len(e) - 1)]
-        return [*names, "(missing)"]
+        return [*names, "(missing)"] if self.nullable else names
 
     def search(self, column: str) -> Search:
         """A numeric column's bin search (:mod:`dpkit.analytics.engines.bins`): replaces the value
@@ -75,14 +91,14 @@ class Column:
     def code_sql(self, searched: str | None = None) -> str:
         """A total SQL expression giving the cell of the bound column (never NULL, never fails).
         Categorical: the category compared for equality. Numeric: the bin its :meth:`search`
-        left in column ``searched``, NULL in the missing cell."""
+        left in column ``searched``. NULL in :attr:`null_cell`."""
         if self.categories is not None:
             x = quote_identifier(self.name)
             whens = " ".join(f"WHEN {x} = {_literal(c)} THEN {i}" for i, c in enumerate(self.categories))
-            return f"(CASE {whens} ELSE {self.missing} END)"
+            return f"(CASE {whens} ELSE {self.null_cell} END)"
         if searched is None:
             raise ValueError("a numeric column's cell is read from its search: pass the searched column")
-        return f"coalesce({searched}, {self.missing})"
+        return f"coalesce({searched}, {self.null_cell})"
 
 
 def _literal(value: Any) -> str:
@@ -156,9 +172,9 @@ class Domain:
                         "the column's public categories: a synthetic table lists every value it can hold",
                         "a column whose keys are private cannot be synthesised; drop it with columns=[...]",
                     )
-                column = Column(name, categories=tuple(spec.categories))
+                column = Column(name, categories=tuple(spec.categories), nullable=spec.nullable)
             else:
-                column = Column(name, edges=_edges(name, spec, bins.get(name)))
+                column = Column(name, edges=_edges(name, spec, bins.get(name)), nullable=spec.nullable)
             if column.size > MAX_CELLS:
                 raise InvalidParameterError(
                     f"metadata.columns.{name}", f"{column.size - 1} categories or bins", f"at most {MAX_CELLS - 1}"

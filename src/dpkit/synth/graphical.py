@@ -142,6 +142,21 @@ def _expand(arr: NDArray[np.float64], attrs: Clique, target: Clique) -> NDArray[
     return arr.reshape(shape)
 
 
+def _pool(
+    measurements: Sequence[tuple[Clique, NDArray[np.float64], float | NDArray[np.float64]]],
+) -> list[tuple[Clique, NDArray[np.float64], NDArray[np.float64]]]:
+    """One (clique, precision-weighted mean, precision 1/σ²) per measured clique, in first-seen order."""
+    sums: dict[Clique, list[NDArray[np.float64]]] = {}
+    for clique, y, sigma in measurements:
+        precision = np.broadcast_to(1.0 / (np.asarray(sigma, dtype=float) ** 2), y.shape)
+        if clique in sums:
+            sums[clique][0] = sums[clique][0] + y * precision
+            sums[clique][1] = sums[clique][1] + precision
+        else:
+            sums[clique] = [y * precision, precision]
+    return [(clique, weighted / precision, precision) for clique, (weighted, precision) in sums.items()]
+
+
 def _project(arr: NDArray[np.float64], attrs: Clique, keep: Clique, *, log: bool = False) -> NDArray[np.float64]:
     axes = tuple(i for i, a in enumerate(attrs) if a not in keep)
     if not axes:
@@ -225,22 +240,31 @@ class GraphicalModel:
 
     # -- estimation --------------------------------------------------------------------------------
 
-    def fit(self, measurements: Sequence[tuple[Clique, NDArray[np.float64], float]], iterations: int) -> None:
-        """Mirror descent on θ towards the measurements ((clique, noisy counts, σ) each)."""
+    def fit(
+        self,
+        measurements: Sequence[tuple[Clique, NDArray[np.float64], float | NDArray[np.float64]]],
+        iterations: int,
+    ) -> None:
+        """Mirror descent on θ towards the measurements ((clique, noisy counts, σ) each; σ a
+        number, or one per cell where cells carry different noise). Measurements of the same
+        clique are first pooled into one, their precision-weighted mean (the loss changes by a
+        constant: the same fit, with one projection per clique instead of one per measurement)."""
         tree = self.tree
-        homes = [tree.home(c) for c, _, _ in measurements]
+        pooled = _pool(measurements)
+        homes = [tree.home(c) for c, _, _ in pooled]
 
-        def loss_grad(mu: list[NDArray[np.float64]]) -> tuple[float, list[NDArray[np.float64]]]:
+        def loss_grad(mu: list[NDArray[np.float64]], grad: bool) -> tuple[float, list[NDArray[np.float64]]]:
             loss = 0.0
-            grad = [np.zeros_like(m) for m in mu]
-            for (clique, y, sigma), h in zip(measurements, homes, strict=True):
-                diff = _project(mu[h], tree.cliques[h], clique) - y
-                loss += float((diff * diff).sum()) / (2 * sigma * sigma)
-                grad[h] = grad[h] + _expand(diff / (sigma * sigma), clique, tree.cliques[h])
-            return loss, grad
+            grads = [np.zeros_like(m) for m in mu] if grad else []
+            for (clique, y, precision), h in zip(pooled, homes, strict=True):
+                weighted = (_project(mu[h], tree.cliques[h], clique) - y) * precision
+                loss += float((weighted * weighted / precision).sum()) / 2
+                if grad:
+                    grads[h] = grads[h] + _expand(weighted, clique, tree.cliques[h])
+            return loss, grads
 
         mu = self.marginals()
-        loss, grad = loss_grad(mu)
+        loss, grad = loss_grad(mu, True)
         alpha = 1.0 / max(self.total, 1.0)
         for _ in range(iterations):
             checkpoint()  # a fit the curator service cancelled stops here (dpkit._cancel)
@@ -249,13 +273,13 @@ class GraphicalModel:
             for _ in range(25):
                 theta = [o - alpha * g for o, g in zip(omega, grad, strict=True)]
                 mu = self.marginals(theta)
-                loss = loss_grad(mu)[0]
+                loss = loss_grad(mu, False)[0]
                 gain = 0.5 * alpha * sum(float((g * (n - m)).sum()) for g, n, m in zip(grad, nu, mu, strict=True))
                 if current - loss >= gain:
                     break
                 alpha *= 0.5
             self.theta = theta
-            loss, grad = loss_grad(mu)
+            grad = loss_grad(mu, True)[1]
 
     # -- sampling ----------------------------------------------------------------------------------
 

@@ -10,9 +10,9 @@ their cells, a bound the metadata sets (the synthesizer's cell cap), whatever th
 
 The cells are the same as DuckDB's (:meth:`~dpkit.synth.domain.Column.code_sql`): a category
 compared for equality, a number placed by a binary search over its bin edges
-(:mod:`dpkit.analytics.engines.bins`), NULL in the missing cell. Which row
-a multi-row unit keeps differs between the engines (each uses its own keyed hash); both keep one
-uniformly chosen by a salt drawn after payment.
+(:mod:`dpkit.analytics.engines.bins`), NULL in the missing cell (or, for a column declared never
+missing, its first cell). Which row a multi-row unit keeps differs between the engines (each uses
+its own keyed hash); both keep one uniformly chosen by a salt drawn after payment.
 """
 
 from __future__ import annotations
@@ -67,7 +67,7 @@ class SparkTableCounts:
             else:
                 self._read.append(F.col(engine._names[c.name]).alias(n))
                 self._searches.append(c.search(n))
-                self._cells.append(F.coalesce(F.col(n), F.lit(c.missing)).alias(n))
+                self._cells.append(F.coalesce(F.col(n), F.lit(c.null_cell)).alias(n))
         self._edges = spark_edges(engine._df.sparkSession, self._searches)
         # Every marginal's cells numbered in one flat index: the marginal's offset plus its
         # mixed-radix cell, so each distinct cell tuple explodes into plain longs.
@@ -135,7 +135,7 @@ def _code_sql(column: Column, name: str) -> str:
     numeric column's cell comes from its bin search.)"""
     x = f"`{name}`"
     whens = " ".join(f"WHEN {x} = {_sql_literal(c)} THEN {i}" for i, c in enumerate(column.categories or ()))
-    return f"CASE {whens} ELSE {column.missing} END" if whens else str(column.missing)
+    return f"CASE {whens} ELSE {column.null_cell} END" if whens else str(column.null_cell)
 
 
 def _sql_literal(value: Any) -> str:

@@ -9,9 +9,11 @@ Two algorithms, both with the Private-PGM estimator (:mod:`dpkit.synth.graphical
 
 * ``method="aim"`` (default): AIM (McKenna, Mullins, Sheldon & Miklau, "AIM: an adaptive and
   iterative mechanism for differentially private synthetic data", VLDB 2022) with a fixed
-  schedule: 90 % of ρ to the d one-way and T pair measurements (one σ), 10 % to the T
-  selections (one ε); each round picks the pair the current model gets most wrong, net of the
-  noise its measurement would carry, among the pairs that keep the model small enough.
+  schedule of T = 3d rounds (:mod:`dpkit.synth.split`): 5 % of ρ to the T selections (one ε);
+  of the rest, 20 % to the d one-way measurements, shared in proportion to the columns' cells,
+  and 80 % to the T pair measurements (one σ). Each round picks the pair the current model gets
+  most wrong, net of part of the noise its measurement would carry, among the pairs that keep
+  the model small enough.
 * ``method="mst"``: MST (McKenna, Miklau & Sheldon, "Winning the NIST Contest", JPC 2021): a third
   of ρ each for the one-way marginals, the d − 1 selections of a spanning tree (Kruskal), and the
   d − 1 pair measurements.
@@ -33,7 +35,10 @@ Kamath & Steinke (2020) (:func:`dpkit.accounting.zcdp.zcdp_to_approx_dp`).
 
 One-way cells whose noisy count is below 3σ are merged into one cell per column before selection
 (they are too noisy to model apart; rows sampled into the merged cell get one of its categories
-uniformly).
+in proportion to their noisy one-way counts), and every pair is then measured on the merged
+cells: one noisy count per merged cell (:mod:`dpkit.synth.cells`). A column the metadata declares never missing (``nullable=False``) has
+no missing cell, so its synthetic values are never missing. The report
+(:mod:`dpkit.synth.report`) warns when ε is too small for the table's measured size.
 
 >>> import numpy as np, pandas as pd
 >>> from dpkit.analytics import Categorical, Metadata, Numeric
@@ -55,7 +60,7 @@ from __future__ import annotations
 import math
 import os
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from itertools import combinations
 from typing import Any
 
@@ -74,9 +79,11 @@ from dpkit.budget import Budget
 from dpkit.errors import BudgetExceededError, DPError, InvalidParameterError
 from dpkit.mechanisms.selection import Exponential
 from dpkit.noise.source import RNG, resolve_rng
+from dpkit.synth.cells import Decoder, compress, measure_merged, merge_rare, merged_sigma
 from dpkit.synth.domain import Domain
 from dpkit.synth.graphical import GraphicalModel, JunctionTree, tree_size
 from dpkit.synth.measure import TableCounts, noisy
+from dpkit.synth.report import Measurement, SynthReport, noise_warnings
 from dpkit.synth.spark_counts import SparkTableCounts
 from dpkit.synth.split import split
 
@@ -87,8 +94,9 @@ __all__ = ["Synthesizer", "SynthReport", "Measurement"]
 MAX_PAIR_CELLS = 4_000_000
 MAX_TOTAL_PAIR_CELLS = 50_000_000
 Pair = tuple[int, int]
-#: A measurement: its columns, its noisy counts (on the merged cells), its noise σ.
-Found = tuple[tuple[int, ...], NDArray[np.float64], float]
+#: A measurement: its columns, its noisy counts (on the merged cells), its noise σ (per cell for a
+#: one-way marginal whose merged cell sums several noisy counts).
+Found = tuple[tuple[int, ...], NDArray[np.float64], float | NDArray[np.float64]]
 
 #: The most selection rounds of method="aim".
 MAX_ROUNDS = 1_000
@@ -97,59 +105,14 @@ MAX_MODEL_CELLS = 250_000
 #: Mirror-descent iterations: after each round, and at the end.
 _ROUND_ITERATIONS = 30
 _FINAL_ITERATIONS = 400
-
-
-@dataclass(frozen=True)
-class Measurement:
-    """One noisy marginal: its ``columns``, the noise ``sigma`` per cell (discrete Gaussian),
-    its number of ``cells`` and its ρ. ``how``: ``"one-way"`` or ``"selected"``."""
-
-    columns: tuple[str, ...]
-    sigma: float
-    cells: int
-    rho: float
-    how: str
-
-    @property
-    def error(self) -> float:
-        """The half-width of a 95 % interval on one cell's count (1.96 σ)."""
-        return 1.96 * self.sigma
-
-
-@dataclass(frozen=True)
-class SynthReport:
-    """What a fit measured and spent: the ``measurements``, the estimated number of rows, the
-    column pairs ``selected`` (in order; AIM may pick a pair twice), the cells merged per column, and the ``event`` paid."""
-
-    measurements: tuple[Measurement, ...]
-    rows: float
-    selected: tuple[tuple[str, str], ...]
-    merged: dict[str, int]
-    event: DPEvent
-    epsilon: float
-    delta: float
-    rho: float
-    selection_epsilon: float = 0.0
-    method: str = "aim"
-    notes: tuple[str, ...] = field(default=())
-
-    def to_text(self) -> str:
-        """The report in words (for the curator's terminal)."""
-        lines = [
-            f"spent ε={self.epsilon:g}, δ={self.delta:g} (ρ={self.rho:.4g} zCDP), once, for the whole table",
-            f"estimated rows: {self.rows:,.0f} (measured, with noise)",
-            f"{len(self.selected)} column pairs chosen by the exponential mechanism (ε={self.selection_epsilon:.3g} each, "
-            f"method {self.method}):",
-        ]
-        lines += [f"  {a} — {b}" for a, b in self.selected]
-        lines.append("measurements (discrete Gaussian noise; ± is a 95 % interval on each cell's count):")
-        for m in self.measurements:
-            lines.append(f"  {' × '.join(m.columns):40s} {m.cells:7d} cells  σ={m.sigma:8.2f}  ±{m.error:.1f} per cell")
-        if any(self.merged.values()):
-            merged = ", ".join(f"{c} ({k})" for c, k in self.merged.items() if k)
-            lines.append(f"rare cells merged (noisy count below 3σ): {merged}")
-        lines += list(self.notes)
-        return "\n".join(lines)
+#: One-way cells whose noisy count is below this many σ are merged (:mod:`dpkit.synth.cells`).
+_MERGE_BELOW = 3.0
+#: AIM scores a pair by the model's L1 error on it less this share of the L1 error its measurement's
+#: noise would carry (√(2/π)·σ per cell). The original counts all of it; but the fitted model's
+#: error on a measured marginal is well below the raw noise (the counts it fits are non-negative
+#: and agree with every other measurement), so counting it all passes over large pairs the model
+#: gets most wrong. Half, measured on UCI Adult (benchmarks/bench_synth.py).
+_NOISE_PENALTY = 0.5
 
 
 @dataclass(frozen=True)
@@ -157,7 +120,7 @@ class _Plan:
     method: str
     domain: Domain
     rho: float
-    sigma_one: float
+    sigma_ones: tuple[float, ...]
     sigma_two: float
     selection_epsilon: float
     rounds: int
@@ -264,7 +227,7 @@ class Synthesizer:
         self.report: SynthReport | None = None
         self.event_: DPEvent | None = None
         self._model: GraphicalModel | None = None
-        self._decode: list[_Decoder] = []
+        self._decode: list[Decoder] = []
 
     # -- the plan: public facts only --------------------------------------------------------------
 
@@ -289,21 +252,26 @@ class Synthesizer:
             )  # fmt: skip
         # MST: d − 1 selections; AIM: a fixed schedule of T (the event is then known in advance,
         # for any accountant). σ and the selection ε inside the samplers' range, or refused here.
-        rounds = d - 1 if self.method == "mst" else self.rounds if self.rounds is not None else 2 * d
-        s = split(self.method, d, rounds, self.epsilon, self.delta)
+        rounds = d - 1 if self.method == "mst" else self.rounds if self.rounds is not None else 3 * d
+        s = split(self.method, d, rounds, self.epsilon, self.delta, cells=[c.size for c in domain.columns])
+        ones: DPEvent = (
+            SelfComposedEvent(GaussianEvent(s.sigma_ones[0]), d)
+            if len(set(s.sigma_ones)) == 1
+            else ComposedEvent(tuple(GaussianEvent(x) for x in s.sigma_ones))
+        )
         event = ComposedEvent(
             (
-                SelfComposedEvent(GaussianEvent(s.sigma_one), d),
+                ones,
                 SelfComposedEvent(ExponentialEvent(s.selection_epsilon), rounds),
                 SelfComposedEvent(GaussianEvent(s.sigma_two), rounds),
             )
         )
-        return _Plan(self.method, domain, s.rho, s.sigma_one, s.sigma_two, s.selection_epsilon, rounds, event)
+        return _Plan(self.method, domain, s.rho, s.sigma_ones, s.sigma_two, s.selection_epsilon, rounds, event)
 
     @property
     def planned_rounds(self) -> int:
         """The selection rounds :meth:`fit` runs: columns − 1 with MST; with AIM ``rounds``, or
-        twice the columns."""
+        three times the columns."""
         return self._plan.rounds
 
     @property
@@ -379,13 +347,13 @@ class Synthesizer:
         # 1. Every one-way marginal.
         ones = []
         for i, column in enumerate(domain.columns):
-            ones.append(noisy(counts.counts((i,)), plan.sigma_one, src).astype(float))
-            measurements.append(
-                Measurement((column.name,), plan.sigma_one, column.size, _rho(plan.sigma_one), "one-way")
-            )
+            sig = plan.sigma_ones[i]
+            ones.append(noisy(counts.counts((i,)), sig, src).astype(float))
+            measurements.append(Measurement((column.name,), sig, column.size, _rho(sig), "one-way"))
             advance()
-        # 2. Merge the cells too rare to model apart (post-processing of the one-way counts).
-        merges = [_merge(y, 3 * plan.sigma_one) for y in ones]
+        # 2. Merge the cells too rare to model apart (post-processing of the one-way counts). A
+        # merged one-way cell sums its members' noisy counts: its σ is σ·√members.
+        merges = [merge_rare(y, _MERGE_BELOW * sig) for y, sig in zip(ones, plan.sigma_ones, strict=True)]
         sizes = [int(m.max()) + 1 for m in merges]
         one_way = [
             np.bincount(m, weights=y, minlength=k).astype(float) for m, y, k in zip(merges, ones, sizes, strict=True)
@@ -393,29 +361,35 @@ class Synthesizer:
         rows = max(float(np.median([y.sum() for y in ones])), 1.0)
         # The true counts of every candidate pair, on the merged cells (read once, in the engine).
         pairs = [(i, j) for i in range(d) for j in range(i + 1, d)]
-        true = {p: _compress(counts.counts(p), merges[p[0]], merges[p[1]], sizes[p[0]], sizes[p[1]]) for p in pairs}
+        true = {p: compress(counts.counts(p), merges[p[0]], merges[p[1]], sizes[p[0]], sizes[p[1]]) for p in pairs}
 
         def measure(pair: tuple[int, int], sigma: float) -> NDArray[np.float64]:
+            # One noisy count per merged cell (sensitivity 1: the merged cells partition the rows).
             i, j = pair
-            raw = noisy(counts.counts(pair), sigma, src)
-            cells = domain.columns[i].size * domain.columns[j].size
-            measurements.append(Measurement((names[i], names[j]), sigma, cells, _rho(sigma), "selected"))
+            measurements.append(Measurement((names[i], names[j]), sigma, true[pair].size, _rho(sigma), "selected"))
             advance()
-            # Merged cells sum their noisy counts (their larger variance is not modelled: cells are
-            # merged because they are rare).
-            return _compress(raw, merges[i], merges[j], sizes[i], sizes[j]).astype(float)
+            return measure_merged(true[pair], sigma, src)
 
         chooser = Exponential(epsilon=plan.selection_epsilon, sensitivity=1.0)
-        found: list[Found] = [((i,), one_way[i], plan.sigma_one) for i in range(d)]
+        found: list[Found] = [
+            (
+                (i,),
+                one_way[i],
+                merged_sigma(merges[i], plan.sigma_ones[i]) if sizes[i] < merges[i].size else plan.sigma_ones[i],
+            )
+            for i in range(d)
+        ]
         select = self._mst if plan.method == "mst" else self._aim
         chosen, model = select(pairs, true, found, sizes, rows, chooser, measure, src)
         self._model = model
         self._decode = [
-            _Decoder(column, m, column.name in self.integers) for column, m in zip(domain.columns, merges, strict=True)
+            Decoder(column, m, column.name in self.integers, y)
+            for column, m, y in zip(domain.columns, merges, ones, strict=True)
         ]
         self.report = SynthReport(
             measurements=tuple(measurements),
             rows=model.total,
+            warnings=noise_warnings(measurements, model.total, self.epsilon),
             selected=tuple((names[i], names[j]) for i, j in chosen),
             merged={c.name: int(c.size - k) for c, k in zip(domain.columns, sizes, strict=True)},
             event=plan.event,
@@ -486,7 +460,7 @@ class Synthesizer:
         model = GraphicalModel(JunctionTree.build(sizes, [c for c, _, _ in found]), rows)
         model.fit(found, _ROUND_ITERATIONS)
         chosen: list[tuple[int, int]] = []
-        expected = {p: math.sqrt(2 / math.pi) * sigma * true[p].size for p in pairs}
+        expected = {p: _NOISE_PENALTY * math.sqrt(2 / math.pi) * sigma * true[p].size for p in pairs}
         for t in range(plan.rounds):
             checkpoint()  # a fit the curator service cancelled stops here (dpkit._cancel)
             limit = MAX_MODEL_CELLS * (t + 1) / plan.rounds
@@ -517,7 +491,8 @@ class Synthesizer:
     def sample(self, n: int | None = None, *, rng: np.random.Generator | None = None) -> pd.DataFrame:
         """``n`` synthetic rows (default: the estimated number of rows) as a DataFrame with the
         synthesised columns: categories as declared (None for the missing cell), numeric values
-        drawn uniformly inside their bin (NaN for the missing cell). Post-processing: free."""
+        drawn uniformly inside their bin (NaN for the missing cell; a column declared never
+        missing has no missing cell). Post-processing: free."""
         if self._model is None:
             raise InvalidParameterError("fit", "not yet called", "Synthesizer.fit(data) before sample()")
         rows = int(round(self._model.total)) if n is None else v.positive_int(n, "n", minimum=0)
@@ -534,63 +509,3 @@ def _generator(rng: RNG) -> np.random.Generator:
     """Sampling randomness: the fit's Generator if it was given one (reproducible), else fresh
     OS entropy (sampling is post-processing: it needs no secure source)."""
     return rng if isinstance(rng, np.random.Generator) else np.random.default_rng()
-
-
-def _merge(y: NDArray[np.float64], threshold: float) -> NDArray[np.int64]:
-    """The new cell of each old cell: cells whose noisy count reaches ``threshold`` keep a cell of
-    their own, the others share one (none merged when fewer than two fall short)."""
-    keep = y >= threshold
-    if keep.all() or (~keep).sum() < 2:
-        return np.arange(y.size)
-    new = np.cumsum(keep) - 1
-    new[~keep] = int(keep.sum())
-    return new.astype(np.int64)
-
-
-def _compress(
-    table: NDArray[Any], rows: NDArray[np.int64], cols: NDArray[np.int64], nr: int, nc: int
-) -> NDArray[np.float64]:
-    out = np.zeros((nr, nc))
-    np.add.at(out, (rows[:, None], cols[None, :]), table)
-    return out
-
-
-@dataclass
-class _Decoder:
-    """Cells back to values: merged cells spread uniformly over their members, numeric bins to a
-    uniform value inside the bin."""
-
-    column: Any
-    merge: NDArray[np.int64]
-    integer: bool = False
-
-    def values(self, cells: NDArray[np.int64], rng: np.random.Generator) -> Any:
-        col = self.column
-        original = self._expand(cells, rng)
-        missing = original == col.missing
-        if col.categories is not None:
-            labels = np.array([*col.categories, None], dtype=object)
-            return labels[original]
-        e = np.asarray(col.edges, dtype=float)
-        k = np.minimum(original, e.size - 2)
-        if self.integer:
-            # The integers in [e_k, e_{k+1}) (the last bin closed); a bin holding none gives the
-            # integer nearest its middle. Nullable integers: the missing cell is <NA>.
-            lo = np.ceil(e[:-1])
-            hi = np.where(np.arange(e.size - 1) == e.size - 2, np.floor(e[1:]), np.ceil(e[1:]) - 1)
-            empty = hi < lo
-            lo = np.where(empty, np.round((e[:-1] + e[1:]) / 2), lo)
-            hi = np.where(empty, lo, hi)
-            drawn = lo[k] + np.floor(rng.random(cells.size) * (hi[k] - lo[k] + 1))
-            return pd.arrays.IntegerArray(np.where(missing, 0, drawn).astype(np.int64), missing)
-        out = e[k] + rng.random(cells.size) * (e[k + 1] - e[k])
-        out[missing] = np.nan
-        return out
-
-    def _expand(self, cells: NDArray[np.int64], rng: np.random.Generator) -> NDArray[np.int64]:
-        members = [np.flatnonzero(self.merge == c) for c in range(int(self.merge.max()) + 1)]
-        out = np.empty_like(cells)
-        for c, m in enumerate(members):  # per merged cell, not per row
-            where = np.flatnonzero(cells == c)
-            out[where] = m[rng.integers(0, m.size, where.size)] if m.size > 1 else m[0]
-        return out
