@@ -18,6 +18,7 @@ import pytest
 from typer.testing import CliRunner
 
 import dpkit
+from _cli_census import census_with_budget
 from dpkit import datasets
 from dpkit.cli import app
 from dpkit.ledger.identity import dataset_identity
@@ -289,14 +290,7 @@ def test_budget_create_says_where_the_ledger_is_and_when_it_is_new(tmp_path, mon
 
 
 def _census(tmp_path: Path) -> tuple[Path, Path, Path]:
-    data, meta, ledger = tmp_path / "census.csv", tmp_path / "census.json", tmp_path / "ledger.sqlite"
-    result = runner.invoke(app, ["generate", "census", str(data), "--people", "2000", "--metadata", str(meta)])
-    assert result.exit_code == 0, result.output
-    result = runner.invoke(
-        app, ["budget", "create", str(data), "ann", "--epsilon", "1", "--delta", "1e-6", "--ledger", str(ledger)]
-    )
-    assert result.exit_code == 0, result.output
-    return data, meta, ledger
+    return census_with_budget(tmp_path, delta="1e-6")
 
 
 def test_query_prints_a_table_and_spends_from_the_ledger(tmp_path: Path) -> None:

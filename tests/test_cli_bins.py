@@ -9,6 +9,7 @@ from pathlib import Path
 from typer.testing import CliRunner
 
 import dpkit
+from _cli_census import census_with_budget
 from dpkit.analytics import Metadata
 from dpkit.cli import app
 from dpkit.ledger.identity import dataset_identity
@@ -17,12 +18,7 @@ runner = CliRunner()
 
 
 def _census(tmp_path: Path) -> tuple[Path, Path, Path]:
-    data, meta, ledger = tmp_path / "census.csv", tmp_path / "census.json", tmp_path / "ledger.sqlite"
-    result = runner.invoke(app, ["generate", "census", str(data), "--people", "1000", "--metadata", str(meta)])
-    assert result.exit_code == 0, result.output
-    result = runner.invoke(app, ["budget", "create", str(data), "ann", "--epsilon", "1", "--ledger", str(ledger)])
-    assert result.exit_code == 0, result.output
-    return data, meta, ledger
+    return census_with_budget(tmp_path, people=1000)
 
 
 def test_query_runs_a_binned_histogram_and_refuses_a_bad_bin(tmp_path: Path) -> None:

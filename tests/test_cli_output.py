@@ -11,6 +11,7 @@ import click
 import typer
 from typer.testing import CliRunner
 
+from _cli_census import census_with_budget
 from dpkit.cli import app
 
 runner = CliRunner()
@@ -47,12 +48,7 @@ def test_the_command_list_shows_no_cut_sentence() -> None:
 
 
 def _census(tmp_path: Path) -> tuple[Path, Path, Path]:
-    data, meta, ledger = tmp_path / "census.csv", tmp_path / "census.json", tmp_path / "ledger.sqlite"
-    made = runner.invoke(app, ["generate", "census", str(data), "--people", "2000", "--metadata", str(meta)])
-    assert made.exit_code == 0, made.output
-    created = runner.invoke(app, ["budget", "create", str(data), "ann", "--epsilon", "10", "--ledger", str(ledger)])
-    assert created.exit_code == 0, created.output
-    return data, meta, ledger
+    return census_with_budget(tmp_path, epsilon="10")
 
 
 def test_a_query_table_is_whole_in_a_narrow_terminal(tmp_path: Path) -> None:
