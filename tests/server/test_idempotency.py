@@ -358,6 +358,16 @@ def test_good_keys_are_accepted(world: World, value: str) -> None:
     assert _post(world.client(), world, "alice", value).status_code == 200
 
 
+def test_the_published_schema_declares_the_header(world: World) -> None:
+    """A client generated from /openapi.json learns the header on both paid endpoints."""
+    spec = world.client().get("/openapi.json").json()
+    for endpoint in PATHS:
+        params = spec["paths"][f"/v1/datasets/{{name}}/{endpoint}"]["post"].get("parameters", [])
+        header = [p for p in params if p["in"] == "header" and p["name"] == "Idempotency-Key"]
+        assert len(header) == 1 and header[0].get("required", False) is False, params
+        assert "not debited again" in header[0]["description"]
+
+
 # -- the schema ------------------------------------------------------------------------------------
 
 

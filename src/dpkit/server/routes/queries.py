@@ -11,9 +11,9 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Callable
-from typing import Any
+from typing import Annotated, Any
 
-from fastapi import APIRouter, Depends, Request
+from fastapi import APIRouter, Depends, Header, Request
 from fastapi.responses import Response
 from pydantic import Field
 from starlette.concurrency import run_in_threadpool
@@ -105,6 +105,20 @@ class QueryBody(Body):
         return QueryRequest(sql=self.sql, spec=spec, **options)
 
 
+# The Idempotency-Key header as the published schema shows it. The route reads it itself, every
+# value (parse_key refuses one sent twice, which a declared parameter would quietly reduce to one).
+IdempotencyKey = Annotated[
+    str | None,
+    Header(
+        alias=HEADER,
+        description=(
+            "Optional: 1 to 255 printable ASCII characters naming this paid request. A retry with the same key "
+            "and body gets the first answer (Idempotent-Replayed: true) and is not debited again."
+        ),
+    ),
+]
+
+
 def _bins(value: list[float] | int) -> tuple[float, ...] | int:
     return value if isinstance(value, int) else tuple(value)
 
@@ -114,9 +128,11 @@ async def query(
     name: str,
     body: QueryBody,
     request: Request,
+    idempotency_key: IdempotencyKey = None,
     who: Principal = Depends(analyst),
     service: Service = Depends(get_service),
 ) -> Any:
+    del idempotency_key  # documented by IdempotencyKey; read below with every value it was sent with
     key = parse_key(request.headers.getlist(HEADER))
     check_dataset_name(name)
     req = body.request()
@@ -306,11 +322,13 @@ async def synthetic(
     name: str,
     body: SynthBody,
     request: Request,
+    idempotency_key: IdempotencyKey = None,
     who: Principal = Depends(analyst),
     service: Service = Depends(get_service),
 ) -> Any:
     """A differentially private synthetic table of the dataset, paid from the analyst's budget
     (:mod:`dpkit.server.synthetic`); refusals and failures as for a query."""
+    del idempotency_key  # documented by IdempotencyKey; read below with every value it was sent with
     key = parse_key(request.headers.getlist(HEADER))
     check_dataset_name(name)
     req = SynthRequest(
