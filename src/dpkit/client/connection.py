@@ -7,8 +7,10 @@ proxy answered 502, 503 or 504 — the request is sent again, the same body unde
 up to ``retries`` more times with growing pauses (``backoff`` seconds, doubled each time, at most
 ``max_backoff``). The service answers a retry of a request it has already paid with the first
 answer, byte for byte (``Idempotent-Replayed: true``), and debits nothing; while the first is
-still being computed it answers 409 ``idempotency_key_in_progress``, which is waited out the same
-way. Unpaid requests (reading, previewing a cost) change nothing and are simply retried. Every
+still being computed it answers 409 ``idempotency_key_in_progress``: that is not a lost answer
+(it uses none of the ``retries``), and it is asked again with the same growing pauses until the
+answer comes or ``timeout`` seconds have passed since the first such reply — a synthetic table
+can take minutes. Unpaid requests (reading, previewing a cost) change nothing and are simply retried. Every
 other answer is final: a refusal is raised as the :mod:`dpkit.errors` error it is
 (:mod:`dpkit.client.errors`).
 
@@ -98,6 +100,10 @@ def _check_url(url: object, allow_insecure: bool) -> str:
     return urllib.parse.urlunsplit((parts.scheme, parts.netloc, parts.path.rstrip("/"), "", ""))
 
 
+#: The shortest pause before asking again for an answer still being computed (whatever ``backoff``).
+_MIN_PENDING_PAUSE = 0.05
+
+
 def _check_key(key: object) -> str:
     # The key's value is never shown: an error names its type and length only.
     if not isinstance(key, str) or not key or not key.isascii() or not key.isprintable() or " " in key:
@@ -160,10 +166,17 @@ class Connection:
             headers["Content-Type"] = "application/json"
         if idempotency_key is not None:
             headers["Idempotency-Key"] = idempotency_key
-        last, attempt = "", 0
-        for attempt in range(self.retries + 1):
-            if attempt:
-                time.sleep(min(self.backoff * 2 ** (attempt - 1), self.max_backoff))
+        last, tries, lost = "", 0, 0
+        pause = self.backoff
+        pending_since: float | None = None
+        while True:
+            if tries:
+                # An answer still being computed is asked for again no faster than every 50 ms.
+                time.sleep(
+                    min(max(pause, _MIN_PENDING_PAUSE) if pending_since is not None else pause, self.max_backoff)
+                )
+                pause *= 2
+            tries += 1
             request = urllib.request.Request(self.url + path, data=data, method=method, headers=headers)
             try:
                 with urllib.request.urlopen(request, timeout=self.timeout) as response:
@@ -178,20 +191,30 @@ class Connection:
                 finally:
                     refused.close()
                 problem = _problem(raw, refused.code)
-                pending = problem.get("code") == "idempotency_key_in_progress"
-                if refused.code in _RETRY_STATUSES or pending:
-                    last = f"HTTP {refused.code} {problem.get('code', '')}: {problem.get('message', '')}"
-                    if attempt < self.retries:
+                last = f"HTTP {refused.code} {problem.get('code', '')}: {problem.get('message', '')}"
+                if problem.get("code") == "idempotency_key_in_progress":
+                    now = time.monotonic()
+                    pending_since = now if pending_since is None else pending_since
+                    if now - pending_since < self.timeout:
                         continue
-                    if pending or refused.code in _NO_ANSWER:
-                        break  # still no answer: the key is what gets it later
+                    break  # still no answer: the key is what gets it later
+                if refused.code in _RETRY_STATUSES:
+                    if lost < self.retries:
+                        lost += 1
+                        continue
+                    if refused.code in _NO_ANSWER:
+                        break
                 raise error_from_problem(refused.code, problem) from None
-            except _LOST as lost:
-                last = f"{type(lost).__name__}: {lost}"
-                if isinstance(getattr(lost, "reason", lost), ssl.SSLCertVerificationError):
+            except _LOST as dropped:
+                last = f"{type(dropped).__name__}: {dropped}"
+                if isinstance(getattr(dropped, "reason", dropped), ssl.SSLCertVerificationError):
                     break  # the same certificate again would fail the same way
+                if lost < self.retries:
+                    lost += 1
+                    continue
+                break
         raise ConnectionFailedError(
-            f"no answer from {self.url} to {method} {path} after {attempt + 1} tries (last: {last})",
+            f"no answer from {self.url} to {method} {path} after {tries} tries (last: {last})",
             idempotency_key=idempotency_key,
         )
 
