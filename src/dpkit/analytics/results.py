@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import math
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
@@ -10,7 +11,7 @@ import numpy as np
 import pandas as pd
 
 from dpkit._validate import Neighbours
-from dpkit.accounting.events import DPEvent, event_to_dict
+from dpkit.accounting.events import DPEvent, event_from_dict, event_to_dict
 from dpkit.analytics.bounding import Bounding
 from dpkit.analytics.result_display import plot_result, result_html, result_text
 
@@ -108,6 +109,29 @@ class AggregateInfo:
             "scales": [None if math.isnan(x) else x for x in self.scales],
             "event": event_to_dict(self.event),
         }
+
+    @classmethod
+    def from_dict(cls, d: Mapping[str, Any]) -> AggregateInfo:
+        """The aggregate back from :meth:`to_dict` (a service's answer; null numbers are NaN)."""
+        return cls(
+            name=d["name"],
+            kind=d["kind"],
+            column=d["column"],
+            epsilon=float(d["epsilon"]),
+            delta=float(d["delta"]),
+            mechanism=d["mechanism"],
+            scale=_nan(d["scale"]),
+            sensitivity=_nan(d["sensitivity"]),
+            event=event_from_dict(d["event"]),
+            noise_scales=tuple((k, _nan(x)) for k, x in d["noise_scales"].items()),
+            scales=tuple(_nan(x) for x in d["scales"]),
+            rank_error=_nan(d.get("rank_error")),
+        )
+
+
+def _nan(x: Any) -> float:
+    """A number of a ``to_dict`` (null: NaN, as it was written)."""
+    return math.nan if x is None else float(x)
 
 
 @dataclass(frozen=True)

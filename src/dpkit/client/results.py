@@ -14,7 +14,6 @@ pandas (the ``analytics`` extra) is imported when an answer is rebuilt, not befo
 
 from __future__ import annotations
 
-import math
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
@@ -25,11 +24,6 @@ if TYPE_CHECKING:
     from dpkit.analytics.results import QueryCost, QueryResult
 
 __all__ = ["RemoteBudget", "SyntheticTable", "query_result", "query_cost", "synthetic_table"]
-
-
-def _float(x: Any) -> float:
-    """A number of the answer (null: NaN, as ``to_dict`` wrote it)."""
-    return math.nan if x is None else float(x)
 
 
 @dataclass(frozen=True)
@@ -75,23 +69,7 @@ def query_result(answer: Mapping[str, Any]) -> QueryResult:
     from dpkit.accounting.events import event_from_dict
     from dpkit.analytics.results import AggregateInfo, QueryResult
 
-    aggregates = tuple(
-        AggregateInfo(
-            name=a["name"],
-            kind=a["kind"],
-            column=a["column"],
-            epsilon=float(a["epsilon"]),
-            delta=float(a["delta"]),
-            mechanism=a["mechanism"],
-            scale=_float(a["scale"]),
-            sensitivity=_float(a["sensitivity"]),
-            event=event_from_dict(a["event"]),
-            noise_scales=tuple((k, _float(x)) for k, x in a["noise_scales"].items()),
-            scales=tuple(_float(x) for x in a["scales"]),
-            **({"rank_error": _float(a["rank_error"])} if "rank_error" in a else {}),
-        )
-        for a in answer["aggregates"]
-    )
+    aggregates = tuple(AggregateInfo.from_dict(a) for a in answer["aggregates"])
     groups = tuple(answer["groups"])
     values = [n for a in aggregates for n in (a.name, f"{a.name}_low", f"{a.name}_high")]
     rows = answer["rows"]
