@@ -48,10 +48,14 @@ pg_url = _postgres.pg_url
 MODULE_MARKERS: dict[str, tuple[str, ...]] = {
     # Empirical privacy audits: each draws tens of thousands of samples per claim.
     "audit/": ("statistical",),
+    # Empirical audits of joined queries and their broken twins (about 20 s each).
+    "analytics/test_joins_audit.py": ("statistical", "slow"),
     # The audit of dpkit.synth's measurement noise.
     "synth/test_measure.py": ("statistical",),
     # A local Spark session (JVM start-up, then seconds per query).
     "analytics/test_spark_engine.py": ("spark", "slow"),
+    # Joined queries on a local Spark session, each against DuckDB.
+    "analytics/test_spark_joins.py": ("spark", "slow"),
     # A Spark Connect server (a JVM, about 6 s to start) and a gRPC client.
     "analytics/test_spark_connect.py": ("spark", "slow"),
     # A Spark standalone cluster (scripts/spark-cluster.sh: a master and two workers, about 40 s).

@@ -12,6 +12,8 @@ never used to protect anything. Privacy noise always comes from the mechanisms' 
   (Dwork & Roth 2014, §3.3).
 * :func:`census` — a census-like table in the shape of UCI Adult, with several rows (jobs) per
   person, for private analytics with a user-level privacy unit (``make demo``).
+* :func:`hospital` — a hospital's tables (visits, prescriptions, and the public regions and
+  wards), for queries over several tables (joins), with :data:`HOSPITAL_METADATA`.
 
 >>> s = cheating_survey(n=1000, true_rate=0.3)
 >>> s.n, int(s.answers.sum()), s.true_rate
@@ -38,6 +40,8 @@ __all__ = [
     "people",
     "census",
     "CENSUS_METADATA",
+    "hospital",
+    "HOSPITAL_METADATA",
     "AGE_MIN",
     "AGE_MAX",
     "DEFAULT_SEED",
@@ -181,6 +185,167 @@ def census(people: int = 20_000, *, seed: int = DEFAULT_SEED):
             "income": income,
         }
     )
+
+
+# ---- A hospital's tables, for queries over several tables (joins) --------------------------------
+
+#: Wards and the diagnoses treated there (the diagnoses of the textbook's hospital tables, §5.1).
+#: ``paediatrics`` treats none of this adult hospital's patients: an empty group of the key table.
+_WARDS: dict[str, tuple[str, ...]] = {
+    "cardiology": ("heart disease",),
+    "endocrinology": ("diabetes",),
+    "gastroenterology": ("Crohn's disease", "ulcerative gastritis", "cirrhosis"),
+    "infectious diseases": ("HIV",),
+    "oncology": ("lung cancer", "pancreatic cancer"),
+    "paediatrics": (),
+    "respiratory": ("allergic rhinitis",),
+    "rheumatology": ("arthritis", "lupus", "Sjögren's syndrome", "gout"),
+}
+#: The drugs prescribed for each ward's diagnoses, with their usual daily doses in mg.
+_DRUGS: dict[str, tuple[tuple[str, tuple[float, ...]], ...]] = {
+    "cardiology": (("atorvastatin", (20, 40, 80)), ("bisoprolol", (5, 10))),
+    "endocrinology": (("metformin", (500, 850, 1000)), ("insulin glargine", (10, 20, 30))),
+    "gastroenterology": (("mesalazine", (400, 800)), ("omeprazole", (20, 40))),
+    "infectious diseases": (("tenofovir", (245,)), ("dolutegravir", (50,))),
+    "oncology": (("cisplatin", (50, 75, 100)), ("ondansetron", (8, 16))),
+    "respiratory": (("cetirizine", (10,)), ("fluticasone", (0.1, 0.2))),
+    "rheumatology": (("methotrexate", (7.5, 15)), ("ibuprofen", (400, 600, 800))),
+}
+#: Typical cost of a visit per ward (the median of a log-normal, in currency units).
+_VISIT_COST = {
+    "cardiology": 900.0,
+    "endocrinology": 300.0,
+    "gastroenterology": 700.0,
+    "infectious diseases": 500.0,
+    "oncology": 2200.0,
+    "respiratory": 250.0,
+    "rheumatology": 400.0,
+}
+#: The districts of the city and their postcodes; nobody in the data lives in ``Harbour`` yet.
+_REGIONS = {
+    "Centre": range(190101, 190111),
+    "North": range(190111, 190121),
+    "East": range(190121, 190131),
+    "South": range(190131, 190141),
+    "West": range(190141, 190151),
+    "Harbour": range(190151, 190156),
+}
+#: Postcodes of patients from out of town (not in the regions table: a LEFT JOIN keeps their rows).
+_AWAY = ("200031", "310002", "510640")
+
+#: The curator's metadata for :func:`hospital`, as :meth:`DatasetMetadata.from_dict
+#: <dpkit.analytics.DatasetMetadata.from_dict>` (and ``dpkit query --metadata``) reads it: two
+#: private tables of one patient, two public tables, and the dataset's contribution bounds.
+HOSPITAL_METADATA: dict = {
+    "max_groups": 1,
+    "max_rows": 10,
+    "tables": {
+        "visits": {
+            "privacy_unit": "patient_id",
+            "join_rows": 4,
+            "columns": {
+                "age": {"type": "numeric", "lower": AGE_MIN, "upper": AGE_MAX},
+                "sex": {"type": "categorical", "categories": ["F", "M"]},
+                "postcode": {"type": "categorical"},
+                "ward": {"type": "categorical"},
+                "diagnosis": {"type": "categorical"},
+                "cost": {"type": "numeric", "lower": 0, "upper": 5000},
+            },
+        },
+        "prescriptions": {
+            "privacy_unit": "patient_id",
+            "join_rows": 2,
+            "columns": {"drug": {"type": "categorical"}, "dose": {"type": "numeric", "lower": 0, "upper": 1000}},
+        },
+        "regions": {
+            "public": True,
+            "max_matches": 1,
+            "columns": {"postcode": {"type": "categorical"}, "region": {"type": "categorical"}},
+        },
+        "wards": {"public": True, "max_matches": 1, "columns": {"ward": {"type": "categorical"}}},
+    },
+}
+
+
+def hospital(patients: int = 2_000, *, seed: int = DEFAULT_SEED) -> dict:
+    """A hospital's tables as pandas DataFrames, by name: ``visits`` and ``prescriptions``
+    (private: rows of patients, ``patient_id`` the privacy unit), ``regions`` and ``wards``
+    (public: a postcode → district list and the hospital's wards).
+
+    * ``visits``: 1–6 per patient — ``patient_id``, ``age``, ``sex``, ``postcode`` (the
+      patient's: one of the city's 190101–190150, or for about 4 % of patients one from out of
+      town that ``regions`` does not list), ``ward``, ``diagnosis`` (mostly the patient's own,
+      now and then another) and ``cost``;
+    * ``prescriptions``: 0–4 per patient — ``patient_id``, ``drug`` (one for the patient's main
+      ward) and daily ``dose`` in mg;
+    * ``regions``: one row per postcode (so ``max_matches`` is 1) — ``postcode``, ``region``;
+      the ``Harbour`` district has no patients;
+    * ``wards``: one row per ward — ``ward``; ``paediatrics`` has no visits.
+
+    Generated, not sampled from anyone; the textbook's tables (§5.1) lent the diagnoses and the
+    postcodes' shape.
+
+    >>> t = hospital(patients=500)
+    >>> sorted(t), t["visits"]["patient_id"].nunique()
+    (['prescriptions', 'regions', 'visits', 'wards'], 500)
+    >>> t["regions"]["postcode"].is_unique, bool(t["visits"]["ward"].isin(t["wards"]["ward"]).all())
+    (True, True)
+    """
+    import pandas as pd
+
+    n = v.positive_int(patients, "patients")
+    rng = np.random.default_rng(_seed(seed))
+    pid = np.arange(1, n + 1)
+    ages = np.arange(AGE_MIN, AGE_MAX + 1)
+    weight = np.exp(-(((ages - 62.0) / 18.0) ** 2))  # a hospital's patients are older
+    age = rng.choice(ages, size=n, p=weight / weight.sum())
+    sex = rng.choice(np.array(["F", "M"]), size=n)
+    codes = np.arange(190101, 190151)
+    near = np.exp(-(codes - 190101) / 30.0)  # denser near the centre
+    postcode = rng.choice(codes, size=n, p=near / near.sum()).astype(str).astype(object)
+    away = rng.random(n) < 0.04  # visitors from out of town: postcodes the regions table lacks
+    postcode[away] = rng.choice(np.array(_AWAY), size=int(away.sum()))
+    diagnoses = np.array([d for ds in _WARDS.values() for d in ds])
+    ward_of = {d: w for w, ds in _WARDS.items() for d in ds}
+    main = rng.integers(0, diagnoses.size, size=n)
+    # visits: a patient's own diagnosis mostly, another one now and then
+    visits = rng.choice(np.arange(1, 7), size=n, p=[0.35, 0.25, 0.17, 0.11, 0.07, 0.05])
+    vp = np.repeat(np.arange(n), visits)
+    other = rng.integers(0, diagnoses.size, size=vp.size)
+    dx = diagnoses[np.where(rng.random(vp.size) < 0.85, main[vp], other)]
+    ward = np.array([ward_of[d] for d in dx])
+    median = np.array([_VISIT_COST[w] for w in ward])
+    cost = np.round(median * np.exp(rng.normal(0.0, 0.6, size=vp.size)), 2)
+    # prescriptions: drugs of the patient's main ward
+    count = rng.choice(np.arange(0, 5), size=n, p=[0.25, 0.35, 0.2, 0.12, 0.08])
+    pp = np.repeat(np.arange(n), count)
+    drugs, doses = [], []
+    for i in pp:
+        options = _DRUGS[ward_of[diagnoses[main[i]]]]
+        drug, usual = options[rng.integers(len(options))]
+        drugs.append(drug)
+        doses.append(float(usual[rng.integers(len(usual))]))
+    return {
+        "visits": pd.DataFrame(
+            {
+                "patient_id": pid[vp],
+                "age": age[vp],
+                "sex": sex[vp],
+                "postcode": postcode[vp],
+                "ward": ward,
+                "diagnosis": dx,
+                "cost": cost,
+            }
+        ),
+        "prescriptions": pd.DataFrame(
+            {"patient_id": pid[pp], "drug": np.array(drugs, dtype=object), "dose": np.array(doses)}
+        ),
+        "regions": pd.DataFrame(
+            [(str(code), region) for region, codes_ in _REGIONS.items() for code in codes_],
+            columns=["postcode", "region"],
+        ),
+        "wards": pd.DataFrame({"ward": list(_WARDS)}),
+    }
 
 
 # ---- UCI Adult: the public schema, for encoding the file where it is available ------------------

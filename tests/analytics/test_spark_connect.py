@@ -164,3 +164,20 @@ def test_a_synthetic_table_over_connect(remote: Any) -> None:
     assert syn.report is not None and abs(syn.report.rows - pdf["pid"].nunique()) < 100  # 1,500 people, σ ≈ 4
     rows = syn.sample(500)
     assert list(rows.columns) == ["age", "g"] and len(rows) == 500
+
+
+def test_a_join_over_connect_releases_what_duckdb_releases(remote: Any) -> None:
+    """A dataset of Connect DataFrames (which answer every attribute with a column, so they must
+    not pass for engines) joins on a unit stored as an integer and as text, exactly as DuckDB."""
+    from analytics._ingestion_corpus import noise_off
+    from analytics.test_spark_joins import QUERIES, _session, _tables
+
+    frames = _tables()
+    query, aggregates = QUERIES["chain"]
+    released = []
+    for data in (frames, {name: remote.createDataFrame(df) for name, df in frames.items()}):
+        with noise_off() as log:
+            query(_session(data)).aggregate(aggregates, epsilon=1, rng=np.random.default_rng(7))
+        released.append([ints for _, ints in log])
+    for got, want in zip(released[1], released[0], strict=True):
+        np.testing.assert_array_equal(got, want)

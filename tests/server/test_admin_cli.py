@@ -143,3 +143,54 @@ def test_list_shows_the_published_releases(tmp_path: Path) -> None:
     )
     table = CliRunner().invoke(admin_app, ["list", "--ledger", ledger])
     assert table.exit_code == 0 and "people_2026" in table.output and "published synthetic tables" in table.output
+
+
+def test_register_dataset_of_several_tables_takes_table_equals_path(tmp_path: Path) -> None:
+    from server._tables import HOSPITAL_FILES, write_hospital
+
+    write_hospital(tmp_path)
+    ledger = f"sqlite:///{tmp_path / 'ledger.sqlite'}"
+    pairs = [f"{t}={tmp_path / f}" for t, f in HOSPITAL_FILES.items()]
+    meta = str(tmp_path / "hospital.json")
+    out = CliRunner().invoke(
+        admin_app, ["register-dataset", "hospital", *pairs, "--metadata", meta, "--ledger", ledger]
+    )
+    assert out.exit_code == 0, out.output
+    assert "5 tables: visits (privacy unit 'patient_id')" in out.output and "regions (public)" in out.output
+    assert "data check of prescriptions: 300 rows" in out.output
+    args = ["register-dataset", "hospital2", *pairs, "--metadata", meta, "--ledger", ledger, "--json"]
+    body = json.loads(CliRunner().invoke(admin_app, args).output)
+    assert body["source"]["visits"] == str(tmp_path / "visits.csv") and body["tables"]["regions"]["public"] is True
+    assert set(body["check"]["tables"]) == set(HOSPITAL_FILES)
+    out = CliRunner().invoke(admin_app, ["list", "--ledger", ledger])
+    assert out.exit_code == 0 and "visits.patient_id" in out.output, out.output
+    with Service(ledger) as svc:
+        assert [d.name for d in svc.datasets()] == ["hospital", "hospital2"]
+        # the audit entry names every source
+        entry = [e for e in svc.audit_entries() if e.action == "register_dataset"][0]
+        assert entry.detail["source"]["regions"] == str(tmp_path / "regions.csv")
+
+
+def test_register_dataset_arguments_follow_the_metadata(tmp_path: Path) -> None:
+    from server._tables import write_hospital
+
+    write_hospital(tmp_path)
+    csv, meta, ledger = _files(tmp_path, {"row_level": True, "columns": {"age": {"type": "numeric"}}})
+    # one table: one SOURCE, read as a path (nothing parsed in it)
+    out = CliRunner().invoke(
+        admin_app, ["register-dataset", "p", str(csv), str(csv), "--metadata", str(meta), "--ledger", ledger]
+    )
+    assert out.exit_code == 1 and "SOURCE: one for a dataset of one table" in out.output, out.output
+    # several tables: TABLE=PATH each, and every declared table
+    hospital = str(tmp_path / "hospital.json")
+    out = CliRunner().invoke(
+        admin_app, ["register-dataset", "h", str(tmp_path / "visits.csv"), "--metadata", hospital, "--ledger", ledger]
+    )
+    assert out.exit_code == 1 and "expected TABLE=PATH" in out.output, out.output
+    out = CliRunner().invoke(
+        admin_app,
+        ["register-dataset", "h", f"visits={tmp_path / 'visits.csv'}", "--metadata", hospital, "--ledger", ledger],
+    )
+    assert out.exit_code == 1 and "missing" in out.output and "'regions'" in out.output, out.output
+    with Service(ledger) as svc:
+        assert svc.datasets() == []

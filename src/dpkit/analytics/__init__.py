@@ -31,10 +31,13 @@ _EXPORTS: dict[str, str] = {
     "Variance": "dpkit.analytics.aggregates",
     "DataCheck": "dpkit.analytics.check_report",
     "check_data": "dpkit.analytics.check",
+    "DatasetCheck": "dpkit.analytics.check_tables",
+    "check_dataset": "dpkit.analytics.check_tables",
     "QueryLimits": "dpkit.analytics.limits",
     "Categorical": "dpkit.analytics.metadata",
     "Metadata": "dpkit.analytics.metadata",
     "Numeric": "dpkit.analytics.metadata",
+    "DatasetMetadata": "dpkit.analytics.dataset_metadata",
     "Bounding": "dpkit.analytics.bounding",
     "BoundingEstimate": "dpkit.analytics.bounding",
     "NoisyCount": "dpkit.analytics.bounding",
@@ -45,6 +48,7 @@ _EXPORTS: dict[str, str] = {
     "Session": "dpkit.analytics.session",
     "QueryOptions": "dpkit.analytics.spec",
     "QuerySpec": "dpkit.analytics.spec",
+    "Join": "dpkit.analytics.spec",
 }
 
 __all__ = [
@@ -60,6 +64,8 @@ __all__ = [
     "Metadata",
     "Numeric",
     "Categorical",
+    "DatasetMetadata",
+    "Join",
     "Aggregate",
     "Count",
     "CountUnits",
@@ -72,6 +78,8 @@ __all__ = [
     "QueryOptions",
     "check_data",
     "DataCheck",
+    "check_dataset",
+    "DatasetCheck",
 ]
 
 
@@ -83,9 +91,11 @@ if TYPE_CHECKING:  # static checkers see the eager imports; the runtime does not
     from dpkit.analytics.bounding import Bounding, BoundingEstimate, NoisyCount
     from dpkit.analytics.check import check_data
     from dpkit.analytics.check_report import DataCheck
+    from dpkit.analytics.check_tables import DatasetCheck, check_dataset
+    from dpkit.analytics.dataset_metadata import DatasetMetadata
     from dpkit.analytics.limits import QueryLimits
     from dpkit.analytics.metadata import Categorical, Metadata, Numeric
     from dpkit.analytics.query import Query
     from dpkit.analytics.results import AggregateInfo, QueryCost, QueryResult
     from dpkit.analytics.session import Session
-    from dpkit.analytics.spec import QueryOptions, QuerySpec
+    from dpkit.analytics.spec import Join, QueryOptions, QuerySpec

@@ -169,13 +169,16 @@ class Bounding:
     (None on a row-level table, where nothing is capped); ``max_groups``: its cap on groups (None
     without a group-by or on a row-level table). ``clipped``: (column, lower, upper) of every
     column a bounded aggregate clips to its declared bounds. ``estimate``: the paid estimate, when
-    it was asked for. All but ``estimate`` come from the request and the metadata (no data)."""
+    it was asked for. ``truncated``: on a joined table, (table, what a row is counted per, at
+    most how many kept) for every table truncated before the join (:mod:`dpkit.analytics.joins`).
+    All but ``estimate`` come from the request and the metadata (no data)."""
 
     privacy_unit: str | None
     max_groups: int | None
     max_rows: int | None
     clipped: tuple[tuple[str, float, float], ...]
     estimate: BoundingEstimate | None = None
+    truncated: tuple[tuple[str, str, int], ...] = ()
 
     @property
     def clipped_columns(self) -> tuple[str, ...]:
@@ -184,7 +187,8 @@ class Bounding:
     @property
     def covers(self) -> str:
         """``"bounded statistic"`` when a cap or clipping applies, else ``"exact statistic"``."""
-        return "bounded statistic" if self.max_rows is not None or self.clipped else "exact statistic"
+        capped = self.max_rows is not None or self.clipped or self.truncated
+        return "bounded statistic" if capped else "exact statistic"
 
     @property
     def text(self) -> str:
@@ -197,11 +201,14 @@ class Bounding:
             if self.max_groups is not None:
                 cap += f" per group in at most max_groups={self.max_groups} group(s)"
             parts.append(cap)
+        if self.truncated:
+            kept = ", ".join(f"{t} at most {k} row(s) per {per}" for t, per, k in self.truncated)
+            parts.insert(0, f"before joining, {kept}")
         if self.clipped:
             ranges = ", ".join(f"{c} to [{lo:g}, {hi:g}]" for c, lo, hi in self.clipped)
             parts.append(f"values clipped to the declared bounds ({ranges})")
         gone = []
-        if self.max_rows is not None:
+        if self.max_rows is not None or self.truncated:
             gone.append("rows left out by the caps are not in it")
         if self.clipped:
             gone.append("a value beyond its bounds counts as the nearest bound")
@@ -222,6 +229,7 @@ class Bounding:
             max_rows=obj.get("max_rows"),
             clipped=tuple((c, float(bounds[c][0]), float(bounds[c][1])) for c in obj.get("clipped_columns", ())),
             estimate=None if estimate is None else BoundingEstimate.from_dict(estimate),
+            truncated=tuple((str(x["table"]), str(x["per"]), int(x["keep"])) for x in obj.get("truncated", ())),
         )
 
     def to_dict(self) -> dict[str, Any]:
@@ -234,6 +242,8 @@ class Bounding:
             "declared_bounds": {c: [lo, hi] for c, lo, hi in self.clipped},
             "text": self.text,
         }
+        if self.truncated:
+            out["truncated"] = [{"table": t, "per": per, "keep": k} for t, per, k in self.truncated]
         if self.estimate is not None:
             out["estimate"] = self.estimate.to_dict()
         return out
@@ -294,23 +304,37 @@ def _noisy(mech: Geometric | None, count: int, confidence: float, src: RandomSou
 
 
 def bounding_report(
-    plan: AggregationPlan, grouped: bool, G: int, R: int, epsilon: float | None, neighbours: Any
+    plan: AggregationPlan,
+    grouped: bool,
+    G: int,
+    R: int,
+    epsilon: float | None,
+    neighbours: Any,
+    rows: int | None = None,
 ) -> BoundingReport:
     """The query's :class:`Bounding` (from the plan: its unit, caps and bounded columns) and, with
     ``epsilon``, its estimate's mechanisms. Refuses, before anything is paid, an estimate of a
     query that bounding cannot change (a row-level table without a bounded aggregate) and an ε_b
-    too small or too large for the noise."""
+    too small or too large for the noise. ``rows`` is the most rows of one unit in all (default
+    G·R; less on a joined table, :func:`dpkit.analytics.pricing.unit_bounds`)."""
     clipped: dict[str, tuple[str, float, float]] = {}
     for s in plan.sums:
         clipped.setdefault(s.column, (s.column, s.lower, s.upper))
     for x in plan.values:
         clipped.setdefault(x.column, (x.column, x.lower, x.upper))
     unit = plan.unit
+    truncated: list[tuple[str, str, int]] = []
+    if plan.join is not None:
+        for src in plan.join.sources:
+            if src.keep is not None:
+                per = "join key" if src.public else src.partition[0]
+                truncated.append((src.table, per, src.keep))
     bounding = Bounding(
         privacy_unit=unit,
-        max_groups=G if unit is not None and grouped else None,
-        max_rows=R if unit is not None else None,
+        max_groups=plan.max_groups if unit is not None and grouped else None,
+        max_rows=plan.max_rows if unit is not None else None,
         clipped=tuple(clipped.values()),
+        truncated=tuple(truncated),
     )
     if epsilon is None:
         return BoundingReport(bounding)
@@ -326,7 +350,7 @@ def bounding_report(
     share = to_decimal_down(decimal_fraction(epsilon) / len(parts))
     mechs: dict[str, Geometric] = {}
     for name in parts:
-        sensitivity = 1 if name == "units_capped" else G * R
+        sensitivity = 1 if name == "units_capped" else (G * R if rows is None else rows)
         try:
             mechs[name] = Geometric(epsilon=share, sensitivity=sensitivity, neighbours=neighbours)
         except InvalidParameterError:

@@ -106,7 +106,8 @@ def check_where(t: DeclaredTable, current: Predicate | None, predicate: str | Pr
     AND-ed onto ``current``."""
     limits = t.limits
     if isinstance(predicate, str):
-        predicate = parse_predicate(predicate, limits=limits)  # its text's nesting is checked there
+        # (its text's nesting is checked there; t.c names a joined table's column)
+        predicate = parse_predicate(predicate, limits=limits, qualified=t.join is not None)
     elif isinstance(predicate, _PREDICATES):
         limits.check("where nesting depth", predicate_depth(predicate), "max_query_depth")
     if not isinstance(predicate, _PREDICATES):

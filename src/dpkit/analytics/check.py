@@ -274,7 +274,7 @@ def _scan(meta: Metadata, engine: Any, name: str, norms: tuple[tuple[str, ...], 
     unit = meta.privacy_unit
     problems: list[str] = []
     notes: list[str] = []
-    if unit is None and not meta.row_level:
+    if unit is None and not meta.row_level and not meta.public:
         notes.append(
             "the metadata declares neither privacy_unit nor row_level=True: a session must name the unit itself"
         )
@@ -477,6 +477,7 @@ def _scan(meta: Metadata, engine: Any, name: str, norms: tuple[tuple[str, ...], 
         rows=total,
         strip_strings=meta.strip_strings,
         row_level=meta.row_level,
+        public=meta.public,
         columns=tuple(checks),
         unit=unit_check,
         problems=tuple(problems),

@@ -418,6 +418,8 @@ class DataCheck:
     reading: ReadingCheck | None = None
     #: The rows a given ``data_norm`` would scale (None: not asked for).
     norms: NormCheck | None = None
+    #: A public table of a dataset of several tables (it protects nobody: no privacy unit).
+    public: bool = False
 
     @property
     def ok(self) -> bool:
@@ -446,13 +448,15 @@ class DataCheck:
             "notes": list(self.notes),
             "reading": None if self.reading is None else self.reading.to_dict(),
             "norms": None if self.norms is None else self.norms.to_dict(),
-        }
+        } | ({"public": True} if self.public else {})
 
     # -- text ----------------------------------------------------------------------------------
 
     def title(self) -> str:
         who = (
-            "row-level privacy"
+            "public table"
+            if self.public
+            else "row-level privacy"
             if self.row_level
             else f"privacy unit {self.unit.column!r}"
             if self.unit

@@ -10,14 +10,15 @@ privacy under fire", on why a refusal that reads the data leaks it).
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
-from typing import Literal
+from typing import Any, Literal
 
 from dpkit import _validate as v
 from dpkit._validate import Neighbours
 from dpkit.analytics.limits import QueryLimits
 from dpkit.analytics.metadata import Metadata
+from dpkit.analytics.plan import JoinPlan
 from dpkit.errors import Fix, InvalidParameterError
 
 __all__ = ["DeclaredTable", "ColumnKind", "check_bound", "undeclared_column"]
@@ -37,6 +38,13 @@ class DeclaredTable:
     ``columns`` maps every usable column to its kind; ``unit`` is the privacy-unit column (None
     when each row is a different person); ``max_groups`` / ``max_rows`` are the default
     contribution bounds; ``portable`` asks the engine for engine-independent row priorities.
+
+    A query over several tables is checked against the declared facts of the joined table
+    (:func:`dpkit.analytics.joins.join_table`): ``join`` is the relation engines read, and
+    ``max_unit_rows`` the most rows one privacy unit can have in it whatever the contribution
+    bounds (the product of the truncations and matches of its joins; None: no bound beyond them).
+    ``public_keys`` lists a public table's distinct rows over some of its columns (public data,
+    read when a query asks for its keys).
     """
 
     table: str
@@ -48,6 +56,10 @@ class DeclaredTable:
     max_rows: int
     limits: QueryLimits
     portable: bool = False
+    join: JoinPlan | None = None
+    max_unit_rows: int | None = None
+    public_keys: Callable[[str, tuple[str, ...]], tuple[tuple[Any, ...], ...]] | None = None
+    tables: tuple[str, ...] = ()
 
     @property
     def privacy_unit(self) -> str | None:

@@ -13,6 +13,12 @@ person's row must not change a column's type, its bounds or its key set. The met
 * the contribution bounds per unit (``max_groups``, ``max_rows``),
 * the reading rule for text: ``strip_strings`` (default True) removes surrounding whitespace, so
   UCI Adult's ``' Male'`` reads as ``'Male'``,
+* for a table of a dataset of several tables (:class:`~dpkit.analytics.DatasetMetadata`):
+  ``public`` (the table is public: no privacy cost, its values may be shown, and its categorical
+  columns' keys are its own values), ``max_matches`` (a public table: the most rows that share
+  one value of a join key — enforced, a join keeps at most that many) and ``join_rows`` (a
+  private table: the rows per privacy unit a join on the unit keeps from it, chosen by a keyed
+  hash — the truncation that prices a private join),
 * per column, ``nullable`` (default True): False declares that the column is never missing.
   Synthetic data uses it (:mod:`dpkit.synth`: such a column gets no missing cell, so a synthetic
   table never invents a missing value in it) and ``dpkit check`` counts the NULLs that contradict
@@ -184,7 +190,17 @@ class Categorical:
 
 
 ColumnSpec = Numeric | Categorical
-_KEYS = ("columns", "privacy_unit", "row_level", "max_groups", "max_rows", "strip_strings")
+_KEYS = (
+    "columns",
+    "privacy_unit",
+    "row_level",
+    "max_groups",
+    "max_rows",
+    "strip_strings",
+    "public",
+    "max_matches",
+    "join_rows",
+)
 
 
 def _column_from_dict(name: str, spec: object) -> ColumnSpec:
@@ -235,6 +251,9 @@ class Metadata:
     max_rows: int | None = None
     row_level: bool = False
     strip_strings: bool = True
+    public: bool = False
+    max_matches: int | None = None
+    join_rows: int | None = None
 
     def __post_init__(self) -> None:
         if not isinstance(self.columns, Mapping):
@@ -255,7 +274,7 @@ class Metadata:
         object.__setattr__(self, "columns", MappingProxyType(cols))
         if self.privacy_unit is not None and (not isinstance(self.privacy_unit, str) or not self.privacy_unit):
             raise InvalidParameterError("privacy_unit", self.privacy_unit, "a column name, or None with row_level=True")
-        for name in ("row_level", "strip_strings"):
+        for name in ("row_level", "strip_strings", "public"):
             if not isinstance(getattr(self, name), bool):
                 raise InvalidParameterError(name, getattr(self, name), "True or False")
         if self.row_level and self.privacy_unit is not None:
@@ -265,10 +284,30 @@ class Metadata:
                 "False when a privacy_unit is declared",
                 "declare either the unit column or that every row is a different person, not both",
             )
-        for name in ("max_groups", "max_rows"):
+        for name in ("max_groups", "max_rows", "max_matches", "join_rows"):
             value = getattr(self, name)
             if value is not None:
                 v.positive_int(value, name)
+        if self.public:
+            for name in ("privacy_unit", "max_groups", "max_rows", "join_rows"):
+                if getattr(self, name) is not None:
+                    raise InvalidParameterError(
+                        name,
+                        getattr(self, name),
+                        "None for a public table",
+                        "a public table protects nobody: it has no privacy unit, contribution bounds or join_rows",
+                    )
+            if self.row_level:
+                raise InvalidParameterError(
+                    "row_level", True, "False for a public table", "a public table protects nobody"
+                )
+        elif self.max_matches is not None:
+            raise InvalidParameterError(
+                "max_matches",
+                self.max_matches,
+                "None for a private table",
+                "max_matches bounds a public table's rows per join key; a private table's rows per unit kept by a join are join_rows",
+            )
 
     def kind(self, column: str) -> Literal["numeric", "string", "boolean"]:
         """The kind of literal a declared column compares with: ``numeric`` (Numeric and integer
@@ -316,9 +355,11 @@ class Metadata:
             if not spec.nullable:
                 cols[name]["nullable"] = False
         out: dict[str, Any] = {"columns": cols}
-        for name in ("privacy_unit", "max_groups", "max_rows"):
+        for name in ("privacy_unit", "max_groups", "max_rows", "max_matches", "join_rows"):
             if getattr(self, name) is not None:
                 out[name] = getattr(self, name)
+        if self.public:
+            out["public"] = True
         if self.row_level:
             out["row_level"] = True
         if not self.strip_strings:

@@ -37,6 +37,10 @@ __all__ = [
     "SumSpec",
     "ValueSpec",
     "AggregationPlan",
+    "JoinSource",
+    "JoinStep",
+    "JoinPlan",
+    "join_salt",
     "quantize_spec",
     "quantile_grid",
     "grid_points",
@@ -214,6 +218,64 @@ class ValueSpec:
         return grid_points(self.lower, self.upper, self.cells)
 
 
+# ---- joins: the relation a plan reads when its query spans several tables -------------------------
+
+
+@dataclass(frozen=True)
+class JoinSource:
+    """One table a join reads, through its typed relation (the declared columns, read by the
+    declared types; engines find it by ``table``).
+
+    ``columns`` maps the table's declared columns to their names in the joined relation (one
+    column may appear under two names: ``age`` and ``visits.age``). ``keep`` truncates the table
+    before it is joined: at most ``keep`` rows per value of ``partition`` — the privacy unit of a
+    private table joined on it (``join_rows``), the join key of a public table (``max_matches``) —
+    the rows kept chosen by a keyed hash of the row's own columns, salted by
+    :func:`join_salt`, so which rows a unit keeps depends on that unit's rows only."""
+
+    table: str
+    columns: tuple[tuple[str, str], ...]
+    keep: int | None = None
+    partition: tuple[str, ...] = ()
+    hashed: tuple[str, ...] = ()  # the columns a row's truncation priority is hashed from
+    public: bool = False  # a public table (its partition is a join key, not a privacy unit)
+
+
+@dataclass(frozen=True)
+class JoinStep:
+    """``source`` joined to the relation so far (``how``: inner or left) on the equalities
+    ``on``: (index of an earlier source — 0 is the plan's base —, its column, this source's
+    column), declared column names of the two tables. ``as_text`` compares the two sides as their
+    canonical text (two privacy-unit columns whose stored types may differ)."""
+
+    source: JoinSource
+    how: Literal["inner", "left"]
+    on: tuple[tuple[int, str, str], ...]
+    as_text: bool = False
+
+
+@dataclass(frozen=True)
+class JoinPlan:
+    """The joined relation a plan reads instead of its table: ``base`` joined by ``steps`` in
+    order, exposing every source's ``columns`` under their joined names."""
+
+    base: JoinSource
+    steps: tuple[JoinStep, ...]
+
+    @property
+    def sources(self) -> tuple[JoinSource, ...]:
+        return (self.base, *(s.source for s in self.steps))
+
+
+#: Each join source's truncation is keyed by a salt of its own, derived from the plan's.
+_JOIN_SALT = 0x9E3779B97F4A7C15
+
+
+def join_salt(salt: int, index: int) -> int:
+    """The 62-bit salt of join source ``index``'s truncation priorities."""
+    return (salt ^ (_JOIN_SALT * (index + 1))) & ((1 << 62) - 1)
+
+
 @dataclass(frozen=True)
 class AggregationPlan:
     """Everything an engine needs for the pre-noise aggregates of one query.
@@ -236,6 +298,7 @@ class AggregationPlan:
     values: tuple[ValueSpec, ...]  # quantiles: cell counts per group (Engine.compute)
     salt: int  # keys the row and group priorities; drawn from the session's randomness
     portable: bool = False  # md5 priorities, identical on every engine (slower)
+    join: JoinPlan | None = None  # the joined relation read instead of the engine's table
 
     def hash_specs(self) -> tuple[SumSpec, ...]:
         """The integer columns a row's priority is hashed from: the sums' summands and a

@@ -276,11 +276,33 @@ def _plan(
         values=tuple(values),
         salt=salt,
         portable=t.portable,
+        join=t.join,
     )
     return plan, uses
 
 
 # -- mechanisms ----------------------------------------------------------------------------------------
+
+
+def unit_bounds(t: DeclaredTable, plan: AggregationPlan, grouped: bool) -> tuple[int, int, int, int]:
+    """(G, R, ℓ1, ℓ2²): the most groups one privacy unit reaches, its most rows in one group, and
+    the ℓ1 norm and squared ℓ2 norm of its row counts over the groups.
+
+    With contribution bounds alone, G = max_groups and R = max_rows, so ℓ1 = G·R and ℓ2² = G·R².
+    A joined table also bounds a unit's rows in all by T = ``max_unit_rows``
+    (:mod:`dpkit.analytics.joins`); then G, R ≤ T, ℓ1 ≤ T and ℓ2² = Σ r_g² ≤ (max r_g)·Σ r_g ≤ R·T.
+    On a row-level table nothing is capped: a row is one row (T = 1), or, joined to public
+    tables, at most T rows, in as many groups."""
+    T = t.max_unit_rows
+    if t.unit is None:
+        T = 1 if T is None else T
+        G, R = (T if grouped else 1), T
+    else:
+        G, R = plan.max_groups, plan.max_rows
+    if T is None:
+        return G, R, G * R, G * R * R
+    G, R = min(G, T), min(R, T)
+    return G, R, min(G * R, T), min(G * R * R, T * R)
 
 
 def _delta_shares(aggregates: Sequence[A.Aggregate], options: QueryOptions, private: bool) -> dict[Any, float]:
@@ -328,8 +350,7 @@ def _price(
     uses: dict[int, dict[str, Any]],
 ) -> Priced:
     """Build every mechanism and the query's composed event — no data, no randomness."""
-    G = plan.max_groups if t.unit is not None else 1
-    R = plan.max_rows if t.unit is not None else 1
+    G, R, rows_l1, rows_l2sq = unit_bounds(t, plan, bool(built.groups))
     twice = 2 if t.neighbours == "replace" else 1
     fan_out = G * twice if built.groups else 1
     deltas = _delta_shares(aggregates, options, private)
@@ -358,19 +379,21 @@ def _price(
             continue
         parts: list[tuple[str, str, int, int]] = []  # (label, frame column, ℓ1 per unit, ℓ2² per unit) in integer units
         if kind == "count":
-            parts.append(("count", "rows", G * R, G * R * R))
+            parts.append(("count", "rows", rows_l1, rows_l2sq))
         elif kind == "count_units":
-            parts.append(("units", "units", G, G))
+            # (row-level data counts rows as units: a row joined to several public rows is several)
+            parts.append(("units", "units", G, G) if t.unit is not None else ("units", "units", rows_l1, rows_l2sq))
         else:
             s_spec: SumSpec = u["sum"]
+            smax = s_spec.max_summand
             if kind == "sum":
-                parts.append(("sum", s_spec.name, G * R * s_spec.max_summand, G * (R * s_spec.max_summand) ** 2))
+                parts.append(("sum", s_spec.name, rows_l1 * smax, rows_l2sq * smax**2))
             else:
-                parts.append(("n", s_spec.name + "_n", G * R, G * R * R))
-                parts.append(("sum", s_spec.name, G * R * s_spec.max_summand, G * (R * s_spec.max_summand) ** 2))
+                parts.append(("n", s_spec.name + "_n", rows_l1, rows_l2sq))
+                parts.append(("sum", s_spec.name, rows_l1 * smax, rows_l2sq * smax**2))
                 if "sq" in u:
                     qmax = u["sq"].max_summand
-                    parts.append(("sq", u["sq"].name, G * R * qmax, G * (R * qmax) ** 2))
+                    parts.append(("sq", u["sq"].name, rows_l1 * qmax, rows_l2sq * qmax**2))
         share = len(parts)
         mechs = []
         for label, col, l1, l2sq in parts:
@@ -386,7 +409,7 @@ def _price(
             mechs.append((label, col, mech_p, l1 * twice, math.sqrt(l2sq) * twice))
         pending.append((i, "noisy", mechs))
     # The estimate of what bounding left out, when asked for: in the same event, paid in the same debit.
-    report = bounding_report(plan, bool(built.groups), G, R, options.bounding_epsilon, t.neighbours)
+    report = bounding_report(plan, bool(built.groups), G, R, options.bounding_epsilon, t.neighbours, rows_l1)
     events.extend(report.events)
     event: DPEvent = events[0] if len(events) == 1 else ComposedEvent(tuple(events))
     total_delta = sel_delta + sum(d for k, d in deltas.items() if k != "selection")

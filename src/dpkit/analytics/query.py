@@ -19,17 +19,19 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, replace
 from typing import Any, Protocol
 
+from dpkit._validate import short_repr as _short
 from dpkit.analytics import aggregates as A
 from dpkit.analytics.bounding import check_bounding_engine
 from dpkit.analytics.building import Built, check_aggregates, check_bounds, check_group_by, check_where, spec_keys
 from dpkit.analytics.declared import DeclaredTable
 from dpkit.analytics.engines.base import Engine
 from dpkit.analytics.execute import Payer, execute
+from dpkit.analytics.joins import keys_from_table
 from dpkit.analytics.metadata import Categorical, Metadata
 from dpkit.analytics.plan import GroupKey, Predicate
 from dpkit.analytics.pricing import price_built
 from dpkit.analytics.results import QueryCost, QueryResult
-from dpkit.analytics.spec import Noise, QueryOptions, QuerySpec
+from dpkit.analytics.spec import Join, JoinHow, Noise, QueryOptions, QuerySpec
 from dpkit.errors import Fix, InvalidParameterError
 from dpkit.noise.source import RNG
 
@@ -43,6 +45,7 @@ class Session(Protocol):
     _declared: DeclaredTable
     _payer: Payer
     _rng: RNG
+    _tables: Any  # the session's TableSet over several tables, else None
 
     @property
     def engine(self) -> Engine: ...
@@ -73,28 +76,88 @@ class Query:
     keys: tuple[tuple[Any, ...], ...] | None
     max_groups: int
     max_rows: int
+    #: In a dataset of several tables: the table read, its joins and the facts of the joined
+    #: table (None: the session's one table), and the public table the keys come from.
+    table: str | None = None
+    joins: tuple[Join, ...] = ()
+    declared: DeclaredTable | None = None
+    keys_from: str | None = None
+
+    @property
+    def _t(self) -> DeclaredTable:
+        """The declared facts this query is checked and priced against."""
+        return self.declared if self.declared is not None else self.session._declared
+
+    @property
+    def _engine(self) -> Engine:
+        tables = self.session._tables
+        if tables is None:
+            return self.session.engine
+        return tables.engines[self.table if self.table is not None else tables.default]
 
     # -- building -------------------------------------------------------------------------------
+
+    def join(self, table: str, on: Any, *, how: JoinHow = "inner") -> Query:
+        """Join another table of the dataset (:mod:`dpkit.analytics.joins`): a public table on
+        declared columns of the same type (``max_matches`` bounds its rows per key), or a private
+        table on the privacy unit (each side truncated to its ``join_rows`` per unit). ``on``: a
+        column name (the same on both sides), a list of names and ``(left, right)`` pairs, or a
+        mapping from left to right; ``how``: ``"inner"`` or ``"left"``. The joined table's
+        columns are ``table.column``, and the bare name where only one table has it. Call it
+        before ``where`` and ``group_by``."""
+        tables = self.session._tables
+        if tables is None:
+            raise InvalidParameterError(
+                "table",
+                _short(table),
+                "no join: this session has one table",
+                "open a session over several tables (a dict of tables with DatasetMetadata)",
+            )
+        if self.predicate is not None or self.groups or self.keys_from is not None:
+            raise InvalidParameterError(
+                "join", _short(table), "join before where and group_by", "their columns are the joined table's"
+            )
+        j = Join(table, on, how)
+        base = self.table if self.table is not None else tables.default
+        declared = tables.joined(base, (*self.joins, j))
+        return replace(self, joins=(*self.joins, j), declared=declared)
 
     def where(self, predicate: str | Predicate) -> Query:
         """Keep rows matching ``predicate`` (SQL text such as ``"age > 30 AND sex = 'F'"``, or a
         predicate object). Filters run before contribution bounding."""
-        return replace(self, predicate=check_where(self.session._declared, self.predicate, predicate))
+        return replace(self, predicate=check_where(self._t, self.predicate, predicate))
 
     def group_by(
-        self, *columns: str, keys: Sequence[Any] | None = None, bins: dict[str, Sequence[float] | int] | None = None
+        self,
+        *columns: str,
+        keys: Sequence[Any] | None = None,
+        bins: dict[str, Sequence[float] | int] | None = None,
+        keys_from: str | None = None,
     ) -> Query:
         """Group by ``columns``. ``keys``: the public key list (values for one column, tuples for
         several); without it, declared category lists (and ``bins``) are the keys, and columns
         with neither get their keys selected privately (which needs δ > 0). ``bins``: edges per
         numeric column, or a number of equal-width bins over its declared bounds; the key is the
-        bin's label ``[a, b)``."""
-        groups, key_tuples = check_group_by(self.session._declared, self.groups, columns, keys, bins)
-        return replace(self, groups=groups, keys=key_tuples)
+        bin's label ``[a, b)``. ``keys_from``: a public table of the dataset whose distinct rows
+        (its columns named as the group columns) are the keys — every one reported, empty groups
+        included — instead of ``keys``."""
+        t = self._t
+        if keys_from is not None:
+            if keys is not None or bins:
+                raise InvalidParameterError("keys_from", _short(keys_from), "None with keys= or bins=")
+            tables = self.session._tables
+            keys = (
+                tables.keys(t, keys_from, columns)
+                if tables is not None
+                else keys_from_table(t, keys_from, columns, None, None)
+            )
+            keys = list(keys) if len(columns) > 1 else [k[0] for k in keys]
+        groups, key_tuples = check_group_by(t, self.groups, columns, keys, bins)
+        return replace(self, groups=groups, keys=key_tuples, keys_from=keys_from)
 
     def bound(self, *, max_groups: int | None = None, max_rows: int | None = None) -> Query:
         """Override the session's contribution bounds for this query."""
-        g, r = check_bounds(self.session._declared, (self.max_groups, self.max_rows), max_groups, max_rows)
+        g, r = check_bounds(self._t, (self.max_groups, self.max_rows), max_groups, max_rows)
         return replace(self, max_groups=g, max_rows=r)
 
     def spec(self, aggregates: Sequence[A.Aggregate], options: QueryOptions | None = None) -> QuerySpec:
@@ -103,10 +166,13 @@ class Query:
             aggregates=tuple(aggregates),
             where=self.predicate,
             group_by=tuple(g.column for g in self.groups),
-            keys=spec_keys(self.groups, self.keys),
+            keys=None if self.keys_from is not None else spec_keys(self.groups, self.keys),
             bins={g.column: g.edges for g in self.groups if g.edges is not None} or None,
             max_groups=self.max_groups,
             max_rows=self.max_rows,
+            table=self.table,
+            joins=self.joins,
+            keys_from=self.keys_from,
             options=options,
         )
 
@@ -301,12 +367,12 @@ class Query:
         ``bounding_epsilon`` the result also estimates what contribution bounding left out,
         for that much more ε in the same debit (:mod:`dpkit.analytics.bounding`)."""
         s = self.session
-        t = s._declared
+        t = self._t
         specs = check_aggregates(t, self.groups, aggregates)
         options = QueryOptions(epsilon, delta, noise, confidence, key_selection, split, bounding_epsilon)  # type: ignore[arg-type]
         s._check_query_rng(rng)
         priced = price_built(self._built(), specs, options, t, text=_text)
-        return execute(priced, s.engine, s._payer, rng if rng is not None else s._rng)
+        return execute(priced, self._engine, s._payer, rng if rng is not None else s._rng)
 
     def cost(
         self,
@@ -323,9 +389,9 @@ class Query:
     ) -> QueryCost:
         """What :meth:`aggregate` with the same arguments would debit — validated the same way,
         computed without reading the data, drawing noise or spending anything."""
-        t = self.session._declared
+        t = self._t
         specs = check_aggregates(t, self.groups, aggregates)
         options = QueryOptions(epsilon, delta, noise, confidence, key_selection, split, bounding_epsilon)  # type: ignore[arg-type]
         priced = price_built(self._built(), specs, options, t, text=_text)
-        check_bounding_engine(priced.bounding, self.session.engine)  # refused here as when paying
+        check_bounding_engine(priced.bounding, self._engine)  # refused here as when paying
         return priced.cost()

@@ -46,7 +46,7 @@ from __future__ import annotations
 
 import functools
 import os
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any, Concatenate, ParamSpec, TypeVar
 
@@ -55,6 +55,7 @@ from dpkit._validate import Neighbours, decimal_fraction
 from dpkit._validate import short_repr as _short
 from dpkit.accounting.composition import basic_cost
 from dpkit.accounting.events import DPEvent
+from dpkit.analytics.dataset_metadata import DatasetMetadata
 from dpkit.analytics.declared import ColumnKind, DeclaredTable, check_bound
 from dpkit.analytics.engines.base import Engine, default_table
 from dpkit.analytics.execute import Payer
@@ -63,7 +64,16 @@ from dpkit.analytics.metadata import Metadata
 from dpkit.analytics.plan import Predicate
 from dpkit.analytics.query import _CONFIDENCE, _DELTA, _KEY_SELECTION, _NOISE, Query
 from dpkit.analytics.results import QueryCost, QueryResult
-from dpkit.analytics.session_setup import bind_columns, check_budget, check_rng, check_unit, duckdb_only, make_engine
+from dpkit.analytics.session_setup import (
+    bind_columns,
+    check_budget,
+    check_rng,
+    check_unit,
+    duckdb_only,
+    load_metadata,
+    make_engine,
+)
+from dpkit.analytics.session_tables import TableSet, check_tables_arguments, open_tables
 from dpkit.analytics.spec import Noise
 from dpkit.analytics.sql import compile_sql
 from dpkit.budget import Budget
@@ -96,7 +106,10 @@ class Session:
     Parameters (keyword-only after ``data``)
     ----------------------------------------
     data:
-        A pandas DataFrame, a CSV or Parquet path, a DuckDB relation, or a pyspark DataFrame.
+        A pandas DataFrame, a CSV or Parquet path, a DuckDB relation, or a pyspark DataFrame — or,
+        for a dataset of several tables, a dict from each table's name to its data, with a
+        :class:`~dpkit.analytics.DatasetMetadata` (then ``query(table)`` names the table a query
+        reads and :meth:`Query.join` joins others: :mod:`dpkit.analytics.joins`).
     privacy_unit, row_level:
         Who is protected — exactly one of them: ``privacy_unit`` names the column identifying
         the person (``"user_id"``); ``row_level=True`` says every row is a different person.
@@ -150,7 +163,7 @@ class Session:
         ledger: LedgerBackend | str | os.PathLike[str] | None = None,
         dataset: str | None = None,
         analyst: str | None = None,
-        metadata: Metadata | dict[str, Any] | str | os.PathLike[str] | None = None,
+        metadata: Metadata | DatasetMetadata | dict[str, Any] | str | os.PathLike[str] | None = None,
         max_groups: int | None = None,
         max_rows: int | None = None,
         neighbours: Neighbours = "add_remove",
@@ -168,7 +181,7 @@ class Session:
                 "limits", _short(limits), "a dpkit.analytics.QueryLimits or None (the defaults)"
             )
         self._limits = limits if limits is not None else QueryLimits()
-        self._metadata = self._check_metadata(metadata)
+        self._metadata = load_metadata(metadata)
         self._neighbours = v.neighbours(neighbours)
         if not isinstance(table, str) or not table:
             raise InvalidParameterError("table", table, "a non-empty table name")
@@ -176,14 +189,39 @@ class Session:
         if not isinstance(portable, bool):
             raise InvalidParameterError("portable", portable, "True or False")
         self._portable = portable
-        self._unit = check_unit(self._metadata, privacy_unit, row_level)
+        self._tables: TableSet | None = None
+        several = isinstance(self._metadata, DatasetMetadata) or isinstance(data, Mapping)
+        if several:
+            check_tables_arguments(self._metadata, privacy_unit, row_level, table, engine)
+            self._unit = self._metadata.tables[self._metadata.private_tables[0]].privacy_unit
+        else:
+            self._unit = check_unit(self._metadata, privacy_unit, row_level)
         check_rng(rng, ledger)
         self._rng = rng
         self._budget, self._ledger, self._dataset, self._analyst = check_budget(budget, ledger, dataset, analyst, table)
-        self._engine = make_engine(data, engine, memory_limit, temp_directory)
-        self._schema = bind_columns(self._engine, self._metadata, self._unit)
-        self._max_groups = self._check_bound("max_groups", max_groups, self._metadata.max_groups)
-        self._max_rows = self._check_bound("max_rows", max_rows, self._metadata.max_rows)
+        if not several:
+            self._engine = make_engine(data, engine, memory_limit, temp_directory)
+            self._schema = bind_columns(self._engine, self._metadata, self._unit)
+        bounds = self._metadata
+        self._max_groups = self._check_bound("max_groups", max_groups, bounds.max_groups)
+        self._max_rows = self._check_bound("max_rows", max_rows, bounds.max_rows)
+        if several:
+            self._tables = open_tables(
+                data,
+                self._metadata,
+                engine=engine,
+                memory_limit=memory_limit,
+                temp_directory=temp_directory,
+                neighbours=self._neighbours,
+                limits=self._limits,
+                portable=self._portable,
+                max_groups=self._max_groups,
+                max_rows=self._max_rows,
+            )
+            name = self._tables.default or self._metadata.private_tables[0]
+            self._engine = self._tables.engines[name]
+            self._schema = dict(self._tables.facts[name].columns)
+            self._table = name
         # What queries are checked and priced against: declared facts only, fixed from here on.
         self._declared = DeclaredTable(
             table=self._table,
@@ -196,6 +234,8 @@ class Session:
             limits=self._limits,
             portable=self._portable,
         )
+        if self._tables is not None:
+            self._declared = self._tables.facts[self._table]
         self._payer: Payer = _SessionPayer(self)
 
     # -- construction helpers -----------------------------------------------------------------
@@ -356,18 +396,6 @@ class Session:
         kwargs.setdefault("table", table)
         return cls(None, engine=DuckDBEngine(None, connection=connection, table=table), **kwargs)
 
-    @staticmethod
-    def _check_metadata(metadata: object) -> Metadata:
-        if metadata is None:
-            return Metadata()
-        if isinstance(metadata, Metadata):
-            return metadata
-        if isinstance(metadata, dict):
-            return Metadata.from_dict(metadata)
-        if isinstance(metadata, (str, os.PathLike)):
-            return Metadata.from_json(metadata)
-        raise InvalidParameterError("metadata", _short(metadata), "a Metadata, a dict, a JSON file path, or None")
-
     def _check_bound(self, name: str, value: object, default: int | None) -> int:
         return check_bound(name, value, default, self._unit)
 
@@ -392,6 +420,11 @@ class Session:
     @property
     def table(self) -> str:
         return self._table
+
+    @property
+    def tables(self) -> tuple[str, ...]:
+        """The tables a query can name (one for a session over one table)."""
+        return (self._table,) if self._tables is None else tuple(self._tables.dataset.tables)
 
     @property
     def limits(self) -> QueryLimits:
@@ -437,9 +470,25 @@ class Session:
 
     # -- queries -----------------------------------------------------------------------------------
 
-    def query(self) -> Query:
-        """A query over the whole table, to refine with ``where`` / ``group_by``."""
-        return Query(self, None, (), None, self._max_groups, self._max_rows)
+    def query(self, table: str | None = None) -> Query:
+        """A query over the whole table, to refine with ``join`` / ``where`` / ``group_by``. With
+        several tables, ``table`` names the private table it reads (default: the only one)."""
+        if self._tables is None:
+            if table is not None and table != self._table:
+                raise InvalidParameterError("table", _short(table), f"None or {self._table!r}, this session's table")
+            return Query(self, None, (), None, self._max_groups, self._max_rows)
+        if table is None:
+            table = self._tables.default
+            if table is None:
+                raise InvalidParameterError(
+                    "table",
+                    None,
+                    "the private table to read: " + ", ".join(map(repr, self._tables.dataset.private_tables)),
+                    "this dataset has several private tables",
+                )
+        name = self._tables.table(table)
+        declared = self._tables.declared(name)
+        return Query(self, None, (), None, self._max_groups, self._max_rows, table=name, declared=declared)
 
     def where(self, predicate: str | Predicate) -> Query:
         return self.query().where(predicate)

@@ -10,10 +10,13 @@ decided from the arguments and the source's schema — never a row: a bad argume
 
 from __future__ import annotations
 
+import json
 import os
+from pathlib import Path
 from typing import Any
 
 from dpkit._validate import short_repr as _short
+from dpkit.analytics.dataset_metadata import DatasetMetadata, is_dataset_metadata
 from dpkit.analytics.declared import ColumnKind
 from dpkit.analytics.engines.base import Engine, ReadType, is_spark_frame
 from dpkit.analytics.metadata import Metadata
@@ -22,7 +25,27 @@ from dpkit.errors import InvalidParameterError
 from dpkit.ledger.base import LedgerBackend
 from dpkit.noise.source import is_seeded, resolve_rng
 
-__all__ = ["bind_columns", "check_budget", "check_rng", "check_unit", "duckdb_only", "make_engine"]
+__all__ = ["bind_columns", "check_budget", "check_rng", "check_unit", "duckdb_only", "load_metadata", "make_engine"]
+
+
+def load_metadata(metadata: object) -> Any:
+    """The declared schema: a :class:`Metadata` (one table) or a :class:`DatasetMetadata` (several
+    tables), from itself, its dict or its JSON file (None: nothing declared)."""
+    if metadata is None:
+        return Metadata()
+    if isinstance(metadata, (Metadata, DatasetMetadata)):
+        return metadata
+    if isinstance(metadata, dict):
+        return DatasetMetadata.from_dict(metadata) if is_dataset_metadata(metadata) else Metadata.from_dict(metadata)
+    if isinstance(metadata, (str, os.PathLike)):
+        try:
+            raw = json.loads(Path(metadata).read_text(encoding="utf-8"))
+        except (OSError, ValueError):
+            return Metadata.from_json(metadata)  # its refusal, naming the file
+        return DatasetMetadata.from_dict(raw) if is_dataset_metadata(raw) else Metadata.from_dict(raw)
+    raise InvalidParameterError(
+        "metadata", _short(metadata), "a Metadata, a DatasetMetadata, a dict, a JSON file path, or None"
+    )
 
 
 def check_rng(rng: object, ledger: object) -> None:

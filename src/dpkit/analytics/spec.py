@@ -34,9 +34,10 @@ from dpkit.analytics.key_selection import KEY_SELECTIONS
 from dpkit.analytics.plan import Predicate
 from dpkit.errors import InvalidParameterError
 
-__all__ = ["QueryOptions", "QuerySpec", "Noise", "AGGREGATE_KINDS"]
+__all__ = ["QueryOptions", "QuerySpec", "Join", "Noise", "JoinHow", "AGGREGATE_KINDS"]
 
 Noise = Literal["laplace", "gaussian"]
+JoinHow = Literal["inner", "left"]
 
 #: The aggregate kinds of the JSON form, and the class each one builds.
 AGGREGATE_KINDS: dict[str, type] = {
@@ -50,7 +51,21 @@ AGGREGATE_KINDS: dict[str, type] = {
 }
 _JSON_KIND = {cls.kind: name for name, cls in AGGREGATE_KINDS.items()}  # type: ignore[attr-defined]
 _AGGREGATE_FIELDS = {"kind", "column", "q", "name"}
-_SPEC_FIELDS = ("aggregates", "where", "group_by", "bins", "keys", "max_groups", "max_rows")
+_SPEC_FIELDS = (
+    "aggregates",
+    "where",
+    "group_by",
+    "bins",
+    "keys",
+    "max_groups",
+    "max_rows",
+    "from",
+    "join",
+    "keys_from",
+)
+#: The JSON name of each spec field whose attribute is named otherwise.
+_ATTRIBUTE = {"from": "table", "join": "joins"}
+_JOIN_FIELDS = ("table", "on", "how")
 _OPTION_FIELDS = ("epsilon", "delta", "noise", "confidence", "key_selection", "split", "bounding_epsilon")
 
 
@@ -165,6 +180,77 @@ class QueryOptions:
         return out
 
 
+def _on_pairs(on: object) -> tuple[tuple[str, str], ...]:
+    """``on`` as (left column, right column) pairs: a name (the same on both sides), a list of
+    names and pairs, or a mapping from left to right."""
+    accepted = (
+        "a column name (the same on both sides), a list of names and [left, right] pairs, "
+        "or a mapping from the left column to the joined table's column"
+    )
+    if isinstance(on, str):
+        items: list[object] = [on]
+    elif isinstance(on, Mapping):
+        items = [(k, x) for k, x in on.items()]
+    elif isinstance(on, Iterable) and not isinstance(on, bytes):
+        items = list(on)
+    else:
+        raise InvalidParameterError("on", _short(on), accepted)
+    pairs: list[tuple[str, str]] = []
+    for item in items:
+        if isinstance(item, str):
+            item = (item, item.rsplit(".", 1)[-1])
+        if not isinstance(item, (tuple, list)) or len(item) != 2 or not all(isinstance(c, str) and c for c in item):
+            raise InvalidParameterError("on", _short(on), accepted)
+        pairs.append((item[0], item[1]))
+    if not pairs:
+        raise InvalidParameterError(
+            "on", _short(on), accepted, "a join without an equality is a cross join, which multiplies every row"
+        )
+    return tuple(pairs)
+
+
+@dataclass(frozen=True)
+class Join:
+    """One join of a query: the dataset's ``table``, matched on the equalities ``on`` —
+    (left, right) pairs, left a column of the tables joined so far (``"visits.postcode"``, or its
+    bare name when only one of them has it), right a column of ``table`` — inner or ``"left"``.
+    Which joins are allowed, and what they cost, is :mod:`dpkit.analytics.joins`'."""
+
+    table: str
+    on: tuple[tuple[str, str], ...]
+    how: JoinHow = "inner"
+
+    def __post_init__(self) -> None:
+        if not isinstance(self.table, str) or not self.table:
+            raise InvalidParameterError("join.table", _short(self.table), "the name of a table of the dataset")
+        object.__setattr__(self, "on", _on_pairs(self.on))
+        if self.how not in ("inner", "left"):
+            raise InvalidParameterError(
+                "how", _short(self.how), "'inner' or 'left'", "right, full and cross joins are not supported"
+            )
+
+    @classmethod
+    def from_json(cls, i: int, obj: object) -> Join:
+        if not isinstance(obj, Mapping):
+            raise InvalidParameterError(
+                f"join[{i}]", _short(obj), 'an object such as {"table": "regions", "on": ["postcode"], "how": "left"}'
+            )
+        extra = sorted(set(obj) - set(_JOIN_FIELDS))
+        if extra:
+            raise InvalidParameterError(f"join[{i}]", extra[0], "only the fields " + ", ".join(_JOIN_FIELDS))
+        if "on" not in obj:
+            raise InvalidParameterError(
+                f"join[{i}].on", None, "the join's equalities", "a join without one is a cross join"
+            )
+        return cls(obj.get("table"), obj["on"], obj.get("how") or "inner")  # type: ignore[arg-type]
+
+    def to_dict(self) -> dict[str, Any]:
+        out: dict[str, Any] = {"table": self.table, "on": [list(p) for p in self.on]}
+        if self.how != "inner":
+            out["how"] = self.how
+        return out
+
+
 @dataclass(frozen=True)
 class QuerySpec:
     """One query, before it is checked against a schema.
@@ -180,6 +266,12 @@ class QuerySpec:
         ``BIN(c, e0, e1, ...)`` compile to these).
     max_groups, max_rows:
         Contribution bounds per privacy unit for this query (None: the session's).
+    table, joins:
+        In a dataset of several tables: the table the query reads (``FROM``; None: the
+        dataset's only private table) and the :class:`Join` s that extend it.
+    keys_from:
+        A public table whose rows are the group keys (its columns named as the group columns),
+        instead of ``keys``.
     options:
         What it spends (None when the caller supplies the options separately).
     """
@@ -191,7 +283,25 @@ class QuerySpec:
     bins: Mapping[str, tuple[float, ...] | int] | None = None
     max_groups: int | None = None
     max_rows: int | None = None
+    table: str | None = None
+    joins: tuple[Join, ...] = ()
+    keys_from: str | None = None
     options: QueryOptions | None = field(default=None, compare=True)
+
+    def __post_init__(self) -> None:
+        joins = self.joins
+        if isinstance(joins, (Join, str, bytes)) or not isinstance(joins, Iterable):
+            raise InvalidParameterError("joins", _short(joins), "a list of dpkit.analytics.Join")
+        joins = tuple(joins)
+        if not all(isinstance(j, Join) for j in joins):
+            raise InvalidParameterError("joins", _short(joins), "a list of dpkit.analytics.Join")
+        object.__setattr__(self, "joins", joins)
+        for name in ("table", "keys_from"):
+            value = getattr(self, name)
+            if value is not None and (not isinstance(value, str) or not value):
+                raise InvalidParameterError(
+                    "from" if name == "table" else name, _short(value), "the name of a table of the dataset"
+                )
 
     @classmethod
     def from_json(cls, obj: Mapping[str, Any], *, options: QueryOptions | None = None) -> QuerySpec:
@@ -202,7 +312,11 @@ class QuerySpec:
              "keys": [["F"], ["M"]], "max_groups": 1, "max_rows": 1}
 
         Aggregate kinds: ``count``, ``count_units``, ``sum``, ``mean``, ``variance``, ``std``,
-        ``quantile``; fields ``kind``, ``column``, ``q`` (quantile only) and ``name``. A field
+        ``quantile``; fields ``kind``, ``column``, ``q`` (quantile only) and ``name``. In a
+        dataset of several tables, ``"from": "visits"`` names the table read, ``"join"`` lists
+        joins (``{"table": "regions", "on": ["postcode"], "how": "left"}``; ``on`` also takes
+        ``[["visits.postcode", "postcode"]]`` pairs) and ``"keys_from"`` names a public table
+        whose rows are the group keys. A field
         given as null counts as absent. ``bins`` maps a group column to its edges, or to a whole
         number of equal-width bins over its declared bounds (``{"age": 10}``), as
         ``group_by(bins=)`` takes them. The column checks come later, against the schema."""
@@ -238,6 +352,11 @@ class QuerySpec:
                     "keys", _short(keys), "a list of public keys (values, or tuples for several columns)"
                 )
             keys = tuple(tuple(k) if isinstance(k, (list, tuple)) else k for k in keys)
+        joins = obj.get("join") or ()
+        if isinstance(joins, (str, bytes, Mapping)) or not isinstance(joins, Iterable):
+            raise InvalidParameterError(
+                "join", _short(joins), 'a list of joins such as [{"table": "regions", "on": ["postcode"]}]'
+            )
         return cls(
             aggregates=aggregates,
             where=obj.get("where"),
@@ -246,6 +365,9 @@ class QuerySpec:
             bins=bins,
             max_groups=obj.get("max_groups"),
             max_rows=obj.get("max_rows"),
+            table=obj.get("from"),
+            joins=tuple(Join.from_json(i, j) for i, j in enumerate(joins)),
+            keys_from=obj.get("keys_from"),
             options=options,
         )
 
@@ -253,9 +375,9 @@ class QuerySpec:
         """The JSON form: aggregates as dicts, and only the fields that are set."""
         out: dict[str, Any] = {"aggregates": [_aggregate_dict(a) for a in self.aggregates]}
         for name in _SPEC_FIELDS[1:]:
-            value = getattr(self, name)
+            value = getattr(self, _ATTRIBUTE.get(name, name))
             if value not in (None, ()):
-                out[name] = value
+                out[name] = [j.to_dict() for j in value] if name == "join" else value
         return out
 
     def to_json(self) -> str:

@@ -13,6 +13,34 @@ Accepted — exactly this::
 
 (DuckDB's ``FROM <table> SELECT ...`` order is the same statement; one trailing ``;`` is fine.)
 
+On a session over several tables (a dataset, :class:`~dpkit.analytics.DatasetMetadata`), FROM
+also takes aliases and joins::
+
+    FROM <table> [[AS] alias] { [INNER] JOIN | LEFT [OUTER] JOIN } <table> [[AS] alias]
+        { ON a.x = b.y [AND a.z = b.w ...] | USING (x, ...) } ...
+
+(any number of joins; :mod:`dpkit.analytics.sql_joins` reads them). Each equality of ON compares
+a column of the table the JOIN adds with a column of a table before it (``a.x`` or a bare name
+that one of those tables has); ``USING (x)`` is ``ON <the one earlier table with x>.x = b.x``.
+It is exactly ``session.query(table).join(t2, on=[("table.x", "y"), ...], how=...)``: the same
+:class:`~dpkit.analytics.spec.QuerySpec` (``table``, ``joins``; each left column is
+``table.column`` of an earlier table, aliases resolved to the dataset's names) and the same
+release. Which joins are allowed, and what they cost, is :func:`dpkit.analytics.joins.join_table`'s
+to decide — a public table on columns of one declared type, another private table on the privacy
+unit — and its refusals come through unchanged. ``FROM <public> JOIN <private>`` (an inner join)
+reads the private table, as the builder does: the spec says ``FROM <private> JOIN <public>``.
+
+A column may then be qualified, ``a.col`` / ``table.col``, everywhere a column is accepted (group
+columns, BIN, aggregates, COUNT(DISTINCT <unit>), WHERE); an aliased table is named by its alias
+only, as in SQL. A column resolves to its name in the joined table, which is the name the
+builder takes and the result's column: the bare name where it is that very column (only one
+table has it, or it is the left column of a same-named join pair), else ``table.column``. So
+``SELECT r.region ...`` gives the column ``region``, and in ``visits v JOIN regions r ON
+v.postcode = r.postcode``, ``v.postcode`` is ``postcode`` and ``r.postcode`` is
+``regions.postcode``. A bare name two tables share (other than such a pair) must be qualified.
+The privacy unit of the joined rows is the table read's; another private table's unit column is
+for ON / USING only.
+
 * ``<group>``: a column, or the bins of a numeric column — ``BIN(c, n)``: n equal-width bins
   over its *declared* bounds (n a whole number >= 1; the edges come from the metadata, never
   from the data), or ``BIN(c, e0, e1, ...)``: explicit edges (at least two increasing finite
@@ -40,7 +68,8 @@ Accepted — exactly this::
   (either side), ``c [NOT] IN (<literal>, ...)`` (or DuckDB's ``[...]`` list),
   ``c [NOT] BETWEEN <literal> AND <literal>``, ``c IS [NOT] NULL``, combined with AND, OR, NOT and parentheses. A literal is a number
   (optionally signed; finite), a 'string' or TRUE/FALSE, optionally in parentheses.
-* ``<table>``: the session's table name; ``<column>``: a declared column's name, bare or
+* ``<table>``: the session's table name (over several tables: a table of the dataset);
+  ``<column>``: a declared column's name, bare or
   "double-quoted" (quoted names may hold any characters; both kinds resolve exactly first, then
   case-insensitively when that is unambiguous, as DuckDB does; a group column keeps the declared
   spelling in the result).
@@ -66,13 +95,20 @@ placeholders, arrays, subqueries and ``FILTER (WHERE ...)``, inside aggregates o
 ``ORDER BY`` inside aggregates other than PERCENTILE_CONT's WITHIN GROUP, and ``WITH FILL``;
 window functions (``OVER``), ``WINDOW``, ``QUALIFY``; ``HAVING``, ``ORDER BY``, ``LIMIT``,
 ``OFFSET``; ``GROUP BY ALL``, ``GROUPING SETS``, ``ROLLUP``, ``CUBE``, positions or expressions
-(other than ``BIN``) in GROUP BY, ``WIDTH_BUCKET``; CTEs (``WITH``), set operations, ``VALUES``, joins, ``LATERAL``, ``UNNEST``, table
-functions (``read_csv(...)``), several tables; on the table: qualified names (``db.t``),
-aliases (DuckDB reads ``FROM t FINAL`` as the alias ``FINAL``), ``TABLESAMPLE`` / ``USING
+(other than ``BIN``) in GROUP BY, ``WIDTH_BUCKET``; CTEs (``WITH``), set operations, ``VALUES``, ``LATERAL``, ``UNNEST``, table
+functions (``read_csv(...)``); on the table: qualified names (``db.t``), ``TABLESAMPLE`` / ``USING
 SAMPLE``, ``PIVOT`` / ``UNPIVOT``, time travel (``AT (VERSION => 1)``, ``FOR ... AS OF``), table
-hints, ``ONLY``; column references with a table qualifier (``adult.age``); optimizer-hint
-comments (``/*+ ... */``, ``/*! ... */``); every statement but SELECT, and more than one
-statement.
+hints, ``ONLY``; optimizer-hint comments (``/*+ ... */``, ``/*! ... */``); every statement but
+SELECT, and more than one statement. On a session over one table: joins, several tables, table
+aliases (DuckDB reads ``FROM t FINAL`` as the alias ``FINAL``) and column references with a
+table qualifier (``adult.age``). Over several tables: comma joins (``FROM a, b``), ``CROSS``,
+``NATURAL``, ``RIGHT``, ``FULL``, ``SEMI`` / ``ANTI``, ``ASOF`` and ``POSITIONAL`` joins, a JOIN
+without ON / USING, nested (parenthesised) joins, joins of subqueries or in a subquery; an ON
+that is not AND-ed equalities of two columns of two different tables (``<``, ``OR``, literals,
+functions, ``IS NOT DISTINCT FROM``, two columns of one table, no column of the joined table);
+an ambiguous ``USING`` column; column aliases (``t AS a(x, y)``); an alias that is the name of
+another table of the dataset, two tables under one name, a table read twice; a qualifier that is
+not a table or alias of the query (or an aliased table's own name); ``t.*``.
 
 >>> from dpkit.analytics.sql_parse import parse_predicate
 >>> parse_predicate("age > 30 AND sex IN ('F', 'M')")
@@ -92,6 +128,7 @@ from dpkit.analytics.declared import undeclared_column
 from dpkit.analytics.limits import QueryLimits
 from dpkit.analytics.plan import And, Not, Or, Predicate
 from dpkit.analytics.spec import QuerySpec
+from dpkit.analytics.sql_joins import JOIN_NODES, FromClause, compile_from
 from dpkit.analytics.sql_parse import (
     _BIN,
     _NODES,
@@ -121,7 +158,8 @@ Bins = int | tuple[float, ...]
 class Session(Protocol):
     """What SQL compiles against: a table's name, its declared columns (name → kind), its
     privacy unit and its size limits — a :class:`~dpkit.analytics.Session` or a
-    :class:`~dpkit.analytics.declared.DeclaredTable`. (Only the declared facts: no data.)"""
+    :class:`~dpkit.analytics.declared.DeclaredTable`. (Only the declared facts: no data.) A
+    session over several tables also has ``_tables``, which FROM and JOIN are resolved on."""
 
     @property
     def table(self) -> str: ...
@@ -316,11 +354,8 @@ def _check_output_names(outputs: list[tuple[str, str, exp.Expression]]) -> None:
         seen[key] = origin
 
 
-def _compile_select(
-    session: Session, tree: exp.Select
-) -> tuple[Predicate | None, list[str], dict[str, Bins], list[A.Aggregate], list[tuple[str, str, exp.Expression]]]:
-    # The clauses first (DISTINCT, WITH, HAVING, LIMIT, joins, TABLESAMPLE, ...): the clearest refusals.
-    _check_node(tree, _NODES, _SUBSET)
+def _one_table(session: Session, tree: exp.Select) -> FromClause | None:
+    """The FROM clause of a session over one table: its name, nothing else."""
     source = tree.args.get("from") or tree.args.get("from_")
     if source is None:
         raise _reject("FROM <table> is required", tree)
@@ -330,11 +365,30 @@ def _compile_select(
     if not isinstance(table.this, exp.Identifier):
         raise _reject("FROM takes the session's table name only (no table functions such as read_csv)", source)
     _check_node(table, _NODES, _SUBSET)  # alias, db.table, TABLESAMPLE, PIVOT, time travel, hints, ONLY, ...
+    if table.name != session.table and table.name.lower() != session.table.lower():
+        raise InvalidParameterError("sql", table.name[:200], f"the session's table {session.table!r}")
+    return None
+
+
+def _compile_select(
+    session: Session, tree: exp.Select
+) -> tuple[
+    FromClause | None,
+    Predicate | None,
+    list[str],
+    dict[str, Bins],
+    list[A.Aggregate],
+    list[tuple[str, str, exp.Expression]],
+]:
+    tables = getattr(session, "_tables", None)
+    # The clauses first (DISTINCT, WITH, HAVING, LIMIT, joins, TABLESAMPLE, ...): the clearest refusals.
+    _check_node(tree, _NODES if tables is None else JOIN_NODES, _SUBSET)
+    source = _one_table(session, tree) if tables is None else compile_from(tables, tree)
+    if source is not None:  # the rest is checked against the joined table's declared facts
+        session = source.facts
     group = tree.args.get("group")
     if group is not None:
         _check_node(group, _NODES, _SUBSET)  # GROUP BY ALL, GROUPING SETS, ROLLUP, CUBE
-    if table.name != session.table and table.name.lower() != session.table.lower():
-        raise InvalidParameterError("sql", table.name[:200], f"the session's table {session.table!r}")
 
     _check_bin_places(tree, group)
     aliases = _bin_aliases(session, tree)
@@ -427,13 +481,14 @@ def _compile_select(
         raise _reject("at least one aggregate is needed", tree)
     where = tree.args.get("where")
     predicate = _resolve_predicate(session, _predicate(where.this)) if where is not None else None
-    return predicate, groups, bins, aggs, outputs
+    return source, predicate, groups, bins, aggs, outputs
 
 
 def compile_spec(session: Session, text: str) -> QuerySpec:
     """The :class:`~dpkit.analytics.spec.QuerySpec` a SQL text asks for (without options), its
-    column names spelled as the table declares them. Raises before anything runs; text nested
-    deeper than ``session.limits.max_query_depth`` raises LimitExceededError."""
+    column names spelled as the table declares them (as the joined table names them, with its
+    ``table`` and ``joins``, on a session over several tables). Raises before anything runs;
+    text nested deeper than ``session.limits.max_query_depth`` raises LimitExceededError."""
     try:
         return _compile(session, text)
     except RecursionError:
@@ -445,7 +500,9 @@ def compile_sql(session: Any, text: str) -> tuple[Any, list[A.Aggregate]]:
     (see :func:`compile_spec`; the filter and grouping are checked by the query builder)."""
     try:
         spec = _compile(session, text)
-        query = session.query()
+        query = session.query() if spec.table is None else session.query(spec.table)
+        for j in spec.joins:
+            query = query.join(j.table, j.on, how=j.how)
         if spec.where is not None:
             query = query.where(spec.where)
         if spec.bins:  # the builder checks them again, and turns a number of bins into edges
@@ -461,6 +518,16 @@ def _compile(session: Session, text: str) -> QuerySpec:
     tree = _parse(text, "sql", session.limits)
     if not isinstance(tree, exp.Select):
         raise _reject(f"only SELECT is accepted, not {type(tree).__name__}", tree)
-    predicate, groups, bins, aggs, outputs = _backstop(tree, _NODES, _SUBSET, lambda: _compile_select(session, tree))
+    nodes = _NODES if getattr(session, "_tables", None) is None else JOIN_NODES
+    source, predicate, groups, bins, aggs, outputs = _backstop(
+        tree, nodes, _SUBSET, lambda: _compile_select(session, tree)
+    )
     _check_output_names(outputs)
-    return QuerySpec(aggregates=tuple(aggs), where=predicate, group_by=tuple(groups), bins=bins or None)
+    return QuerySpec(
+        aggregates=tuple(aggs),
+        where=predicate,
+        group_by=tuple(groups),
+        bins=bins or None,
+        table=source.table if source is not None else None,
+        joins=source.joins if source is not None else (),
+    )

@@ -353,7 +353,14 @@ def _what(node: object) -> str:
     return _CLASS_WORDS.get(type(node), type(node).__name__)
 
 
+#: The key of a node's ``meta`` under which a qualified column reference (``r.region``) carries
+#: its name in the joined table, once :mod:`dpkit.analytics.sql_joins` has resolved the qualifier.
+JOINED = "dpkit.joined_column"
+
+
 def _column_name(node: exp.Expression) -> str:
+    if isinstance(node, exp.Column) and node.args.get("table") is not None and JOINED in node.meta:
+        return str(node.meta[JOINED])
     if not isinstance(node, exp.Column) or node.args.get("table") or not isinstance(node.this, exp.Identifier):
         raise _reject(f"only plain column names are accepted here, not {_what(node)}{_hyphen_hint(node)}", node)
     return node.name
@@ -532,13 +539,24 @@ def _limits(limits: object) -> QueryLimits:
     return limits
 
 
-def parse_predicate(text: str, *, limits: QueryLimits | None = None) -> Predicate:
+def _qualified_as_names(node: exp.Expression) -> exp.Expression:
+    """``t.c`` as the one column named ``"t.c"`` (a joined table's qualified name)."""
+    table = node.args.get("table") if isinstance(node, exp.Column) else None
+    if isinstance(table, exp.Identifier) and isinstance(node.this, exp.Identifier) and not node.args.get("db"):
+        return exp.column(exp.to_identifier(f"{table.name}.{node.name}", quoted=True))
+    return node
+
+
+def parse_predicate(text: str, *, limits: QueryLimits | None = None, qualified: bool = False) -> Predicate:
     """A row filter from SQL text (the WHERE clause's grammar above). ``limits``: whose
     ``max_query_depth`` bounds the text's nesting (default ``QueryLimits()``; a session passes
-    its own when given text in :meth:`Query.where`)."""
+    its own when given text in :meth:`Query.where`). ``qualified``: ``t.c`` names the joined
+    table's column ``"t.c"`` (a query over several tables)."""
     limits = _limits(limits)
     try:
         tree = _parse(text, "where", limits)
+        if qualified:
+            tree = tree.transform(_qualified_as_names)
         return _backstop(tree, _CONDITION_NODES, _CONDITION, lambda: _predicate(tree))
     except RecursionError:
         raise _too_deep("where", limits) from None

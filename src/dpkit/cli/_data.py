@@ -23,6 +23,7 @@ from dpkit.cli._common import (
     _fail_error,
 )
 from dpkit.cli._errors import CliContext, Opt
+from dpkit.cli._tables import TABLES_HELP, check_tables, declares_tables, refuse_one_table_options
 from dpkit.errors import DPError
 
 __all__ = ["check", "generate"]
@@ -56,7 +57,12 @@ def generate(
 
 
 def check(
-    data: Annotated[Path, typer.Argument(help="A CSV (header line first), Parquet or DuckDB database file.")],
+    data_args: Annotated[
+        list[str],
+        typer.Argument(
+            metavar="DATA", help="A CSV (header line first), Parquet or DuckDB database file. " + TABLES_HELP
+        ),
+    ],
     metadata: Annotated[
         Path,
         typer.Option(
@@ -96,10 +102,26 @@ def check(
     for the privacy unit, rows per unit. The report holds exact counts and values of the private
     data: it is for the curator, not a private release, and spends no budget.
 
+    Several tables (metadata declaring "tables"): one report per table, e.g.
+    dpkit check visits=visits.csv regions=regions.csv --metadata hospital.json
+
     Exit code: 0 when everything conforms, 1 when something does not, 2 on bad input.
     """
     from dpkit.analytics.check import check_data
 
+    if declares_tables(metadata):
+        refuse_one_table_options(
+            {
+                "--table": table is not None, "--no-header": no_header, "--columns": csv_columns is not None,
+                "--delimiter": delimiter != ",", "--null": bool(null), "--skip-rows": skip_rows != 0,
+                "--data-norm": data_norm is not None, "--features": features is not None,
+            },
+            2,
+        )  # fmt: skip
+        raise typer.Exit(check_tables(data_args, metadata, json_output))
+    if len(data_args) != 1:
+        _fail(f'DATA: one file, not {len(data_args)} (several TABLE=PATH only with --metadata declaring "tables")', 2)
+    data = Path(data_args[0])
     if not data.is_file():
         _fail(f"no such data file: {str(data)!r}", 2)
     if not metadata.is_file():

@@ -38,16 +38,19 @@ from dpkit.cli._common import (
     _spark_session,
 )
 from dpkit.cli._errors import CliContext
+from dpkit.cli._tables import TABLES_HELP, declares_tables, query_tables, refuse_one_table_options
 from dpkit.errors import DPError, LedgerError
 
 __all__ = ["query"]
 
 
 def query(
-    data: Annotated[
-        str,
+    data_args: Annotated[
+        list[str],
         typer.Argument(
-            help="A CSV or Parquet file, a directory of Parquet files (Hive-partitioned too) or a quoted glob such as 'data/**/*.parquet' (a directory or glob needs --dataset). With --engine spark: a local CSV or Parquet file, a Parquet directory or glob, or a URI of Parquet data Spark reads (hdfs://..., s3a://...).",
+            metavar="DATA",
+            help="A CSV or Parquet file, a directory of Parquet files (Hive-partitioned too) or a quoted glob such as 'data/**/*.parquet' (a directory or glob needs --dataset). With --engine spark: a local CSV or Parquet file, a Parquet directory or glob, or a URI of Parquet data Spark reads (hdfs://..., s3a://...). "
+            + TABLES_HELP,
             show_default=False,
         ),
     ],
@@ -150,7 +153,29 @@ def query(
     dpkit query census.csv "SELECT sex, COUNT(*), AVG(age) FROM census WHERE age > 30 GROUP BY sex" --epsilon 1 --metadata census.json --analyst alice
 
     Against a service: DPKIT_API_KEY=dpk_... dpkit query --server http://127.0.0.1:8000 census "SELECT COUNT(*) FROM census" --epsilon 0.5
+
+    Several tables (metadata declaring "tables"): dpkit query visits=visits.csv regions=regions.csv "SELECT ..." --metadata hospital.json --dataset hospital --epsilon 1
     """
+    if server is None and metadata is not None and declares_tables(metadata):
+        refuse_one_table_options({
+            "--unit": unit is not None, "--row-level": row_level, "--table": table is not None,
+            "--no-header": no_header, "--columns": csv_columns is not None, "--delimiter": delimiter != ",",
+            "--null": bool(null), "--skip-rows": skip_rows != 0, "--seed": seed is not None,
+            "--engine": engine != "duckdb", "--master": master is not None, "--conf": bool(conf),
+        })  # fmt: skip
+        options = {"epsilon": epsilon, "delta": delta, "noise": noise, "confidence": confidence}
+        query_tables(
+            data_args, sql, metadata=metadata, dataset=dataset_name, ledger=ledger, analyst=analyst,
+            options={**options, "bounding_epsilon": bounding_epsilon},
+            bounds={"max_groups": max_groups, "max_rows": max_rows}, json_output=json_output, show=_print_result,
+        )  # fmt: skip
+        return
+    if len(data_args) != 1:
+        _fail(
+            f"DATA: one file, directory, glob or dataset name, not {len(data_args)} (several TABLE=PATH only with "
+            '--metadata declaring "tables")'
+        )
+    data = data_args[0]
     if server is not None:
         local = {
             "--metadata": metadata, "--unit": unit, "--row-level": row_level or None, "--dataset": dataset_name,

@@ -92,7 +92,10 @@ class RemoteSession:
 
     def datasets(self) -> list[dict[str, Any]]:
         """The datasets this analyst was granted, each as the curator declared it (its name,
-        size class, neighbour relation, columns and privacy unit: the metadata, never the rows)."""
+        size class, neighbour relation, columns and privacy unit: the metadata, never the rows).
+        A dataset of several tables lists them under ``"tables"``, each with ``"public"``, its
+        columns and unit, ``join_rows`` / ``max_matches``: with ``max_groups`` and ``max_rows`` it
+        reads back as :meth:`dpkit.analytics.DatasetMetadata.from_dict` takes it."""
         found: list[dict[str, Any]] = self._connection.get("/v1/datasets").body["datasets"]
         return found
 
@@ -135,7 +138,8 @@ class RemoteSession:
     ) -> QueryResult:
         """Run a SQL query of the analytics subset on ``dataset``, paid from this analyst's
         budget on it, as :meth:`dpkit.analytics.Session.sql` does locally (the options are its
-        own; None: its default). The result's remaining ε is the budget's after this debit.
+        own; None: its default). On a dataset of several tables the SQL names its tables and may
+        join them. The result's remaining ε is the budget's after this debit.
 
         ``idempotency_key``: the key of an earlier call whose answer was lost
         (:attr:`ConnectionFailedError.idempotency_key

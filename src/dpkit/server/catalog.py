@@ -6,7 +6,8 @@ read as :class:`~dpkit.analytics.engines.duckdb.DuckDBEngine` (every CSV column 
 its declared type when queried), so no row can fail a load or change a type
 (:mod:`dpkit.server.datasets` holds the copies). A registered dataset is never changed or
 replaced: its budgets refer to it. At registration the curator (only) gets the data check
-(:func:`dpkit.analytics.check.check_data`).
+(:func:`dpkit.analytics.check.check_data`). A dataset of several tables (metadata with
+``tables``) gets all of this table by table, in one shared copy (:mod:`dpkit.server.catalog_tables`).
 """
 
 from __future__ import annotations
@@ -16,20 +17,26 @@ import json
 import logging
 import os
 import threading
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass, field, replace
 from pathlib import Path, PurePath
 from typing import Any
 
 from dpkit import _validate as v
 from dpkit._validate import Neighbours
+from dpkit._validate import short_repr as _short
 from dpkit.analytics.check import check_data
 from dpkit.analytics.check_report import DataCheck
+from dpkit.analytics.check_tables import DatasetCheck, dataset_metadata
+from dpkit.analytics.dataset_metadata import DatasetMetadata
 from dpkit.analytics.engines.base import is_uri
 from dpkit.analytics.metadata import Metadata
 from dpkit.analytics.session import Session
+from dpkit.analytics.session_setup import load_metadata
 from dpkit.budget import Budget
 from dpkit.errors import DPError, InvalidDataError, InvalidParameterError
+from dpkit.server import catalog_tables as several
+from dpkit.server.dataset_info import DATASET_COLUMNS, DatasetInfo, dataset_from_row
 from dpkit.server.datasets import (
     DatasetCopies,
     SourcePath,
@@ -43,7 +50,7 @@ from dpkit.server.datasets import (
 from dpkit.server.errors import DatasetUnavailableError, NotFoundError
 from dpkit.server.names import DATASET_NAME, TABLE_NAME, check_dataset_name
 from dpkit.server.opened_source import open_source, snapshot
-from dpkit.server.size_class import DEFAULT_SIZE_CLASS, SIZE_CLASSES, check_size_class
+from dpkit.server.size_class import DEFAULT_SIZE_CLASS, check_size_class, fits_size_class
 from dpkit.server.spark_pins import PinnedSparkEngine, check_fingerprint, pin_files, pinned_change
 from dpkit.server.store import ServiceStore, now
 
@@ -52,51 +59,8 @@ __all__ = ["DatasetInfo", "Catalog"]
 #: Where details that must not reach an analyst go (load failures, the data check's failures).
 _curator_log = logging.getLogger("dpkit.curator")
 
-_DATASET_COLUMNS = "name, source, metadata, neighbours, created_at, source_table, engine, files, size_class"
 ENGINES = ("duckdb", "spark")
 _IDLE_ENGINES = 32  # bound engines kept per dataset and process (about one per concurrent query)
-
-
-@dataclass(frozen=True)
-class DatasetInfo:
-    """A registered dataset: where its rows are, its curator-declared metadata, its neighbours.
-
-    ``source`` is the file it was registered from, relative to the service's data root when
-    there is one (an absolute path otherwise). ``engine`` says what reads it: ``"duckdb"``
-    (queries read the shared copy made from the source at registration,
-    :mod:`dpkit.server.datasets`, named by ``name`` and ``created_at``) or ``"spark"`` (the
-    source is Parquet data — a file, a directory or a glob — that the service's SparkSession
-    reads in place; nothing is copied; its files are pinned at registration: ``files``).
-
-    ``check`` is the curator's data check made at registration (how well the rows conform to the
-    metadata; :class:`~dpkit.analytics.check_report.DataCheck`). It holds exact counts and raw values:
-    curator only — it is not stored, and :meth:`public` never includes it.
-    """
-
-    name: str
-    source: str
-    metadata: Metadata
-    neighbours: Neighbours
-    created_at: str
-    table: str | None = None  # the table inside a DuckDB database file; None for CSV / Parquet
-    engine: str = "duckdb"
-    check: DataCheck | None = field(default=None, compare=False, repr=False)
-    #: A Spark dataset's Parquet files as registered (:func:`~dpkit.server.spark_pins.pin_files`):
-    #: every process reads exactly these, unchanged, or the dataset is unavailable. None for a
-    #: DuckDB dataset, a URI, and a Spark dataset registered before files were pinned.
-    files: str | None = field(default=None, repr=False)
-    #: The declared size class (:data:`dpkit.server.pacing.SIZE_CLASSES`): public, it scales the
-    #: time budget of every paid answer on the dataset.
-    size_class: str = "medium"
-
-    def public(self) -> dict[str, Any]:
-        """What an analyst may see: the schema the curator declared, never the source or rows."""
-        return {
-            "name": self.name,
-            "neighbours": self.neighbours,
-            "size_class": self.size_class,
-            **self.metadata.to_dict(),
-        }
 
 
 @dataclass
@@ -117,6 +81,9 @@ class _Loaded:
     frame: Any = None
     #: A pinned Spark dataset's check after each job (:class:`~dpkit.server.spark_pins.PinnedSparkEngine`).
     after: Callable[[], str | None] | None = None
+    #: A dataset of several tables: their names in the copy. Each taken item is then a dict of
+    #: engines, one per table, all on one cursor (a join reads them together).
+    tables: tuple[str, ...] | None = None
 
     def take(self, table: str) -> Any:
         with self.lock:
@@ -129,6 +96,8 @@ class _Loaded:
             cursor = self.connection.cursor()  # cursors are created one at a time
         from dpkit.analytics.engines.duckdb import DuckDBEngine
 
+        if self.tables is not None:
+            return {t: DuckDBEngine(None, connection=cursor, table=t) for t in self.tables}
         return DuckDBEngine(None, connection=cursor, table=table)
 
     def close(self) -> None:
@@ -183,11 +152,11 @@ class Catalog:
     def register(
         self,
         name: str,
-        source: str | os.PathLike[str],
-        metadata: Metadata | dict[str, Any] | str | os.PathLike[str],
+        source: str | os.PathLike[str] | Mapping[str, str | os.PathLike[str]],
+        metadata: Metadata | DatasetMetadata | dict[str, Any] | str | os.PathLike[str],
         *,
         neighbours: Neighbours = "add_remove",
-        table: str | None = None,
+        table: str | Mapping[str, str] | None = None,
         engine: str = "duckdb",
         size_class: str = DEFAULT_SIZE_CLASS,
         fingerprint: str | None = None,
@@ -200,6 +169,10 @@ class Catalog:
                 "engine", engine, "'duckdb' (a shared copy, the default) or 'spark' (Parquet read in place)"
             )
         check_fingerprint(fingerprint, engine)
+        if several.declares_tables(metadata, source):
+            return self._register_tables(name, source, metadata, neighbours, table, engine, size_class)
+        if isinstance(table, Mapping):
+            raise InvalidParameterError("table", _short(table), "a table name with a .duckdb source, else None")
         if engine == "spark":
             if table is not None:
                 raise InvalidParameterError("table", table, "None with engine='spark' (the source is Parquet data)")
@@ -212,7 +185,7 @@ class Catalog:
             raise InvalidParameterError("table", table, "a table name with a .duckdb source, and no table otherwise")
         if table is not None and not TABLE_NAME.fullmatch(table):
             raise InvalidParameterError("table", table, "a table name ('people' or 'schema.people')")
-        meta = Session._check_metadata(str(metadata) if isinstance(metadata, os.PathLike) else metadata)
+        meta = load_metadata(str(metadata) if isinstance(metadata, os.PathLike) else metadata)
         if meta.privacy_unit is None and not meta.row_level:
             raise InvalidParameterError(
                 "metadata.privacy_unit",
@@ -235,7 +208,7 @@ class Catalog:
                         "Parquet files that stay in place",
                         "a file vanished while it was listed",
                     ) from None
-            return self._insert(replace(info, check=_fits_size_class(self._inspect_spark(info, located), size_class)))
+            return self._insert(replace(info, check=fits_size_class(self._inspect_spark(info, located), size_class)))
 
         def make() -> DataCheck | None:
             # The source is opened once and read from the open file (dpkit.server.opened_source).
@@ -252,12 +225,56 @@ class Catalog:
 
                 return self._copies.build(name, info.created_at, private, table, inspect)
 
-        report = self._copy(info, make)
+        return self._insert_copied(info, self._copy(info, make))
+
+    def _insert_copied(self, info: DatasetInfo, report: DataCheck | DatasetCheck | None) -> DatasetInfo:
+        """Register a dataset whose copy is made (discarded if the registration fails)."""
+        if isinstance(report, DatasetCheck):
+            fit = {n: fits_size_class(c, info.size_class) for n, c in report.tables.items()}
+            report = DatasetCheck({n: c for n, c in fit.items() if c is not None})
+        else:
+            report = fits_size_class(report, info.size_class)
         try:
-            return self._insert(replace(info, check=_fits_size_class(report, size_class)))
+            return self._insert(replace(info, check=report))
         except BaseException:
-            self._copies.discard(name, info.created_at)  # a copy nobody will ever read
+            self._copies.discard(info.name, info.created_at)  # a copy nobody will ever read
             raise
+
+    def _register_tables(
+        self, name: str, source: object, metadata: object, neighbours: Neighbours, table: object, engine: str,
+        size_class: str,
+    ) -> DatasetInfo:  # fmt: skip
+        """Register a dataset of several tables (:mod:`dpkit.server.catalog_tables`)."""
+        several.refuse_spark(engine)
+        if isinstance(metadata, Metadata):
+            raise InvalidParameterError(
+                "metadata", "a Metadata", "a DatasetMetadata (or JSON with 'tables') for one source per table"
+            )
+        meta = dataset_metadata(str(metadata) if isinstance(metadata, os.PathLike) else metadata)
+        several.check_table_names(meta)
+        sources = several.resolve_table_sources(source, table, meta, self._data_root)
+        v.neighbours(neighbours)
+        if self._registered(name):  # before copying the data; the insert re-checks under its lock
+            raise _already_registered(name)
+        info = DatasetInfo(
+            name, sources.stored(), meta, neighbours, now(), sources.stored_tables(), engine, size_class=size_class
+        )
+
+        def report(make: Callable[[], DataCheck]) -> DataCheck | None:
+            try:
+                return make()
+            except Exception:
+                _curator_log.exception("the data check of dataset %r (%s) could not be made", name, info.source)
+                return None
+
+        def make() -> DatasetCheck | None:
+            with several.private_sources(sources, self._private_source) as private:
+                return self._copies.build_tables(
+                    name, info.created_at, private,
+                    lambda conn: several.inspect_tables(conn, meta, neighbours, private, report),
+                )  # fmt: skip
+
+        return self._insert_copied(info, self._copy(info, make))
 
     def _insert(self, info: DatasetInfo) -> DatasetInfo:
         with self._store.transaction(write=True) as tx:
@@ -265,7 +282,7 @@ class Catalog:
                 raise _already_registered(info.name)
             meta = json.dumps(info.metadata.to_dict(), sort_keys=True)
             tx.run(
-                f"INSERT INTO datasets ({_DATASET_COLUMNS}) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)",
+                f"INSERT INTO datasets ({DATASET_COLUMNS}) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)",
                 (
                     info.name,
                     info.source,
@@ -286,6 +303,7 @@ class Catalog:
         the same files on this machine; None for a URI, which only Spark reads)."""
         from dpkit.analytics.engines.spark import SparkEngine
 
+        assert isinstance(info.metadata, Metadata)  # (several tables are refused on Spark)
         path = located.path
         frame = self._spark_frame(info, path, located.listing)
         check_columns(frame.columns, info.metadata)
@@ -335,8 +353,8 @@ class Catalog:
 
     def listing(self) -> list[DatasetInfo]:
         with self._store.transaction() as tx:
-            rows = tx.run(f"SELECT {_DATASET_COLUMNS} FROM datasets ORDER BY name")
-        return [_dataset(r) for r in rows]
+            rows = tx.run(f"SELECT {DATASET_COLUMNS} FROM datasets ORDER BY name")
+        return [dataset_from_row(r) for r in rows]
 
     def get(self, name: object) -> DatasetInfo:
         """The dataset ``name``; NotFoundError when there is none."""
@@ -347,8 +365,8 @@ class Catalog:
         info = self._known.get(name)
         if info is None:
             with self._store.transaction() as tx:
-                rows = tx.run(f"SELECT {_DATASET_COLUMNS} FROM datasets WHERE name = ?", (name,))
-            info = _dataset(rows[0]) if rows else None
+                rows = tx.run(f"SELECT {DATASET_COLUMNS} FROM datasets WHERE name = ?", (name,))
+            info = dataset_from_row(rows[0]) if rows else None
             if info is not None:
                 self._known[name] = info
         if info is None:
@@ -369,8 +387,8 @@ class Catalog:
             cause = exc.__cause__
             why = cause.accepted if isinstance(cause, InvalidParameterError) else str(exc)
             raise InvalidDataError(
-                "source",
-                f"{_describe_source(info)} could not be read ({why}; details in the dpkit.curator log)",
+                "source" if not info.several or exc.table is None else f"source.{exc.table}",
+                f"{_describe_source(info, exc.table)} could not be read ({why}; details in the dpkit.curator log)",
                 "a UTF-8 CSV file whose first line names every column once, a Parquet file, or a table of a DuckDB database file",
             ) from None
         except OSError:
@@ -404,7 +422,17 @@ class Catalog:
 
         Raises InvalidDataError for the curator (see :meth:`_copy`); a source that is no longer
         a file under the data root is InvalidParameterError naming ``source``. Analysts never
-        see either: see :meth:`opened`."""
+        see either: see :meth:`opened`. A dataset of several tables is re-created whole."""
+        if info.several:
+            return self._copy(
+                info,
+                lambda: self._copies.ensure_tables(
+                    info.name, info.created_at,
+                    lambda: several.private_sources(
+                        several.relocate(info.sources, info.source_tables, self._data_root), self._private_source
+                    ),
+                ),
+            )  # fmt: skip
         return self._copy(
             info,
             lambda: self._copies.ensure(
@@ -449,7 +477,8 @@ class Catalog:
                 except Exception:
                     _curator_log.exception("dataset %r: its copy could not be opened", info.name)
                     raise DatasetUnavailableError() from None
-                loaded = self.data[info.name] = _Loaded(connection)
+                tables = tuple(info.sources) if info.several else None
+                loaded = self.data[info.name] = _Loaded(connection, tables=tables)
         return loaded
 
     def _checked_spark(self, info: DatasetInfo) -> SourcePath | None:
@@ -508,6 +537,7 @@ def _check(info: DatasetInfo, conn: Any, source: Path) -> DataCheck | None:
     against the table, so its failure is logged for the curator and does not block the
     registration. For a CSV source, the lines its reader dropped are counted from the file."""
     try:
+        assert isinstance(info.metadata, Metadata)  # (several tables: catalog_tables.inspect_tables)
         check = check_data((conn.cursor(), info.name), info.metadata)
         if source_kind(source) == "csv":
             from dpkit.analytics.check_reading import csv_reading_check
@@ -520,21 +550,6 @@ def _check(info: DatasetInfo, conn: Any, source: Path) -> DataCheck | None:
         return None
 
 
-def _fits_size_class(check: DataCheck | None, size_class: str) -> DataCheck | None:
-    """The curator's data check, with a problem added when the rows exceed the declared size
-    class (whose answer times would then be too short: overruns answer query_failed)."""
-    most = SIZE_CLASSES[size_class][0]
-    if check is None or check.rows <= most:
-        return check
-    larger = [k for k, (rows, _) in SIZE_CLASSES.items() if rows >= check.rows]
-    advice = f"register it as {larger[0]!r}" if larger else "raise --answer-seconds"
-    problem = (
-        f"{check.rows:,} rows exceed the size class {size_class!r} (at most {most:,}): paid answers may run past "
-        f"their time and fail; {advice}"
-    )
-    return replace(check, problems=(*check.problems, problem))
-
-
 def _already_registered(name: str) -> InvalidParameterError:
     return InvalidParameterError(
         "dataset",
@@ -544,8 +559,14 @@ def _already_registered(name: str) -> InvalidParameterError:
     )
 
 
-def _describe_source(info: DatasetInfo) -> str:
-    """The source in words for the curator: the file's name (and table), no path, no content."""
+def _describe_source(info: DatasetInfo, table: str | None = None) -> str:
+    """The source in words for the curator: the file's name (and table), no path, no content. For
+    several tables: ``table``'s source (None: all of them)."""
+    if info.several:
+        if table is None:
+            return "the sources of tables " + ", ".join(info.sources)
+        source, inner = info.sources[table], info.source_tables.get(table)
+        return f"table {table}'s " + _describe_source(replace(info, metadata=Metadata(), source=source, table=inner))
     if info.engine == "spark":
         return f"Parquet data {PurePath(info.source).name}" if not is_uri(info.source) else "Parquet data (a URI)"
     kind = (
@@ -556,10 +577,3 @@ def _describe_source(info: DatasetInfo) -> str:
         else "CSV file"
     )
     return f"{kind} {Path(info.source).name}" + ("" if info.table is None else f" {info.table}")
-
-
-def _dataset(row: tuple[Any, ...]) -> DatasetInfo:
-    n, s, m, nb, c, t, e, f, z = row
-    return DatasetInfo(
-        n, s, Metadata.from_dict(json.loads(m)), nb, c, t, e, files=f, size_class=z or DEFAULT_SIZE_CLASS
-    )

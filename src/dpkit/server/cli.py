@@ -175,21 +175,30 @@ def revoke_principal(
 def register_dataset(
     name: str,
     source: Annotated[
-        str,
+        list[str],
         typer.Argument(
+            metavar="SOURCE",
             help="A CSV, Parquet or DuckDB database (.duckdb) file; with --engine spark, Parquet data: "
-            "a file, a directory or a glob (or a URI Spark reads)."
+            "a file, a directory or a glob (or a URI Spark reads). For a dataset of several tables (metadata "
+            'with "tables"): one TABLE=PATH per declared table.',
         ),
     ],
     metadata: Annotated[
         Path,
         typer.Option(
             "--metadata",
-            help="The curator's metadata JSON: privacy_unit, max_groups, max_rows, columns with bounds/categories.",
+            help="The curator's metadata JSON: privacy_unit, max_groups, max_rows, columns with bounds/categories "
+            '(several tables: their metadata under "tables").',
         ),
     ],
     neighbours: Annotated[str, typer.Option("--neighbours", help="add_remove or replace.")] = "add_remove",
-    table: Annotated[str | None, typer.Option("--table", help="The table to serve, with a .duckdb source.")] = None,
+    table: Annotated[
+        list[str] | None,
+        typer.Option(
+            "--table",
+            help="The table to serve, with a .duckdb source (several tables: TABLE=NAME for each .duckdb source).",
+        ),
+    ] = None,
     engine: Annotated[
         str,
         typer.Option(
@@ -224,52 +233,75 @@ def register_dataset(
 
     The check says how well the rows conform to the metadata (for the curator only — it is not a
     private release, and no analyst ever sees it). The metadata must declare privacy_unit or
-    row_level."""
+    row_level (for several tables: each private table's, and the public tables as public)."""
+    sources, tables = _sources(source, table, metadata)
     info = _run(
         ledger,
         "register_dataset",
         lambda s: s.register_dataset(
             name,
-            source,
+            sources,
             metadata,
             neighbours=neighbours,
-            table=table,
+            table=tables,
             engine=engine,
             size_class=size_class,
             fingerprint=fingerprint,
         ),  # fmt: skip
         spark=_spark_options(spark_master, spark_conf),
         dataset=name,
-        source=str(source),
-        table=table,
+        source=sources if isinstance(sources, dict) else str(sources),
+        table=tables,
         engine=engine,
     )
     if as_json:
-        typer.echo(
-            json.dumps(
-                {
-                    **info.public(),
-                    "source": info.source,
-                    "engine": info.engine,
-                    "check": None if info.check is None else info.check.to_dict(),
-                },
-                default=str,
-            )
-        )
+        typer.echo(json.dumps({**info.curator(), "check": None if info.check is None else info.check.to_dict()}))
         return
-    unit = (
-        f"privacy unit {info.metadata.privacy_unit!r}"
-        if info.metadata.privacy_unit is not None
-        else "row-level (every row a different person)"
-    )
-    typer.echo(
-        f"registered dataset {info.name!r} ({len(info.metadata.columns)} declared columns, {unit}, neighbours={info.neighbours})"
-    )
+    typer.echo(f"registered dataset {info.name!r} ({_declared(info)}, neighbours={info.neighbours})")
     typer.echo("")
     if info.check is None:
         typer.echo("warning: the data check could not be made (the dpkit.curator log says why)")
     else:
         typer.echo(info.check.to_text())
+
+
+def _sources(
+    source: list[str], table: list[str] | None, metadata: Path
+) -> tuple[str | dict[str, str], str | dict[str, str] | None]:
+    """SOURCE... and --table as the service takes them: one file (and table) as ever, or with
+    metadata declaring several tables, TABLE=PATH (and TABLE=NAME) mappings."""
+    from dpkit.cli._tables import declares_tables, table_pairs
+
+    if not declares_tables(metadata):
+        if len(source) != 1 or len(table or ()) > 1:
+            _fail(
+                f"{'SOURCE' if len(source) != 1 else '--table'}: one for a dataset of one table (several only with "
+                'metadata declaring "tables": one TABLE=PATH per table)'
+            )
+        return source[0], table[0] if table else None
+    pairs = table_pairs(source, "SOURCE")
+    named = table_pairs(table or [], "--table", "TABLE=NAME")
+    for found in (pairs, named):
+        if isinstance(found, str):
+            _fail(found)
+    assert isinstance(pairs, dict) and isinstance(named, dict)
+    return pairs, named or None
+
+
+def _declared(info: Any) -> str:
+    """What a registered dataset declares, in words: its columns and unit, or its tables."""
+    meta = info.metadata
+    if info.several:
+        return f"{len(meta.tables)} tables: " + ", ".join(
+            f"{n} (public)" if m.public else f"{n} ({_unit(m)})" for n, m in meta.tables.items()
+        )
+    return f"{len(meta.columns)} declared columns, {_unit(meta)}"
+
+
+def _unit(meta: Any) -> str:
+    if meta.privacy_unit is not None:
+        return f"privacy unit {meta.privacy_unit!r}"
+    return "row-level (every row a different person)"
 
 
 @admin_app.command("grant")
@@ -333,7 +365,7 @@ def list_all(ledger: LedgerOption = _DEFAULT, as_json: JsonOption = False) -> No
             json.dumps(
                 {
                     "principals": people,
-                    "datasets": [{**d.public(), "source": d.source, "engine": d.engine} for d in datasets],
+                    "datasets": [{k: x for k, x in d.curator().items() if k != "created_at"} for d in datasets],
                     "budgets": [budget_dict(b) for b in budgets],
                     "releases": [{**r.public(), "spend_id": r.spend_id} for r in releases],
                 },
@@ -353,7 +385,12 @@ def list_all(ledger: LedgerOption = _DEFAULT, as_json: JsonOption = False) -> No
     for c in ("name", "source", "engine", "privacy unit", "neighbours"):
         t.add_column(c)
     for d in datasets:
-        t.add_row(d.name, d.source, d.engine, d.metadata.privacy_unit or "(row)", d.neighbours)
+        source = ", ".join(f"{n}={p}" for n, p in d.sources.items()) if d.several else d.source
+        meta = d.metadata
+        tables = getattr(meta, "tables", {})  # several tables: each private table's unit
+        units = ", ".join(f"{n}.{m.privacy_unit or '(row)'}" for n, m in tables.items() if not m.public)
+        unit: str | None = units if tables else getattr(meta, "privacy_unit", None)
+        t.add_row(d.name, source, d.engine, unit or "(row)", d.neighbours)
     console.print(t)
     t = Table(title="budgets")
     for c in ("dataset", "analyst", "ε", "ε spent", "δ", "δ spent"):

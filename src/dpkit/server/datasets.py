@@ -39,7 +39,7 @@ import hashlib
 import os
 import stat
 import uuid
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass
 from pathlib import Path, PurePath
 from typing import Any, TypeVar
@@ -69,6 +69,7 @@ __all__ = [
     "copy_table",
     "check_declared_columns",
     "check_columns",
+    "TableSource",
 ]
 
 SOURCE_SUFFIXES = (".csv", ".parquet", ".pq", ".duckdb")
@@ -78,6 +79,8 @@ _UNDER_ROOT = (
     "or an absolute path inside it, without '..' segments (a symlink is followed and must stay inside the root)"
 )
 T = TypeVar("T")
+#: One table of a copy: the file it is copied from, and the table inside a .duckdb file (else None).
+TableSource = tuple[Path, str | None]
 
 
 @dataclass(frozen=True)
@@ -282,7 +285,12 @@ def check_columns(columns: list[str], metadata: Metadata) -> None:
 
 class SourceReadError(Exception):
     """The source could not be copied (the reader's own exception is the ``__cause__``; its
-    message may quote the file, so it is for the administrator's log only)."""
+    message may quote the file, so it is for the administrator's log only). ``table``: the
+    table of the copy whose source it was (None: the copy file itself)."""
+
+    def __init__(self, what: str, table: str | None = None) -> None:
+        super().__init__(what)
+        self.table = table
 
 
 class DatasetCopies:
@@ -308,6 +316,14 @@ class DatasetCopies:
         connection to it (its exceptions abandon the copy), and put the copy in place (an atomic
         rename). Returns what ``inspect`` returned. Raises :class:`SourceReadError` when the
         source cannot be read, OSError when the directory cannot be written."""
+        return self.build_tables(name, created_at, {name: (source, table)}, inspect)
+
+    def build_tables(
+        self, name: str, created_at: str, sources: Mapping[str, TableSource], inspect: Callable[[Any], T]
+    ) -> T:
+        """:meth:`build` for a dataset of several tables: each ``sources`` entry (the table's name
+        in the copy → its file, and the table inside a .duckdb file) copied into one copy file,
+        by the same rules. :class:`SourceReadError` names the table that could not be read."""
         import duckdb
 
         self.directory.mkdir(parents=True, exist_ok=True)
@@ -316,8 +332,12 @@ class DatasetCopies:
         try:
             conn = duckdb.connect(str(temporary))
             try:
+                for target, (source, table) in sources.items():
+                    try:
+                        copy_table(conn, target, source, table)
+                    except Exception as exc:
+                        raise SourceReadError(type(exc).__name__, target) from exc
                 try:
-                    copy_table(conn, name, source, table)
                     conn.execute("CHECKPOINT")  # every row in the file before it is renamed
                 except Exception as exc:
                     raise SourceReadError(type(exc).__name__) from exc
@@ -342,14 +362,30 @@ class DatasetCopies:
         block (called only when needed: the service gives a private copy of the opened source,
         :mod:`dpkit.server.opened_source`). Several processes may call this at once: the first
         re-creates it under a file lock, the others wait and find it done."""
+
+        @contextlib.contextmanager
+        def one() -> Iterator[Mapping[str, TableSource]]:
+            with source() as path:
+                yield {name: (path, table)}
+
+        return self.ensure_tables(name, created_at, one)
+
+    def ensure_tables(
+        self,
+        name: str,
+        created_at: str,
+        sources: Callable[[], contextlib.AbstractContextManager[Mapping[str, TableSource]]],
+    ) -> Path:
+        """:meth:`ensure` for a dataset of several tables (``sources()`` gives every table's
+        file for the block, as :meth:`build_tables` takes them)."""
         final = self.path(name, created_at)
         if final.is_file():
             return final
         self.directory.mkdir(parents=True, exist_ok=True)
         with self._lock(final):
             if not final.is_file():
-                with source() as path:
-                    self.build(name, created_at, path, table, lambda conn: None)
+                with sources() as found:
+                    self.build_tables(name, created_at, found, lambda conn: None)
         return final
 
     def discard(self, name: str, created_at: str) -> None:

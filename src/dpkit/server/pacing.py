@@ -82,7 +82,12 @@ class AnswerTimes:
     MST (or AIM with up to 10 rounds) on one. A query's budget is ``answer_seconds`` × the size
     class's factor (small 0.5, medium 1, large 4, huge 16) × its shape: 1, plus 0.5 per further
     aggregate, 1 for a group-by, 1 more when its keys are selected privately, 2 per quantile
-    (each is a search over the column). A Spark dataset's budget is 4 times that plus 2 s."""
+    (each is a search over the column). A query that joins tables (a dataset of several tables,
+    whose size class bounds the rows of each) is budgeted ``tables + matches - 1`` times that:
+    one more scan of at most the class's rows per further table read, and one more row to join
+    and bound per further joined row one row of the table read can become (``matches``, the
+    product of the joined tables' declared ``max_matches`` and ``join_rows``). A Spark dataset's
+    budget is 4 times that plus 2 s."""
 
     answer_seconds: float = 0.5
     synth_seconds: float = 60.0
@@ -91,13 +96,25 @@ class AnswerTimes:
         v.positive(self.answer_seconds, "answer_seconds")
         v.positive(self.synth_seconds, "synth_seconds")
 
-    def query(self, size_class: str, engine: str, groups: int, private_keys: bool, kinds: Sequence[str]) -> float:
+    def query(
+        self,
+        size_class: str,
+        engine: str,
+        groups: int,
+        private_keys: bool,
+        kinds: Sequence[str],
+        *,
+        tables: int = 1,
+        matches: int = 1,
+    ) -> float:
         """The budget of a query with ``groups`` group-by columns, whose keys are selected
         privately or not, and aggregates of these ``kinds`` (``"bounding"``: the estimate of what
-        bounding left out, a second bounding pass over the table)."""
+        bounding left out, a second bounding pass over the table), reading ``tables`` tables
+        joined into at most ``matches`` rows per row of the table it reads."""
         shape = 1.0 + 0.5 * max(0, len(kinds) - 1) + (1.0 if groups else 0.0) + (1.0 if private_keys else 0.0)
         shape += 2.0 * sum(1 for k in kinds if k in ("quantile", "median"))
         shape += 1.0 * sum(1 for k in kinds if k == "bounding")
+        shape *= max(1, tables) + max(1, matches) - 1
         return self._scaled(self.answer_seconds * shape, size_class, engine)
 
     def synthesis(self, size_class: str, engine: str, rounds: int) -> float:
@@ -182,9 +199,19 @@ class Ticket:
                 raise Cancelled()
             self.budget = seconds
 
-    def arm_query(self, size_class: str, engine: str, groups: int, private_keys: bool, kinds: Sequence[str]) -> None:
+    def arm_query(
+        self,
+        size_class: str,
+        engine: str,
+        groups: int,
+        private_keys: bool,
+        kinds: Sequence[str],
+        *,
+        tables: int = 1,
+        matches: int = 1,
+    ) -> None:
         """:meth:`arm` with the budget of a query (see :meth:`AnswerTimes.query`)."""
-        self.arm(self.times.query(size_class, engine, groups, private_keys, kinds))
+        self.arm(self.times.query(size_class, engine, groups, private_keys, kinds, tables=tables, matches=matches))
 
     def arm_synthesis(self, size_class: str, engine: str, rounds: int) -> None:
         self.arm(self.times.synthesis(size_class, engine, rounds))

@@ -20,6 +20,7 @@ import contextlib
 import dataclasses
 import json
 import logging
+import math
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, cast
@@ -29,7 +30,7 @@ from dpkit.analytics.limits import QueryLimits
 from dpkit.analytics.query import Query
 from dpkit.analytics.results import QueryCost
 from dpkit.analytics.session import Session
-from dpkit.analytics.spec import QueryOptions, QuerySpec
+from dpkit.analytics.spec import Join, QueryOptions, QuerySpec
 from dpkit.errors import AuthError, BudgetExceededError, InvalidDataError, InvalidParameterError, QueryFailedError
 from dpkit.ledger.base import BudgetRecord, LedgerBackend
 from dpkit.noise.source import RNG
@@ -66,7 +67,10 @@ class JSONQuery:
     """A query without SQL, in the JSON form the HTTP API takes (what
     :meth:`dpkit.analytics.QuerySpec.from_json` reads): ``aggregates`` like ``[{"kind": "mean", "column": "age"}]``,
     optional ``where`` (a predicate of the SQL subset), ``group_by``, ``bins``, ``keys`` and
-    contribution bounds."""
+    contribution bounds. On a dataset of several tables: ``table`` (JSON ``"from"``) names the
+    table read, ``joins`` (JSON ``"join"``) its joins as :meth:`dpkit.analytics.spec.Join.from_json`
+    reads them (``{"table": "regions", "on": ["postcode"], "how": "left"}``) and ``keys_from``
+    a public table whose rows are the group keys."""
 
     aggregates: tuple[dict[str, Any], ...]
     where: str | None = None
@@ -75,6 +79,9 @@ class JSONQuery:
     keys: tuple[tuple[Any, ...], ...] | None = None
     max_groups: int | None = None
     max_rows: int | None = None
+    table: str | None = None
+    joins: tuple[dict[str, Any] | Join, ...] = ()
+    keys_from: str | None = None
 
 
 @dataclass(frozen=True)
@@ -106,12 +113,21 @@ class QueryRequest:
         return json.dumps(_spec_dict(self.spec), sort_keys=True, default=str)
 
 
+#: The JSON name of each field of a :class:`JSONQuery`, in the canonical text.
+_JSON_NAMES = {
+    "where": "where", "group_by": "group_by", "bins": "bins", "keys": "keys", "max_groups": "max_groups",
+    "max_rows": "max_rows", "table": "from", "joins": "join", "keys_from": "keys_from",
+}  # fmt: skip
+
+
 def _spec_dict(spec: JSONQuery) -> dict[str, Any]:
+    """The canonical text's object: the fields given, under their JSON names (a one-table query
+    is recorded as it always was)."""
     out: dict[str, Any] = {"aggregates": list(spec.aggregates)}
-    for name in ("where", "group_by", "bins", "keys", "max_groups", "max_rows"):
+    for name, key in _JSON_NAMES.items():
         value = getattr(spec, name)
         if value not in (None, ()):
-            out[name] = value
+            out[key] = [j.to_dict() if isinstance(j, Join) else j for j in value] if name == "joins" else value
     return out
 
 
@@ -130,15 +146,19 @@ def compile_request(session: Session, request: QueryRequest) -> tuple[Query, lis
         return compile_sql(session, request.sql)
     spec = request.spec
     assert spec is not None
-    q = session.query()
+    q = session.query(spec.table)
+    for i, obj in enumerate(spec.joins):  # read by the analytics spec's reader, as QuerySpec.from_json does
+        join = obj if isinstance(obj, Join) else Join.from_json(i, obj)
+        q = q.join(join.table, join.on, how=join.how)
     if spec.where is not None:
         q = q.where(parse_predicate(spec.where, limits=session.limits))
     if spec.group_by:
-        q = q.group_by(*spec.group_by, keys=spec.keys, bins=cast("dict[str, Sequence[float] | int] | None", spec.bins))
-    elif spec.keys is not None or spec.bins is not None:
-        raise InvalidParameterError(
-            "keys", spec.keys if spec.keys is not None else spec.bins, "keys and bins only with group_by"
-        )
+        bins = cast("dict[str, Sequence[float] | int] | None", spec.bins)
+        q = q.group_by(*spec.group_by, keys=spec.keys, bins=bins, keys_from=spec.keys_from)
+    elif spec.keys is not None or spec.bins is not None or spec.keys_from is not None:
+        given = next(x for x in (spec.keys, spec.bins, spec.keys_from) if x is not None)
+        name = "keys" if spec.keys is not None else "bins" if spec.bins is not None else "keys_from"
+        raise InvalidParameterError(name, given, "keys, bins and keys_from only with group_by")
     if spec.max_groups is not None or spec.max_rows is not None:
         q = q.bound(max_groups=spec.max_groups, max_rows=spec.max_rows)
     if not spec.aggregates:  # refused by the query itself, with the message a Python caller gets
@@ -215,18 +235,14 @@ class Queries:
         loaded = self._catalog.opened(info)
         try:
             engine = loaded.take(info.name)
-            session = Session(
-                None,
-                engine=engine,
-                table=info.name,
-                metadata=info.metadata,
-                neighbours=info.neighbours,
-                ledger=view,
-                dataset=info.name,
-                analyst=principal.name,
-                rng=self._rng,
-                limits=self._limits,
-            )
+            opened: dict[str, Any] = dict(
+                metadata=info.metadata, neighbours=info.neighbours, ledger=view, dataset=info.name,
+                analyst=principal.name, rng=self._rng, limits=self._limits,
+            )  # fmt: skip
+            if isinstance(engine, dict):  # several tables, on one cursor of the shared copy
+                session = Session(engine, **opened)
+            else:
+                session = Session(None, engine=engine, table=info.name, **opened)
         except (InvalidParameterError, InvalidDataError):
             # The metadata was checked against this table at registration: a mismatch now means
             # the source changed since. The analyst passed nothing here, so nothing is theirs to fix.
@@ -236,7 +252,7 @@ class Queries:
             _curator_log.exception("dataset %r: its copy could not be read", info.name)
             raise DatasetUnavailableError() from None
         if ticket is not None:
-            ticket.interrupt_with(_interrupter(engine))
+            ticket.interrupt_with(_interrupter(next(iter(engine.values())) if isinstance(engine, dict) else engine))
         try:
             yield session, info, view
         finally:
@@ -257,8 +273,9 @@ class Queries:
             cost = q.cost(aggs, _text=_clip(request.text()), **query_options(request))
             if times is None:
                 return cost, None
-            kinds = _paced_kinds(aggs, request)
-            return cost, times.query(info.size_class, info.engine, len(q.groups), private_keys(q, info), kinds)
+            tables, matches = _joined(q)
+            shape = _shape(q, info, aggs, request)
+            return cost, times.query(info.size_class, info.engine, *shape, tables=tables, matches=matches)
 
     def answer(
         self, principal: Principal, dataset: str, request: QueryRequest, ticket: Ticket | None = None
@@ -285,8 +302,9 @@ class Queries:
         if cannot_pay(cost, before):
             raise _exceeded(cost, text, before, principal.name, info.name)
         if ticket is not None:  # priced: the answer's time is fixed now, before paying
-            kinds = _paced_kinds(aggs, request)
-            ticket.arm_query(info.size_class, info.engine, len(q.groups), private_keys(q, info), kinds)
+            tables, matches = _joined(q)
+            shape = _shape(q, info, aggs, request)
+            ticket.arm_query(info.size_class, info.engine, *shape, tables=tables, matches=matches)
         try:
             result = q.aggregate(aggs, _text=text, **options)
         except QueryFailedError as exc:  # paid, then failed: the session logged the details
@@ -325,12 +343,31 @@ def _paced_kinds(aggs: Sequence[A.Aggregate], request: QueryRequest) -> list[str
     return [a.kind for a in aggs] + (["bounding"] if request.bounding_epsilon is not None else [])
 
 
+def _shape(
+    q: Query, info: DatasetInfo, aggs: Sequence[A.Aggregate], request: QueryRequest
+) -> tuple[int, bool, list[str]]:
+    """The public shape a query's answer time is budgeted from (:meth:`AnswerTimes.query`)."""
+    return len(q.groups), private_keys(q, info), _paced_kinds(aggs, request)
+
+
+def _joined(q: Query) -> tuple[int, int]:
+    """The tables a query reads and the most rows one row of its table becomes once joined —
+    the product of each joined table's truncation (``max_matches`` of a public table,
+    ``join_rows`` of a private one): declared facts only (:meth:`AnswerTimes.query`)."""
+    plan = q.declared.join if q.declared is not None else None
+    if plan is None:
+        return 1, 1
+    return 1 + len(plan.steps), math.prod(max(1, s.source.keep or 1) for s in plan.steps)
+
+
 def private_keys(q: Query, info: DatasetInfo) -> bool:
     """Whether query ``q`` selects its group keys privately (no keys given, and a group column
-    without bins or declared categories)."""
+    without bins or declared categories — for a query over several tables, the columns of the
+    table it reads, joined)."""
     if not q.groups or q.keys is not None:
         return False
-    columns = info.metadata.columns
+    declared = q.declared.metadata if q.declared is not None else info.metadata
+    columns = getattr(declared, "columns", {})
     return any(g.edges is None and not getattr(columns.get(g.column), "categories", None) for g in q.groups)
 
 

@@ -67,6 +67,7 @@ from typing import TYPE_CHECKING, Any
 from dpkit import _validate as v
 from dpkit._validate import Neighbours
 from dpkit._validate import short_repr as _short
+from dpkit.analytics.dataset_metadata import DatasetMetadata
 from dpkit.analytics.limits import QueryLimits
 from dpkit.analytics.metadata import Metadata
 from dpkit.analytics.results import QueryCost
@@ -257,11 +258,11 @@ class Service:
     def register_dataset(
         self,
         name: str,
-        source: str | os.PathLike[str],
-        metadata: Metadata | dict[str, Any] | str | os.PathLike[str],
+        source: str | os.PathLike[str] | Mapping[str, str | os.PathLike[str]],
+        metadata: Metadata | DatasetMetadata | dict[str, Any] | str | os.PathLike[str],
         *,
         neighbours: Neighbours = "add_remove",
-        table: str | None = None,
+        table: str | Mapping[str, str] | None = None,
         engine: str = "duckdb",
         size_class: str = "medium",
         fingerprint: str | None = None,
@@ -309,7 +310,16 @@ class Service:
 
         ``size_class`` (``small``, ``medium``, ``large``, ``huge``: at most 10⁵ … 10⁸ rows) is a
         public declaration that scales the time budget of every paid answer on the dataset
-        (:mod:`dpkit.server.pacing`); the curator's data check says whether the rows fit it."""
+        (:mod:`dpkit.server.pacing`); the curator's data check says whether the rows fit it.
+
+        **Several tables**: with a :class:`~dpkit.analytics.DatasetMetadata` (JSON with
+        ``tables``), ``source`` maps each declared table to its file (``table`` maps a table whose
+        file is a ``.duckdb`` database to the table in it). Every file is checked, opened and read
+        by the rules above and copied into one shared copy, one table per declared table; the
+        data check is made per table (:class:`~dpkit.analytics.check_tables.DatasetCheck`), and
+        the size class bounds the rows of each table. Analysts write the declared table names in
+        ``FROM`` and ``JOIN`` (:mod:`dpkit.server.catalog_tables`). Spark reads one table per
+        dataset: ``engine="spark"`` with several tables is refused."""
         return self._live_catalog().register(
             name, source, metadata, neighbours=neighbours, table=table, engine=engine, size_class=size_class,
             fingerprint=fingerprint,

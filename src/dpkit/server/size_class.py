@@ -8,9 +8,16 @@ with the class (:mod:`dpkit.server.pacing`), never until a time measured on the 
 
 from __future__ import annotations
 
+from dataclasses import replace
+from typing import TYPE_CHECKING
+
 from dpkit.errors import InvalidParameterError
 
-__all__ = ["SIZE_CLASSES", "DEFAULT_SIZE_CLASS", "check_size_class"]
+if TYPE_CHECKING:
+    from dpkit.analytics.check_report import DataCheck
+
+__all__ = ["SIZE_CLASSES", "DEFAULT_SIZE_CLASS", "check_size_class", "fits_size_class"]
+
 
 #: Each class: the most rows a dataset of it should hold, and the factor of its answer times.
 SIZE_CLASSES: dict[str, tuple[int, float]] = {
@@ -28,3 +35,19 @@ def check_size_class(value: object) -> str:
         accepted = ", ".join(f"{k!r} (at most {rows:,} rows)" for k, (rows, _) in SIZE_CLASSES.items())
         raise InvalidParameterError("size_class", value, f"one of {accepted}")
     return value
+
+
+def fits_size_class(check: DataCheck | None, size_class: str) -> DataCheck | None:
+    """The curator's data check, with a problem added when the rows exceed the declared size
+    class (whose answer times would then be too short: overruns answer query_failed). In a
+    dataset of several tables the class bounds the rows of each table (each table's check)."""
+    most = SIZE_CLASSES[size_class][0]
+    if check is None or check.rows <= most:
+        return check
+    larger = [k for k, (rows, _) in SIZE_CLASSES.items() if rows >= check.rows]
+    advice = f"register it as {larger[0]!r}" if larger else "raise --answer-seconds"
+    problem = (
+        f"{check.rows:,} rows exceed the size class {size_class!r} (at most {most:,}): paid answers may run past "
+        f"their time and fail; {advice}"
+    )
+    return replace(check, problems=(*check.problems, problem))

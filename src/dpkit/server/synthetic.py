@@ -27,6 +27,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
+from dpkit.analytics.metadata import Metadata
 from dpkit.analytics.results import QueryCost
 from dpkit.errors import BudgetExceededError, InvalidParameterError, LimitExceededError
 from dpkit.server.errors import PaidQueryFailedError
@@ -96,6 +97,13 @@ def answer_synthetic(
 
     limits = queries.limits
     with queries.session(principal, dataset, ticket) as (session, info, view):
+        if not isinstance(info.metadata, Metadata):  # several tables (refused after the grant's 404)
+            raise InvalidParameterError(
+                "dataset",
+                info.name,
+                "a dataset of one table",
+                "a synthetic table models one table's rows; this dataset has several tables and their joins",
+            )
         # Everything decided on the request and the metadata, before paying.
         synth = Synthesizer(
             epsilon=request.epsilon, delta=request.delta, metadata=info.metadata, bins=request.bins,

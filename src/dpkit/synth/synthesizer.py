@@ -75,6 +75,7 @@ from dpkit._validate import short_repr
 from dpkit.accounting.events import ComposedEvent, DPEvent, ExponentialEvent, GaussianEvent, SelfComposedEvent
 from dpkit.analytics.engines.base import is_spark_frame
 from dpkit.analytics.metadata import MAX_INTEGER, Metadata
+from dpkit.analytics.session_setup import load_metadata
 from dpkit.budget import Budget
 from dpkit.errors import BudgetExceededError, DPError, InvalidParameterError
 from dpkit.mechanisms.selection import Exponential
@@ -190,9 +191,15 @@ class Synthesizer:
             raise InvalidParameterError(
                 "delta", short_repr(delta), "a number in (0, 1): the Gaussian mechanism needs δ > 0"
             )
-        from dpkit.analytics.session import Session
 
-        self.metadata = Session._check_metadata(metadata)
+        self.metadata = load_metadata(metadata)
+        if not isinstance(self.metadata, Metadata):
+            raise InvalidParameterError(
+                "metadata",
+                "a dataset of several tables",
+                "the Metadata of one table",
+                "a synthetic table is one table's",
+            )
         if self.metadata.privacy_unit is None and not self.metadata.row_level:
             raise InvalidParameterError(
                 "metadata.privacy_unit",

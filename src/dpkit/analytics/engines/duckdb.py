@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import itertools
 import os
-import re
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
@@ -25,6 +24,13 @@ from dpkit.analytics.engines import bins
 from dpkit.analytics.engines.base import EXACT_INTEGER_LIMIT, ROW_SALT_MASK, SUM_LIMIT, ColumnKind, ReadType, sql_string
 from dpkit.analytics.engines.base import quote_identifier as q
 from dpkit.analytics.engines.csv_source import CsvFile, CsvOptions, csv_source_sql
+from dpkit.analytics.engines.duckdb_joins import Relation, join_sql
+from dpkit.analytics.engines.duckdb_settings import (
+    MIN_MEMORY_PER_THREAD,
+    _memory_bytes,
+    _memory_limit,
+    _temp_directory,
+)
 from dpkit.analytics.engines.pandas_source import pandas_kind, text_column
 from dpkit.analytics.engines.parquet_source import (
     MIXED_FIELD,
@@ -146,65 +152,6 @@ def _read(x: str, read: ReadType, kind: ColumnKind, strip: bool, sql_type: str =
     return f"CASE WHEN isfinite({d}) AND abs({d}) <= {EXACT_INTEGER_LIMIT} AND {d} = round({d}) THEN CAST({d} AS BIGINT) END"
 
 
-_MEMORY = re.compile(r"(\d+(?:\.\d*)?|\.\d+)\s*(B|KB|MB|GB|TB|KiB|MiB|GiB|TiB)", re.IGNORECASE)
-_UNITS = {
-    "b": 1,
-    "kb": 10**3,
-    "mb": 10**6,
-    "gb": 10**9,
-    "tb": 10**12,
-    "kib": 2**10,
-    "mib": 2**20,
-    "gib": 2**30,
-    "tib": 2**40,
-}
-#: The least ``memory_limit`` per DuckDB thread: with less, the bounding's window and the group-by
-#: run out of memory even while spilling (16 MiB per thread failed on 200,000 rows), and a query
-#: that runs out fails after it is paid for.
-MIN_MEMORY_PER_THREAD = 32 * 2**20
-
-
-def _memory_limit(value: object) -> str | None:
-    """``memory_limit`` checked: a size with its unit (DuckDB's syntax), or None."""
-    if value is None:
-        return None
-    m = _MEMORY.fullmatch(value.strip()) if isinstance(value, str) else None
-    if m is None:
-        raise InvalidParameterError(
-            "memory_limit", value, "None or a size with its unit, such as '4GB', '512MB' or '2GiB'"
-        )
-    return f"{m.group(1)}{m.group(2)}"
-
-
-def _memory_bytes(limit: str) -> float:
-    m = _MEMORY.fullmatch(limit)
-    assert m is not None  # checked by _memory_limit
-    return float(m.group(1)) * _UNITS[m.group(2).lower()]
-
-
-def _temp_directory(value: object) -> Path | None:
-    """``temp_directory`` checked, made absolute (DuckDB resolves a relative one when it spills, from
-    whatever the working directory is then): a directory, or a path where one can be created."""
-    if value is None:
-        return None
-    if not isinstance(value, (str, os.PathLike)) or not os.fspath(value):
-        raise InvalidParameterError("temp_directory", value, "None or a directory path for DuckDB's spill files")
-    path = Path(os.path.abspath(Path(os.fspath(value)).expanduser()))
-    existing = next(d for d in (path, *path.parents) if d.exists())
-    if not existing.is_dir():
-        raise InvalidParameterError(
-            "temp_directory",
-            os.fspath(value),
-            "a directory (or a path where one can be created)",
-            f"{existing} is a file",
-        )
-    if not os.access(existing, os.W_OK | os.X_OK):
-        raise InvalidParameterError(
-            "temp_directory", os.fspath(value), "a directory this process can write to", f"{existing} is not writable"
-        )
-    return path
-
-
 class DuckDBEngine:
     """Runs aggregation plans on a DuckDB table, view, pandas DataFrame, CSV or Parquet file.
 
@@ -302,6 +249,31 @@ class DuckDBEngine:
             self._kinds = {name: _kind(t) for name, t in self._sql_types.items()}
             self._kinds.update({c: mixed_kind([k for _, _, k in f]) for c, f in self._mixed.items()})
         self._from = self._raw
+        #: The dataset's tables a join may read (name -> engine on this connection), set by attach.
+        self._tables: dict[str, DuckDBEngine] = {}
+
+    def attach(self, tables: Mapping[str, DuckDBEngine]) -> None:
+        """The tables of this engine's dataset, bound and on this engine's connection: a plan with
+        a ``join`` reads them by name."""
+        if any(e._con is not self._con for e in tables.values()):
+            raise InvalidParameterError("tables", sorted(tables), "engines on one DuckDB connection")
+        self._tables = dict(tables)
+
+    def relation(self) -> Relation:
+        """This table as a join reads it (its typed view, once bound)."""
+        return Relation(
+            self._from,
+            dict(self._sql_types),
+            lambda c, x: _read(x, "string", self._kinds[c], False, self._sql_types.get(c, "")),
+        )
+
+    def distinct_rows(self, columns: tuple[str, ...]) -> tuple[tuple[Any, ...], ...]:
+        """The distinct rows of a *public* table over declared ``columns``, sorted (its values are
+        public: a public key table's keys)."""
+        cols = ", ".join(q(c) for c in columns)
+        return tuple(
+            self._con.execute(f"SELECT DISTINCT {cols} FROM {self._from} ORDER BY {cols} NULLS LAST").fetchall()
+        )
 
     def _set_out_of_core(self, limit: str | None, spill: Path | None) -> None:
         """Out of core: past ``limit``, DuckDB spills the bounding's window sort and the group-by
@@ -474,7 +446,11 @@ class DuckDBEngine:
             where.append(f"{gexpr} IS NOT NULL")
             if allowed is not None:
                 where.append(f"{gexpr} IN ({', '.join(params.add(a) for a in allowed)})")
-        src = f"src AS (SELECT {', '.join(inner) or '1 AS __one'} FROM {self._from} WHERE {' AND '.join(where)})"
+        table = self._from
+        if plan.join is not None:
+            relations = {n: e.relation() for n, e in self._tables.items()}
+            table = join_sql(plan.join, relations, plan.salt, plan.portable, params.add) + " AS __j"
+        src = f"src AS (SELECT {', '.join(inner) or '1 AS __one'} FROM {table} WHERE {' AND '.join(where)})"
         stages, last = bins.duckdb_stages("src", binned, params.add) if binned else ([], "src")
         src = ", ".join([src, *stages])
         kept_where = f" WHERE {' AND '.join(kept)}" if kept else ""

@@ -25,7 +25,8 @@ case-insensitive resolution) stay apart. The plan runs exactly as in
 
 This module is the engine's plumbing (the frame and its positional names, the binding, the
 bounding window, the one job, and a local SparkSession); the reading rules and every other column
-expression are in :mod:`dpkit.analytics.engines.spark_expressions`.
+expression are in :mod:`dpkit.analytics.engines.spark_expressions`, and the joined relation a plan
+over several tables reads in :mod:`dpkit.analytics.engines.spark_joins`.
 """
 
 from __future__ import annotations
@@ -52,6 +53,7 @@ from dpkit.analytics.engines.spark_expressions import (
     spark_kind,
     summand,
 )
+from dpkit.analytics.engines.spark_joins import JoinedFrame, SparkRelation, joined_frame, same_session
 from dpkit.analytics.engines.spark_parquet import mixed_fields, spark_read_mixed
 from dpkit.analytics.plan import (
     AggregationPlan,
@@ -88,9 +90,12 @@ class SparkEngine:
         self._reads: dict[str, ReadType] = {}
         #: source column name → the positional name it has in ``self._df`` (the first of duplicates)
         self._names: dict[str, str] = {}
+        #: source column name → its type as stored (a join compares two units of different types as text)
+        self._types: dict[str, str] = {}
         for f, c in zip(fields, internal, strict=True):
             if f.name not in self._names:
                 self._names[f.name] = c
+                self._types[f.name] = f.dataType.simpleString()
                 self._kinds[f.name] = spark_kind(f.dataType)
                 self._native[f.name] = native_type(f.dataType)
                 mixed = mixed_fields(f.dataType, spark_kind, native_type)
@@ -103,6 +108,45 @@ class SparkEngine:
         # (a pooled engine serves many queries) never reads a bound column as if it were raw.
         self._raw, self._raw_names = self._df, dict(self._names)
         self._bound: tuple[tuple[tuple[str, str], ...], bool] | None = None
+        #: The dataset's tables a join may read (name -> engine on this SparkSession), set by attach.
+        self._tables: dict[str, SparkEngine] = {}
+
+    def attach(self, tables: Mapping[str, SparkEngine]) -> None:
+        """The tables of this engine's dataset, bound and on this engine's SparkSession: a plan
+        with a ``join`` reads them by name (:mod:`~dpkit.analytics.engines.spark_joins`)."""
+        session = self._raw.sparkSession
+        if any(
+            not isinstance(e, SparkEngine) or not same_session(e._raw.sparkSession, session) for e in tables.values()
+        ):
+            raise InvalidParameterError(
+                "data", sorted(tables), "pyspark DataFrames of one SparkSession", "the tables of a dataset are joined"
+            )
+        self._tables = dict(tables)
+
+    def relation(self) -> SparkRelation:
+        """This table as a join reads it (its typed frame, once bound)."""
+        data_types = {f.name: f.dataType for f in self._df.schema.fields}
+        return SparkRelation(
+            self._df,
+            dict(self._names),
+            {c: self._types.get(c, "") for c in self._names},
+            dict(self._reads),
+            {c: data_types[n] for c, n in self._names.items()},
+        )
+
+    def distinct_rows(self, columns: tuple[str, ...]) -> tuple[tuple[Any, ...], ...]:
+        """The distinct rows of a *public* table over declared ``columns``, sorted as DuckDB sorts
+        them (NULLs last; its values are public: a public key table's keys)."""
+        from pyspark.sql import functions as F
+
+        keys = [f"k{i}" for i in range(len(columns))]
+        rows = (
+            self._df.select(*[self._c(c).alias(k) for c, k in zip(columns, keys, strict=True)])
+            .distinct()
+            .orderBy(*[F.col(k).asc_nulls_last() for k in keys])
+            .collect()
+        )
+        return tuple(tuple(r) for r in rows)
 
     def _c(self, name: str) -> Any:
         """A column of the (bound) table by its source name; an unknown name fails in Spark's analysis."""
@@ -148,19 +192,27 @@ class SparkEngine:
 
     # -- expressions ------------------------------------------------------------------------------
 
-    def _clean(self, column: str) -> Any:
+    def _source(self, plan: AggregationPlan) -> JoinedFrame:
+        """The rows the plan reads: this table, or the joined relation when ``plan.join`` is set."""
+        if plan.join is None:
+            return JoinedFrame(self._df, self._names, self._reads)
+        relations = {n: e.relation() for n, e in self._tables.items()}
+        return joined_frame(plan.join, relations, plan.salt, plan.portable)
+
+    @staticmethod
+    def _clean(src: JoinedFrame, column: str) -> Any:
         """The column as double, NaN as NULL."""
         from pyspark.sql import functions as F
 
-        if self._reads.get(column) in ("double", "integer"):
-            return self._c(column).cast("double")  # bound: already finite or NULL
-        x = self._c(column).try_cast("double")
+        if src.reads.get(column) in ("double", "integer"):
+            return src.column(column).cast("double")  # bound: already finite or NULL
+        x = src.column(column).try_cast("double")
         return F.when(F.isnan(x), F.lit(None).cast("double")).otherwise(x)
 
-    def _group(self, g: GroupKey) -> Any:
+    def _group(self, src: JoinedFrame, g: GroupKey) -> Any:
         """The group column; for bins, the cleaned value, which the searches of :meth:`_base`
         (engines.bins) turn into its bin."""
-        return self._c(g.column) if g.edges is None else self._clean(g.column)
+        return src.column(g.column) if g.edges is None else self._clean(src, g.column)
 
     def _base(self, plan: AggregationPlan) -> tuple[Any, list[str], list[str], list[str]]:
         """The bounded rows (with ``__ri``); returns (frame, group cols, sum cols, value cols)."""
@@ -173,16 +225,17 @@ class SparkEngine:
         extra = plan.hash_specs()[len(plan.sums) :]
         hcols = [f"__{s.name}" for s in extra]
 
+        src = self._source(plan)
         cond = F.lit(True)
         if plan.where is not None:
-            cond = cond & predicate(plan.where, self._c)
+            cond = cond & predicate(plan.where, src.column)
         if plan.unit is not None:
-            cond = cond & self._c(plan.unit).isNotNull()
+            cond = cond & src.column(plan.unit).isNotNull()
         # bins: searched after the first projection; a key filter short of every bin, after that
         binned: list[bins.Search] = []
         kept: list[Any] = []
         for g, allowed, c in zip(plan.groups, plan.key_filter, gcols, strict=True):
-            gexpr = self._group(g)
+            gexpr = self._group(src, g)
             if g.edges is not None:
                 cond = cond & bins.spark_in_bins(gexpr, g.edges)
                 binned.append(bins.Search.of_edges(c, g.edges))
@@ -198,9 +251,9 @@ class SparkEngine:
         # second derives every summand, cell and priority input from those columns.
         numeric = list(dict.fromkeys([s.column for s in plan.hash_specs()] + [x.column for x in plan.values]))
         clean = {c: f"__c{i}" for i, c in enumerate(numeric)}
-        first = [self._c(plan.unit).alias("__u")] if plan.unit is not None else []
-        first += [self._group(g).alias(c) for g, c in zip(plan.groups, gcols, strict=True)]
-        first += [self._clean(c).alias(alias) for c, alias in clean.items()]
+        first = [src.column(plan.unit).alias("__u")] if plan.unit is not None else []
+        first += [self._group(src, g).alias(c) for g, c in zip(plan.groups, gcols, strict=True)]
+        first += [self._clean(src, c).alias(alias) for c, alias in clean.items()]
         select: list[Any] = ["__u"] if plan.unit is not None else []
         select += gcols
         select += [summand(s, F.col(clean[s.column])).alias(s.name) for s in plan.sums]
@@ -208,7 +261,7 @@ class SparkEngine:
         select += [summand(s, F.col(clean[s.column])).alias(c) for s, c in zip(extra, hcols, strict=True)]
         if not select:
             select = [F.lit(1).alias("__one")]
-        staged = self._df.where(cond).select(*(first or [F.lit(1).alias("__one")]))
+        staged = src.frame.where(cond).select(*(first or [F.lit(1).alias("__one")]))
         staged = bins.spark_stages(staged, binned) if binned else staged
         for k in kept:
             staged = staged.where(k)

@@ -74,7 +74,9 @@ export function showSchema() {
   $("query-sql").placeholder = name ? `SELECT COUNT(*) FROM ${name}` : "SELECT COUNT(*) FROM dataset";
   const d = state.datasets.find((x) => x.name === name);
   if (!d) return;
-  box.append("Columns:", ...Object.entries(d.columns || {}).map(([col, spec]) => describeColumn(col, spec || {})));
+  const columns = d.tables ? Object.fromEntries(Object.entries(d.tables).flatMap(([t, m]) => Object.entries(m.columns || {}).map(([c, spec]) => [`${t}.${c}`, spec]))) : d.columns || {};
+  if (d.tables) $("query-sql").placeholder = `SELECT COUNT(*) FROM ${Object.keys(d.tables).find((t) => !d.tables[t].public) || name}`;
+  box.append("Columns:", ...Object.entries(columns).map(([col, spec]) => describeColumn(col, spec || {})));
 }
 
 function readQuery() {

@@ -28,7 +28,10 @@ function renderDatasets(datasets) {
   tbody.replaceChildren();
   if (!datasets.length) return emptyRow(tbody, 6, "No datasets registered yet.");
   for (const d of datasets) {
-    const cols = Object.entries(d.columns || {}).map(([name, spec]) => describeColumn(name, spec || {}));
+    const cols = Object.entries(declaredColumns(d)).map(([name, spec]) => describeColumn(name, spec || {}));
+    // several tables: each private table's unit, and each table's source
+    const units = d.tables ? Object.entries(d.tables).filter(([, m]) => !m.public).map(([t, m]) => `${t}.${m.privacy_unit || "row"}`).join(", ") : d.privacy_unit;
+    const source = d.source && typeof d.source === "object" ? Object.entries(d.source).map(([t, p]) => `${t}=${p}`).join(", ") : d.source;
     const bounds = [];
     if (d.max_groups !== undefined) bounds.push(`max_groups ${d.max_groups}`);
     if (d.max_rows !== undefined) bounds.push(`max_rows ${d.max_rows}`);
@@ -39,12 +42,18 @@ function renderDatasets(datasets) {
         h("td", { class: "strong" }, d.name),
         h("td", null, h("div", { class: "chips" }, cols)),
         h("td", null, d.neighbours || "—"),
-        h("td", null, d.privacy_unit ? h("code", null, String(d.privacy_unit)) : h("span", { class: "muted" }, "row"), bounds.length ? h("div", { class: "muted small" }, bounds.join(", ")) : null),
-        h("td", { class: "path", title: d.source || "" }, d.source || "—"),
+        h("td", null, units ? h("code", null, String(units)) : h("span", { class: "muted" }, "row"), bounds.length ? h("div", { class: "muted small" }, bounds.join(", ")) : null),
+        h("td", { class: "path", title: source || "" }, source || "—"),
         timeCell(d.created_at),
       ),
     );
   }
+}
+
+/** A dataset's declared columns; for several tables, each as "table.column". */
+function declaredColumns(d) {
+  if (!d.tables) return d.columns || {};
+  return Object.fromEntries(Object.entries(d.tables).flatMap(([t, m]) => Object.entries(m.columns || {}).map(([c, spec]) => [`${t}.${c}`, spec])));
 }
 
 function renderPrincipals(principals) {

@@ -22,12 +22,14 @@ __all__ = ["router", "DatasetBody"]
 router = APIRouter()
 
 
+# ``source``: a file, or for several tables (metadata with "tables") an object from each table to
+# its file; ``table``: the table of a .duckdb file (for several tables, an object by table).
 class DatasetBody(Body):
     name: str
-    source: str
+    source: str | dict[str, str]
     metadata: dict[str, Any]
     neighbours: Literal["add_remove", "replace"] = "add_remove"
-    table: str | None = None
+    table: str | dict[str, str] | None = None
     engine: Literal["duckdb", "spark"] = "duckdb"
     size_class: Literal["small", "medium", "large", "huge"] = "medium"
     fingerprint: Literal["sha256"] | None = None  # a Spark dataset's files' content, pinned too
@@ -39,12 +41,7 @@ def list_datasets(
 ) -> dict[str, Any]:
     note(request, action="list_datasets")
     if who.role == "curator":
-        return {
-            "datasets": [
-                {**d.public(), "source": d.source, "engine": d.engine, "created_at": d.created_at}
-                for d in service.datasets()
-            ]
-        }
+        return {"datasets": [d.curator() for d in service.datasets()]}
     granted = {b.dataset for b in service.budgets(who)}
     return {"datasets": [d.public() for d in service.datasets() if d.name in granted]}
 
@@ -77,10 +74,4 @@ def register_dataset(
     # holds exact counts and raw values, so it is not stored, not audited, and no analyst
     # endpoint returns it.
     check = None if info.check is None else info.check.to_dict()
-    return {
-        **info.public(),
-        "source": info.source,
-        "engine": info.engine,
-        "created_at": info.created_at,
-        "check": check,
-    }
+    return {**info.curator(), "check": check}

@@ -45,7 +45,7 @@ from dpkit.server.routes.deps import analyst, get_service
 from dpkit.server.service import Service
 from dpkit.server.synthetic import SynthRequest
 
-__all__ = ["router", "AggregateBody", "SpecBody", "QueryBody", "SynthBody"]
+__all__ = ["router", "AggregateBody", "JoinBody", "SpecBody", "QueryBody", "SynthBody"]
 
 _curator_log = logging.getLogger("dpkit.curator")
 
@@ -59,7 +59,19 @@ class AggregateBody(Body):
     name: str | None = None
 
 
+# One join of a query on a dataset of several tables: the table, the equalities (a column named
+# alike on both sides, [left, right] pairs, or {left: right}) and "inner" or "left".
+class JoinBody(Body):
+    table: str
+    on: str | list[str | list[str]] | dict[str, str]
+    how: str | None = None
+
+
 class SpecBody(Body):
+    # On a dataset of several tables: the table read ("from"), its joins and a public key table.
+    from_: str | None = Field(default=None, alias="from")
+    join: list[JoinBody] | None = Field(default=None, max_length=8)
+    keys_from: str | None = None
     aggregates: list[AggregateBody] = Field(min_length=1, max_length=32)
     where: str | None = None
     group_by: list[str] = Field(default_factory=list, max_length=8)
@@ -98,6 +110,9 @@ class QueryBody(Body):
                 keys=None if q.keys is None else tuple(tuple(k) for k in q.keys),
                 max_groups=q.max_groups,
                 max_rows=q.max_rows,
+                table=q.from_,
+                joins=() if q.join is None else tuple(j.model_dump(exclude_none=True) for j in q.join),
+                keys_from=q.keys_from,
             )
         options = {name: getattr(self, name) for name in OPTION_NAMES}
         if options["split"] is not None:
