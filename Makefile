@@ -67,6 +67,7 @@ bench: $(STAMP_RUN)
 	.venv-bench/bin/python benchmarks/bench_bins.py
 	.venv-bench/bin/python benchmarks/bench_reading.py
 	.venv-bench/bin/python benchmarks/bench_scale.py
+	.venv-bench/bin/python benchmarks/bench_joins.py
 	.venv-bench/bin/python benchmarks/bench_synth.py
 	$(BIN)/python benchmarks/bench_import.py
 

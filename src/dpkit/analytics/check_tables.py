@@ -110,19 +110,7 @@ def check_dataset(
     table name)`` pair …); it must name exactly the declared tables. ``metadata``: a
     :class:`DatasetMetadata`, its dict or its JSON file. Each report is named by its table."""
     meta = dataset_metadata(metadata)
-    if not isinstance(sources, Mapping):
-        raise InvalidParameterError("data", _short(sources), "a mapping from each declared table's name to its data")
-    given, declared = {str(k) for k in sources}, set(meta.tables)
-    if given != declared:
-        missing, extra = sorted(declared - given), sorted(given - declared)
-        raise InvalidParameterError(
-            "data",
-            sorted(given),
-            "one source for each declared table: " + ", ".join(map(repr, meta.tables)),
-            "; ".join(
-                x for x in (f"missing {missing}" if missing else "", f"not declared {extra}" if extra else "") if x
-            ),
-        )
+    sources = meta.sources(sources)
     reports: dict[str, DataCheck] = {}
     for name, table_meta in meta.tables.items():
         source = sources[name]

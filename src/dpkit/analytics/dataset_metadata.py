@@ -34,17 +34,15 @@ As JSON (``dpkit query --metadata``, ``dpkit admin register-dataset``)::
 
 from __future__ import annotations
 
-import json
 import os
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-from pathlib import Path
 from types import MappingProxyType
 from typing import Any
 
 from dpkit import _validate as v
 from dpkit._validate import short_repr as _short
-from dpkit.analytics.metadata import Metadata
+from dpkit.analytics.metadata import Metadata, read_json
 from dpkit.errors import InvalidParameterError
 
 __all__ = ["DatasetMetadata", "is_dataset_metadata"]
@@ -163,6 +161,24 @@ class DatasetMetadata:
                 return matches[0]
         raise InvalidParameterError(what, _short(name), "a table of the dataset: " + ", ".join(map(repr, self.tables)))
 
+    def sources(self, data: object) -> dict[str, Any]:
+        """``data`` (table name → its source) checked to name exactly the declared tables, in
+        their declared order."""
+        if not isinstance(data, Mapping) or not data:
+            raise InvalidParameterError("data", _short(data), "a mapping from each declared table's name to its data")
+        given, declared = {str(k) for k in data}, set(self.tables)
+        if given != declared:
+            missing, extra = sorted(declared - given), sorted(given - declared)
+            raise InvalidParameterError(
+                "data",
+                sorted(given),
+                "one source for each declared table: " + ", ".join(map(repr, self.tables)),
+                "; ".join(
+                    x for x in (f"missing {missing}" if missing else "", f"not declared {extra}" if extra else "") if x
+                ),
+            )
+        return {name: data[name] for name in self.tables}
+
     # -- JSON ---------------------------------------------------------------------------------------
 
     @classmethod
@@ -181,12 +197,7 @@ class DatasetMetadata:
 
     @classmethod
     def from_json(cls, path: str | os.PathLike[str]) -> DatasetMetadata:
-        p = Path(path)
-        try:
-            data = json.loads(p.read_text(encoding="utf-8"))
-        except (OSError, ValueError) as exc:
-            raise InvalidParameterError("metadata", str(p), "a readable JSON file", str(exc)) from exc
-        return cls.from_dict(data)
+        return cls.from_dict(read_json(path))
 
     def to_dict(self) -> dict[str, Any]:
         out: dict[str, Any] = {"tables": {n: m.to_dict() for n, m in self.tables.items()}}

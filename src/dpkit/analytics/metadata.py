@@ -71,6 +71,15 @@ MAX_BOUND = 2.0**60
 MAX_INTEGER = 2**53
 
 
+def read_json(path: str | os.PathLike[str]) -> Any:
+    """A metadata file's JSON (refused, naming the file, when it cannot be read or parsed)."""
+    p = Path(path)
+    try:
+        return json.loads(p.read_text(encoding="utf-8"))
+    except (OSError, ValueError) as exc:
+        raise InvalidParameterError("metadata", str(p), "a readable JSON file", str(exc)) from exc
+
+
 def _check_nullable(value: object, name: str = "nullable") -> None:
     if not isinstance(value, bool):
         raise InvalidParameterError(
@@ -336,12 +345,7 @@ class Metadata:
     @classmethod
     def from_json(cls, path: str | os.PathLike[str]) -> Metadata:
         """Metadata from a JSON file."""
-        p = Path(path)
-        try:
-            data = json.loads(p.read_text(encoding="utf-8"))
-        except (OSError, ValueError) as exc:
-            raise InvalidParameterError("metadata", str(p), "a readable JSON file", str(exc)) from exc
-        return cls.from_dict(data)
+        return cls.from_dict(read_json(path))
 
     def to_dict(self) -> dict[str, Any]:
         cols: dict[str, Any] = {}

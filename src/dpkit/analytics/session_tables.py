@@ -151,21 +151,7 @@ def open_tables(
 ) -> TableSet:
     """Open and bind every table of ``data`` (name → source: a DataFrame, a CSV or Parquet path, a
     pyspark DataFrame) against ``meta``: the tables must be exactly the declared ones."""
-    if not isinstance(data, Mapping) or not data:
-        raise InvalidParameterError("data", _short(data), "a mapping from table name to its data")
-    names = set(meta.tables)
-    given = {str(k) for k in data}
-    if given != names:
-        missing, extra = sorted(names - given), sorted(given - names)
-        raise InvalidParameterError(
-            "data",
-            sorted(given),
-            "one source for each declared table: " + ", ".join(map(repr, meta.tables)),
-            (f"missing {missing}" if missing else "")
-            + ("; " if missing and extra else "")
-            + (f"not declared {extra}" if extra else ""),
-        )
-    sources = {name: data[name] for name in meta.tables}
+    sources = meta.sources(data)
     for name, d in sources.items():
         if isinstance(d, os.PathLike):
             sources[name] = os.fspath(d)
