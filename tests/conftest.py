@@ -62,6 +62,8 @@ MODULE_MARKERS: dict[str, tuple[str, ...]] = {
     "analytics/test_spark_cluster.py": ("spark", "slow"),
     # The service's Spark datasets (a local Spark session per test worker).
     "server/test_spark_datasets.py": ("spark", "slow"),
+    # The service's Spark datasets of several tables (one dataset for the module, joined queries).
+    "server/test_spark_dataset_tables.py": ("spark", "slow"),
     # dpkit.synth's marginals counted on a local Spark session.
     "synth/test_spark_counts.py": ("spark", "slow"),
     # Connects to the server itself (not only through ``pg_url``).

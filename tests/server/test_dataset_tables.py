@@ -165,10 +165,14 @@ def test_bad_registrations_are_refused_before_anything_is_registered(
     assert not list((hospital.dir / "datasets").glob("hospital2-*"))
 
 
-def test_spark_is_refused_for_several_tables_before_anything_is_read(hospital: Hospital) -> None:
-    with pytest.raises(InvalidParameterError) as caught:
-        hospital.service.register_dataset("hospital2", _sources(hospital.dir), HOSPITAL_METADATA, engine="spark")
-    assert caught.value.name == "engine" and "several tables" in str(caught.value)
+def test_spark_takes_parquet_data_for_each_table_refused_before_anything_is_read(hospital: Hospital) -> None:
+    """On Spark every table is Parquet data read in place (test_spark_dataset_tables.py): a CSV
+    source is named by its table, and a ``table`` mapping is refused, before Spark starts."""
+    sources = {**_sources(hospital.dir), "prescriptions": str(hospital.dir / "prescriptions.parquet")}
+    for kwargs, parameter in (({}, "source.visits"), ({"table": {"visits": "v"}}, "table")):
+        with pytest.raises(InvalidParameterError) as caught:
+            hospital.service.register_dataset("hospital2", sources, HOSPITAL_METADATA, engine="spark", **kwargs)
+        assert caught.value.name == parameter, caught.value
     assert [d.name for d in hospital.service.datasets()] == ["hospital"]
 
 

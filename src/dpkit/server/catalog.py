@@ -7,7 +7,8 @@ its declared type when queried), so no row can fail a load or change a type
 (:mod:`dpkit.server.datasets` holds the copies). A registered dataset is never changed or
 replaced: its budgets refer to it. At registration the curator (only) gets the data check
 (:func:`dpkit.analytics.check.check_data`). A dataset of several tables (metadata with
-``tables``) gets all of this table by table, in one shared copy (:mod:`dpkit.server.catalog_tables`).
+``tables``) gets all of this table by table, in one shared copy (:mod:`dpkit.server.catalog_tables`),
+or on Spark read in place, each table pinned (:mod:`dpkit.server.spark_tables`).
 """
 
 from __future__ import annotations
@@ -52,6 +53,7 @@ from dpkit.server.names import DATASET_NAME, TABLE_NAME, check_dataset_name
 from dpkit.server.opened_source import open_source, snapshot
 from dpkit.server.size_class import DEFAULT_SIZE_CLASS, check_size_class, fits_size_class
 from dpkit.server.spark_pins import PinnedSparkEngine, check_fingerprint, pin_files, pinned_change
+from dpkit.server.spark_tables import inspect_spark_tables, pin_tables, pins_after, resolve_parquet_sources, table_views
 from dpkit.server.store import ServiceStore, now
 
 __all__ = ["DatasetInfo", "Catalog"]
@@ -82,7 +84,8 @@ class _Loaded:
     #: A pinned Spark dataset's check after each job (:class:`~dpkit.server.spark_pins.PinnedSparkEngine`).
     after: Callable[[], str | None] | None = None
     #: A dataset of several tables: their names in the copy. Each taken item is then a dict of
-    #: engines, one per table, all on one cursor (a join reads them together).
+    #: engines, one per table, all on one cursor (a join reads them together); on Spark ``frame``
+    #: is then a dict of DataFrames by table, all on one SparkSession.
     tables: tuple[str, ...] | None = None
 
     def take(self, table: str) -> Any:
@@ -92,7 +95,10 @@ class _Loaded:
             if self.frame is not None:
                 from dpkit.analytics.engines.spark import SparkEngine
 
-                return SparkEngine(self.frame) if self.after is None else PinnedSparkEngine(self.frame, self.after)
+                def one(f: Any) -> Any:
+                    return SparkEngine(f) if self.after is None else PinnedSparkEngine(f, self.after)
+
+                return one(self.frame) if self.tables is None else {t: one(self.frame[t]) for t in self.tables}
             cursor = self.connection.cursor()  # cursors are created one at a time
         from dpkit.analytics.engines.duckdb import DuckDBEngine
 
@@ -170,7 +176,7 @@ class Catalog:
             )
         check_fingerprint(fingerprint, engine)
         if several.declares_tables(metadata, source):
-            return self._register_tables(name, source, metadata, neighbours, table, engine, size_class)
+            return self._register_tables(name, source, metadata, neighbours, table, engine, size_class, fingerprint)
         if isinstance(table, Mapping):
             raise InvalidParameterError("table", _short(table), "a table name with a .duckdb source, else None")
         if engine == "spark":
@@ -242,16 +248,25 @@ class Catalog:
 
     def _register_tables(
         self, name: str, source: object, metadata: object, neighbours: Neighbours, table: object, engine: str,
-        size_class: str,
+        size_class: str, fingerprint: str | None,
     ) -> DatasetInfo:  # fmt: skip
-        """Register a dataset of several tables (:mod:`dpkit.server.catalog_tables`)."""
-        several.refuse_spark(engine)
+        """Register a dataset of several tables (:mod:`dpkit.server.catalog_tables`; on Spark
+        :mod:`dpkit.server.spark_tables`)."""
         if isinstance(metadata, Metadata):
             raise InvalidParameterError(
                 "metadata", "a Metadata", "a DatasetMetadata (or JSON with 'tables') for one source per table"
             )
         meta = dataset_metadata(str(metadata) if isinstance(metadata, os.PathLike) else metadata)
         several.check_table_names(meta)
+        if engine == "spark":
+            located = resolve_parquet_sources(source, table, meta, self._data_root, fingerprint)
+            v.neighbours(neighbours)
+            if self._registered(name):  # before reading the data; the insert re-checks under its lock
+                raise _already_registered(name)
+            stored, files = json.dumps({t: s.stored for t, s in located.items()}), pin_tables(located, fingerprint)
+            info = DatasetInfo(name, stored, meta, neighbours, now(), None, engine, files=files, size_class=size_class)
+            frame = lambda view, at: self._spark_frame(view, at.path, at.listing)  # noqa: E731
+            return self._insert_copied(info, inspect_spark_tables(info, located, frame))
         sources = several.resolve_table_sources(source, table, meta, self._data_root)
         v.neighbours(neighbours)
         if self._registered(name):  # before copying the data; the insert re-checks under its lock
@@ -303,7 +318,7 @@ class Catalog:
         the same files on this machine; None for a URI, which only Spark reads)."""
         from dpkit.analytics.engines.spark import SparkEngine
 
-        assert isinstance(info.metadata, Metadata)  # (several tables are refused on Spark)
+        assert isinstance(info.metadata, Metadata)  # (several tables: spark_tables.inspect_spark_tables)
         path = located.path
         frame = self._spark_frame(info, path, located.listing)
         check_columns(frame.columns, info.metadata)
@@ -456,16 +471,20 @@ class Catalog:
 
         A Spark dataset's files are listed and checked against their pins here, at every call —
         every query and synthetic table, before it pays (:mod:`dpkit.server.spark_pins`) — and its
-        engines check them again once Spark has read them."""
-        located = self._checked_spark(info) if info.engine == "spark" else None
+        engines check them again once Spark has read them (every table's, for several tables)."""
+        views = table_views(info) if info.engine == "spark" else {}
+        located = {t: self._checked_spark(view) for t, view in views.items()}
         with self._data_lock:
             if self._data_pid != os.getpid():
                 # A forked child: the parent's connections are not safe to use (or close) here.
                 self.data, self._data_pid = {}, os.getpid()
             loaded = self.data.get(info.name)
-            if loaded is None and info.engine == "spark":
-                after = None if info.files is None else lambda: self._spark_change(info, after_debit=True)[1]
-                loaded = self.data[info.name] = _Loaded(None, frame=self._opened_spark(info, located), after=after)
+            if loaded is None and views:
+                after = pins_after(views, lambda view: self._spark_change(view, after_debit=True)[1])
+                frames = {t: self._opened_spark(view, located[t]) for t, view in views.items()}
+                tables = tuple(views) if info.several else None
+                frame = frames if info.several else frames[info.name]
+                loaded = self.data[info.name] = _Loaded(None, frame=frame, after=after, tables=tables)
             if loaded is None:
                 try:
                     connection = self._copies.open(self.load(info), self._engine_threads)

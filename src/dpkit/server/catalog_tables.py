@@ -24,8 +24,8 @@ table gets the same way:
   from table to source (relative to the data root) and ``source_table`` one from table to its
   table in a ``.duckdb`` file (NULL when there is none).
 
-Spark reads one table per dataset: ``engine="spark"`` with several tables is refused before
-anything is read or registered.
+With ``engine="spark"`` nothing is copied: each table is Parquet data read in place, pinned and
+checked as a Spark dataset of one table is (:mod:`dpkit.server.spark_tables`).
 """
 
 from __future__ import annotations
@@ -64,7 +64,6 @@ __all__ = [
     "inspect_tables",
     "table_check",
     "check_table_names",
-    "refuse_spark",
 ]
 
 _SOURCES = (
@@ -97,17 +96,6 @@ def check_table_names(meta: DatasetMetadata) -> None:
                 "table names of letters, digits and '_' (1–63 characters, not starting with a digit)",
                 "analysts write them after FROM and JOIN",
             )
-
-
-def refuse_spark(engine: str) -> None:
-    if engine == "spark":
-        raise InvalidParameterError(
-            "engine",
-            "spark",
-            "'duckdb' for a dataset of several tables (its tables are copied into one shared file and joined there)",
-            "a Spark dataset reads one table of Parquet data in place; register each table as a dataset of its own, "
-            "or the tables as one DuckDB dataset",
-        )
 
 
 @dataclass(frozen=True)

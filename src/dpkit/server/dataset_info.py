@@ -57,7 +57,8 @@ class DatasetInfo:
     check: DataCheck | DatasetCheck | None = field(default=None, compare=False, repr=False)
     #: A Spark dataset's Parquet files as registered (:func:`~dpkit.server.spark_pins.pin_files`):
     #: every process reads exactly these, unchanged, or the dataset is unavailable. None for a
-    #: DuckDB dataset, a URI, and a Spark dataset registered before files were pinned.
+    #: DuckDB dataset, a URI, and a Spark dataset registered before files were pinned. Several
+    #: tables: a JSON object from table to its pins (null for a URI; :mod:`dpkit.server.spark_tables`).
     files: str | None = field(default=None, repr=False)
     #: The declared size class (:data:`dpkit.server.pacing.SIZE_CLASSES`): public, it scales the
     #: time budget of every paid answer on the dataset.

@@ -318,8 +318,9 @@ class Service:
         by the rules above and copied into one shared copy, one table per declared table; the
         data check is made per table (:class:`~dpkit.analytics.check_tables.DatasetCheck`), and
         the size class bounds the rows of each table. Analysts write the declared table names in
-        ``FROM`` and ``JOIN`` (:mod:`dpkit.server.catalog_tables`). Spark reads one table per
-        dataset: ``engine="spark"`` with several tables is refused."""
+        ``FROM`` and ``JOIN`` (:mod:`dpkit.server.catalog_tables`). With ``engine="spark"`` each
+        source is Parquet data read in place, pinned and checked as for one table, all tables on
+        the service's one SparkSession (:mod:`dpkit.server.spark_tables`)."""
         return self._live_catalog().register(
             name, source, metadata, neighbours=neighbours, table=table, engine=engine, size_class=size_class,
             fingerprint=fingerprint,
