@@ -45,19 +45,14 @@ __all__ = ["query"]
 
 
 def query(
-    data_args: Annotated[
+    arguments: Annotated[
         list[str],
         typer.Argument(
-            metavar="DATA",
-            help="A CSV or Parquet file, a directory of Parquet files (Hive-partitioned too) or a quoted glob such as 'data/**/*.parquet' (a directory or glob needs --dataset). With --engine spark: a local CSV or Parquet file, a Parquet directory or glob, or a URI of Parquet data Spark reads (hdfs://..., s3a://...). "
-            + TABLES_HELP,
+            metavar="DATA... SQL",
+            help="DATA: a CSV or Parquet file, a directory of Parquet files (Hive-partitioned too) or a quoted glob such as 'data/**/*.parquet' (a directory or glob needs --dataset). With --engine spark: a local CSV or Parquet file, a Parquet directory or glob, or a URI of Parquet data Spark reads (hdfs://..., s3a://...). "
+            + TABLES_HELP
+            + ' SQL (last): a query of the private subset, e.g. "SELECT sex, COUNT(*), AVG(age) FROM census GROUP BY sex" (the table dpkit generate census census.csv makes).',
             show_default=False,
-        ),
-    ],
-    sql: Annotated[
-        str,
-        typer.Argument(
-            help='SQL of the private subset, e.g. "SELECT sex, COUNT(*), AVG(age) FROM census GROUP BY sex" (the table dpkit generate census census.csv makes).'
         ),
     ],
     epsilon: Annotated[
@@ -156,6 +151,9 @@ def query(
 
     Several tables (metadata declaring "tables"): dpkit query visits=visits.csv regions=regions.csv "SELECT ..." --metadata hospital.json --dataset hospital --epsilon 1
     """
+    if len(arguments) < 2:
+        _fail(f"missing argument {'SQL' if arguments else 'DATA'}: dpkit query DATA... SQL (see dpkit query --help)", 2)
+    data_args, sql = arguments[:-1], arguments[-1]
     if server is None and metadata is not None and declares_tables(metadata):
         refuse_one_table_options({
             "--unit": unit is not None, "--row-level": row_level, "--table": table is not None,
