@@ -19,18 +19,17 @@ privacy unit.
 
 from __future__ import annotations
 
-import json
 import os
 from collections.abc import Mapping
 from dataclasses import dataclass
-from pathlib import Path
 from types import MappingProxyType
 from typing import Any
 
 from dpkit._validate import short_repr as _short
 from dpkit.analytics.check import check_data
 from dpkit.analytics.check_report import DataCheck
-from dpkit.analytics.dataset_metadata import DatasetMetadata, is_dataset_metadata
+from dpkit.analytics.dataset_metadata import DatasetMetadata
+from dpkit.analytics.session_setup import load_metadata
 from dpkit.errors import InvalidParameterError
 
 __all__ = ["DatasetCheck", "check_dataset", "dataset_metadata"]
@@ -78,21 +77,13 @@ class DatasetCheck:
 def dataset_metadata(metadata: object) -> DatasetMetadata:
     """A :class:`DatasetMetadata` from itself, its dict or the path of its JSON file
     (InvalidParameterError naming ``metadata`` otherwise)."""
-    if isinstance(metadata, DatasetMetadata):
-        return metadata
-    if isinstance(metadata, Mapping):
-        return DatasetMetadata.from_dict(metadata)
-    if isinstance(metadata, (str, os.PathLike)):
-        path = Path(metadata)
-        try:
-            data = json.loads(path.read_text(encoding="utf-8"))
-        except (OSError, ValueError) as exc:
-            raise InvalidParameterError("metadata", str(path), "a readable JSON file", str(exc)) from None
-        if not is_dataset_metadata(data):
-            raise InvalidParameterError(
-                "metadata", str(path), "the metadata of a dataset of several tables (a JSON object with 'tables')"
-            )
-        return DatasetMetadata.from_dict(data)
+    if isinstance(metadata, (DatasetMetadata, Mapping, str, os.PathLike)):
+        meta = load_metadata(metadata)
+        if isinstance(meta, DatasetMetadata):
+            return meta
+        raise InvalidParameterError(
+            "metadata", _short(metadata), "the metadata of a dataset of several tables (a JSON object with 'tables')"
+        )
     raise InvalidParameterError(
         "metadata", _short(metadata), "a DatasetMetadata, a dict with 'tables', or the path of its JSON file"
     )

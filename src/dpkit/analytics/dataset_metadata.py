@@ -161,16 +161,16 @@ class DatasetMetadata:
                 return matches[0]
         raise InvalidParameterError(what, _short(name), "a table of the dataset: " + ", ".join(map(repr, self.tables)))
 
-    def sources(self, data: object) -> dict[str, Any]:
+    def sources(self, data: object, what: str = "data") -> dict[str, Any]:
         """``data`` (table name → its source) checked to name exactly the declared tables, in
-        their declared order."""
+        their declared order (refusals name the parameter ``what``)."""
         if not isinstance(data, Mapping) or not data:
-            raise InvalidParameterError("data", _short(data), "a mapping from each declared table's name to its data")
+            raise InvalidParameterError(what, _short(data), "a mapping from each declared table's name to its data")
         given, declared = {str(k) for k in data}, set(self.tables)
         if given != declared:
             missing, extra = sorted(declared - given), sorted(given - declared)
             raise InvalidParameterError(
-                "data",
+                what,
                 sorted(given),
                 "one source for each declared table: " + ", ".join(map(repr, self.tables)),
                 "; ".join(

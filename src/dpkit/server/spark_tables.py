@@ -66,18 +66,8 @@ def resolve_parquet_sources(
         raise InvalidParameterError("table", _short(table), "None with engine='spark' (the sources are Parquet data)")
     if not isinstance(source, Mapping) or not source:
         raise InvalidParameterError("source", _short(source), _SOURCES, "the metadata declares several tables")
-    given, declared = [str(k) for k in source], list(meta.tables)
-    if set(given) != set(declared) or len(given) != len(source):
-        missing = [t for t in declared if t not in given]
-        extra = [t for t in given if t not in declared]
-        raise InvalidParameterError(
-            "source",
-            sorted(given),
-            "one source for each declared table: " + ", ".join(map(repr, declared)),
-            "; ".join(
-                x for x in (f"missing {missing}" if missing else "", f"not declared {extra}" if extra else "") if x
-            ),
-        )
+    meta.sources(source, "source")  # exactly the declared tables
+    declared = list(meta.tables)
     located: dict[str, SourcePath] = {}
     for name in declared:
         try:
