@@ -135,3 +135,28 @@ def test_one_table_form_takes_one_data_argument(hospital: dict[str, str], tmp_pa
     assert out.exit_code == 1 and "DATA: one file" in out.output, out.output
     out = runner.invoke(app, ["check", "a.csv", "b.csv", "--metadata", str(meta)])
     assert out.exit_code == 2 and "DATA: one file" in out.output, out.output
+
+
+def test_generate_hospital_writes_a_table_per_declared_table_that_queries_read(tmp_path: Path) -> None:
+    out, meta = tmp_path / "hospital", tmp_path / "hospital.json"
+    made = runner.invoke(app, ["generate", "hospital", str(out), "--people", "300", "--metadata", str(meta)])
+    assert made.exit_code == 0, made.output
+    declared = json.loads(meta.read_text(encoding="utf-8"))
+    assert sorted(p.stem for p in out.glob("*.csv")) == sorted(declared["tables"])
+    ledger = str(tmp_path / "ledger.sqlite")
+    assert (
+        runner.invoke(app, ["budget", "create", "hospital", "ann", "--epsilon", "3", "--ledger", ledger]).exit_code == 0
+    )
+    pairs = [f"{t}={out / f'{t}.csv'}" for t in declared["tables"]]
+    sql = "SELECT COUNT(*) FROM visits v JOIN prescriptions p ON v.patient_id = p.patient_id"
+    args = ["--metadata", str(meta), "--dataset", "hospital", "--epsilon", "1", "--ledger", ledger, "--analyst", "ann"]
+    answered = runner.invoke(app, ["query", *pairs, sql, *args])
+    assert answered.exit_code == 0, answered.output
+    assert open_ledger(ledger).get_budget("hospital", "ann").spent_epsilon == pytest.approx(1.0)
+
+
+def test_generate_hospital_refuses_a_file_as_its_directory(tmp_path: Path) -> None:
+    target = tmp_path / "taken.csv"
+    target.write_text("x\n", encoding="utf-8")
+    result = runner.invoke(app, ["generate", "hospital", str(target)])
+    assert result.exit_code == 1 and "is a file" in " ".join(result.output.split())

@@ -30,30 +30,53 @@ __all__ = ["check", "generate"]
 
 
 def generate(
-    kind: Annotated[str, typer.Argument(help="census: the census-like example table.")],
-    out: Annotated[Path, typer.Argument(help="Where to write the CSV.")],
-    people: Annotated[int, typer.Option("--people", help="Number of people (each has 1–3 rows).")] = 20_000,
+    kind: Annotated[
+        str,
+        typer.Argument(
+            help="census: the census-like example table; hospital: a hospital's tables (visits and prescriptions "
+            "private, regions and wards public) for queries over several tables."
+        ),
+    ],
+    out: Annotated[
+        Path, typer.Argument(help="Where to write the CSV (census), or the directory of one CSV per table (hospital).")
+    ],
+    people: Annotated[
+        int, typer.Option("--people", help="Number of people (census: 1–3 rows each; hospital: patients).")
+    ] = 20_000,
     metadata: Annotated[
         Path | None, typer.Option("--metadata", help="Also write the curator's metadata JSON here.")
     ] = None,
 ) -> None:
-    """Write bundled example data (generated, not real people) and, optionally, its metadata."""
+    """Write bundled example data (generated, not real people) and, optionally, its metadata.
+
+    dpkit generate hospital hospital/ --people 2000 --metadata hospital.json writes visits.csv,
+    prescriptions.csv, regions.csv and wards.csv; query them with
+    dpkit query visits=hospital/visits.csv regions=hospital/regions.csv ... "SELECT ..." --metadata hospital.json."""
     from dpkit import datasets
 
-    if kind != "census":
-        _fail(f"unknown data set {kind!r}: accepted: census")
+    if kind not in ("census", "hospital"):
+        _fail(f"unknown data set {kind!r}: accepted: census, hospital")
     try:
-        frame = datasets.census(people=people)
+        tables = {"": datasets.census(people=people)} if kind == "census" else datasets.hospital(patients=people)
     except DPError as exc:
         _fail(str(exc))
-    out.parent.mkdir(parents=True, exist_ok=True)
-    frame.to_csv(out, index=False)
+    if kind == "census":
+        out.parent.mkdir(parents=True, exist_ok=True)
+        tables[""].to_csv(out, index=False)
+        wrote = f"wrote {len(tables[''])} rows ({people} people) to {out}"
+    else:
+        if out.exists() and not out.is_dir():
+            _fail(f"OUT: {out} is a file; hospital writes a directory of one CSV per table")
+        out.mkdir(parents=True, exist_ok=True)
+        for name, frame in tables.items():
+            frame.to_csv(out / f"{name}.csv", index=False)
+        rows = ", ".join(f"{name}.csv ({len(frame)} rows)" for name, frame in tables.items())
+        wrote = f"wrote {rows} ({people} patients) to {out}"
     if metadata is not None:
+        declared = datasets.CENSUS_METADATA if kind == "census" else datasets.HOSPITAL_METADATA
         metadata.parent.mkdir(parents=True, exist_ok=True)
-        metadata.write_text(json.dumps(datasets.CENSUS_METADATA, indent=2) + "\n", encoding="utf-8")
-    typer.echo(
-        f"wrote {len(frame)} rows ({people} people) to {out}" + (f" and metadata to {metadata}" if metadata else "")
-    )
+        metadata.write_text(json.dumps(declared, indent=2) + "\n", encoding="utf-8")
+    typer.echo(wrote + (f" and metadata to {metadata}" if metadata else ""))
 
 
 def check(
