@@ -192,7 +192,7 @@ REFUSED: list[tuple[str, Callable[[], dp.Session], Callable[[dp.Session], Any], 
             budget=dp.Budget(epsilon=10),
         ),
         lambda s: s.query().join("regions", on="postcode"),
-        "table",
+        "join.table",
         "'regions'",
     ),
     (

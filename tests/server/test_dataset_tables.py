@@ -278,7 +278,7 @@ def test_a_one_table_dataset_refuses_joins_before_any_debit(hospital: Hospital, 
     hospital.service.grant("alice", "people", epsilon=1.0)
     spec = {"from": "people", "join": [{"table": "regions", "on": ["city"]}], "aggregates": [{"kind": "count"}]}
     r = hospital.client().post("/v1/datasets/people/query", json={"epsilon": 1.0, "query": spec}, headers=hospital.h())
-    assert r.status_code == 400 and error_of(r)["parameter"] == "table", r.text
+    assert r.status_code == 400 and error_of(r)["parameter"] == "join.table", r.text
     assert hospital.service.ledger.list_spends("people", "alice") == []
 
 

@@ -108,7 +108,7 @@ class Query:
         tables = self.session._tables
         if tables is None:
             raise InvalidParameterError(
-                "table",
+                "join.table",
                 _short(table),
                 "no join: this session has one table",
                 "open a session over several tables (a dict of tables with DatasetMetadata)",
