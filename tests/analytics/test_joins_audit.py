@@ -199,7 +199,7 @@ def test_a_count_with_keys_from_a_public_table_keeps_its_epsilon() -> None:
 
 
 def test_keys_read_from_the_private_table_instead_are_caught(monkeypatch: pytest.MonkeyPatch) -> None:
-    def private_keys(self: TableSet, t: object, table: object, columns: tuple[str, ...]) -> object:
+    def private_keys(self: TableSet, table: object, columns: tuple[str, ...]) -> object:
         return self.engines["visits"].distinct_rows(tuple(columns))  # type: ignore[attr-defined]
 
     monkeypatch.setattr(TableSet, "keys", private_keys)

@@ -34,9 +34,11 @@ As JSON (``dpkit query --metadata``, ``dpkit admin register-dataset``)::
 
 from __future__ import annotations
 
+import json
 import os
 from collections.abc import Mapping
 from dataclasses import dataclass, field
+from pathlib import Path
 from types import MappingProxyType
 from typing import Any
 
@@ -45,7 +47,7 @@ from dpkit._validate import short_repr as _short
 from dpkit.analytics.metadata import Metadata, read_json
 from dpkit.errors import InvalidParameterError
 
-__all__ = ["DatasetMetadata", "is_dataset_metadata"]
+__all__ = ["DatasetMetadata", "declares_tables", "is_dataset_metadata"]
 
 _KEYS = ("tables", "max_groups", "max_rows")
 
@@ -53,6 +55,20 @@ _KEYS = ("tables", "max_groups", "max_rows")
 def is_dataset_metadata(data: object) -> bool:
     """Whether a metadata dict declares several tables (it has a ``tables`` entry)."""
     return isinstance(data, Mapping) and "tables" in data
+
+
+def declares_tables(metadata: object) -> bool:
+    """Whether ``metadata`` — a :class:`DatasetMetadata`, its dict, or the path of its JSON file —
+    declares several tables. A file that cannot be read says no: the one-table path refuses it in
+    its own words."""
+    if isinstance(metadata, DatasetMetadata) or is_dataset_metadata(metadata):
+        return True
+    if isinstance(metadata, (str, os.PathLike)):
+        try:
+            return is_dataset_metadata(json.loads(Path(metadata).read_text(encoding="utf-8")))
+        except (OSError, ValueError):
+            return False
+    return False
 
 
 @dataclass(frozen=True)

@@ -21,7 +21,7 @@ from dpkit.analytics.metadata import Metadata
 from dpkit.analytics.plan import JoinPlan
 from dpkit.errors import Fix, InvalidParameterError
 
-__all__ = ["DeclaredTable", "ColumnKind", "check_bound", "undeclared_column"]
+__all__ = ["DeclaredTable", "ColumnKind", "check_bound", "listed", "undeclared_column"]
 
 #: How many declared names an unknown-column message lists before it says how many more there are.
 _LISTED = 20
@@ -85,6 +85,15 @@ def check_bound(name: str, value: object, default: int | None, unit: str | None)
     return n
 
 
+def listed(declared: Iterable[str]) -> str:
+    """Declared names as a refusal lists them: the first 20, then how many more."""
+    names = list(declared)
+    shown = ", ".join(repr(c) for c in names[:_LISTED])
+    if len(names) > _LISTED:
+        shown += f" and {len(names) - _LISTED} more"
+    return shown
+
+
 def undeclared_column(name: str, column: object, declared: Iterable[str]) -> InvalidParameterError:
     """The refusal of a column that the metadata does not declare (parameter ``name``).
 
@@ -93,10 +102,7 @@ def undeclared_column(name: str, column: object, declared: Iterable[str]) -> Inv
     Only those: they are the curator's public declaration (an analyst of the service sees them in
     the dataset's schema), while the source's other columns are names only the data holds, so
     the message, like every refusal, depends on the declaration alone."""
-    names = list(declared)
-    shown = ", ".join(repr(c) for c in names[:_LISTED])
-    if len(names) > _LISTED:
-        shown += f" and {len(names) - _LISTED} more"
+    shown = listed(declared)
     text = v.short_repr(column, 80)
     fix = Fix("declare_column", f"Metadata(columns={{{text}: ...}})", {"column": column})
     return InvalidParameterError(

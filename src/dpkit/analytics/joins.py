@@ -49,7 +49,7 @@ from typing import Any
 
 from dpkit._validate import short_repr as _short
 from dpkit.analytics.dataset_metadata import DatasetMetadata
-from dpkit.analytics.declared import ColumnKind, DeclaredTable, undeclared_column
+from dpkit.analytics.declared import ColumnKind, DeclaredTable, listed, undeclared_column
 from dpkit.analytics.metadata import Categorical, ColumnSpec, Metadata
 from dpkit.analytics.plan import JoinPlan, JoinSource, JoinStep
 from dpkit.analytics.spec import Join
@@ -80,9 +80,6 @@ class _Source:
     def public(self) -> bool:
         return self.meta.public
 
-    def has(self, column: str) -> bool:
-        return column in self.facts.columns
-
     def resolve(self, column: str) -> str | None:
         """The declared spelling of ``column`` in this table (exact, else the one
         case-insensitive match), or None."""
@@ -99,19 +96,16 @@ def _undeclared(table: str, column: str, declared: Sequence[str]) -> InvalidPara
         f"tables.{table}.columns.{column} in the dataset's metadata",
         {"table": table, "column": column},
     )
-    shown = ", ".join(repr(c) for c in declared[:20]) + (
-        f" and {len(declared) - 20} more" if len(declared) > 20 else ""
-    )
     return InvalidParameterError(
         "on",
         f"{table}.{column}",
-        f"a column declared in the metadata of {table!r} (declared: {shown or 'none'})",
+        f"a column declared in the metadata of {table!r} (declared: {listed(declared) or 'none'})",
         f"only declared columns can be joined on; declare it as {fix.text}",
         fix=fix,
     )
 
 
-def _left_column(sources: Sequence[_Source], name: str, dataset: DatasetMetadata) -> tuple[_Source, str]:
+def _left_column(sources: Sequence[_Source], name: str) -> tuple[_Source, str]:
     """The column ``name`` of the tables joined so far: ``table.column``, or a bare name that
     exactly one of them declares."""
     if "." in name:
@@ -219,12 +213,14 @@ def join_table(
         on: list[tuple[int, str, str]] = []
         unit_pair = False
         for lname, rname in j.on:
-            left, lc = _left_column(sources, lname, dataset)
+            left, lc = _left_column(sources, lname)
             rc = _right_column(right, rname)
             unit_pair = _check_pair(left, lc, right, rc) or unit_pair
             on.append((left.index, lc, rc))
-        if not right.public and not unit_pair:  # pragma: no cover - _check_pair refuses first
-            raise InvalidParameterError("on", _short(j.on), "the privacy units of the two private tables")
+        if not right.public and not unit_pair:  # only equalities with public tables' columns
+            raise InvalidParameterError(
+                "on", _short(j.on), f"equalities that include the privacy units ({table}.{right.facts.unit} = ...)"
+            )
         if right.public and right.meta.max_matches is None:
             fix = Fix(
                 "declare_max_matches", f"max_matches in the metadata of the public table {table!r}", {"table": table}
@@ -365,16 +361,10 @@ def _public_categories(
 
 
 def keys_from_table(
-    t: DeclaredTable,
-    table: object,
-    columns: Sequence[str],
-    public_keys: PublicKeys | None,
-    dataset: DatasetMetadata | None,
+    table: object, columns: Sequence[str], public_keys: PublicKeys, dataset: DatasetMetadata
 ) -> tuple[tuple[Any, ...], ...]:
     """The distinct rows of the public ``table`` over the group ``columns`` (a joined name's bare
     column, ``visits.ward`` → ``ward``): the keys of ``group_by(..., keys_from=table)``."""
-    if dataset is None or public_keys is None:
-        raise InvalidParameterError("keys_from", _short(table), "None: a dataset of one table has no public key tables")
     name = dataset.table(table, "keys_from")
     meta = dataset.tables[name]
     if not meta.public:

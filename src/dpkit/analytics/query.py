@@ -26,7 +26,6 @@ from dpkit.analytics.building import Built, check_aggregates, check_bounds, chec
 from dpkit.analytics.declared import DeclaredTable
 from dpkit.analytics.engines.base import Engine
 from dpkit.analytics.execute import Payer, execute
-from dpkit.analytics.joins import keys_from_table
 from dpkit.analytics.metadata import Categorical, Metadata
 from dpkit.analytics.plan import GroupKey, Predicate
 from dpkit.analytics.pricing import price_built
@@ -146,11 +145,11 @@ class Query:
             if keys is not None or bins:
                 raise InvalidParameterError("keys_from", _short(keys_from), "None with keys= or bins=")
             tables = self.session._tables
-            keys = (
-                tables.keys(t, keys_from, columns)
-                if tables is not None
-                else keys_from_table(t, keys_from, columns, None, None)
-            )
+            if tables is None:
+                raise InvalidParameterError(
+                    "keys_from", _short(keys_from), "None: a dataset of one table has no public key tables"
+                )
+            keys = tables.keys(keys_from, columns)
             keys = list(keys) if len(columns) > 1 else [k[0] for k in keys]
         groups, key_tuples = check_group_by(t, self.groups, columns, keys, bins)
         return replace(self, groups=groups, keys=key_tuples, keys_from=keys_from)

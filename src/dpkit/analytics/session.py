@@ -202,9 +202,9 @@ class Session:
         if not several:
             self._engine = make_engine(data, engine, memory_limit, temp_directory)
             self._schema = bind_columns(self._engine, self._metadata, self._unit)
-        bounds = self._metadata
-        self._max_groups = self._check_bound("max_groups", max_groups, bounds.max_groups)
-        self._max_rows = self._check_bound("max_rows", max_rows, bounds.max_rows)
+        self._max_groups = self._check_bound("max_groups", max_groups, self._metadata.max_groups)
+        self._max_rows = self._check_bound("max_rows", max_rows, self._metadata.max_rows)
+        # What queries are checked and priced against: declared facts only, fixed from here on.
         if several:
             self._tables = open_tables(
                 data,
@@ -218,24 +218,22 @@ class Session:
                 max_groups=self._max_groups,
                 max_rows=self._max_rows,
             )
-            name = self._tables.default or self._metadata.private_tables[0]
-            self._engine = self._tables.engines[name]
-            self._schema = dict(self._tables.facts[name].columns)
-            self._table = name
-        # What queries are checked and priced against: declared facts only, fixed from here on.
-        self._declared = DeclaredTable(
-            table=self._table,
-            columns=self._schema,
-            metadata=self._metadata,
-            unit=self._unit,
-            neighbours=self._neighbours,
-            max_groups=self._max_groups,
-            max_rows=self._max_rows,
-            limits=self._limits,
-            portable=self._portable,
-        )
-        if self._tables is not None:
+            self._table = self._tables.default or self._metadata.private_tables[0]
+            self._engine = self._tables.engines[self._table]
             self._declared = self._tables.facts[self._table]
+            self._schema = dict(self._declared.columns)
+        else:
+            self._declared = DeclaredTable(
+                table=self._table,
+                columns=self._schema,
+                metadata=self._metadata,
+                unit=self._unit,
+                neighbours=self._neighbours,
+                max_groups=self._max_groups,
+                max_rows=self._max_rows,
+                limits=self._limits,
+                portable=self._portable,
+            )
         self._payer: Payer = _SessionPayer(self)
 
     # -- construction helpers -----------------------------------------------------------------

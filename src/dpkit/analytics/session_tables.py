@@ -9,9 +9,8 @@ keys, a key table's rows): they are public, so reading them reveals nothing.
 
 from __future__ import annotations
 
-import os
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 from typing import Any
 
 from dpkit._validate import Neighbours
@@ -69,8 +68,8 @@ class TableSet:
     def joined(self, base: str, joins: Sequence[Join]) -> DeclaredTable:
         return join_table(self.dataset, self.facts, base, joins, public_keys=self.public_keys)
 
-    def keys(self, t: DeclaredTable, table: object, columns: Sequence[str]) -> tuple[tuple[Any, ...], ...]:
-        return keys_from_table(t, table, columns, self.public_keys, self.dataset)
+    def keys(self, table: object, columns: Sequence[str]) -> tuple[tuple[Any, ...], ...]:
+        return keys_from_table(table, columns, self.public_keys, self.dataset)
 
 
 def check_tables_arguments(
@@ -151,11 +150,7 @@ def open_tables(
 ) -> TableSet:
     """Open and bind every table of ``data`` (name → source: a DataFrame, a CSV or Parquet path, a
     pyspark DataFrame) against ``meta``: the tables must be exactly the declared ones."""
-    sources = meta.sources(data)
-    for name, d in sources.items():
-        if isinstance(d, os.PathLike):
-            sources[name] = os.fspath(d)
-    engines = _engines(sources, engine, memory_limit, temp_directory)
+    engines = _engines(meta.sources(data), engine, memory_limit, temp_directory)
     facts: dict[str, DeclaredTable] = {}
     tables = TableSet(meta, engines, facts)
     for name, table_meta in meta.tables.items():
@@ -171,10 +166,9 @@ def open_tables(
             max_rows=max_rows,
             limits=limits,
             portable=portable,
+            public_keys=tables.public_keys,
             tables=(name,),
         )
     for e in engines.values():
         e.attach(engines)  # type: ignore[attr-defined]
-    for name in facts:
-        facts[name] = replace(facts[name], public_keys=tables.public_keys)
     return tables

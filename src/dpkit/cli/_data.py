@@ -23,7 +23,7 @@ from dpkit.cli._common import (
     _fail_error,
 )
 from dpkit.cli._errors import CliContext, Opt
-from dpkit.cli._tables import TABLES_HELP, check_tables, declares_tables, refuse_one_table_options
+from dpkit.cli._tables import TABLES_HELP, check_tables, refuse_one_table_options
 from dpkit.errors import DPError
 
 __all__ = ["check", "generate"]
@@ -131,6 +131,7 @@ def check(
     Exit code: 0 when everything conforms, 1 when something does not, 2 on bad input.
     """
     from dpkit.analytics.check import check_data
+    from dpkit.analytics.dataset_metadata import declares_tables  # (numpy: not at --help)
 
     if declares_tables(metadata):
         refuse_one_table_options(

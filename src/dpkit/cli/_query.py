@@ -38,7 +38,7 @@ from dpkit.cli._common import (
     _spark_session,
 )
 from dpkit.cli._errors import CliContext
-from dpkit.cli._tables import TABLES_HELP, declares_tables, query_tables, refuse_one_table_options
+from dpkit.cli._tables import TABLES_HELP, query_tables, refuse_one_table_options
 from dpkit.errors import DPError, LedgerError
 
 __all__ = ["query"]
@@ -154,6 +154,8 @@ def query(
     if len(arguments) < 2:
         _fail(f"missing argument {'SQL' if arguments else 'DATA'}: dpkit query DATA... SQL (see dpkit query --help)", 2)
     data_args, sql = arguments[:-1], arguments[-1]
+    from dpkit.analytics.dataset_metadata import declares_tables  # (numpy: not at --help)
+
     if server is None and metadata is not None and declares_tables(metadata):
         refuse_one_table_options({
             "--unit": unit is not None, "--row-level": row_level, "--table": table is not None,

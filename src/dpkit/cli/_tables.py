@@ -13,28 +13,14 @@ With metadata of one table the data argument is one path, read as ever: nothing 
 from __future__ import annotations
 
 import contextlib
-import json
-import os
 from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
-__all__ = ["declares_tables", "table_pairs", "TABLES_HELP"]
+__all__ = ["table_pairs", "TABLES_HELP"]
 
 #: The help's sentence on the several-table form, shared by the commands.
 TABLES_HELP = 'For a dataset of several tables (metadata with "tables"): one TABLE=PATH per declared table.'
-
-
-def declares_tables(metadata: str | os.PathLike[str] | None) -> bool:
-    """Whether the metadata file declares several tables (a JSON object with ``tables``). A file
-    that cannot be read says no: the one-table path reports it in its own words."""
-    if metadata is None:
-        return False
-    try:
-        data: Any = json.loads(Path(metadata).read_text(encoding="utf-8"))
-    except (OSError, ValueError):
-        return False
-    return isinstance(data, dict) and "tables" in data
 
 
 def table_pairs(items: Sequence[str], what: str, form: str = "TABLE=PATH") -> dict[str, str] | str:

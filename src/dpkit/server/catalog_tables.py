@@ -32,7 +32,6 @@ from __future__ import annotations
 
 import contextlib
 import json
-import os
 from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass, replace
 from pathlib import Path
@@ -42,7 +41,8 @@ from dpkit._validate import short_repr as _short
 from dpkit.analytics.check import check_data
 from dpkit.analytics.check_report import DataCheck
 from dpkit.analytics.check_tables import DatasetCheck
-from dpkit.analytics.dataset_metadata import DatasetMetadata, is_dataset_metadata
+from dpkit.analytics.dataset_metadata import DatasetMetadata
+from dpkit.analytics.dataset_metadata import declares_tables as metadata_declares_tables
 from dpkit.analytics.metadata import Metadata
 from dpkit.errors import InvalidParameterError
 from dpkit.server.datasets import (
@@ -76,14 +76,7 @@ def declares_tables(metadata: object, source: object = None) -> bool:
     """Whether a registration is of several tables: ``source`` is a mapping, or the metadata (a
     :class:`DatasetMetadata`, its dict, or a JSON file) declares ``tables``. A metadata file that
     cannot be read says no: the one-table path refuses it in its own words."""
-    if isinstance(source, Mapping) or isinstance(metadata, DatasetMetadata) or is_dataset_metadata(metadata):
-        return True
-    if isinstance(metadata, (str, os.PathLike)):
-        try:
-            return is_dataset_metadata(json.loads(Path(metadata).read_text(encoding="utf-8")))
-        except (OSError, ValueError):
-            return False
-    return False
+    return isinstance(source, Mapping) or metadata_declares_tables(metadata)
 
 
 def check_table_names(meta: DatasetMetadata) -> None:

@@ -270,7 +270,8 @@ def _sources(
 ) -> tuple[str | dict[str, str], str | dict[str, str] | None]:
     """SOURCE... and --table as the service takes them: one file (and table) as ever, or with
     metadata declaring several tables, TABLE=PATH (and TABLE=NAME) mappings."""
-    from dpkit.cli._tables import declares_tables, table_pairs
+    from dpkit.analytics.dataset_metadata import declares_tables
+    from dpkit.cli._tables import table_pairs
 
     if not declares_tables(metadata):
         if len(source) != 1 or len(table or ()) > 1:

@@ -153,10 +153,10 @@ class Ticket:
     """One paid request's clock and cancellation, shared by the route (on the event loop) and its
     work (in the heavy pool).
 
-    The work calls :meth:`arm_query` or :meth:`arm_synthesis` once it has priced the request
-    (before paying): that fixes the answer's time and charges the principal's allowance. It
-    debits inside :meth:`paying`, registers what interrupts its engine with
-    :meth:`interrupt_with`, and long loops check :meth:`check` (through
+    The work calls :meth:`arm` (with :meth:`AnswerTimes.query`'s budget) or :meth:`arm_synthesis`
+    once it has priced the request (before paying): that fixes the answer's time and charges the
+    principal's allowance. It debits inside :meth:`paying`, registers what interrupts its engine
+    with :meth:`interrupt_with`, and long loops check :meth:`check` (through
     :func:`dpkit._cancel.checkpoint`)."""
 
     def __init__(self, pacer: Pacer, principal: str) -> None:
@@ -198,20 +198,6 @@ class Ticket:
             if self._cancelled:
                 raise Cancelled()
             self.budget = seconds
-
-    def arm_query(
-        self,
-        size_class: str,
-        engine: str,
-        groups: int,
-        private_keys: bool,
-        kinds: Sequence[str],
-        *,
-        tables: int = 1,
-        matches: int = 1,
-    ) -> None:
-        """:meth:`arm` with the budget of a query (see :meth:`AnswerTimes.query`)."""
-        self.arm(self.times.query(size_class, engine, groups, private_keys, kinds, tables=tables, matches=matches))
 
     def arm_synthesis(self, size_class: str, engine: str, rounds: int) -> None:
         self.arm(self.times.synthesis(size_class, engine, rounds))

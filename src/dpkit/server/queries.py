@@ -273,9 +273,7 @@ class Queries:
             cost = q.cost(aggs, _text=_clip(request.text()), **query_options(request))
             if times is None:
                 return cost, None
-            tables, matches = _joined(q)
-            shape = _shape(q, info, aggs, request)
-            return cost, times.query(info.size_class, info.engine, *shape, tables=tables, matches=matches)
+            return cost, _answer_seconds(times, q, info, aggs, request)
 
     def answer(
         self, principal: Principal, dataset: str, request: QueryRequest, ticket: Ticket | None = None
@@ -302,9 +300,7 @@ class Queries:
         if cannot_pay(cost, before):
             raise _exceeded(cost, text, before, principal.name, info.name)
         if ticket is not None:  # priced: the answer's time is fixed now, before paying
-            tables, matches = _joined(q)
-            shape = _shape(q, info, aggs, request)
-            ticket.arm_query(info.size_class, info.engine, *shape, tables=tables, matches=matches)
+            ticket.arm(_answer_seconds(ticket.times, q, info, aggs, request))
         try:
             result = q.aggregate(aggs, _text=text, **options)
         except QueryFailedError as exc:  # paid, then failed: the session logged the details
@@ -348,6 +344,14 @@ def _shape(
 ) -> tuple[int, bool, list[str]]:
     """The public shape a query's answer time is budgeted from (:meth:`AnswerTimes.query`)."""
     return len(q.groups), private_keys(q, info), _paced_kinds(aggs, request)
+
+
+def _answer_seconds(
+    times: AnswerTimes, q: Query, info: DatasetInfo, aggs: list[A.Aggregate], request: QueryRequest
+) -> float:
+    """The answer's time budget, from the query's shape and its joins (declared facts only)."""
+    tables, matches = _joined(q)
+    return times.query(info.size_class, info.engine, *_shape(q, info, aggs, request), tables=tables, matches=matches)
 
 
 def _joined(q: Query) -> tuple[int, int]:

@@ -27,9 +27,9 @@ from dpkit.analytics.engines.csv_source import CsvFile, CsvOptions, csv_source_s
 from dpkit.analytics.engines.duckdb_joins import Relation, join_sql
 from dpkit.analytics.engines.duckdb_settings import (
     MIN_MEMORY_PER_THREAD,
-    _memory_bytes,
-    _memory_limit,
-    _temp_directory,
+    checked_memory_limit,
+    checked_temp_directory,
+    memory_bytes,
 )
 from dpkit.analytics.engines.pandas_source import pandas_kind, text_column
 from dpkit.analytics.engines.parquet_source import (
@@ -175,7 +175,7 @@ class DuckDBEngine:
     ) -> None:
         import duckdb
 
-        limit, spill = _memory_limit(memory_limit), _temp_directory(temp_directory)
+        limit, spill = checked_memory_limit(memory_limit), checked_temp_directory(temp_directory)
         if connection is None and table is None and isinstance(source, duckdb.DuckDBPyRelation):
             for name, value in (("memory_limit", memory_limit), ("temp_directory", temp_directory)):
                 if value is not None:
@@ -285,7 +285,7 @@ class DuckDBEngine:
             row = self._con.execute("SELECT current_setting('threads')").fetchone()
             threads = max(int(row[0]) if row is not None else 1, 1)
             least = MIN_MEMORY_PER_THREAD * threads
-            if _memory_bytes(limit) < least:
+            if memory_bytes(limit) < least:
                 raise InvalidParameterError(
                     "memory_limit",
                     limit,

@@ -9,7 +9,7 @@ from pathlib import Path
 
 from dpkit.errors import InvalidParameterError
 
-__all__ = ["MIN_MEMORY_PER_THREAD"]
+__all__ = ["MIN_MEMORY_PER_THREAD", "checked_memory_limit", "checked_temp_directory", "memory_bytes"]
 
 _MEMORY = re.compile(r"(\d+(?:\.\d*)?|\.\d+)\s*(B|KB|MB|GB|TB|KiB|MiB|GiB|TiB)", re.IGNORECASE)
 _UNITS = {
@@ -29,7 +29,7 @@ _UNITS = {
 MIN_MEMORY_PER_THREAD = 32 * 2**20
 
 
-def _memory_limit(value: object) -> str | None:
+def checked_memory_limit(value: object) -> str | None:
     """``memory_limit`` checked: a size with its unit (DuckDB's syntax), or None."""
     if value is None:
         return None
@@ -41,13 +41,13 @@ def _memory_limit(value: object) -> str | None:
     return f"{m.group(1)}{m.group(2)}"
 
 
-def _memory_bytes(limit: str) -> float:
+def memory_bytes(limit: str) -> float:
     m = _MEMORY.fullmatch(limit)
     assert m is not None  # checked by _memory_limit
     return float(m.group(1)) * _UNITS[m.group(2).lower()]
 
 
-def _temp_directory(value: object) -> Path | None:
+def checked_temp_directory(value: object) -> Path | None:
     """``temp_directory`` checked, made absolute (DuckDB resolves a relative one when it spills, from
     whatever the working directory is then): a directory, or a path where one can be created."""
     if value is None:
